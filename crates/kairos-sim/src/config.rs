@@ -1,0 +1,80 @@
+//! How a simulated world behaves: network, CPU service model, limits.
+
+use std::time::Duration;
+
+/// The network between nodes. Delays come from the [`kairos_core::LatencyMatrix`] of the
+/// world; these knobs add noise and unreliability on top.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkConfig {
+    /// Each delivery's delay is the matrix one-way delay × (1 + u), u uniform in
+    /// `[-jitter_ratio, +jitter_ratio]`. 0 disables jitter.
+    pub jitter_ratio: f64,
+    /// Links are FIFO by default (a later message never overtakes an earlier one on the same
+    /// directed link). With `reorder`, jitter may reorder messages.
+    pub reorder: bool,
+    /// Probability that a message is lost.
+    pub loss: f64,
+    /// Probability that a message is delivered twice (the copy gets its own jitter).
+    pub duplicate: f64,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig { jitter_ratio: 0.02, reorder: false, loss: 0.0, duplicate: 0.0 }
+    }
+}
+
+/// How much simulated CPU time a handler costs. A node runs one handler at a time; events that
+/// arrive while it is busy wait in its inbox, so a node offered more work than its service time
+/// allows builds a queue and latency grows — saturation is real.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CpuModel {
+    /// Handlers take no time (pure protocol latency, infinite capacity).
+    Free,
+    /// Every handler costs the same fixed service time.
+    Fixed(Duration),
+    /// Every handler costs its real measured CPU time × `scale` (plus `floor`), so saturation
+    /// throughput reflects the real efficiency of the code. Not bit-for-bit reproducible:
+    /// measured costs vary from run to run, so the trace hash does too.
+    Measured { scale: f64, floor: Duration },
+}
+
+/// Limits, so a runaway protocol fails loudly instead of exhausting memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Events waiting in one node's inbox (CPU model busy). Beyond it, messages are dropped
+    /// (counted as `dropped_overload`), as an overloaded NIC would.
+    pub inbox_max: usize,
+    /// Events pending in the whole simulation.
+    pub pending_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { inbox_max: 1 << 20, pending_max: 1 << 26 }
+    }
+}
+
+/// Everything a simulated world needs besides its nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// The one seed every random choice derives from (network, clocks, every node's rng).
+    pub seed: u64,
+    pub network: NetworkConfig,
+    pub cpu: CpuModel,
+    pub limits: Limits,
+    /// Keep a log of every handled event (for tests and `kairos sim --trace`); costs memory.
+    pub keep_trace_log: bool,
+}
+
+impl SimConfig {
+    pub fn new(seed: u64) -> Self {
+        SimConfig {
+            seed,
+            network: NetworkConfig::default(),
+            cpu: CpuModel::Free,
+            limits: Limits::default(),
+            keep_trace_log: false,
+        }
+    }
+}

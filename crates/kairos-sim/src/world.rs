@@ -1,0 +1,510 @@
+//! The simulated world: nodes, their clocks and inboxes, the network between them, and the
+//! event loop that drives everything in true time.
+
+use crate::config::{CpuModel, SimConfig};
+use crate::fault::{Fault, ScheduledFault};
+use crate::queue::EventQueue;
+use crate::trace::{TraceEntry, TraceKind, Tracer};
+use kairos_clock::SimClock;
+use kairos_core::history::HistoryRecord;
+use kairos_core::{duration_nanos, Ctx, Effect, LatencyMatrix, LocalTime, Message, NodeId, Process, RegionId, Rng, SimTime, TimerId};
+use rand::{Rng as _, SeedableRng};
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+/// A role the simulator can host: any [`Process`] that is also `Any`, so tests can inspect a
+/// node's state with [`Sim::role`].
+pub trait Role<M>: Process<Msg = M> + Any {
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<M, T: Process<Msg = M> + Any> Role<M> for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Makes a fresh role instance for a node: at the start, and again after each crash.
+pub type RoleFactory<M> = Box<dyn FnMut(NodeId) -> Box<dyn Role<M>>>;
+
+/// Counters of what the world did. Machine-independent facts for tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub events_handled: u64,
+    pub messages_sent: u64,
+    pub messages_delivered: u64,
+    pub dropped_loss: u64,
+    pub dropped_partition: u64,
+    pub dropped_crashed: u64,
+    pub dropped_overload: u64,
+    pub dropped_unknown_node: u64,
+    pub duplicated: u64,
+}
+
+/// Work waiting for a node's CPU.
+enum Work<M> {
+    Start,
+    Message { from: NodeId, msg: M },
+    Timer(TimerId),
+}
+
+enum Event<M> {
+    Work { node: NodeId, incarnation: u32, work: Work<M> },
+    Deliver { to: NodeId, from: NodeId, msg: M },
+    Timer { node: NodeId, incarnation: u32, id: TimerId, generation: u64 },
+    Wake { node: NodeId, incarnation: u32 },
+    Fault(Fault),
+}
+
+struct Node<M> {
+    region: RegionId,
+    role: Option<Box<dyn Role<M>>>,
+    factory: RoleFactory<M>,
+    clock: SimClock,
+    clock_rng: Rng,
+    rng: Rng,
+    incarnation: u32,
+    /// Armed timers: id → generation of the arming (a re-arm or cancel makes older events stale).
+    timers: HashMap<TimerId, u64>,
+    busy_until: SimTime,
+    inbox: VecDeque<Work<M>>,
+    wake_pending: bool,
+    inbox_len_max: usize,
+    busy_ns_total: u64,
+}
+
+/// A deterministic simulation of one deployment. Same [`SimConfig::seed`], same roles, same
+/// faults → the same trace hash, bit for bit (except under [`CpuModel::Measured`]).
+pub struct Sim<M: Message> {
+    config: SimConfig,
+    matrix: LatencyMatrix,
+    now: SimTime,
+    queue: EventQueue<Event<M>>,
+    nodes: Vec<Node<M>>,
+    net_rng: Rng,
+    loss: f64,
+    /// blocked[from * n + to]: the directed link is cut.
+    blocked: Vec<bool>,
+    /// last_arrival[from * n + to]: keeps links FIFO.
+    last_arrival: Vec<SimTime>,
+    effects: Vec<Effect<M>>,
+    history: Vec<HistoryRecord>,
+    metrics: BTreeMap<&'static str, u64>,
+    stats: SimStats,
+    tracer: Tracer,
+    next_timer_generation: u64,
+}
+
+impl<M: Message> Sim<M> {
+    pub fn new(config: SimConfig, matrix: LatencyMatrix) -> Self {
+        let net_rng = Rng::seed_from_u64(mix(config.seed, u64::MAX, 0));
+        let loss = config.network.loss;
+        let tracer = Tracer::new(config.keep_trace_log);
+        Sim {
+            config,
+            matrix,
+            now: SimTime::ZERO,
+            queue: EventQueue::new(),
+            nodes: Vec::new(),
+            net_rng,
+            loss,
+            blocked: Vec::new(),
+            last_arrival: Vec::new(),
+            effects: Vec::new(),
+            history: Vec::new(),
+            metrics: BTreeMap::new(),
+            stats: SimStats::default(),
+            tracer,
+            next_timer_generation: 0,
+        }
+    }
+
+    /// Adds a node in `region` with the given clock; `factory` makes its role (again after a
+    /// crash). The node starts at the current time.
+    pub fn add_node(&mut self, region: RegionId, clock: SimClock, mut factory: impl FnMut(NodeId) -> Box<dyn Role<M>> + 'static) -> NodeId {
+        assert!(region.index() < self.matrix.len(), "region {region:?} is not in the latency matrix");
+        let id = NodeId(u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes"));
+        let role = factory(id);
+        let seed = self.config.seed;
+        self.nodes.push(Node {
+            region,
+            role: Some(role),
+            factory: Box::new(factory),
+            clock,
+            clock_rng: Rng::seed_from_u64(mix(seed, id.0 as u64, 0xc10c)),
+            rng: Rng::seed_from_u64(mix(seed, id.0 as u64, 0)),
+            incarnation: 0,
+            timers: HashMap::new(),
+            busy_until: SimTime::ZERO,
+            inbox: VecDeque::new(),
+            wake_pending: false,
+            inbox_len_max: 0,
+            busy_ns_total: 0,
+        });
+        let n = self.nodes.len();
+        // Grow the n×n link tables, keeping existing entries.
+        let mut blocked = vec![false; n * n];
+        let mut last = vec![SimTime::ZERO; n * n];
+        for from in 0..n - 1 {
+            for to in 0..n - 1 {
+                blocked[from * n + to] = self.blocked[from * (n - 1) + to];
+                last[from * n + to] = self.last_arrival[from * (n - 1) + to];
+            }
+        }
+        self.blocked = blocked;
+        self.last_arrival = last;
+        self.queue.push(self.now, Event::Work { node: id, incarnation: 0, work: Work::Start });
+        id
+    }
+
+    /// Schedules a fault (or repair) at true time `at` (not before now).
+    pub fn schedule(&mut self, at: SimTime, fault: Fault) {
+        self.queue.push(at.max(self.now), Event::Fault(fault));
+    }
+
+    pub fn schedule_all(&mut self, plan: impl IntoIterator<Item = ScheduledFault>) {
+        for f in plan {
+            self.schedule(f.at, f.fault);
+        }
+    }
+
+    /// True time now.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Handles the next event. Returns false when nothing is pending.
+    pub fn step(&mut self) -> bool {
+        let Some((at, event)) = self.queue.pop() else { return false };
+        debug_assert!(at >= self.now, "time never goes backwards");
+        self.now = at;
+        self.stats.events_handled += 1;
+        match event {
+            Event::Work { node, incarnation, work } => self.offer(node, incarnation, work),
+            Event::Deliver { to, from, msg } => {
+                let up = self.nodes[to.index()].role.is_some();
+                if up {
+                    self.stats.messages_delivered += 1;
+                    let inc = self.nodes[to.index()].incarnation;
+                    self.offer(to, inc, Work::Message { from, msg });
+                } else {
+                    self.stats.dropped_crashed += 1;
+                }
+            }
+            Event::Timer { node, incarnation, id, generation } => {
+                let n = &mut self.nodes[node.index()];
+                if n.incarnation == incarnation && n.timers.get(&id) == Some(&generation) {
+                    n.timers.remove(&id);
+                    self.offer(node, incarnation, Work::Timer(id));
+                }
+            }
+            Event::Wake { node, incarnation } => {
+                let n = &mut self.nodes[node.index()];
+                if n.incarnation == incarnation {
+                    n.wake_pending = false;
+                    if let Some(work) = n.inbox.pop_front() {
+                        self.handle(node, work);
+                        self.schedule_wake_if_needed(node);
+                    }
+                }
+            }
+            Event::Fault(fault) => self.apply_fault(fault),
+        }
+        true
+    }
+
+    /// Runs every event up to and including true time `until`; afterwards `now() == until`.
+    pub fn run_until(&mut self, until: SimTime) {
+        while self.queue.peek_time().is_some_and(|t| t <= until) {
+            self.step();
+        }
+        self.now = self.now.max(until);
+    }
+
+    pub fn run_for(&mut self, d: Duration) {
+        self.run_until(self.now + d);
+    }
+
+    /// Runs until `done(self)` holds (checked after each event), nothing is pending, or true
+    /// time passes `deadline`. Returns whether `done` held.
+    pub fn run_until_pred(&mut self, deadline: SimTime, mut done: impl FnMut(&Self) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.queue.peek_time() {
+                Some(t) if t <= deadline => {
+                    self.step();
+                }
+                _ => return done(self),
+            }
+        }
+    }
+
+    fn offer(&mut self, node: NodeId, incarnation: u32, work: Work<M>) {
+        let cpu_free = matches!(self.config.cpu, CpuModel::Free);
+        let inbox_max = self.config.limits.inbox_max;
+        let n = &mut self.nodes[node.index()];
+        if n.role.is_none() || n.incarnation != incarnation {
+            return;
+        }
+        if cpu_free || (n.busy_until <= self.now && n.inbox.is_empty()) {
+            self.handle(node, work);
+            return;
+        }
+        if n.inbox.len() >= inbox_max {
+            self.stats.dropped_overload += 1;
+            return;
+        }
+        n.inbox.push_back(work);
+        n.inbox_len_max = n.inbox_len_max.max(n.inbox.len());
+        self.schedule_wake_if_needed(node);
+    }
+
+    fn schedule_wake_if_needed(&mut self, node: NodeId) {
+        let n = &mut self.nodes[node.index()];
+        if !n.wake_pending && !n.inbox.is_empty() {
+            n.wake_pending = true;
+            let at = n.busy_until.max(self.now);
+            let incarnation = n.incarnation;
+            self.queue.push(at, Event::Wake { node, incarnation });
+        }
+    }
+
+    /// Runs one handler of `node` now and applies its effects.
+    fn handle(&mut self, node: NodeId, work: Work<M>) {
+        let now = self.now;
+        let n = &mut self.nodes[node.index()];
+        let Some(mut role) = n.role.take() else { return };
+        let local: LocalTime = n.clock.read(now, &mut n.clock_rng);
+        let mut effects = std::mem::take(&mut self.effects);
+        let kind = match &work {
+            Work::Start => TraceKind::Start,
+            Work::Message { from, .. } => TraceKind::Message { from: *from },
+            Work::Timer(id) => TraceKind::Timer(*id),
+        };
+        self.tracer.record(TraceEntry { time: now, node, kind }, match &work {
+            Work::Message { msg, .. } => Some(msg),
+            _ => None,
+        });
+        let measure = matches!(self.config.cpu, CpuModel::Measured { .. });
+        let started = if measure { Some(std::time::Instant::now()) } else { None };
+        {
+            let mut ctx = Ctx::new(node, local, &mut n.rng, &mut effects);
+            match work {
+                Work::Start => role.on_start(&mut ctx),
+                Work::Message { from, msg } => role.on_message(&mut ctx, from, msg),
+                Work::Timer(id) => role.on_timer(&mut ctx, id),
+            }
+        }
+        let cost = match &self.config.cpu {
+            CpuModel::Free => Duration::ZERO,
+            CpuModel::Fixed(d) => *d,
+            CpuModel::Measured { scale, floor } => {
+                let spent = started.map(|s| s.elapsed()).unwrap_or_default();
+                spent.mul_f64(*scale) + *floor
+            }
+        };
+        let n = &mut self.nodes[node.index()];
+        n.role = Some(role);
+        n.busy_until = now + cost;
+        n.busy_ns_total += duration_nanos(cost);
+        let depart = now + cost;
+        for effect in effects.drain(..) {
+            self.apply_effect(node, now, depart, effect);
+        }
+        self.effects = effects;
+    }
+
+    fn apply_effect(&mut self, node: NodeId, now: SimTime, depart: SimTime, effect: Effect<M>) {
+        match effect {
+            Effect::Send { to, msg } => self.send(node, to, depart, msg),
+            Effect::SetTimer { id, after } => {
+                self.next_timer_generation += 1;
+                let generation = self.next_timer_generation;
+                let n = &mut self.nodes[node.index()];
+                n.timers.insert(id, generation);
+                let incarnation = n.incarnation;
+                // `after` is local time; a drifting clock makes it longer or shorter in true time.
+                let after = n.clock.true_duration_for_local(after);
+                self.queue.push(depart + after, Event::Timer { node, incarnation, id, generation });
+            }
+            Effect::CancelTimer { id } => {
+                self.nodes[node.index()].timers.remove(&id);
+            }
+            Effect::History(event) => {
+                let index = self.history.len() as u64;
+                self.history.push(HistoryRecord { index, time: now.as_nanos(), event });
+            }
+            Effect::Metric { name, value } => {
+                *self.metrics.entry(name).or_insert(0) += value;
+            }
+        }
+    }
+
+    fn send(&mut self, from: NodeId, to: NodeId, depart: SimTime, msg: M) {
+        self.stats.messages_sent += 1;
+        let n = self.nodes.len();
+        if to.index() >= n {
+            self.stats.dropped_unknown_node += 1;
+            return;
+        }
+        let link = from.index() * n + to.index();
+        if self.blocked[link] {
+            self.stats.dropped_partition += 1;
+            return;
+        }
+        if self.loss > 0.0 && self.net_rng.random_bool(self.loss.clamp(0.0, 1.0)) {
+            self.stats.dropped_loss += 1;
+            return;
+        }
+        let duplicate = self.config.network.duplicate > 0.0
+            && self.net_rng.random_bool(self.config.network.duplicate.clamp(0.0, 1.0));
+        if duplicate {
+            self.stats.duplicated += 1;
+            let arrival = self.arrival(from, to, depart);
+            self.queue.push(arrival, Event::Deliver { to, from, msg: msg.clone() });
+        }
+        let arrival = self.arrival(from, to, depart);
+        self.queue.push(arrival, Event::Deliver { to, from, msg });
+    }
+
+    /// When a message leaving `from` at `depart` reaches `to`: matrix delay, jitter, FIFO.
+    fn arrival(&mut self, from: NodeId, to: NodeId, depart: SimTime) -> SimTime {
+        let base = duration_nanos(self.matrix.one_way(self.nodes[from.index()].region, self.nodes[to.index()].region));
+        let jitter = self.config.network.jitter_ratio;
+        let delay = if jitter > 0.0 && base > 0 {
+            let u: f64 = self.net_rng.random_range(-jitter..=jitter);
+            (base as f64 * (1.0 + u)).max(0.0) as u64
+        } else {
+            base
+        };
+        let mut at = SimTime(depart.as_nanos().saturating_add(delay));
+        if !self.config.network.reorder {
+            let link = from.index() * self.nodes.len() + to.index();
+            at = at.max(self.last_arrival[link]);
+            self.last_arrival[link] = at;
+        }
+        at
+    }
+
+    fn apply_fault(&mut self, fault: Fault) {
+        self.tracer.fault(self.now, &fault);
+        let n = self.nodes.len();
+        let valid = |id: NodeId| id.index() < n;
+        match fault {
+            Fault::Crash(id) if valid(id) => {
+                let node = &mut self.nodes[id.index()];
+                if node.role.take().is_some() {
+                    node.incarnation += 1;
+                    node.timers.clear();
+                    node.inbox.clear();
+                    node.wake_pending = false;
+                    node.busy_until = self.now;
+                }
+            }
+            Fault::Restart(id) if valid(id) => {
+                let seed = self.config.seed;
+                let node = &mut self.nodes[id.index()];
+                if node.role.is_none() {
+                    node.incarnation += 1;
+                    node.rng = Rng::seed_from_u64(mix(seed, id.0 as u64, node.incarnation as u64));
+                    node.role = Some((node.factory)(id));
+                    let incarnation = node.incarnation;
+                    self.queue.push(self.now, Event::Work { node: id, incarnation, work: Work::Start });
+                }
+            }
+            Fault::Partition(groups) => {
+                let mut group_of = vec![None; n];
+                for (g, members) in groups.iter().enumerate() {
+                    for m in members.iter().filter(|m| valid(**m)) {
+                        group_of[m.index()] = Some(g);
+                    }
+                }
+                for from in 0..n {
+                    for to in 0..n {
+                        if let (Some(a), Some(b)) = (group_of[from], group_of[to]) {
+                            if a != b {
+                                self.blocked[from * n + to] = true;
+                            }
+                        }
+                    }
+                }
+            }
+            Fault::CutLink { from, to } if valid(from) && valid(to) => {
+                self.blocked[from.index() * n + to.index()] = true;
+            }
+            Fault::HealAll => self.blocked.iter_mut().for_each(|b| *b = false),
+            Fault::ClockStep { node, delta_ns } if valid(node) => {
+                self.nodes[node.index()].clock.step_now(delta_ns);
+            }
+            Fault::SetLoss(p) => self.loss = p.clamp(0.0, 1.0),
+            // A fault naming a node that does not exist is ignored (and traced above).
+            _ => {}
+        }
+    }
+
+    // ----- observation -----
+
+    /// The client-visible history recorded so far.
+    pub fn history(&self) -> &[HistoryRecord] {
+        &self.history
+    }
+    pub fn take_history(&mut self) -> Vec<HistoryRecord> {
+        std::mem::take(&mut self.history)
+    }
+    /// A digest of every handled event (time, node, kind, message bytes) and fault, in order.
+    pub fn trace_hash(&self) -> u64 {
+        self.tracer.digest()
+    }
+    pub fn trace_log(&self) -> &[TraceEntry] {
+        self.tracer.log()
+    }
+    pub fn stats(&self) -> &SimStats {
+        &self.stats
+    }
+    /// Counters emitted by roles with `ctx.metric`.
+    pub fn metrics(&self) -> &BTreeMap<&'static str, u64> {
+        &self.metrics
+    }
+    pub fn metric(&self, name: &str) -> u64 {
+        self.metrics.get(name).copied().unwrap_or(0)
+    }
+    pub fn pending_events(&self) -> usize {
+        self.queue.len()
+    }
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+    pub fn region_of(&self, node: NodeId) -> RegionId {
+        self.nodes[node.index()].region
+    }
+    pub fn matrix(&self) -> &LatencyMatrix {
+        &self.matrix
+    }
+    pub fn is_up(&self, node: NodeId) -> bool {
+        self.nodes[node.index()].role.is_some()
+    }
+    /// The largest inbox (queue of work waiting for the CPU) the node has had.
+    pub fn inbox_len_max(&self, node: NodeId) -> usize {
+        self.nodes[node.index()].inbox_len_max
+    }
+    /// Total simulated CPU time the node has been busy.
+    pub fn busy_time(&self, node: NodeId) -> Duration {
+        Duration::from_nanos(self.nodes[node.index()].busy_ns_total)
+    }
+    /// The node's role, if it is up and of type `T`.
+    pub fn role<T: 'static>(&self, node: NodeId) -> Option<&T> {
+        self.nodes[node.index()].role.as_deref().and_then(|r| r.as_any().downcast_ref::<T>())
+    }
+    /// The node's clock model, read at the current true time without jitter.
+    pub fn clock(&self, node: NodeId) -> &SimClock {
+        &self.nodes[node.index()].clock
+    }
+}
+
+/// Derives independent seeds for the network and every node from the run's seed.
+fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&[seed.to_le_bytes(), a.to_le_bytes(), b.to_le_bytes()].concat())
+}

@@ -1,0 +1,275 @@
+//! One test per simulator mechanism: delay, crash, partitions, clock steps, CPU queueing,
+//! loss and duplication, determinism.
+
+use kairos_clock::SimClock;
+use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, RegionId, SimTime, TimerId};
+use kairos_sim::{CpuModel, Fault, Sim, SimConfig, TraceKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Msg {
+    Ping(u64),
+}
+
+/// Sends a ping to each peer every `period`, counts what it receives, remembers its clock.
+struct Chatter {
+    peers: Vec<NodeId>,
+    period: Duration,
+    sent: u64,
+    received: BTreeMap<NodeId, u64>,
+    last_local: LocalTime,
+}
+
+impl Chatter {
+    fn new(peers: Vec<NodeId>, period: Duration) -> Self {
+        Chatter { peers, period, sent: 0, received: BTreeMap::new(), last_local: LocalTime::ZERO }
+    }
+}
+
+impl Process for Chatter {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        self.last_local = ctx.now();
+        if !self.period.is_zero() {
+            ctx.set_timer(TimerId(0), self.period);
+        }
+    }
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Msg>, from: NodeId, _msg: Msg) {
+        self.last_local = ctx.now();
+        *self.received.entry(from).or_default() += 1;
+    }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Msg>, _timer: TimerId) {
+        self.last_local = ctx.now();
+        self.sent += 1;
+        let seq = self.sent;
+        ctx.send_all(self.peers.clone(), &Msg::Ping(seq));
+        ctx.set_timer(TimerId(0), self.period);
+    }
+}
+
+fn chatter_world(seed: u64, regions: &[&str], period: Duration) -> Sim<Msg> {
+    let mut config = SimConfig::new(seed);
+    config.keep_trace_log = true;
+    let matrix = LatencyMatrix::gcp();
+    let mut sim = Sim::new(config, matrix.clone());
+    let n = regions.len() as u32;
+    for r in regions {
+        let region = matrix.region(r).unwrap();
+        sim.add_node(region, SimClock::perfect(), move |me| {
+            let peers = (0..n).map(NodeId).filter(|p| *p != me).collect();
+            Box::new(Chatter::new(peers, period))
+        });
+    }
+    sim
+}
+
+fn received(sim: &Sim<Msg>, at: u32, from: u32) -> u64 {
+    sim.role::<Chatter>(NodeId(at)).map_or(0, |c| c.received.get(&NodeId(from)).copied().unwrap_or(0))
+}
+
+#[test]
+fn a_message_between_regions_arrives_after_the_matrix_delay_within_jitter() {
+    let mut sim = chatter_world(1, &["sc", "hk"], Duration::from_millis(1000));
+    sim.run_until(SimTime::from_millis(1500));
+    let arrival = sim
+        .trace_log()
+        .iter()
+        .find(|e| e.node == NodeId(1) && e.kind == TraceKind::Message { from: NodeId(0) })
+        .expect("the ping arrived")
+        .time;
+    // Sent at 1000 ms; sc→hk one-way = 196.7 / 2 = 98.35 ms; default jitter ±2 %.
+    let delay_ms = arrival.as_millis_f64() - 1000.0;
+    assert!((delay_ms - 98.35).abs() <= 98.35 * 0.02 + 1e-6, "delay {delay_ms} ms");
+    // With jitter off, exactly the matrix delay.
+    let mut config = SimConfig::new(1);
+    config.network.jitter_ratio = 0.0;
+    config.keep_trace_log = true;
+    let m = LatencyMatrix::gcp();
+    let mut sim = Sim::new(config, m.clone());
+    sim.add_node(m.region("sc").unwrap(), SimClock::perfect(), |_| Box::new(Chatter::new(vec![NodeId(1)], Duration::from_millis(1000))));
+    sim.add_node(m.region("hk").unwrap(), SimClock::perfect(), |_| Box::new(Chatter::new(vec![], Duration::ZERO)));
+    sim.run_until(SimTime::from_millis(1200));
+    let arrival = sim.trace_log().iter().find(|e| e.node == NodeId(1) && e.kind != TraceKind::Start).unwrap().time;
+    assert_eq!(arrival, SimTime::from_micros(1_098_350));
+}
+
+#[test]
+fn links_are_fifo_unless_reordering_is_on() {
+    for reorder in [false, true] {
+        let mut config = SimConfig::new(3);
+        config.network.jitter_ratio = 0.5;
+        config.network.reorder = reorder;
+        let m = LatencyMatrix::gcp();
+        let mut sim: Sim<Msg> = Sim::new(config, m.clone());
+        sim.add_node(m.region("sc").unwrap(), SimClock::perfect(), |_| Box::new(Burst { to: NodeId(1), count: 200 }));
+        sim.add_node(m.region("fi").unwrap(), SimClock::perfect(), |_| Box::new(Order::default()));
+        sim.run_until(SimTime::from_secs(2));
+        let seen = &sim.role::<Order>(NodeId(1)).unwrap().seen;
+        assert_eq!(seen.len(), 200);
+        let in_order = seen.windows(2).all(|w| w[0] < w[1]);
+        assert_eq!(in_order, !reorder, "reorder = {reorder}");
+    }
+}
+
+struct Burst {
+    to: NodeId,
+    count: u64,
+}
+impl Process for Burst {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        for i in 0..self.count {
+            ctx.send(self.to, Msg::Ping(i));
+        }
+    }
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {}
+    fn on_timer(&mut self, _: &mut Ctx<'_, Msg>, _: TimerId) {}
+}
+
+#[derive(Default)]
+struct Order {
+    seen: Vec<u64>,
+}
+impl Process for Order {
+    type Msg = Msg;
+    fn on_start(&mut self, _: &mut Ctx<'_, Msg>) {}
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, Msg::Ping(i): Msg) {
+        self.seen.push(i);
+    }
+    fn on_timer(&mut self, _: &mut Ctx<'_, Msg>, _: TimerId) {}
+}
+
+#[test]
+fn a_crashed_node_receives_nothing_and_restarts_with_fresh_state() {
+    let mut sim = chatter_world(2, &["sc", "sc"], Duration::from_millis(10));
+    sim.run_until(SimTime::from_millis(100));
+    assert!(received(&sim, 1, 0) >= 8);
+    sim.schedule(SimTime::from_millis(100), Fault::Crash(NodeId(1)));
+    sim.run_until(SimTime::from_millis(300));
+    assert!(!sim.is_up(NodeId(1)));
+    assert!(sim.role::<Chatter>(NodeId(1)).is_none());
+    let crash = SimTime::from_millis(100);
+    let handled_while_down = sim.trace_log().iter().filter(|e| e.node == NodeId(1) && e.time > crash).count();
+    assert_eq!(handled_while_down, 0, "a crashed node handles no message and no timer");
+    assert!(sim.stats().dropped_crashed >= 15, "messages to it are dropped");
+    sim.schedule(SimTime::from_millis(300), Fault::Restart(NodeId(1)));
+    sim.run_until(SimTime::from_millis(305));
+    let fresh = sim.role::<Chatter>(NodeId(1)).unwrap();
+    assert_eq!(fresh.sent, 0, "volatile state was lost");
+    assert!(fresh.received.values().sum::<u64>() <= 1);
+    sim.run_until(SimTime::from_millis(400));
+    assert!(sim.role::<Chatter>(NodeId(1)).unwrap().sent >= 9, "the restarted node runs its timers again");
+}
+
+#[test]
+fn partitions_drop_exactly_the_cut_links() {
+    let mut sim = chatter_world(3, &["sc", "sc", "sc", "sc"], Duration::from_millis(10));
+    sim.schedule(SimTime::ZERO, Fault::Partition(vec![vec![NodeId(0), NodeId(1)], vec![NodeId(2)]]));
+    sim.schedule(SimTime::ZERO, Fault::CutLink { from: NodeId(3), to: NodeId(0) });
+    sim.run_until(SimTime::from_millis(500));
+    for at in 0..4u32 {
+        for from in 0..4u32 {
+            if at == from {
+                continue;
+            }
+            let cut = matches!((from, at), (0, 2) | (1, 2) | (2, 0) | (2, 1) | (3, 0));
+            let got = received(&sim, at, from);
+            if cut {
+                assert_eq!(got, 0, "{from}->{at} is cut");
+            } else {
+                assert!(got >= 45, "{from}->{at} is open, got {got}");
+            }
+        }
+    }
+    sim.schedule(SimTime::from_millis(500), Fault::HealAll);
+    sim.run_until(SimTime::from_millis(600));
+    assert!(received(&sim, 2, 0) >= 9 && received(&sim, 0, 3) >= 9, "healing reopens every link");
+}
+
+#[test]
+fn a_clock_step_shows_in_that_nodes_local_clock_only() {
+    let mut sim = chatter_world(4, &["sc", "sc"], Duration::from_millis(10));
+    sim.run_until(SimTime::from_millis(100));
+    let before: Vec<u64> = (0..2).map(|n| sim.role::<Chatter>(NodeId(n)).unwrap().last_local.as_nanos()).collect();
+    sim.schedule(SimTime::from_millis(100), Fault::ClockStep { node: NodeId(0), delta_ns: -5_000_000_000 });
+    sim.run_until(SimTime::from_millis(200));
+    let after: Vec<u64> = (0..2).map(|n| sim.role::<Chatter>(NodeId(n)).unwrap().last_local.as_nanos()).collect();
+    let advanced = |n: usize| after[n] as i64 - before[n] as i64;
+    // Node 1 moved forward by about 100 ms; node 0 by 100 ms minus the 5 s backward step.
+    assert!((advanced(1) - 100_000_000).abs() < 10_000_000, "{}", advanced(1));
+    assert!((advanced(0) + 4_900_000_000).abs() < 10_000_000, "{}", advanced(0));
+}
+
+/// Sends `per_tick` pings to node 1 every millisecond.
+struct Load {
+    per_tick: u64,
+}
+impl Process for Load {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        ctx.set_timer(TimerId(0), Duration::from_millis(1));
+    }
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Msg>, _: TimerId) {
+        for i in 0..self.per_tick {
+            ctx.send(NodeId(1), Msg::Ping(i));
+        }
+        ctx.set_timer(TimerId(0), Duration::from_millis(1));
+    }
+}
+
+fn loaded_server(per_tick: u64) -> Sim<Msg> {
+    let mut config = SimConfig::new(5);
+    config.cpu = CpuModel::Fixed(Duration::from_micros(100)); // capacity: 10 messages per ms
+    let m = LatencyMatrix::gcp();
+    let mut sim = Sim::new(config, m.clone());
+    let sc = RegionId(0);
+    sim.add_node(sc, SimClock::perfect(), move |_| Box::new(Load { per_tick }));
+    sim.add_node(sc, SimClock::perfect(), |_| Box::new(Order::default()));
+    sim.run_until(SimTime::from_millis(200));
+    sim
+}
+
+#[test]
+fn the_cpu_model_queues_work_beyond_a_nodes_capacity() {
+    let under = loaded_server(5);
+    let over = loaded_server(20);
+    assert!(under.inbox_len_max(NodeId(1)) <= 5, "below capacity the queue stays short: {}", under.inbox_len_max(NodeId(1)));
+    // Offered 20/ms, served 10/ms: after ~200 ms about 2,000 messages wait.
+    assert!(over.inbox_len_max(NodeId(1)) >= 1_500, "beyond capacity a queue builds: {}", over.inbox_len_max(NodeId(1)));
+    let served = over.role::<Order>(NodeId(1)).unwrap().seen.len();
+    assert!((1_900..=2_000).contains(&served), "the server works at its capacity of 10/ms: {served}");
+    assert!(over.busy_time(NodeId(1)) >= Duration::from_millis(190));
+}
+
+#[test]
+fn loss_and_duplication_happen_at_their_configured_rates() {
+    let mut config = SimConfig::new(6);
+    config.network.loss = 0.2;
+    config.network.duplicate = 0.1;
+    let m = LatencyMatrix::gcp();
+    let mut sim: Sim<Msg> = Sim::new(config, m);
+    sim.add_node(RegionId(0), SimClock::perfect(), |_| Box::new(Burst { to: NodeId(1), count: 10_000 }));
+    sim.add_node(RegionId(1), SimClock::perfect(), |_| Box::new(Order::default()));
+    sim.run_until(SimTime::from_secs(1));
+    let s = sim.stats().clone();
+    assert!((1_800..=2_200).contains(&s.dropped_loss), "{s:?}");
+    assert!((650..=950).contains(&s.duplicated), "{s:?}");
+    assert_eq!(sim.role::<Order>(NodeId(1)).unwrap().seen.len() as u64, 10_000 - s.dropped_loss + s.duplicated);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace_hash_and_another_seed_another() {
+    let run = |seed: u64| {
+        let mut sim = chatter_world(seed, &["sc", "fi", "br", "hk"], Duration::from_millis(7));
+        sim.schedule_all(kairos_sim::fault::random_plan(seed, &[NodeId(0), NodeId(1), NodeId(2), NodeId(3)], SimTime::ZERO, SimTime::from_secs(5), &Default::default()));
+        sim.run_until(SimTime::from_secs(5));
+        (sim.trace_hash(), sim.stats().events_handled)
+    };
+    let a = run(11);
+    assert_eq!(a, run(11));
+    assert!(a.1 > 5_000);
+    assert_ne!(a.0, run(12).0);
+}
