@@ -1,0 +1,220 @@
+use crate::{majority, RegisterMsg, Tag, Versioned};
+use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
+use kairos_core::{Ctx, NodeId, Process, TimerId};
+use rand::Rng as _;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const RETRY: TimerId = TimerId(1);
+const NEXT_OP: TimerId = TimerId(2);
+const DEADLINE: TimerId = TimerId(3);
+
+/// What a client does.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub replicas: Vec<NodeId>,
+    /// Jepsen process id in the history (one operation in flight at a time).
+    pub process: u64,
+    /// Keys are drawn uniformly from `0..keys`.
+    pub keys: u64,
+    /// Share of operations that are writes.
+    pub write_ratio: f64,
+    /// Pause between operations.
+    pub think: Duration,
+    /// Resend a phase's message to the replicas that have not answered after this long.
+    pub retry: Duration,
+    /// Give up on an operation after this long and record it as `info`.
+    pub op_timeout: Duration,
+    /// Stop after this many operations (`None`: run until the host stops).
+    pub max_ops: Option<u64>,
+    /// Wait this long before the first operation, so replicas finish their start-up recovery.
+    pub start_delay: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(replicas: Vec<NodeId>, process: u64) -> Self {
+        ClientConfig {
+            replicas,
+            process,
+            keys: 4,
+            write_ratio: 0.5,
+            think: Duration::from_millis(10),
+            retry: Duration::from_millis(700),
+            op_timeout: Duration::from_secs(5),
+            max_ops: None,
+            start_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Read,
+    Write(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Query,
+    Store,
+}
+
+struct InFlight {
+    op: u64,
+    key: u64,
+    kind: Kind,
+    phase: Phase,
+    acks: BTreeSet<NodeId>,
+    best: Versioned,
+    stored: Versioned,
+    /// Message rounds sent so far (phases plus retransmissions).
+    rounds: usize,
+}
+
+/// Metric names for "an operation completed in N round trips" (the last one means 8 or more).
+pub const ROUND_TRIP_METRICS: [&str; 8] = [
+    "register.ops_rt_1",
+    "register.ops_rt_2",
+    "register.ops_rt_3",
+    "register.ops_rt_4",
+    "register.ops_rt_5",
+    "register.ops_rt_6",
+    "register.ops_rt_7",
+    "register.ops_rt_8+",
+];
+
+/// A closed-loop client of the register: one operation at a time, each two round trips.
+pub struct Client {
+    config: ClientConfig,
+    next_op: u64,
+    inflight: Option<InFlight>,
+    completed: u64,
+}
+
+impl Client {
+    pub fn new(config: ClientConfig) -> Self {
+        Client { config, next_op: 0, inflight: None, completed: 0 }
+    }
+
+    /// Operations finished (ok or info).
+    pub fn completed(&self) -> u64 {
+        self.completed
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.config.max_ops.is_some_and(|m| self.completed >= m)
+    }
+
+    fn start_op(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        if self.is_done() || self.config.replicas.is_empty() {
+            return;
+        }
+        self.next_op += 1;
+        let op = self.next_op;
+        let key = ctx.rng().random_range(0..self.config.keys.max(1));
+        let write = ctx.rng().random_bool(self.config.write_ratio.clamp(0.0, 1.0));
+        let kind = if write { Kind::Write(((self.config.process + 1) << 32) | op) } else { Kind::Read };
+        let (f, micro) = match kind {
+            Kind::Read => ("read", MicroOp::Read { key, value: None }),
+            Kind::Write(value) => ("write", MicroOp::Write { key, value }),
+        };
+        ctx.record(HistoryEvent::new(OpType::Invoke, self.config.process, f, vec![micro]));
+        self.inflight = Some(InFlight {
+            op,
+            key,
+            kind,
+            phase: Phase::Query,
+            acks: BTreeSet::new(),
+            best: Versioned::default(),
+            stored: Versioned::default(),
+            rounds: 0,
+        });
+        ctx.set_timer(DEADLINE, self.config.op_timeout);
+        self.send_phase(ctx);
+    }
+
+    /// Sends the current phase's message to every replica that has not answered it yet.
+    fn send_phase(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        let Some(f) = &mut self.inflight else { return };
+        f.rounds += 1;
+        let msg = match f.phase {
+            Phase::Query => RegisterMsg::Query { op: f.op, key: f.key },
+            Phase::Store => RegisterMsg::Store { op: f.op, key: f.key, state: f.stored },
+        };
+        let missing: Vec<NodeId> = self.config.replicas.iter().copied().filter(|r| !f.acks.contains(r)).collect();
+        ctx.send_all(missing, &msg);
+        ctx.metric("register.round_trips", 1);
+        ctx.set_timer(RETRY, self.config.retry);
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, outcome: OpType) {
+        let Some(f) = self.inflight.take() else { return };
+        let (name, micro) = match f.kind {
+            Kind::Read => {
+                let value = if outcome == OpType::Ok { f.stored.value.map(ReadValue::Int) } else { None };
+                ("read", MicroOp::Read { key: f.key, value })
+            }
+            Kind::Write(value) => ("write", MicroOp::Write { key: f.key, value }),
+        };
+        ctx.record(HistoryEvent::new(outcome, self.config.process, name, vec![micro]));
+        if outcome == OpType::Ok {
+            ctx.metric("register.ops_ok", 1);
+            ctx.metric(ROUND_TRIP_METRICS[f.rounds.clamp(1, 8) - 1], 1);
+        } else {
+            ctx.metric("register.ops_info", 1);
+        }
+        ctx.cancel_timer(RETRY);
+        ctx.cancel_timer(DEADLINE);
+        self.completed += 1;
+        ctx.set_timer(NEXT_OP, self.config.think);
+    }
+}
+
+impl Process for Client {
+    type Msg = RegisterMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        ctx.set_timer(NEXT_OP, self.config.start_delay);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, msg: RegisterMsg) {
+        let quorum = majority(self.config.replicas.len());
+        let me = ctx.me().0;
+        let Some(f) = &mut self.inflight else { return };
+        if !self.config.replicas.contains(&from) {
+            return;
+        }
+        match msg {
+            RegisterMsg::QueryAck { op, key, state } if op == f.op && key == f.key && f.phase == Phase::Query => {
+                if f.acks.insert(from) && state.tag > f.best.tag {
+                    f.best = state;
+                }
+                if f.acks.len() >= quorum {
+                    f.stored = match f.kind {
+                        Kind::Read => f.best,
+                        Kind::Write(value) => Versioned { tag: Tag { ts: f.best.tag.ts + 1, writer: me }, value: Some(value) },
+                    };
+                    f.phase = Phase::Store;
+                    f.acks.clear();
+                    self.send_phase(ctx);
+                }
+            }
+            RegisterMsg::StoreAck { op, key } if op == f.op && key == f.key && f.phase == Phase::Store => {
+                f.acks.insert(from);
+                if f.acks.len() >= quorum {
+                    self.finish(ctx, OpType::Ok);
+                }
+            }
+            _ => {} // stale or foreign replies are ignored
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
+        match timer {
+            NEXT_OP if self.inflight.is_none() => self.start_op(ctx),
+            RETRY => self.send_phase(ctx),
+            DEADLINE => self.finish(ctx, OpType::Info),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! # kairos-register — a linearizable replicated register (multi-writer ABD)
+//!
+//! The small real protocol that proves Kairos's seam: its roles run unchanged in the
+//! simulator and as processes over TCP, and every run's history is checked linearizable.
+//!
+//! - [`Replica`] keeps, per key, the value with the highest tag `(ts, writer)`.
+//! - [`Client`] runs a closed loop of reads and writes on random keys. Both take two round
+//!   trips to a majority: a write queries the highest tag, then stores its value under
+//!   `(max.ts + 1, me)`; a read queries, then writes back what it returns (so a later read
+//!   cannot return an older value). Lost messages are retransmitted; an operation that does not
+//!   complete in time is recorded as `info` (it may or may not have taken effect).
+//!
+//! **Crash and amnesia.** The simulator's crash loses a node's volatile state, and this role
+//! keeps no durable state (durable storage comes with the protocols that need it). A replica
+//! therefore starts in *recovery*: it answers nothing but recovery requests until it has
+//! adopted the state of a majority of the *other* replicas. Any completed write was acked by
+//! a majority; the replica that forgot it is one of them, so the rest of that majority meets
+//! every majority of the others. This is safe while at most one replica is recovering at a
+//! time (the fault plans in the tests keep to that); at the very first start every replica
+//! recovers from the (empty) states of the others.
+
+mod client;
+mod replica;
+
+pub use client::{Client, ClientConfig, ROUND_TRIP_METRICS};
+pub use replica::Replica;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of a value: ordered by timestamp, ties broken by writer.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Tag {
+    pub ts: u64,
+    pub writer: u32,
+}
+
+/// A key's state on a replica.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Versioned {
+    pub tag: Tag,
+    /// `None`: never written.
+    pub value: Option<u64>,
+}
+
+/// Every message of the protocol. `op` and `phase` let a client ignore stale replies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegisterMsg {
+    Query { op: u64, key: u64 },
+    QueryAck { op: u64, key: u64, state: Versioned },
+    Store { op: u64, key: u64, state: Versioned },
+    StoreAck { op: u64, key: u64 },
+    /// A recovering replica asks a peer for its whole state.
+    RecoverRequest,
+    RecoverReply { entries: Vec<(u64, Versioned)> },
+}
+
+/// Majority of `n` replicas.
+pub fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
