@@ -1,0 +1,277 @@
+//! Causal session guarantees over list-append histories (ours; no external checker exists).
+//!
+//! Sessions are processes; a session's operations are in its process order. Only `ok`
+//! operations are observations; an `info` append may or may not appear; a `fail` append must
+//! never appear. Appended values are unique per key, so each key's reads must all be prefixes
+//! of one list (its append order), taken from the longest read.
+//!
+//! Checks, in micro-op order within an operation and across a session's later operations:
+//! * **prefix consistency** (`incompatible-order`): every read of `k` is a prefix of the longest;
+//!   plus `aborted-read` (a failed append seen), `garbage-read` (a value nobody appended),
+//!   `duplicate-elements`;
+//! * **read-your-writes**: a session's read of `k` contains every value the session appended to
+//!   `k` in an earlier `ok` operation (or earlier in the same operation);
+//! * **monotonic-reads**: a session's read of `k` extends (has as prefix) its previous read of `k`;
+//! * **monotonic-writes**: if a session appended `a` (to `k1`) in an `ok` operation and later
+//!   appended `b` (to `k2`), then (same key) `a` precedes `b` in `k`'s append order, and
+//!   (any keys) every session that has observed `b` must, in every later read of `k1` (later
+//!   micro-ops of the same operation, or later operations), observe `a`;
+//! * **writes-follow-reads**: if a session read `k1` as `L` and later appended `w` (to `k2`), every
+//!   session that has observed `w` must, in every later read of `k1`, observe all of `L`.
+//!
+//! An observation is a read that contains the value. Obligations are per observing session and
+//! key, keeping the strongest (latest in the key's order) required value.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use kairos_core::history::{MicroOp, ReadValue};
+
+use crate::ops::{Op, Outcome};
+use crate::report::{Anomaly, CheckerVerdict};
+use crate::CheckError;
+
+pub const NAME: &str = "kairos-causal";
+
+fn anomaly(name: &str, ops: Vec<u64>, explanation: String) -> Anomaly {
+    Anomaly { name: name.into(), ops, explanation, checker: NAME.into() }
+}
+
+/// Why an observer must see a value.
+#[derive(Clone, Debug)]
+struct Need {
+    /// The value that must be visible, and its key.
+    key: u64,
+    value: u64,
+    guarantee: &'static str,
+    /// Op index that created the dependency, and op index of the observed write's op.
+    source: u64,
+    via: u64,
+}
+
+pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckError> {
+    let mut out = Vec::new();
+    // Appenders and the order of each key.
+    let mut appender: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut failed: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut longest: HashMap<u64, Vec<u64>> = HashMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        for m in &o.value {
+            match m {
+                MicroOp::Append { key, value } => {
+                    if o.outcome == Outcome::Fail {
+                        failed.insert((*key, *value), i);
+                    } else {
+                        appender.insert((*key, *value), i);
+                    }
+                }
+                MicroOp::Read { key, value: Some(ReadValue::List(l)) } if o.outcome == Outcome::Ok => {
+                    let cur = longest.entry(*key).or_default();
+                    if l.len() > cur.len() {
+                        *cur = l.clone();
+                    }
+                }
+                MicroOp::Read { value: Some(ReadValue::Int(_)), .. } | MicroOp::Write { .. } | MicroOp::Cas { .. } => {
+                    return Err(CheckError::Unsupported(format!(
+                        "causal checks list-append sessions; op index {} has a register micro-op",
+                        o.index
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    let pos: HashMap<(u64, u64), usize> =
+        longest.iter().flat_map(|(k, l)| l.iter().enumerate().map(move |(i, v)| ((*k, *v), i))).collect();
+    // Per-read sanity.
+    for o in ops.iter().filter(|o| o.outcome == Outcome::Ok) {
+        for m in &o.value {
+            let MicroOp::Read { key, value: Some(ReadValue::List(l)) } = m else { continue };
+            let long = &longest[key];
+            if !long.starts_with(l) {
+                out.push(anomaly(
+                    "incompatible-order",
+                    vec![o.index],
+                    format!("op {} read key {key} as {l:?}, not a prefix of {long:?} read elsewhere", o.index),
+                ));
+            }
+            let mut seen = HashSet::new();
+            for v in l {
+                if !seen.insert(*v) {
+                    out.push(anomaly(
+                        "duplicate-elements",
+                        vec![o.index],
+                        format!("op {} read {v} twice in key {key}", o.index),
+                    ));
+                }
+                if let Some(&f) = failed.get(&(*key, *v)) {
+                    out.push(anomaly(
+                        "aborted-read",
+                        vec![o.index, ops[f].index],
+                        format!("op {} read {v} in key {key}, appended by failed op {}", o.index, ops[f].index),
+                    ));
+                } else if !appender.contains_key(&(*key, *v)) {
+                    out.push(anomaly(
+                        "garbage-read",
+                        vec![o.index],
+                        format!("op {} read {v} in key {key}, which nobody appended", o.index),
+                    ));
+                }
+            }
+        }
+    }
+    // Each ok append's causal dependencies, from its own session's past.
+    let mut sessions: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, o) in ops.iter().enumerate() {
+        sessions.entry(o.process).or_default().push(i);
+    }
+    let mut deps: HashMap<(u64, u64), Vec<Need>> = HashMap::new();
+    for idxs in sessions.values() {
+        let mut last_read: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
+        let mut appended: HashMap<u64, (u64, u64)> = HashMap::new();
+        for &i in idxs {
+            let o = &ops[i];
+            if o.outcome != Outcome::Ok {
+                continue;
+            }
+            for m in &o.value {
+                match m {
+                    MicroOp::Read { key, value: Some(ReadValue::List(l)) } => {
+                        last_read.insert(*key, (l.clone(), o.index));
+                    }
+                    MicroOp::Append { key, value } => {
+                        let mut d = Vec::new();
+                        for (k1, (l, src)) in &last_read {
+                            if let Some(&v) = l.last() {
+                                d.push(Need {
+                                    key: *k1,
+                                    value: v,
+                                    guarantee: "writes-follow-reads",
+                                    source: *src,
+                                    via: o.index,
+                                });
+                            }
+                        }
+                        for (k1, (v, src)) in &appended {
+                            if *k1 == *key {
+                                if let (Some(pa), Some(pb)) = (pos.get(&(*key, *v)), pos.get(&(*key, *value))) {
+                                    if pa > pb {
+                                        out.push(anomaly(
+                                            "monotonic-writes",
+                                            vec![*src, o.index],
+                                            format!("op {src} appended {v} to key {key} before op {} appended {value} in the same session, yet {value} precedes {v} in the key's order", o.index),
+                                        ));
+                                    }
+                                } else if pos.contains_key(&(*key, *value)) {
+                                    out.push(anomaly(
+                                        "monotonic-writes",
+                                        vec![*src, o.index],
+                                        format!("op {src} appended {v} to key {key} before op {} appended {value} in the same session, yet {value} was read without {v}", o.index),
+                                    ));
+                                }
+                            }
+                            d.push(Need {
+                                key: *k1,
+                                value: *v,
+                                guarantee: "monotonic-writes",
+                                source: *src,
+                                via: o.index,
+                            });
+                        }
+                        deps.insert((*key, *value), d);
+                        appended.insert(*key, (*value, o.index));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Walk every session, accumulating what it must observe.
+    for idxs in sessions.values() {
+        let mut own: HashMap<u64, (u64, u64)> = HashMap::new();
+        let mut prev: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
+        let mut needs: HashMap<u64, Need> = HashMap::new();
+        let mut seen_len: HashMap<u64, usize> = HashMap::new();
+        for &i in idxs {
+            let o = &ops[i];
+            if o.outcome != Outcome::Ok {
+                continue;
+            }
+            for m in &o.value {
+                match m {
+                    MicroOp::Append { key, value } => {
+                        own.insert(*key, (*value, o.index));
+                    }
+                    MicroOp::Read { key, value } => {
+                        let l: &[u64] = match value {
+                            Some(ReadValue::List(l)) => l,
+                            _ => &[],
+                        };
+                        let has = |v: u64| l.contains(&v);
+                        if let Some(&(v, src)) = own.get(key) {
+                            if !has(v) {
+                                out.push(anomaly(
+                                    "read-your-writes",
+                                    vec![src, o.index],
+                                    format!("op {} read key {key} as {l:?}, missing {v} which its session appended in op {src}", o.index),
+                                ));
+                            }
+                        }
+                        if let Some((p, src)) = prev.get(key) {
+                            if !l.starts_with(p) {
+                                out.push(anomaly(
+                                    "monotonic-reads",
+                                    vec![*src, o.index],
+                                    format!("op {} read key {key} as {l:?}, which does not extend the session's earlier read {p:?} (op {src})", o.index),
+                                ));
+                            }
+                        }
+                        if let Some(n) = needs.get(key) {
+                            if !has(n.value) {
+                                out.push(anomaly(
+                                    n.guarantee,
+                                    vec![n.source, n.via, o.index],
+                                    format!(
+                                        "op {} read key {key} as {l:?}, missing {}: the session had observed the write of op {}, which followed (in its own session) op {} that {} {} of key {key}",
+                                        o.index,
+                                        n.value,
+                                        n.via,
+                                        n.source,
+                                        if n.guarantee == "monotonic-writes" { "appended" } else { "had read" },
+                                        n.value
+                                    ),
+                                ));
+                            }
+                        }
+                        // New observations add obligations.
+                        let from = seen_len.get(key).copied().unwrap_or(0).min(l.len());
+                        for v in &l[from..] {
+                            for d in deps.get(&(*key, *v)).into_iter().flatten() {
+                                let stronger = match needs.get(&d.key) {
+                                    None => true,
+                                    Some(cur) => {
+                                        let rank = |x: u64| pos.get(&(d.key, x)).copied().unwrap_or(usize::MAX);
+                                        rank(d.value) > rank(cur.value)
+                                    }
+                                };
+                                if stronger {
+                                    needs.insert(d.key, d.clone());
+                                }
+                            }
+                        }
+                        seen_len.insert(*key, l.len().max(from));
+                        prev.insert(*key, (l.to_vec(), o.index));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let n_ok = ops.iter().filter(|o| o.outcome == Outcome::Ok).count();
+    let v = CheckerVerdict {
+        name: NAME.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        valid: Some(out.is_empty()),
+        detail: format!("{} sessions, {n_ok} ok operations", sessions.len()),
+    };
+    Ok((v, out))
+}

@@ -1,0 +1,166 @@
+//! Anomalies visible without a serial-order search: aborted reads (G1a), intermediate reads
+//! (G1b), reads of values nobody wrote, lost updates, and list reads that no single append
+//! order explains.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{Effect, Ext, KeyKind, Txn, OURS};
+use crate::ops::Outcome;
+use crate::report::Anomaly;
+
+fn anomaly(name: &str, ops: Vec<u64>, explanation: String) -> Anomaly {
+    Anomaly { name: name.into(), ops, explanation, checker: OURS.into() }
+}
+
+pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Anomaly> {
+    let mut out = Vec::new();
+    // Who wrote what: committed-or-unknown writers, failed writers, intermediate writers.
+    let mut writer: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut failed: HashMap<(u64, u64), usize> = HashMap::new();
+    let mut inter: HashMap<(u64, u64), usize> = HashMap::new();
+    // For list appends: the position of each element within its transaction's appends to k.
+    let mut appended: HashMap<(u64, u64), (usize, usize)> = HashMap::new();
+    for (i, t) in txns.iter().enumerate() {
+        for (k, e) in &t.writes {
+            let vals: Vec<u64> = match e {
+                Effect::Reg(v) => vec![*v],
+                Effect::Append(vs) => vs.clone(),
+            };
+            for (j, v) in vals.iter().enumerate() {
+                if t.outcome == Outcome::Fail {
+                    failed.insert((*k, *v), i);
+                } else {
+                    writer.insert((*k, *v), i);
+                    if matches!(e, Effect::Append(_)) {
+                        appended.insert((*k, *v), (i, j));
+                    }
+                }
+            }
+        }
+        for (k, v) in &t.intermediate {
+            if t.outcome == Outcome::Fail {
+                failed.insert((*k, *v), i);
+            } else {
+                inter.insert((*k, *v), i);
+            }
+        }
+    }
+    let mut longest: BTreeMap<u64, (usize, Vec<u64>)> = BTreeMap::new();
+    let mut lost: BTreeMap<(u64, Ext), Vec<usize>> = BTreeMap::new();
+    for (i, t) in txns.iter().enumerate() {
+        if t.outcome != Outcome::Ok {
+            continue;
+        }
+        for (k, ext) in &t.reads {
+            if t.writes.iter().any(|(wk, _)| wk == k) {
+                lost.entry((*k, ext.clone())).or_default().push(i);
+            }
+            let vals: &[u64] = match ext {
+                Ext::Reg(None) => &[],
+                Ext::Reg(Some(v)) => std::slice::from_ref(v),
+                Ext::List(l) => l,
+            };
+            let is_list = matches!(ext, Ext::List(_));
+            let mut seen = std::collections::HashSet::new();
+            for (pos, v) in vals.iter().enumerate() {
+                if !seen.insert(*v) {
+                    out.push(anomaly(
+                        "duplicate-elements",
+                        vec![t.index],
+                        format!("T{} read key {k} as {vals:?}, in which {v} appears twice", t.index),
+                    ));
+                    break;
+                }
+                if let Some(&w) = failed.get(&(*k, *v)) {
+                    out.push(anomaly(
+                        "G1a",
+                        vec![t.index, txns[w].index],
+                        format!(
+                            "T{} read {v} from key {k}, written by T{}, which failed (aborted read)",
+                            t.index, txns[w].index
+                        ),
+                    ));
+                } else if let Some(&w) = inter.get(&(*k, *v)) {
+                    if !is_list && w != i {
+                        out.push(anomaly(
+                            "G1b",
+                            vec![t.index, txns[w].index],
+                            format!(
+                                "T{} read key {k} = {v}, which T{} overwrote before committing (intermediate read)",
+                                t.index, txns[w].index
+                            ),
+                        ));
+                    }
+                } else if let Some(&w) = writer.get(&(*k, *v)) {
+                    if is_list && pos + 1 == vals.len() {
+                        // The read ends at v: it must include all of v's writer's later appends.
+                        if let (Some(&(wi, j)), Some((_, Effect::Append(all)))) =
+                            (appended.get(&(*k, *v)), txns[w].writes.iter().find(|(wk, _)| wk == k))
+                        {
+                            if wi != i && j + 1 < all.len() {
+                                out.push(anomaly(
+                                    "G1b",
+                                    vec![t.index, txns[w].index],
+                                    format!(
+                                        "T{} read key {k} as {vals:?}, ending with {v}, but T{} appended {:?} after {v} in the same transaction (intermediate read)",
+                                        t.index, txns[w].index, &all[j + 1..]
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                    if w == i {
+                        out.push(anomaly(
+                            "future-read",
+                            vec![t.index],
+                            format!("T{} read {v} from key {k} before it wrote it itself", t.index),
+                        ));
+                    }
+                } else {
+                    out.push(anomaly(
+                        "garbage-read",
+                        vec![t.index],
+                        format!("T{} read {v} from key {k}, which no transaction wrote", t.index),
+                    ));
+                }
+            }
+            if let Ext::List(l) = ext {
+                let e = longest.entry(*k).or_insert((i, vec![]));
+                if l.len() > e.1.len() {
+                    *e = (i, l.clone());
+                }
+            }
+        }
+    }
+    // Every list read must be a prefix of the longest one: one append order per key.
+    for t in txns.iter().filter(|t| t.outcome == Outcome::Ok) {
+        for (k, ext) in &t.reads {
+            if let (Ext::List(l), Some((li, long))) = (ext, longest.get(k)) {
+                if !long.starts_with(l) {
+                    out.push(anomaly(
+                        "incompatible-order",
+                        vec![t.index, txns[*li].index],
+                        format!(
+                            "T{} read key {k} as {l:?} and T{} read it as {long:?}: no single order of appends explains both",
+                            t.index, txns[*li].index
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for ((k, ext), ts) in lost {
+        if ts.len() >= 2 {
+            let names: Vec<String> = ts.iter().map(|&t| format!("T{}", txns[t].index)).collect();
+            out.push(anomaly(
+                "lost-update",
+                ts.iter().map(|&t| txns[t].index).collect(),
+                format!(
+                    "{} all read key {k} in the same state {ext:?} and then wrote it; in any serial order all but the first would have seen another's write (lost update)",
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}

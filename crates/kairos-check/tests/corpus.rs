@@ -1,0 +1,62 @@
+//! Every corpus history gets the verdict and anomaly its manifest promises, from every
+//! applicable checker, and paired checkers agree.
+
+use std::path::PathBuf;
+
+use kairos_check::{check, checkers, load_history, Model};
+use serde_json::Value;
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus")
+}
+
+fn checkers_for(model: Model) -> &'static [&'static str] {
+    match model {
+        Model::Serializable | Model::StrictSerializable => &[checkers::ADYA, checkers::SERIAL_SEARCH],
+        Model::Linearizable => &[checkers::TODC, checkers::WGL],
+        Model::Causal => &[checkers::CAUSAL],
+    }
+}
+
+#[test]
+fn corpus_matches_manifest() {
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(corpus().join("manifest.json")).unwrap()).unwrap();
+    let entries = manifest["histories"].as_array().unwrap();
+    assert!(entries.len() >= 20, "manifest lost entries");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for e in entries {
+        let file = e["file"].as_str().unwrap();
+        let h = load_history(&corpus().join(file)).unwrap_or_else(|err| panic!("{file}: {err}"));
+        for x in e["expect"].as_array().unwrap() {
+            let model: Model = x["model"].as_str().unwrap().parse().unwrap();
+            let want = x["valid"].as_bool().unwrap();
+            let r = check(&h, model).unwrap_or_else(|err| panic!("{file} {model}: {err}"));
+            checked += 1;
+            let ctx = format!("{file} as {model}:\n{r}");
+            if r.valid != want {
+                failures.push(format!("expected valid={want}; {ctx}"));
+            }
+            if r.disagreement.is_some() {
+                failures.push(format!("checkers disagree; {ctx}"));
+            }
+            for c in checkers_for(model) {
+                match r.verdict(c) {
+                    Some(v) if v.valid == Some(want) => {}
+                    other => failures.push(format!("checker {c} gave {other:?}, expected {want}; {ctx}")),
+                }
+                if let Some(name) = x["anomaly"].as_str() {
+                    if !r.anomaly_names(c).contains(&name) {
+                        failures.push(format!("checker {c} did not name {name}; {ctx}"));
+                    }
+                }
+            }
+            if !want && !r.to_string().contains("INVALID") {
+                failures.push(format!("report text does not say INVALID; {ctx}"));
+            }
+        }
+    }
+    assert!(checked >= 28, "only {checked} expectations checked");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n----\n"));
+}
