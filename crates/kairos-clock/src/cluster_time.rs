@@ -28,10 +28,13 @@
 //!   the applied oplog time: like receive but without the rate limiter (an idle node's wall clock
 //!   may be far behind); only the maximum is checked (40483).
 //!
-//! This module knows nothing of signatures. Time proofs (HMAC-SHA1 over `as_u64() | 0xFFFF`),
-//! the key ring and the validator that decides whether a received time may reach
-//! [`LogicalClock::advance`] belong to a separate module, to be added next to this one; by the
-//! time a `ClusterTime` gets here, the caller has already validated its signature.
+//! This module knows nothing of signatures. Time proofs (HMAC-SHA1 over `as_u64() | 0xFFFF`,
+//! [`crate::time_proof`]), the key ring ([`crate::keys`]) and the validator that decides whether
+//! a received time may reach [`LogicalClock::advance`] ([`crate::validator`], whose
+//! [`gossip_in`](crate::gossip_in) chains the two) live next to it; by the time a `ClusterTime`
+//! gets here, the caller has already validated its signature. The signature errors
+//! (`KeyNotFound` 211, `TimeProofMismatch` 204) and `InvalidOptions` (72, afterClusterTime
+//! ahead of the clock, [`LogicalClock::check_after_cluster_time`]) share [`ClusterTimeError`].
 
 use kairos_core::LocalTime;
 use serde::{Deserialize, Serialize};
@@ -49,9 +52,7 @@ pub const DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS: u64 = 365 * 24 * 60 * 60;
 ///
 /// The derived order compares `secs` first, then `inc`, which is exactly the order of
 /// [`as_u64`](Self::as_u64).
-#[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClusterTime {
     pub secs: u32,
     pub inc: u32,
@@ -61,10 +62,7 @@ impl ClusterTime {
     /// `Timestamp(0, 0)`, the clock of a node that has seen nothing.
     pub const ZERO: ClusterTime = ClusterTime { secs: 0, inc: 0 };
     /// The largest time a [`LogicalClock`] accepts: `Timestamp(2³¹−1, 2³¹−1)`.
-    pub const MAX: ClusterTime = ClusterTime {
-        secs: MAX_COMPONENT,
-        inc: MAX_COMPONENT,
-    };
+    pub const MAX: ClusterTime = ClusterTime { secs: MAX_COMPONENT, inc: MAX_COMPONENT };
 
     pub const fn new(secs: u32, inc: u32) -> Self {
         ClusterTime { secs, inc }
@@ -77,10 +75,7 @@ impl ClusterTime {
 
     /// Inverse of [`as_u64`](Self::as_u64).
     pub const fn from_u64(v: u64) -> Self {
-        ClusterTime {
-            secs: (v >> 32) as u32,
-            inc: v as u32,
-        }
+        ClusterTime { secs: (v >> 32) as u32, inc: v as u32 }
     }
 
     /// Whether both fields are within [`MAX_COMPONENT`] (MongoDB's maximum possible time).
@@ -118,11 +113,7 @@ pub enum ClusterTimeError {
          the sender's clock or raise the limit",
         received.secs
     )]
-    FailsRateLimiter {
-        received: ClusterTime,
-        wall_secs: u64,
-        max_drift_secs: u64,
-    },
+    FailsRateLimiter { received: ClusterTime, wall_secs: u64, max_drift_secs: u64 },
     /// The clock would pass [`ClusterTime::MAX`] (codes 40482 / 40483 / 40484).
     #[error(
         "cluster time cannot be advanced beyond its maximum value: {attempted} plus {ticks} \
@@ -140,8 +131,37 @@ pub enum ClusterTimeError {
         ticks: u64,
     },
     /// `reserve_ticks` was asked for 0 or more than 2³¹−1 ticks (BadValue, code 2).
-    #[error("cannot reserve {ticks} cluster-time ticks: the count must be between 1 and {MAX_COMPONENT} (BadValue, code 2)")]
+    #[error(
+        "cannot reserve {ticks} cluster-time ticks: the count must be between 1 and {MAX_COMPONENT} (BadValue, code 2)"
+    )]
     InvalidTickCount { ticks: u64 },
+    /// A received time above the last validated one carried no signature, or a key id this
+    /// node does not hold (or whose key had expired before that time) (code 211).
+    #[error(
+        "cannot validate cluster time {time}: {} (KeyNotFound, code 211); the time was not \
+         applied — a time from another cluster, a dummy-signed time from an untrusted sender, or \
+         keys not yet replicated to this node",
+        match key_id {
+            None => "it carries no signature".to_string(),
+            Some(id) => format!("no signing key with keyId {id} valid for that time"),
+        }
+    )]
+    KeyNotFound { time: ClusterTime, key_id: Option<i64> },
+    /// A received time's signature hash is not the HMAC of that time under the named key
+    /// (code 204).
+    #[error(
+        "cluster time {time}: the signature (keyId {key_id}) does not match the time \
+         (TimeProofMismatch, code 204); the time was not applied — it was forged, altered, or \
+         signed for another time range"
+    )]
+    TimeProofMismatch { time: ClusterTime, key_id: i64 },
+    /// `readConcern.afterClusterTime` is greater than this node's cluster time (code 72).
+    #[error(
+        "readConcern afterClusterTime {after_cluster_time} is greater than this node's cluster \
+         time {current} (InvalidOptions, code 72); the time cannot have been produced by this \
+         cluster — gossip the matching $clusterTime with the request"
+    )]
+    InvalidOptions { after_cluster_time: ClusterTime, current: ClusterTime },
 }
 
 /// A `(secs, inc)` pair that may lie beyond `u32` (for error reports only).
@@ -159,10 +179,7 @@ impl fmt::Display for WideTime {
 
 impl From<ClusterTime> for WideTime {
     fn from(t: ClusterTime) -> Self {
-        WideTime {
-            secs: u64::from(t.secs),
-            inc: u64::from(t.inc),
-        }
+        WideTime { secs: u64::from(t.secs), inc: u64::from(t.inc) }
     }
 }
 
@@ -190,6 +207,9 @@ impl ClusterTimeError {
             ClusterTimeError::FailsRateLimiter { .. } => 205,
             ClusterTimeError::BeyondMaximum { kind, .. } => kind.code(),
             ClusterTimeError::InvalidTickCount { .. } => 2,
+            ClusterTimeError::KeyNotFound { .. } => 211,
+            ClusterTimeError::TimeProofMismatch { .. } => 204,
+            ClusterTimeError::InvalidOptions { .. } => 72,
         }
     }
 
@@ -199,6 +219,9 @@ impl ClusterTimeError {
             ClusterTimeError::FailsRateLimiter { .. } => "ClusterTimeFailsRateLimiter",
             ClusterTimeError::BeyondMaximum { kind, .. } => kind.code_name(),
             ClusterTimeError::InvalidTickCount { .. } => "BadValue",
+            ClusterTimeError::KeyNotFound { .. } => "KeyNotFound",
+            ClusterTimeError::TimeProofMismatch { .. } => "TimeProofMismatch",
+            ClusterTimeError::InvalidOptions { .. } => "InvalidOptions",
         }
     }
 }
@@ -219,10 +242,7 @@ impl Default for LogicalClock {
 impl LogicalClock {
     /// A clock at `Timestamp(0, 0)` with the default rate limit (365 days).
     pub const fn new() -> Self {
-        LogicalClock {
-            time: ClusterTime::ZERO,
-            max_acceptable_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
-        }
+        LogicalClock { time: ClusterTime::ZERO, max_acceptable_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS }
     }
 
     /// Sets `maxAcceptableLogicalClockDriftSecs`: how many seconds a received time may be ahead
@@ -251,11 +271,7 @@ impl LogicalClock {
     /// Reserves `n` consecutive cluster times for a primary's write, given this node's wall
     /// clock reading. Returns the first reserved time; the clock ends at the last one. On error
     /// the clock is unchanged.
-    pub fn reserve_ticks(
-        &mut self,
-        n: u64,
-        wall: LocalTime,
-    ) -> Result<ClusterTime, ClusterTimeError> {
+    pub fn reserve_ticks(&mut self, n: u64, wall: LocalTime) -> Result<ClusterTime, ClusterTimeError> {
         let max = u64::from(MAX_COMPONENT);
         if n == 0 || n > max {
             return Err(ClusterTimeError::InvalidTickCount { ticks: n });
@@ -285,11 +301,7 @@ impl LogicalClock {
 
     /// Gossip in: applies the rate limiter against this node's wall clock, then
     /// `clock = max(clock, received)` without ticking. On error the clock is unchanged.
-    pub fn advance(
-        &mut self,
-        received: ClusterTime,
-        wall: LocalTime,
-    ) -> Result<(), ClusterTimeError> {
+    pub fn advance(&mut self, received: ClusterTime, wall: LocalTime) -> Result<(), ClusterTimeError> {
         let wall_secs = wall.whole_secs();
         let secs = u64::from(received.secs);
         if secs > wall_secs && secs - wall_secs > self.max_acceptable_drift_secs {
@@ -302,17 +314,23 @@ impl LogicalClock {
         self.advance_checked(received, AdvanceKind::Gossip)
     }
 
+    /// Checks a request's `readConcern.afterClusterTime` against this clock: a time greater than
+    /// the clock is refused with `InvalidOptions` (72); otherwise the caller waits until it has
+    /// applied up to `after_cluster_time`.
+    pub fn check_after_cluster_time(&self, after_cluster_time: ClusterTime) -> Result<(), ClusterTimeError> {
+        if after_cluster_time > self.time {
+            return Err(ClusterTimeError::InvalidOptions { after_cluster_time, current: self.time });
+        }
+        Ok(())
+    }
+
     /// From a trusted source (a secondary applying oplog entries): `clock = max(clock,
     /// received)` with no rate limiter and no tick; only the maximum is checked.
     pub fn advance_trusted(&mut self, received: ClusterTime) -> Result<(), ClusterTimeError> {
         self.advance_checked(received, AdvanceKind::TrustedSource)
     }
 
-    fn advance_checked(
-        &mut self,
-        received: ClusterTime,
-        kind: AdvanceKind,
-    ) -> Result<(), ClusterTimeError> {
+    fn advance_checked(&mut self, received: ClusterTime, kind: AdvanceKind) -> Result<(), ClusterTimeError> {
         if !received.is_valid() {
             return Err(ClusterTimeError::BeyondMaximum {
                 kind,
@@ -405,10 +423,7 @@ mod tests {
         assert_eq!(c.current(), ct(200, 1));
         // From zero too.
         let mut c = LogicalClock::new();
-        assert_eq!(
-            c.reserve_ticks(1, wall(1_767_225_600)),
-            Ok(ct(1_767_225_600, 1))
-        );
+        assert_eq!(c.reserve_ticks(1, wall(1_767_225_600)), Ok(ct(1_767_225_600, 1)));
     }
 
     #[test]
@@ -479,11 +494,7 @@ mod tests {
         let mut c = LogicalClock::new().with_time(start);
         assert_eq!(c.reserve_ticks(1, wall(0)), Ok(ct(MAX, MAX)));
         let e = c.reserve_ticks(1, wall(0)).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("cannot be advanced beyond its maximum value"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("cannot be advanced beyond its maximum value"), "{e}");
         assert_eq!((e.code(), e.code_name()), (40482, "Location40482"));
         assert_eq!(c.current(), ct(MAX, MAX));
         // A multi-tick block that does not fit in the last second.
@@ -496,13 +507,7 @@ mod tests {
         // A wall clock beyond 2^31-1 seconds (year 2038) cannot be jumped to.
         let mut c = LogicalClock::new().with_time(ct(5, 5));
         let e = c.reserve_ticks(1, wall(u64::from(MAX) + 1)).unwrap_err();
-        assert!(matches!(
-            e,
-            ClusterTimeError::BeyondMaximum {
-                kind: AdvanceKind::ReserveTicks,
-                ..
-            }
-        ));
+        assert!(matches!(e, ClusterTimeError::BeyondMaximum { kind: AdvanceKind::ReserveTicks, .. }));
         assert_eq!(c.current(), ct(5, 5));
         // A clock restored beyond the maximum cannot tick (no u32 overflow either).
         let mut c = LogicalClock::new().with_time(ct(u32::MAX, u32::MAX));
@@ -540,23 +545,9 @@ mod tests {
         // One second over: rejected with 205, clock unchanged.
         let over = ct((w + limit + 1) as u32, 0);
         let e = c.advance(over, wall(w)).unwrap_err();
-        assert_eq!(
-            e,
-            ClusterTimeError::FailsRateLimiter {
-                received: over,
-                wall_secs: w,
-                max_drift_secs: limit
-            }
-        );
-        assert_eq!(
-            (e.code(), e.code_name()),
-            (205, "ClusterTimeFailsRateLimiter")
-        );
-        assert!(
-            e.to_string()
-                .contains("too far from this node's wall clock time"),
-            "{e}"
-        );
+        assert_eq!(e, ClusterTimeError::FailsRateLimiter { received: over, wall_secs: w, max_drift_secs: limit });
+        assert_eq!((e.code(), e.code_name()), (205, "ClusterTimeFailsRateLimiter"));
+        assert!(e.to_string().contains("too far from this node's wall clock time"), "{e}");
         assert_eq!(c.current(), at);
     }
 
@@ -575,30 +566,20 @@ mod tests {
         c.advance(ct(5, 0), wall(1_000)).unwrap();
         c.advance(ct(1_000, 9), wall(1_000)).unwrap();
         assert_eq!(c.current(), ct(1_000, 9));
-        assert_eq!(
-            c.advance(ct(1_001, 0), wall(1_000)).unwrap_err().code(),
-            205
-        );
+        assert_eq!(c.advance(ct(1_001, 0), wall(1_000)).unwrap_err().code(), 205);
     }
 
     #[test]
     fn receive_beyond_maximum_is_rejected_after_the_rate_limiter() {
-        let mut c = LogicalClock::new()
-            .with_time(ct(10, 0))
-            .with_max_acceptable_drift_secs(u64::from(u32::MAX));
+        let mut c = LogicalClock::new().with_time(ct(10, 0)).with_max_acceptable_drift_secs(u64::from(u32::MAX));
         let e = c.advance(ct(20, MAX + 1), wall(10)).unwrap_err();
         assert_eq!((e.code(), e.code_name()), (40484, "Location40484"));
-        assert!(e
-            .to_string()
-            .contains("cannot be advanced beyond its maximum value"));
+        assert!(e.to_string().contains("cannot be advanced beyond its maximum value"));
         let e = c.advance(ct(MAX + 1, 0), wall(10)).unwrap_err();
         assert_eq!(e.code(), 40484);
         // With the default limit, the rate limiter speaks first.
         let mut d = LogicalClock::new();
-        assert_eq!(
-            d.advance(ct(u32::MAX, 0), wall(10)).unwrap_err().code(),
-            205
-        );
+        assert_eq!(d.advance(ct(u32::MAX, 0), wall(10)).unwrap_err().code(), 205);
         assert_eq!(c.current(), ct(10, 0));
         assert_eq!(d.current(), ClusterTime::ZERO);
     }
@@ -613,6 +594,29 @@ mod tests {
         let e = c.advance_trusted(ct(MAX + 1, 0)).unwrap_err();
         assert_eq!((e.code(), e.code_name()), (40483, "Location40483"));
         assert_eq!(c.current(), ct(2_000_000_000, 1));
+    }
+
+    #[test]
+    fn after_cluster_time_above_the_clock_is_invalid_options() {
+        let c = LogicalClock::new().with_time(ct(100, 5));
+        assert_eq!(c.check_after_cluster_time(ct(100, 5)), Ok(()));
+        assert_eq!(c.check_after_cluster_time(ct(3, 0)), Ok(()));
+        let e = c.check_after_cluster_time(ct(100, 6)).unwrap_err();
+        assert_eq!(e, ClusterTimeError::InvalidOptions { after_cluster_time: ct(100, 6), current: ct(100, 5) });
+        assert_eq!((e.code(), e.code_name()), (72, "InvalidOptions"));
+        assert!(e.to_string().contains("greater than this node's cluster time"), "{e}");
+    }
+
+    #[test]
+    fn signature_error_codes_and_messages() {
+        let e = ClusterTimeError::KeyNotFound { time: ct(1, 2), key_id: None };
+        assert_eq!((e.code(), e.code_name()), (211, "KeyNotFound"));
+        assert!(e.to_string().contains("carries no signature"), "{e}");
+        let e = ClusterTimeError::KeyNotFound { time: ct(1, 2), key_id: Some(42) };
+        assert!(e.to_string().contains("keyId 42"), "{e}");
+        let e = ClusterTimeError::TimeProofMismatch { time: ct(1, 2), key_id: 42 };
+        assert_eq!((e.code(), e.code_name()), (204, "TimeProofMismatch"));
+        assert!(e.to_string().contains("Timestamp(1, 2)"), "{e}");
     }
 
     #[test]

@@ -86,13 +86,8 @@ const STEP_HORIZON: Duration = Duration::from_secs(3600);
 
 impl ClockPreset {
     /// Every preset, from best to worst.
-    pub const ALL: [ClockPreset; 5] = [
-        ClockPreset::Perfect,
-        ClockPreset::Huygens,
-        ClockPreset::Chrony,
-        ClockPreset::Ntpd,
-        ClockPreset::Bad,
-    ];
+    pub const ALL: [ClockPreset; 5] =
+        [ClockPreset::Perfect, ClockPreset::Huygens, ClockPreset::Chrony, ClockPreset::Ntpd, ClockPreset::Bad];
 
     /// The lowercase name used on the command line and in result files.
     pub const fn name(self) -> &'static str {
@@ -158,10 +153,7 @@ impl ClockPreset {
                 let at = SimTime(t);
                 let target = i128::from(draw_offset(rng));
                 let delta = target - clock.nominal_error_ns(at);
-                clock.add_step(
-                    at,
-                    delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
-                );
+                clock.add_step(at, delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64);
             }
         }
         clock
@@ -232,10 +224,7 @@ mod tests {
 
     #[test]
     fn presets_are_ordered_by_error() {
-        let errors: Vec<f64> = ClockPreset::ALL
-            .iter()
-            .map(|p| mean_abs_error_ns(*p, 7, 500))
-            .collect();
+        let errors: Vec<f64> = ClockPreset::ALL.iter().map(|p| mean_abs_error_ns(*p, 7, 500)).collect();
         assert!(errors.windows(2).all(|w| w[0] < w[1]), "{errors:?}");
     }
 
@@ -284,30 +273,13 @@ mod tests {
     #[test]
     fn params_match_the_documented_table() {
         let p = ClockPreset::Huygens.params();
-        assert_eq!(
-            (
-                p.sync_error_ns,
-                p.offset_sigma_ns,
-                p.drift_max_ppb,
-                p.jitter_ns
-            ),
-            (12_000, 15_040, 5, 1_200)
-        );
+        assert_eq!((p.sync_error_ns, p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns), (12_000, 15_040, 5, 1_200));
         let p = ClockPreset::Chrony.params();
-        assert_eq!(
-            (p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns),
-            (5_690_046, 1_891, 454_000)
-        );
+        assert_eq!((p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns), (5_690_046, 1_891, 454_000));
         let p = ClockPreset::Ntpd.params();
-        assert_eq!(
-            (p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns),
-            (20_617_018, 6_854, 1_645_000)
-        );
+        assert_eq!((p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns), (20_617_018, 6_854, 1_645_000));
         let p = ClockPreset::Bad.params();
-        assert_eq!(
-            (p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns),
-            (78_394_799, 26_062, 6_255_000)
-        );
+        assert_eq!((p.offset_sigma_ns, p.drift_max_ppb, p.jitter_ns), (78_394_799, 26_062, 6_255_000));
         assert_eq!(p.step_mean_interval, Some(Duration::from_secs(30)));
         assert_eq!(ClockPreset::Ntpd.params().step_mean_interval, None);
     }
@@ -319,10 +291,7 @@ mod tests {
         for p in ClockPreset::ALL {
             assert_eq!(p.to_string().parse::<ClockPreset>(), Ok(p));
             assert_eq!(serde_json::to_string(&p).unwrap(), format!("\"{p}\""));
-            assert_eq!(
-                serde_json::from_str::<ClockPreset>(&format!("\"{p}\"")).unwrap(),
-                p
-            );
+            assert_eq!(serde_json::from_str::<ClockPreset>(&format!("\"{p}\"")).unwrap(), p);
         }
         assert_eq!(" Chrony ".parse::<ClockPreset>(), Ok(ClockPreset::Chrony));
         let err = "ptp".parse::<ClockPreset>().unwrap_err().to_string();

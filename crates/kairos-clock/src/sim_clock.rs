@@ -101,10 +101,7 @@ impl SimClock {
 
     /// A clock with the given constant offset (ns), drift (ppb) and jitter bound (ns).
     pub fn new(offset_ns: i64, drift_ppb: i64, jitter_ns: u64) -> Self {
-        Self::perfect()
-            .with_offset_ns(offset_ns)
-            .with_drift_ppb(drift_ppb)
-            .with_jitter_ns(jitter_ns)
+        Self::perfect().with_offset_ns(offset_ns).with_drift_ppb(drift_ppb).with_jitter_ns(jitter_ns)
     }
 
     /// Sets the constant offset in nanoseconds (positive = ahead of true time).
@@ -197,26 +194,14 @@ impl SimClock {
     /// The clock's error at true time `t` without jitter: offset + drift + every step with
     /// `at ≤ t` (taken or pending). Does not change the clock.
     pub fn nominal_error_ns(&self, true_time: SimTime) -> i128 {
-        let pending: i128 = self
-            .pending
-            .iter()
-            .take_while(|s| s.at <= true_time)
-            .map(|s| i128::from(s.delta_ns))
-            .sum();
-        i128::from(self.offset_ns)
-            + self.drift_error_ns(true_time)
-            + i128::from(self.applied_steps_ns)
-            + pending
+        let pending: i128 = self.pending.iter().take_while(|s| s.at <= true_time).map(|s| i128::from(s.delta_ns)).sum();
+        i128::from(self.offset_ns) + self.drift_error_ns(true_time) + i128::from(self.applied_steps_ns) + pending
     }
 
     /// The reading at true time `t` without jitter or monotonic clamping. Does not change the
     /// clock.
     pub fn nominal_reading(&self, true_time: SimTime) -> LocalTime {
-        saturate(
-            i128::from(SIM_EPOCH_NS)
-                + i128::from(true_time.as_nanos())
-                + self.nominal_error_ns(true_time),
-        )
+        saturate(i128::from(SIM_EPOCH_NS) + i128::from(true_time.as_nanos()) + self.nominal_error_ns(true_time))
     }
 
     /// Reads the clock at true time `true_time`, drawing jitter from `rng` (one draw when
@@ -304,10 +289,7 @@ mod tests {
         let mut c = SimClock::new(3_000_000, 0, 0).with_drift_ppm(50);
         assert_eq!(c.drift_ppb(), 50_000);
         let t = SimTime::from_secs(10);
-        assert_eq!(
-            c.read(t, &mut r),
-            LocalTime(SIM_EPOCH_NS + 10_000_000_000 + 3_000_000 + 500_000)
-        );
+        assert_eq!(c.read(t, &mut r), LocalTime(SIM_EPOCH_NS + 10_000_000_000 + 3_000_000 + 500_000));
         // Negative drift floors: -1 ppb over 1.5 ns of true time = -1.5e-9 ns -> -1.
         let c = SimClock::new(0, -1, 0);
         assert_eq!(c.nominal_error_ns(SimTime(1)), -1);
@@ -317,16 +299,8 @@ mod tests {
 
     #[test]
     fn drift_is_clamped_so_clock_never_stops() {
-        assert_eq!(
-            SimClock::perfect()
-                .with_drift_ppb(-5_000_000_000)
-                .drift_ppb(),
-            -MAX_DRIFT_PPB
-        );
-        assert_eq!(
-            SimClock::perfect().with_drift_ppm(i64::MAX).drift_ppb(),
-            MAX_DRIFT_PPB
-        );
+        assert_eq!(SimClock::perfect().with_drift_ppb(-5_000_000_000).drift_ppb(), -MAX_DRIFT_PPB);
+        assert_eq!(SimClock::perfect().with_drift_ppm(i64::MAX).drift_ppb(), MAX_DRIFT_PPB);
     }
 
     #[test]
@@ -339,8 +313,7 @@ mod tests {
         let mut readings = Vec::new();
         for i in 0..2_000u64 {
             let t = SimTime::from_millis(i);
-            let err =
-                i128::from(c.read(t, &mut r).as_nanos()) - i128::from(SIM_EPOCH_NS + t.as_nanos());
+            let err = i128::from(c.read(t, &mut r).as_nanos()) - i128::from(SIM_EPOCH_NS + t.as_nanos());
             assert!(err.abs() <= i128::from(j), "jitter {err} out of ±{j}");
             seen_neg |= err < 0;
             seen_pos |= err > 0;
@@ -352,17 +325,14 @@ mod tests {
         let mut r2 = rng(3);
         for (i, want) in readings.iter().enumerate() {
             let t = SimTime::from_millis(i as u64);
-            let got = i128::from(c2.read(t, &mut r2).as_nanos())
-                - i128::from(SIM_EPOCH_NS + t.as_nanos());
+            let got = i128::from(c2.read(t, &mut r2).as_nanos()) - i128::from(SIM_EPOCH_NS + t.as_nanos());
             assert_eq!(got, *want);
         }
     }
 
     #[test]
     fn raw_jitter_can_go_backwards_but_monotonic_does_not() {
-        let mut raw = SimClock::perfect()
-            .with_jitter_ns(1_000_000)
-            .with_monotonic(false);
+        let mut raw = SimClock::perfect().with_jitter_ns(1_000_000).with_monotonic(false);
         let mut mono = SimClock::perfect().with_jitter_ns(1_000_000);
         let (mut r1, mut r2) = (rng(4), rng(4));
         let (mut raw_back, mut last_raw, mut last_mono) = (false, LocalTime(0), LocalTime(0));
@@ -376,10 +346,7 @@ mod tests {
             last_raw = a;
             last_mono = b;
         }
-        assert!(
-            raw_back,
-            "raw readings with 1 ms jitter every 10 µs must go back sometimes"
-        );
+        assert!(raw_back, "raw readings with 1 ms jitter every 10 µs must go back sometimes");
     }
 
     #[test]
@@ -388,12 +355,7 @@ mod tests {
         let mut c = SimClock::perfect();
         c.add_step(SimTime::from_secs(2), -500_000_000); // back 0.5 s at t = 2 s
         c.add_step(SimTime::from_secs(1), 100); // forward 100 ns at t = 1 s (inserted out of order)
-        assert_eq!(
-            c.pending_steps()
-                .map(|s| s.at.as_nanos())
-                .collect::<Vec<_>>(),
-            vec![1_000_000_000, 2_000_000_000]
-        );
+        assert_eq!(c.pending_steps().map(|s| s.at.as_nanos()).collect::<Vec<_>>(), vec![1_000_000_000, 2_000_000_000]);
         let e = |c: &mut SimClock, t: SimTime, r: &mut Rng| {
             c.read(t, r).as_nanos() as i128 - (SIM_EPOCH_NS + t.as_nanos()) as i128
         };
@@ -401,10 +363,7 @@ mod tests {
         assert_eq!(e(&mut c, SimTime(1_999_999_999), &mut r), 100);
         let before = c.read(SimTime(1_999_999_999), &mut r);
         let after = c.read(SimTime::from_secs(2), &mut r);
-        assert!(
-            after < before,
-            "a backward step makes the clock go back even when monotonic"
-        );
+        assert!(after < before, "a backward step makes the clock go back even when monotonic");
         assert_eq!(before.as_nanos() - after.as_nanos(), 500_000_000 - 1);
         assert_eq!(c.applied_steps_ns(), 100 - 500_000_000);
         assert_eq!(c.pending_steps().len(), 0);
@@ -417,10 +376,7 @@ mod tests {
         assert_eq!(c.nominal_error_ns(SimTime::from_secs(4)), 7);
         assert_eq!(c.nominal_error_ns(SimTime::from_secs(5)), 1_007);
         assert_eq!(c.pending_steps().len(), 1);
-        assert_eq!(
-            c.nominal_reading(SimTime::from_secs(5)),
-            LocalTime(SIM_EPOCH_NS + 5_000_001_007)
-        );
+        assert_eq!(c.nominal_reading(SimTime::from_secs(5)), LocalTime(SIM_EPOCH_NS + 5_000_001_007));
     }
 
     #[test]
@@ -454,10 +410,7 @@ mod tests {
         let d = fast.true_duration_for_local(Duration::from_secs(1));
         // 1 s local = 1e18 / 1_000_100_000 ns true, rounded up.
         assert_eq!(d, Duration::from_nanos(999_900_010));
-        assert_eq!(
-            SimClock::perfect().true_duration_for_local(Duration::from_millis(3)),
-            Duration::from_millis(3)
-        );
+        assert_eq!(SimClock::perfect().true_duration_for_local(Duration::from_millis(3)), Duration::from_millis(3));
         let slow = SimClock::perfect().with_drift_ppm(-100);
         assert!(slow.true_duration_for_local(Duration::from_secs(1)) > Duration::from_secs(1));
     }
