@@ -40,11 +40,24 @@ pub enum ReadValue {
 pub enum MicroOp {
     /// A read. `value` is JSON `null`: in an `invoke` the result is not known yet; in a
     /// completion the read saw the initial, never-written value (Jepsen's convention).
-    Read { key: u64, value: Option<ReadValue> },
-    Write { key: u64, value: u64 },
-    Append { key: u64, value: u64 },
+    Read {
+        key: u64,
+        value: Option<ReadValue>,
+    },
+    Write {
+        key: u64,
+        value: u64,
+    },
+    Append {
+        key: u64,
+        value: u64,
+    },
     /// Compare-and-set: succeeds (operation `ok`) iff the register held `expected`.
-    Cas { key: u64, expected: u64, new: u64 },
+    Cas {
+        key: u64,
+        expected: u64,
+        new: u64,
+    },
 }
 
 impl MicroOp {
@@ -136,10 +149,12 @@ impl<'de> Deserialize<'de> for MicroOp {
 }
 
 fn micro_op_from_json(v: &Value) -> Result<MicroOp, String> {
-    let parts = v.as_array().filter(|a| a.len() == 3).ok_or_else(|| {
-        format!("a micro-op must be a 3-element array like [\"r\", key, value], not {v}")
-    })?;
-    let f = parts[0].as_str().ok_or_else(|| format!("a micro-op must start with its function name, not {}", parts[0]))?;
+    let parts = v
+        .as_array()
+        .filter(|a| a.len() == 3)
+        .ok_or_else(|| format!("a micro-op must be a 3-element array like [\"r\", key, value], not {v}"))?;
+    let f =
+        parts[0].as_str().ok_or_else(|| format!("a micro-op must start with its function name, not {}", parts[0]))?;
     let key = int(&parts[1], "a key")?;
     match f {
         "r" => {

@@ -7,17 +7,13 @@ use std::time::Duration;
 
 /// True time in nanoseconds since the start of a simulation. Only the simulator and the
 /// history recorder see it; a role never does.
-#[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SimTime(pub u64);
 
 /// A node's clock reading in nanoseconds since the Unix epoch. Under the simulator it is true
 /// time shifted by the node's clock model (offset, drift, jitter, steps), so two nodes may
 /// disagree; under the TCP host it is the system clock.
-#[derive(
-    Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LocalTime(pub u64);
 
 macro_rules! time_newtype {

@@ -30,7 +30,7 @@ impl LatencyMatrix {
         for row in &rtt_ms {
             let mut out = Vec::with_capacity(row.len());
             for &rtt in row {
-                if !rtt.is_finite() || rtt < 0.0 || rtt > 3_600_000.0 {
+                if !rtt.is_finite() || !(0.0..=3_600_000.0).contains(&rtt) {
                     return Err(bad(format!("RTT {rtt} ms is not a delay between 0 and one hour")));
                 }
                 out.push((rtt * 1e6 / 2.0).round() as u64);
@@ -73,7 +73,9 @@ impl LatencyMatrix {
                     }
                     let row = cells[1..]
                         .iter()
-                        .map(|c| c.parse::<f64>().map_err(|_| err(line_no, format!("`{c}` is not a number of milliseconds"))))
+                        .map(|c| {
+                            c.parse::<f64>().map_err(|_| err(line_no, format!("`{c}` is not a number of milliseconds")))
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
                     rows.push(row);
                 }

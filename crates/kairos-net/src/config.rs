@@ -39,43 +39,19 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     #[error("{origin}, line {line}, column {column}: {message}")]
-    Syntax {
-        origin: String,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    Syntax { origin: String, line: usize, column: usize, message: String },
     #[error("{origin}: the cluster has no nodes; add at least one [[node]] table with id, addr and region")]
     NoNodes { origin: String },
     #[error("{at}: node id {id} is used twice (first {first}); node ids must be unique")]
     DuplicateId { at: String, id: u32, first: String },
     #[error("{origin}: node ids must be dense 0..{n} but id {missing} is missing; renumber the nodes 0, 1, 2, …")]
-    IdsNotDense {
-        origin: String,
-        n: usize,
-        missing: u32,
-    },
+    IdsNotDense { origin: String, n: usize, missing: u32 },
     #[error("{at}: node {id} has address {addr}, already used by node {other}; every node needs its own address")]
-    DuplicateAddr {
-        at: String,
-        id: u32,
-        other: u32,
-        addr: SocketAddr,
-    },
+    DuplicateAddr { at: String, id: u32, other: u32, addr: SocketAddr },
     #[error("{at}: node {id} has address `{addr}`, {problem}; write an IP and a fixed port like \"127.0.0.1:7100\" (host names are not resolved)")]
-    BadAddr {
-        at: String,
-        id: u32,
-        addr: String,
-        problem: String,
-    },
+    BadAddr { at: String, id: u32, addr: String, problem: String },
     #[error("{at}: node {id} is in unknown region `{region}`; the latency matrix knows: {known}")]
-    UnknownRegion {
-        at: String,
-        id: u32,
-        region: String,
-        known: String,
-    },
+    UnknownRegion { at: String, id: u32, region: String, known: String },
     #[error("{origin}: latency matrix `{latency}`: {source}. Use latency = \"gcp\" for the built-in matrix or the path of an RTT CSV (relative to the config file)")]
     Latency {
         origin: String,
@@ -146,15 +122,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 fn check_addr(text: &str, id: u32, at: &str) -> Result<SocketAddr, ConfigError> {
-    let bad = |problem: String| ConfigError::BadAddr {
-        at: at.to_string(),
-        id,
-        addr: text.to_string(),
-        problem,
-    };
-    let addr = text
-        .parse::<SocketAddr>()
-        .map_err(|e| bad(format!("which is not an address ({e})")))?;
+    let bad = |problem: String| ConfigError::BadAddr { at: at.to_string(), id, addr: text.to_string(), problem };
+    let addr = text.parse::<SocketAddr>().map_err(|e| bad(format!("which is not an address ({e})")))?;
     if addr.port() == 0 {
         return Err(bad("whose port 0 peers cannot dial".into()));
     }
@@ -166,10 +135,8 @@ impl ClusterConfig {
     /// against the directory of the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.display().to_string(), source })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse_in(&text, &path.display().to_string(), &base)
     }
@@ -183,12 +150,7 @@ impl ClusterConfig {
     fn parse_in(text: &str, origin: &str, base: &Path) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map_or((0, 0), |s| line_col(text, s.start));
-            ConfigError::Syntax {
-                origin: origin.to_string(),
-                line,
-                column,
-                message: e.message().trim().to_string(),
-            }
+            ConfigError::Syntax { origin: origin.to_string(), line, column, message: e.message().trim().to_string() }
         })?;
         let latency = raw.cluster.latency.unwrap_or_else(|| "gcp".to_string());
         let matrix = if latency == "gcp" {
@@ -220,12 +182,7 @@ impl ClusterConfig {
             }
             first_id.insert(id, n.id.span().start);
             if let Some(&other) = seen_addr.get(&addr) {
-                return Err(ConfigError::DuplicateAddr {
-                    at: addr_at,
-                    id,
-                    other,
-                    addr,
-                });
+                return Err(ConfigError::DuplicateAddr { at: addr_at, id, other, addr });
             }
             seen_addr.insert(addr, id);
             if matrix.region(n.region.get_ref()).is_err() {
@@ -236,25 +193,15 @@ impl ClusterConfig {
                     known: matrix.names().join(", "),
                 });
             }
-            nodes.push(NodeSpec {
-                id: NodeId(id),
-                addr,
-                region: n.region.get_ref().clone(),
-                role: n.role.clone(),
-            });
+            nodes.push(NodeSpec { id: NodeId(id), addr, region: n.region.get_ref().clone(), role: n.role.clone() });
         }
         let mut cfg = Self::build(origin, raw.cluster.name, matrix, nodes)?;
         cfg.inject_delay = raw.cluster.inject_delay;
         if let Some(m) = raw.cluster.max_frame_bytes {
-            cfg = cfg
-                .with_max_frame_bytes(*m.get_ref())
-                .map_err(|e| match e {
-                    ConfigError::Invalid { problem, .. } => ConfigError::Invalid {
-                        origin: at(m.span().start),
-                        problem,
-                    },
-                    other => other,
-                })?;
+            cfg = cfg.with_max_frame_bytes(*m.get_ref()).map_err(|e| match e {
+                ConfigError::Invalid { problem, .. } => ConfigError::Invalid { origin: at(m.span().start), problem },
+                other => other,
+            })?;
         }
         Ok(cfg)
     }
@@ -262,43 +209,23 @@ impl ClusterConfig {
     /// Builds a validated config in code (tests, local demos). `nodes` may come in any order;
     /// delay injection is off and the frame limit is the default until changed with
     /// [`ClusterConfig::with_inject_delay`] and [`ClusterConfig::with_max_frame_bytes`].
-    pub fn new(
-        name: impl Into<String>,
-        matrix: LatencyMatrix,
-        nodes: Vec<NodeSpec>,
-    ) -> Result<Self, ConfigError> {
+    pub fn new(name: impl Into<String>, matrix: LatencyMatrix, nodes: Vec<NodeSpec>) -> Result<Self, ConfigError> {
         Self::build("cluster config", name.into(), matrix, nodes)
     }
 
-    fn build(
-        origin: &str,
-        name: String,
-        matrix: LatencyMatrix,
-        mut nodes: Vec<NodeSpec>,
-    ) -> Result<Self, ConfigError> {
-        let err = |problem: String| ConfigError::Invalid {
-            origin: origin.to_string(),
-            problem,
-        };
+    fn build(origin: &str, name: String, matrix: LatencyMatrix, mut nodes: Vec<NodeSpec>) -> Result<Self, ConfigError> {
+        let err = |problem: String| ConfigError::Invalid { origin: origin.to_string(), problem };
         if name.trim().is_empty() {
-            return Err(err(
-                "the cluster name is empty; set `name` in [cluster]".into()
-            ));
+            return Err(err("the cluster name is empty; set `name` in [cluster]".into()));
         }
         if nodes.is_empty() {
-            return Err(ConfigError::NoNodes {
-                origin: origin.to_string(),
-            });
+            return Err(ConfigError::NoNodes { origin: origin.to_string() });
         }
         nodes.sort_by_key(|n| n.id);
         let at = |id: NodeId| format!("{origin}, node {}", id.0);
         for w in nodes.windows(2) {
             if w[0].id == w[1].id {
-                return Err(ConfigError::DuplicateId {
-                    at: at(w[1].id),
-                    id: w[1].id.0,
-                    first: "earlier".into(),
-                });
+                return Err(ConfigError::DuplicateId { at: at(w[1].id), id: w[1].id.0, first: "earlier".into() });
             }
         }
         if let Some(missing) = (0..nodes.len()).find(|&i| nodes[i].id.index() != i) {
@@ -313,22 +240,15 @@ impl ClusterConfig {
         for n in &nodes {
             check_addr(&n.addr.to_string(), n.id.0, &at(n.id))?;
             if let Some(&other) = seen.get(&n.addr) {
-                return Err(ConfigError::DuplicateAddr {
-                    at: at(n.id),
-                    id: n.id.0,
-                    other,
-                    addr: n.addr,
-                });
+                return Err(ConfigError::DuplicateAddr { at: at(n.id), id: n.id.0, other, addr: n.addr });
             }
             seen.insert(n.addr, n.id.0);
-            let region = matrix
-                .region(&n.region)
-                .map_err(|_| ConfigError::UnknownRegion {
-                    at: at(n.id),
-                    id: n.id.0,
-                    region: n.region.clone(),
-                    known: matrix.names().join(", "),
-                })?;
+            let region = matrix.region(&n.region).map_err(|_| ConfigError::UnknownRegion {
+                at: at(n.id),
+                id: n.id.0,
+                region: n.region.clone(),
+                known: matrix.names().join(", "),
+            })?;
             regions.push(region);
         }
         Ok(ClusterConfig {
@@ -382,11 +302,7 @@ impl ClusterConfig {
     }
     /// Ids of the nodes whose `role` is `role`.
     pub fn nodes_with_role(&self, role: &str) -> Vec<NodeId> {
-        self.nodes
-            .iter()
-            .filter(|n| n.role == role)
-            .map(|n| n.id)
-            .collect()
+        self.nodes.iter().filter(|n| n.role == role).map(|n| n.id).collect()
     }
     pub fn matrix(&self) -> &LatencyMatrix {
         &self.matrix
@@ -434,9 +350,7 @@ role = "replica"
 "#;
 
     fn err(text: &str) -> String {
-        ClusterConfig::parse(text, "t.toml")
-            .unwrap_err()
-            .to_string()
+        ClusterConfig::parse(text, "t.toml").unwrap_err().to_string()
     }
 
     fn with_nodes(nodes: &str) -> String {
@@ -457,21 +371,14 @@ role = "replica"
         let d = c.injected_delay(NodeId(0), NodeId(1));
         assert!(d > Duration::from_millis(10));
         assert_eq!(d, c.injected_delay(NodeId(1), NodeId(0)));
-        assert_eq!(
-            c.clone()
-                .with_inject_delay(false)
-                .injected_delay(NodeId(0), NodeId(1)),
-            Duration::ZERO
-        );
+        assert_eq!(c.clone().with_inject_delay(false).injected_delay(NodeId(0), NodeId(1)), Duration::ZERO);
     }
 
     #[test]
     fn defaults_to_the_gcp_matrix_without_delay() {
-        let c = ClusterConfig::parse(
-            &with_nodes("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"hk\"\n"),
-            "t.toml",
-        )
-        .unwrap();
+        let c =
+            ClusterConfig::parse(&with_nodes("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"hk\"\n"), "t.toml")
+                .unwrap();
         assert_eq!(c.matrix().names().len(), 4);
         assert!(!c.inject_delay());
         assert_eq!(c.max_frame_bytes(), DEFAULT_MAX_FRAME_BYTES);
@@ -485,26 +392,15 @@ role = "replica"
 
     #[test]
     fn unknown_fields_are_rejected_with_their_line() {
-        let e = err(&with_nodes(
-            "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\nzone = \"a\"\n",
-        ));
-        assert!(
-            e.contains("unknown field `zone`") && e.contains("line 7"),
-            "{e}"
-        );
+        let e = err(&with_nodes("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\nzone = \"a\"\n"));
+        assert!(e.contains("unknown field `zone`") && e.contains("line 7"), "{e}");
         let e = err("[cluster]\nname = \"d\"\nlatncy = \"gcp\"\n");
-        assert!(
-            e.contains("unknown field `latncy`") && e.contains("line 3"),
-            "{e}"
-        );
+        assert!(e.contains("unknown field `latncy`") && e.contains("line 3"), "{e}");
     }
 
     #[test]
     fn missing_cluster_section_or_field() {
-        assert!(
-            err("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n")
-                .contains("missing field `cluster`")
-        );
+        assert!(err("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n").contains("missing field `cluster`"));
         let e = err(&with_nodes("[[node]]\nid = 0\nregion = \"sc\"\n"));
         assert!(e.contains("missing field `addr`"), "{e}");
     }
@@ -519,10 +415,7 @@ role = "replica"
         let e = err(&with_nodes(
             "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:2\"\nregion = \"sc\"\n",
         ));
-        assert!(
-            e.contains("node id 0 is used twice") && e.contains("line 8") && e.contains("line 4"),
-            "{e}"
-        );
+        assert!(e.contains("node id 0 is used twice") && e.contains("line 8") && e.contains("line 4"), "{e}");
     }
 
     #[test]
@@ -530,10 +423,7 @@ role = "replica"
         let e = err(&with_nodes(
             "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n[[node]]\nid = 2\naddr = \"127.0.0.1:2\"\nregion = \"sc\"\n",
         ));
-        assert!(
-            e.contains("dense 0..2") && e.contains("id 1 is missing"),
-            "{e}"
-        );
+        assert!(e.contains("dense 0..2") && e.contains("id 1 is missing"), "{e}");
     }
 
     #[test]
@@ -541,47 +431,27 @@ role = "replica"
         let e = err(&with_nodes(
             "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n[[node]]\nid = 1\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n",
         ));
-        assert!(
-            e.contains("already used by node 0") && e.contains("line 9"),
-            "{e}"
-        );
+        assert!(e.contains("already used by node 0") && e.contains("line 9"), "{e}");
     }
 
     #[test]
     fn unparsable_addr() {
-        for bad in [
-            "localhost:7100",
-            "127.0.0.1",
-            "127.0.0.1:99999",
-            "127.0.0.1:0",
-        ] {
-            let e = err(&with_nodes(&format!(
-                "[[node]]\nid = 0\naddr = \"{bad}\"\nregion = \"sc\"\n"
-            )));
+        for bad in ["localhost:7100", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:0"] {
+            let e = err(&with_nodes(&format!("[[node]]\nid = 0\naddr = \"{bad}\"\nregion = \"sc\"\n")));
             assert!(e.contains(bad) && e.contains("127.0.0.1:7100"), "{e}");
         }
     }
 
     #[test]
     fn unknown_region_lists_the_known_ones() {
-        let e = err(&with_nodes(
-            "[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"mars\"\n",
-        ));
-        assert!(
-            e.contains("unknown region `mars`")
-                && e.contains("sc, fi, br, hk")
-                && e.contains("line 6"),
-            "{e}"
-        );
+        let e = err(&with_nodes("[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"mars\"\n"));
+        assert!(e.contains("unknown region `mars`") && e.contains("sc, fi, br, hk") && e.contains("line 6"), "{e}");
     }
 
     #[test]
     fn missing_latency_file() {
         let e = err("[cluster]\nname = \"d\"\nlatency = \"/nonexistent/rtt.csv\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n");
-        assert!(
-            e.contains("/nonexistent/rtt.csv") && e.contains("latency = \"gcp\""),
-            "{e}"
-        );
+        assert!(e.contains("/nonexistent/rtt.csv") && e.contains("latency = \"gcp\""), "{e}");
     }
 
     #[test]
@@ -595,14 +465,8 @@ role = "replica"
         )
         .unwrap();
         let c = ClusterConfig::load(dir.join("c.toml")).unwrap();
-        assert_eq!(
-            c.injected_delay(NodeId(0), NodeId(1)),
-            Duration::from_millis(40)
-        );
-        assert!(ClusterConfig::load(dir.join("absent.toml"))
-            .unwrap_err()
-            .to_string()
-            .contains("cannot read"));
+        assert_eq!(c.injected_delay(NodeId(0), NodeId(1)), Duration::from_millis(40));
+        assert!(ClusterConfig::load(dir.join("absent.toml")).unwrap_err().to_string().contains("cannot read"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -610,10 +474,8 @@ role = "replica"
     fn frame_limit_range_and_empty_name() {
         let e = err("[cluster]\nname = \"d\"\nmax_frame_bytes = 10\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n");
         assert!(e.contains("out of range") && e.contains("line 3"), "{e}");
-        assert!(err(
-            "[cluster]\nname = \" \"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n"
-        )
-        .contains("name is empty"));
+        assert!(err("[cluster]\nname = \" \"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n")
+            .contains("name is empty"));
     }
 
     #[test]
@@ -630,17 +492,8 @@ role = "replica"
             ClusterConfig::new("x", m(), vec![spec(0, 1, "sc"), spec(0, 2, "sc")]),
             Err(ConfigError::DuplicateId { .. })
         ));
-        assert!(matches!(
-            ClusterConfig::new("x", m(), vec![spec(1, 1, "sc")]),
-            Err(ConfigError::IdsNotDense { .. })
-        ));
-        assert!(matches!(
-            ClusterConfig::new("x", m(), vec![spec(0, 1, "xx")]),
-            Err(ConfigError::UnknownRegion { .. })
-        ));
-        assert!(matches!(
-            ClusterConfig::new("x", m(), vec![]),
-            Err(ConfigError::NoNodes { .. })
-        ));
+        assert!(matches!(ClusterConfig::new("x", m(), vec![spec(1, 1, "sc")]), Err(ConfigError::IdsNotDense { .. })));
+        assert!(matches!(ClusterConfig::new("x", m(), vec![spec(0, 1, "xx")]), Err(ConfigError::UnknownRegion { .. })));
+        assert!(matches!(ClusterConfig::new("x", m(), vec![]), Err(ConfigError::NoNodes { .. })));
     }
 }

@@ -66,7 +66,9 @@ pub enum FrameError {
     UnknownKind(u8),
     #[error("frame payload of {len} bytes exceeds the limit of {max} bytes (raise `max_frame_bytes` in the cluster config if this is legitimate)")]
     Oversized { len: u64, max: u32 },
-    #[error("checksum mismatch: header says {expected:#018x}, payload hashes to {actual:#018x} (corrupted or forged frame)")]
+    #[error(
+        "checksum mismatch: header says {expected:#018x}, payload hashes to {actual:#018x} (corrupted or forged frame)"
+    )]
     ChecksumMismatch { expected: u64, actual: u64 },
     #[error("payload does not decode: {0}")]
     Decode(#[source] postcard::Error),
@@ -93,10 +95,7 @@ pub fn encode_raw(kind: FrameKind, payload: &[u8], max: u32) -> Result<Vec<u8>, 
     let len = u32::try_from(payload.len())
         .ok()
         .filter(|&l| l <= max)
-        .ok_or(FrameError::Oversized {
-            len: payload.len() as u64,
-            max,
-        })?;
+        .ok_or(FrameError::Oversized { len: payload.len() as u64, max })?;
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(&MAGIC);
     out.push(FRAME_VERSION);
@@ -125,27 +124,17 @@ pub fn decode_header(bytes: &[u8; HEADER_LEN], max: u32) -> Result<Header, Frame
     let kind = FrameKind::from_byte(bytes[3]).ok_or(FrameError::UnknownKind(bytes[3]))?;
     let len = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
     if len > max {
-        return Err(FrameError::Oversized {
-            len: u64::from(len),
-            max,
-        });
+        return Err(FrameError::Oversized { len: u64::from(len), max });
     }
     let mut sum = [0u8; 8];
     sum.copy_from_slice(&bytes[8..16]);
-    Ok(Header {
-        kind,
-        len,
-        checksum: u64::from_le_bytes(sum),
-    })
+    Ok(Header { kind, len, checksum: u64::from_le_bytes(sum) })
 }
 
 fn verify(header: &Header, payload: &[u8]) -> Result<(), FrameError> {
     let actual = xxh3_64(payload);
     if actual != header.checksum {
-        return Err(FrameError::ChecksumMismatch {
-            expected: header.checksum,
-            actual,
-        });
+        return Err(FrameError::ChecksumMismatch { expected: header.checksum, actual });
     }
     Ok(())
 }
@@ -153,15 +142,11 @@ fn verify(header: &Header, payload: &[u8]) -> Result<(), FrameError> {
 /// Decodes one frame from the front of `buf`: its kind, its payload, and how many bytes of
 /// `buf` it used. A `buf` that ends before the frame does is [`FrameError::Truncated`].
 pub fn decode_frame(buf: &[u8], max: u32) -> Result<(FrameKind, &[u8], usize), FrameError> {
-    let head: &[u8; HEADER_LEN] = buf
-        .get(..HEADER_LEN)
-        .and_then(|h| h.try_into().ok())
-        .ok_or(FrameError::Truncated("inside a frame header"))?;
+    let head: &[u8; HEADER_LEN] =
+        buf.get(..HEADER_LEN).and_then(|h| h.try_into().ok()).ok_or(FrameError::Truncated("inside a frame header"))?;
     let header = decode_header(head, max)?;
     let end = HEADER_LEN + header.len as usize;
-    let payload = buf
-        .get(HEADER_LEN..end)
-        .ok_or(FrameError::Truncated("inside a frame payload"))?;
+    let payload = buf.get(HEADER_LEN..end).ok_or(FrameError::Truncated("inside a frame payload"))?;
     verify(&header, payload)?;
     Ok((header.kind, payload, end))
 }
@@ -178,31 +163,22 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameErr
 /// Reads one frame from a stream. `Ok(None)` is a clean end of stream between frames; an end
 /// inside a frame is [`FrameError::Truncated`]. The payload buffer is allocated only after the
 /// header passed its checks, so a hostile length costs nothing.
-pub async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-    max: u32,
-) -> Result<Option<(FrameKind, Vec<u8>)>, FrameError> {
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Option<(FrameKind, Vec<u8>)>, FrameError> {
     let mut head = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
         let n = r.read(&mut head[filled..]).await?;
         if n == 0 {
-            return if filled == 0 {
-                Ok(None)
-            } else {
-                Err(FrameError::Truncated("inside a frame header"))
-            };
+            return if filled == 0 { Ok(None) } else { Err(FrameError::Truncated("inside a frame header")) };
         }
         filled += n;
     }
     let header = decode_header(&head, max)?;
     let mut payload = vec![0u8; header.len as usize];
-    r.read_exact(&mut payload)
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => FrameError::Truncated("inside a frame payload"),
-            _ => FrameError::Io(e),
-        })?;
+    r.read_exact(&mut payload).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Truncated("inside a frame payload"),
+        _ => FrameError::Io(e),
+    })?;
     verify(&header, &payload)?;
     Ok(Some((header.kind, payload)))
 }
@@ -215,10 +191,7 @@ mod tests {
     const MAX: u32 = 1024;
 
     fn hello() -> Hello {
-        Hello {
-            node: NodeId(3),
-            cluster: "demo".into(),
-        }
+        Hello { node: NodeId(3), cluster: "demo".into() }
     }
 
     #[test]
@@ -237,10 +210,7 @@ mod tests {
         let mut r = &bytes[..];
         let (k, p) = read_frame(&mut r, MAX).await.unwrap().unwrap();
         assert_eq!(k, FrameKind::Msg);
-        assert_eq!(
-            decode_payload::<(u64, String)>(&p).unwrap(),
-            (7, "x".to_string())
-        );
+        assert_eq!(decode_payload::<(u64, String)>(&p).unwrap(), (7, "x".to_string()));
         let (k, _) = read_frame(&mut r, MAX).await.unwrap().unwrap();
         assert_eq!(k, FrameKind::Hello);
         assert!(read_frame(&mut r, MAX).await.unwrap().is_none());
@@ -251,82 +221,43 @@ mod tests {
         let good = encode(FrameKind::Hello, &hello(), MAX).unwrap();
         let mut bad_magic = good.clone();
         bad_magic[0] = b'X';
-        assert!(matches!(
-            decode_frame(&bad_magic, MAX),
-            Err(FrameError::BadMagic(_))
-        ));
+        assert!(matches!(decode_frame(&bad_magic, MAX), Err(FrameError::BadMagic(_))));
         let mut bad_version = good.clone();
         bad_version[2] = 9;
-        assert!(matches!(
-            decode_frame(&bad_version, MAX),
-            Err(FrameError::UnsupportedVersion(9))
-        ));
+        assert!(matches!(decode_frame(&bad_version, MAX), Err(FrameError::UnsupportedVersion(9))));
         let mut bad_kind = good.clone();
         bad_kind[3] = 0;
-        assert!(matches!(
-            decode_frame(&bad_kind, MAX),
-            Err(FrameError::UnknownKind(0))
-        ));
+        assert!(matches!(decode_frame(&bad_kind, MAX), Err(FrameError::UnknownKind(0))));
         let mut oversized = good.clone();
         oversized[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            decode_frame(&oversized, MAX),
-            Err(FrameError::Oversized { .. })
-        ));
+        assert!(matches!(decode_frame(&oversized, MAX), Err(FrameError::Oversized { .. })));
         let mut bad_sum = good.clone();
         let last = bad_sum.len() - 1;
         bad_sum[last] ^= 1;
-        assert!(matches!(
-            decode_frame(&bad_sum, MAX),
-            Err(FrameError::ChecksumMismatch { .. })
-        ));
+        assert!(matches!(decode_frame(&bad_sum, MAX), Err(FrameError::ChecksumMismatch { .. })));
         for cut in [0, 5, HEADER_LEN, good.len() - 1] {
-            assert!(
-                matches!(
-                    decode_frame(&good[..cut], MAX),
-                    Err(FrameError::Truncated(_))
-                ),
-                "cut {cut}"
-            );
+            assert!(matches!(decode_frame(&good[..cut], MAX), Err(FrameError::Truncated(_))), "cut {cut}");
         }
         let junk = encode_raw(FrameKind::Msg, &[0xff, 0xff, 0xff], MAX).unwrap();
         let (_, p, _) = decode_frame(&junk, MAX).unwrap();
-        assert!(matches!(
-            decode_payload::<Hello>(p),
-            Err(FrameError::Decode(_))
-        ));
+        assert!(matches!(decode_payload::<Hello>(p), Err(FrameError::Decode(_))));
         let extra = encode_raw(FrameKind::Msg, &[1, 2], MAX).unwrap();
         let (_, p, _) = decode_frame(&extra, MAX).unwrap();
-        assert!(matches!(
-            decode_payload::<u8>(p),
-            Err(FrameError::TrailingBytes(1))
-        ));
-        assert!(matches!(
-            encode_raw(FrameKind::Msg, &[0; 2000], MAX),
-            Err(FrameError::Oversized { .. })
-        ));
+        assert!(matches!(decode_payload::<u8>(p), Err(FrameError::TrailingBytes(1))));
+        assert!(matches!(encode_raw(FrameKind::Msg, &[0; 2000], MAX), Err(FrameError::Oversized { .. })));
     }
 
     #[tokio::test]
     async fn stream_truncation_and_oversize_do_not_allocate() {
         let good = encode(FrameKind::Hello, &hello(), MAX).unwrap();
         let mut r = &good[..good.len() - 2];
-        assert!(matches!(
-            read_frame(&mut r, MAX).await,
-            Err(FrameError::Truncated(_))
-        ));
+        assert!(matches!(read_frame(&mut r, MAX).await, Err(FrameError::Truncated(_))));
         let mut r = &good[..3];
-        assert!(matches!(
-            read_frame(&mut r, MAX).await,
-            Err(FrameError::Truncated(_))
-        ));
+        assert!(matches!(read_frame(&mut r, MAX).await, Err(FrameError::Truncated(_))));
         let mut huge = good[..HEADER_LEN].to_vec();
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         let mut r = &huge[..];
-        assert!(matches!(
-            read_frame(&mut r, u32::MAX - 1).await,
-            Err(FrameError::Oversized { .. })
-        ));
+        assert!(matches!(read_frame(&mut r, u32::MAX - 1).await, Err(FrameError::Oversized { .. })));
     }
 
     proptest! {

@@ -144,10 +144,7 @@ impl Default for NodeOptions {
 impl NodeOptions {
     /// Defaults with the given seed.
     pub fn with_seed(seed: u64) -> Self {
-        NodeOptions {
-            seed,
-            ..Self::default()
-        }
+        NodeOptions { seed, ..Self::default() }
     }
     /// Uses `listener` (already bound) instead of binding the config's address.
     pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
@@ -242,10 +239,7 @@ impl NodeHandle {
             let _ = task.await;
         }
         match self.process_result.take() {
-            Some(Err(reason)) => Err(NetError::ProcessDied {
-                me: self.me,
-                reason,
-            }),
+            Some(Err(reason)) => Err(NetError::ProcessDied { me: self.me, reason }),
             _ => Ok(self.metrics.snapshot()),
         }
     }
@@ -271,33 +265,22 @@ pub async fn spawn_node<P>(
 where
     P: Process + Send + 'static,
 {
-    let spec = cfg
-        .node(me)
-        .ok_or(NetError::UnknownNode { me, n: cfg.len() })?;
+    let spec = cfg.node(me).ok_or(NetError::UnknownNode { me, n: cfg.len() })?;
     let listener = match opts.listener {
         Some(l) => {
             l.set_nonblocking(true).map_err(NetError::Listener)?;
             TcpListener::from_std(l).map_err(NetError::Listener)?
         }
-        None => TcpListener::bind(spec.addr)
-            .await
-            .map_err(|source| NetError::Bind {
-                addr: spec.addr,
-                source,
-            })?,
+        None => TcpListener::bind(spec.addr).await.map_err(|source| NetError::Bind { addr: spec.addr, source })?,
     };
     let local_addr = listener.local_addr().map_err(NetError::Listener)?;
     let max_frame = cfg.max_frame_bytes();
-    let hello = Hello {
-        node: me,
-        cluster: cfg.name().to_string(),
-    };
-    let hello = frame::encode(FrameKind::Hello, &hello, max_frame).map_err(|e| {
-        crate::config::ConfigError::Invalid {
+    let hello = Hello { node: me, cluster: cfg.name().to_string() };
+    let hello =
+        frame::encode(FrameKind::Hello, &hello, max_frame).map_err(|e| crate::config::ConfigError::Invalid {
             origin: "cluster config".into(),
             problem: format!("the Hello frame does not fit: {e}; shorten the cluster name"),
-        }
-    })?;
+        })?;
     let metrics = Metrics::default();
     let shared = Arc::new(Shared {
         cfg: cfg.clone(),
@@ -457,15 +440,13 @@ struct Node<P: Process> {
 /// `now + after`, saturating at 30 years from now (a role may ask for any Duration).
 fn deadline_after(after: Duration) -> Instant {
     let now = Instant::now();
-    now.checked_add(after.min(Duration::from_secs(30 * 365 * 86_400)))
-        .unwrap_or(now)
+    now.checked_add(after.min(Duration::from_secs(30 * 365 * 86_400))).unwrap_or(now)
 }
 
+/// The host reads the real clock: that is its job (roles only see it through `ctx.now()`).
+#[allow(clippy::disallowed_methods)]
 fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(duration_nanos)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(duration_nanos).unwrap_or(0)
 }
 
 enum Input<M> {
@@ -510,8 +491,7 @@ impl<P: Process + Send + 'static> Node<P> {
                     }
                 };
                 {
-                    let mut ctx =
-                        Ctx::new(me, LocalTime(now_ns()), &mut self.rng, &mut self.effects);
+                    let mut ctx = Ctx::new(me, LocalTime(now_ns()), &mut self.rng, &mut self.effects);
                     match input {
                         Input::Message(from, msg) => self.process.on_message(&mut ctx, from, msg),
                         Input::Timer(id) => {
@@ -547,11 +527,7 @@ impl<P: Process + Send + 'static> Node<P> {
                 Effect::CancelTimer { id } => self.timers.cancel(id),
                 Effect::Metric { name, value } => self.shared.metrics.add(name, value),
                 Effect::History(event) => {
-                    let rec = HistoryRecord {
-                        index: self.history_index,
-                        time: now_ns(),
-                        event,
-                    };
+                    let rec = HistoryRecord { index: self.history_index, time: now_ns(), event };
                     self.history_index += 1;
                     self.shared.metrics.add(metric::HISTORY_RECORDS, 1);
                     if let (Some(tx), true) = (&self.history, running) {
@@ -702,9 +678,7 @@ async fn dial_loop(shared: Arc<Shared>, to: NodeId, mut rx: mpsc::Receiver<Outgo
         while result.is_ok() {
             written += 1;
             match rx.try_recv() {
-                Ok(next) if next.due <= Instant::now() => {
-                    result = c.writer.write_all(&next.bytes).await
-                }
+                Ok(next) if next.due <= Instant::now() => result = c.writer.write_all(&next.bytes).await,
                 Ok(next) => {
                     pending = Some(next);
                     break;
@@ -779,37 +753,19 @@ async fn serve_conn<M: Message>(
         shared.metrics.add(counter, 1);
         tracing::warn!(node = %me, %peer, "closing inbound connection: {why}");
     };
-    let from = match timeout(
-        shared.hello_timeout,
-        frame::read_frame(&mut r, shared.max_frame),
-    )
-    .await
-    {
-        Err(_) => {
-            return reject(
-                metric::IN_BAD_HELLO,
-                format!("no Hello within {:?}", shared.hello_timeout),
-            )
-        }
+    let from = match timeout(shared.hello_timeout, frame::read_frame(&mut r, shared.max_frame)).await {
+        Err(_) => return reject(metric::IN_BAD_HELLO, format!("no Hello within {:?}", shared.hello_timeout)),
         Ok(Ok(None)) => return,
         Ok(Err(e)) => return reject(metric::IN_BAD_FRAME, e.to_string()),
         Ok(Ok(Some((FrameKind::Msg, _)))) => {
-            return reject(
-                metric::IN_BAD_HELLO,
-                "the first frame is a message, not a Hello".into(),
-            )
+            return reject(metric::IN_BAD_HELLO, "the first frame is a message, not a Hello".into())
         }
-        Ok(Ok(Some((FrameKind::Hello, payload)))) => match frame::decode_payload::<Hello>(&payload)
-        {
+        Ok(Ok(Some((FrameKind::Hello, payload)))) => match frame::decode_payload::<Hello>(&payload) {
             Err(e) => return reject(metric::IN_BAD_HELLO, format!("Hello does not decode: {e}")),
             Ok(h) if h.cluster != shared.cfg.name() => {
                 return reject(
                     metric::IN_BAD_HELLO,
-                    format!(
-                        "Hello from cluster `{}`, this is `{}`",
-                        h.cluster,
-                        shared.cfg.name()
-                    ),
+                    format!("Hello from cluster `{}`, this is `{}`", h.cluster, shared.cfg.name()),
                 )
             }
             Ok(h) if !shared.cfg.contains(h.node) || h.node == me => {
@@ -830,10 +786,7 @@ async fn serve_conn<M: Message>(
             }
             Err(e) => return reject(metric::IN_BAD_FRAME, format!("from {from}: {e}")),
             Ok(Some((FrameKind::Hello, _))) => {
-                return reject(
-                    metric::IN_BAD_MESSAGE,
-                    format!("from {from}: a second Hello"),
-                )
+                return reject(metric::IN_BAD_MESSAGE, format!("from {from}: a second Hello"))
             }
             Ok(Some((FrameKind::Msg, payload))) => match frame::decode_payload::<M>(&payload) {
                 Ok(msg) => {
@@ -842,9 +795,7 @@ async fn serve_conn<M: Message>(
                         return; // the node is stopping
                     }
                 }
-                Err(e) => {
-                    return reject(metric::IN_BAD_MESSAGE, format!("from {from}: message {e}"))
-                }
+                Err(e) => return reject(metric::IN_BAD_MESSAGE, format!("from {from}: message {e}")),
             },
         }
     }

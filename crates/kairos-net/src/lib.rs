@@ -89,6 +89,4 @@ mod host;
 
 pub use config::{ClusterConfig, ConfigError, NodeSpec};
 pub use frame::{FrameError, FrameKind, Hello};
-pub use host::{
-    metric, run_until_ctrl_c, spawn_node, HistorySink, NetError, NodeHandle, NodeOptions,
-};
+pub use host::{metric, run_until_ctrl_c, spawn_node, HistorySink, NetError, NodeHandle, NodeOptions};

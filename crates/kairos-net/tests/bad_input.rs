@@ -1,5 +1,8 @@
 //! Hostile or broken input closes only the offending connection; the node keeps serving.
 
+// A test of the real-network host: it measures real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::{local_cluster, opts, recv_n, STEP};
@@ -31,12 +34,7 @@ impl Process for Recorder {
         }
     }
     fn on_message(&mut self, ctx: &mut Ctx<'_, Msg>, from: NodeId, Msg::Ping(i): Msg) {
-        let ev = HistoryEvent::new(
-            OpType::Ok,
-            u64::from(from.0),
-            "ping",
-            vec![MicroOp::Write { key: i, value: 0 }],
-        );
+        let ev = HistoryEvent::new(OpType::Ok, u64::from(from.0), "ping", vec![MicroOp::Write { key: i, value: 0 }]);
         ctx.record(ev);
     }
     fn on_timer(&mut self, _: &mut Ctx<'_, Msg>, _: TimerId) {}
@@ -45,15 +43,7 @@ impl Process for Recorder {
 const MAX: u32 = DEFAULT_MAX_FRAME_BYTES;
 
 fn hello(node: u32, cluster: &str) -> Vec<u8> {
-    frame::encode(
-        FrameKind::Hello,
-        &Hello {
-            node: NodeId(node),
-            cluster: cluster.into(),
-        },
-        MAX,
-    )
-    .unwrap()
+    frame::encode(FrameKind::Hello, &Hello { node: NodeId(node), cluster: cluster.into() }, MAX).unwrap()
 }
 
 fn ping(i: u64) -> Vec<u8> {
@@ -83,11 +73,7 @@ fn key(r: &HistoryRecord) -> (u64, u64) {
 async fn wait_for(node: &kairos_net::NodeHandle, name: &str, at_least: u64) {
     let deadline = tokio::time::Instant::now() + STEP;
     while node.metric(name) < at_least {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name} < {at_least}: {:?}",
-            node.metrics()
-        );
+        assert!(tokio::time::Instant::now() < deadline, "{name} < {at_least}: {:?}", node.metrics());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -98,9 +84,7 @@ async fn bad_frames_close_only_their_connection() {
     let _l2 = listeners.pop().unwrap(); // node 2 is impersonated by a raw socket below
     let l1 = listeners.pop().unwrap();
     let l0 = listeners.pop().unwrap();
-    let mut node0 = spawn_node(cfg.clone(), NodeId(0), Recorder, opts(l0))
-        .await
-        .unwrap();
+    let mut node0 = spawn_node(cfg.clone(), NodeId(0), Recorder, opts(l0)).await.unwrap();
     let addr = node0.local_addr();
     let mut history: mpsc::Receiver<HistoryRecord> = node0.take_history().unwrap();
 
@@ -121,75 +105,24 @@ async fn bad_frames_close_only_their_connection() {
     bad_version[2] = 2;
     let mut bad_kind = valid.clone();
     bad_kind[3] = 77;
-    let undecodable =
-        frame::encode_raw(FrameKind::Msg, &[0xff, 0xff, 0xff, 0xff, 0x0f], MAX).unwrap();
+    let undecodable = frame::encode_raw(FrameKind::Msg, &[0xff, 0xff, 0xff, 0xff, 0x0f], MAX).unwrap();
     let trailing = frame::encode_raw(FrameKind::Msg, &[0, 1, 2], MAX).unwrap();
     let cases: Vec<(&str, Vec<u8>, bool, &str)> = vec![
-        (
-            "garbage",
-            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
-            false,
-            metric::IN_BAD_FRAME,
-        ),
+        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), false, metric::IN_BAD_FRAME),
         ("truncated frame", truncated, true, metric::IN_BAD_FRAME),
-        (
-            "truncated header",
-            valid[..5].to_vec(),
-            true,
-            metric::IN_BAD_FRAME,
-        ),
-        (
-            "oversized length header",
-            oversized,
-            false,
-            metric::IN_BAD_FRAME,
-        ),
+        ("truncated header", valid[..5].to_vec(), true, metric::IN_BAD_FRAME),
+        ("oversized length header", oversized, false, metric::IN_BAD_FRAME),
         ("wrong checksum", bad_sum, false, metric::IN_BAD_FRAME),
         ("wrong version", bad_version, false, metric::IN_BAD_FRAME),
         ("unknown kind", bad_kind, false, metric::IN_BAD_FRAME),
-        (
-            "garbage after a good Hello",
-            [valid.clone(), vec![0xAB; 40]].concat(),
-            false,
-            metric::IN_BAD_FRAME,
-        ),
-        (
-            "Hello with an unknown id",
-            hello(99, "hostile"),
-            false,
-            metric::IN_BAD_HELLO,
-        ),
-        (
-            "Hello claiming the node itself",
-            hello(0, "hostile"),
-            false,
-            metric::IN_BAD_HELLO,
-        ),
-        (
-            "Hello of another cluster",
-            hello(2, "other"),
-            false,
-            metric::IN_BAD_HELLO,
-        ),
+        ("garbage after a good Hello", [valid.clone(), vec![0xAB; 40]].concat(), false, metric::IN_BAD_FRAME),
+        ("Hello with an unknown id", hello(99, "hostile"), false, metric::IN_BAD_HELLO),
+        ("Hello claiming the node itself", hello(0, "hostile"), false, metric::IN_BAD_HELLO),
+        ("Hello of another cluster", hello(2, "other"), false, metric::IN_BAD_HELLO),
         ("message before Hello", ping(1), false, metric::IN_BAD_HELLO),
-        (
-            "undecodable message",
-            [valid.clone(), undecodable].concat(),
-            false,
-            metric::IN_BAD_MESSAGE,
-        ),
-        (
-            "message with trailing bytes",
-            [valid.clone(), trailing].concat(),
-            false,
-            metric::IN_BAD_MESSAGE,
-        ),
-        (
-            "second Hello",
-            [valid.clone(), valid.clone()].concat(),
-            false,
-            metric::IN_BAD_MESSAGE,
-        ),
+        ("undecodable message", [valid.clone(), undecodable].concat(), false, metric::IN_BAD_MESSAGE),
+        ("message with trailing bytes", [valid.clone(), trailing].concat(), false, metric::IN_BAD_MESSAGE),
+        ("second Hello", [valid.clone(), valid.clone()].concat(), false, metric::IN_BAD_MESSAGE),
     ];
     for (what, bytes, eof, counter) in cases {
         let before = node0.metric(counter);
@@ -204,9 +137,7 @@ async fn bad_frames_close_only_their_connection() {
     good.write_all(&ping(101)).await.unwrap();
     assert_eq!(key(&recv_n(&mut history, 1).await[0]), (2, 101));
     // ...and a new, real peer gets served.
-    let node1 = spawn_node(cfg.clone(), NodeId(1), Recorder, opts(l1))
-        .await
-        .unwrap();
+    let node1 = spawn_node(cfg.clone(), NodeId(1), Recorder, opts(l1)).await.unwrap();
     assert_eq!(key(&recv_n(&mut history, 1).await[0]), (1, 7));
     node1.shutdown().await.unwrap();
     node0.shutdown().await.unwrap();
@@ -217,14 +148,8 @@ async fn connections_beyond_the_limit_are_closed_and_silent_ones_time_out() {
     let (cfg, mut listeners) = local_cluster("limits", 2);
     let l1 = listeners.pop().unwrap();
     let l0 = listeners.pop().unwrap();
-    let options = NodeOptions {
-        max_connections: 2,
-        hello_timeout: Duration::from_millis(1500),
-        ..opts(l0)
-    };
-    let mut node0 = spawn_node(cfg.clone(), NodeId(0), Recorder, options)
-        .await
-        .unwrap();
+    let options = NodeOptions { max_connections: 2, hello_timeout: Duration::from_millis(1500), ..opts(l0) };
+    let mut node0 = spawn_node(cfg.clone(), NodeId(0), Recorder, options).await.unwrap();
     let addr = node0.local_addr();
     let mut history = node0.take_history().unwrap();
     // Two silent connections take both slots; a third is closed at once.
@@ -238,15 +163,11 @@ async fn connections_beyond_the_limit_are_closed_and_silent_ones_time_out() {
     // The silent ones send no Hello and are closed after hello_timeout, freeing the slots.
     for mut s in silent {
         let mut buf = [0u8; 1];
-        let r = timeout(STEP, s.read(&mut buf))
-            .await
-            .expect("closed after hello_timeout");
+        let r = timeout(STEP, s.read(&mut buf)).await.expect("closed after hello_timeout");
         assert!(matches!(r, Ok(0) | Err(_)));
     }
     wait_for(&node0, metric::IN_BAD_HELLO, 2).await;
-    let node1 = spawn_node(cfg, NodeId(1), Recorder, opts(l1))
-        .await
-        .unwrap();
+    let node1 = spawn_node(cfg, NodeId(1), Recorder, opts(l1)).await.unwrap();
     assert_eq!(key(&recv_n(&mut history, 1).await[0]), (1, 7));
     node1.shutdown().await.unwrap();
     node0.shutdown().await.unwrap();

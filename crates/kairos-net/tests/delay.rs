@@ -3,9 +3,7 @@
 mod common;
 
 use common::{cluster, opts, recv_n};
-use kairos_core::{
-    Ctx, HistoryEvent, LatencyMatrix, LocalTime, MicroOp, NodeId, OpType, Process, TimerId,
-};
+use kairos_core::{Ctx, HistoryEvent, LatencyMatrix, LocalTime, MicroOp, NodeId, OpType, Process, TimerId};
 use kairos_net::{spawn_node, ClusterConfig};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -61,17 +59,11 @@ impl Process for Prober {
 }
 
 fn two_regions_40ms_apart() -> (Arc<ClusterConfig>, Vec<std::net::TcpListener>) {
-    let matrix = LatencyMatrix::from_rtt_ms(
-        vec!["east".into(), "west".into()],
-        vec![vec![0.2, 80.0], vec![80.0, 0.2]],
-    )
-    .unwrap();
+    let matrix =
+        LatencyMatrix::from_rtt_ms(vec!["east".into(), "west".into()], vec![vec![0.2, 80.0], vec![80.0, 0.2]]).unwrap();
     let (cfg, listeners) = cluster("geo", matrix, &["east", "west"]);
     let cfg = Arc::new(Arc::unwrap_or_clone(cfg).with_inject_delay(true));
-    assert_eq!(
-        cfg.injected_delay(NodeId(0), NodeId(1)),
-        Duration::from_millis(40)
-    );
+    assert_eq!(cfg.injected_delay(NodeId(0), NodeId(1)), Duration::from_millis(40));
     (cfg, listeners)
 }
 
@@ -80,37 +72,17 @@ async fn round_trips_take_at_least_twice_the_one_way_delay_and_links_stay_fifo()
     let (cfg, listeners) = two_regions_40ms_apart();
     let mut nodes = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
-        let node = spawn_node(
-            cfg.clone(),
-            NodeId(i as u32),
-            Prober {
-                sent_at: LocalTime::ZERO,
-            },
-            opts(l),
-        );
+        let node = spawn_node(cfg.clone(), NodeId(i as u32), Prober { sent_at: LocalTime::ZERO }, opts(l));
         nodes.push(node.await.unwrap());
     }
     let mut h0 = nodes[0].take_history().unwrap();
     let mut h1 = nodes[1].take_history().unwrap();
-    let burst: Vec<u64> = recv_n(&mut h1, BURST as usize)
-        .await
-        .iter()
-        .map(|r| r.event.value[0].key())
-        .collect();
-    assert_eq!(
-        burst,
-        (0..BURST).collect::<Vec<_>>(),
-        "one link delivers in order"
-    );
+    let burst: Vec<u64> = recv_n(&mut h1, BURST as usize).await.iter().map(|r| r.event.value[0].key()).collect();
+    assert_eq!(burst, (0..BURST).collect::<Vec<_>>(), "one link delivers in order");
     for r in recv_n(&mut h0, ROUND_TRIPS as usize).await {
-        let MicroOp::Write { key, value: rtt_ns } = r.event.value[0] else {
-            unreachable!()
-        };
+        let MicroOp::Write { key, value: rtt_ns } = r.event.value[0] else { unreachable!() };
         // 2 × 40 ms of injected delay; 1 ms of slack only for the system clock's slewing.
-        assert!(
-            rtt_ns >= 79_000_000,
-            "round trip {key} took {rtt_ns} ns, less than 2 × 40 ms"
-        );
+        assert!(rtt_ns >= 79_000_000, "round trip {key} took {rtt_ns} ns, less than 2 × 40 ms");
     }
     for n in nodes {
         n.shutdown().await.unwrap();

@@ -4,9 +4,7 @@ mod common;
 
 use common::{local_cluster, opts, STEP};
 use kairos_core::{Ctx, LatencyMatrix, NodeId, Process, TimerId};
-use kairos_net::{
-    run_until_ctrl_c, spawn_node, ClusterConfig, HistorySink, NetError, NodeOptions, NodeSpec,
-};
+use kairos_net::{run_until_ctrl_c, spawn_node, ClusterConfig, HistorySink, NetError, NodeOptions, NodeSpec};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::timeout;
@@ -29,17 +27,7 @@ impl Process for Idle {
 #[tokio::test]
 async fn unknown_node_id_is_an_error() {
     let (cfg, _listeners) = local_cluster("ids", 1);
-    let e = spawn_node(
-        cfg,
-        NodeId(5),
-        Idle {
-            panic_on_start: false,
-        },
-        NodeOptions::default(),
-    )
-    .await
-    .err()
-    .unwrap();
+    let e = spawn_node(cfg, NodeId(5), Idle { panic_on_start: false }, NodeOptions::default()).await.err().unwrap();
     assert!(matches!(e, NetError::UnknownNode { .. }), "{e}");
     assert!(e.to_string().contains("nodes 0..1"), "{e}");
 }
@@ -48,72 +36,30 @@ async fn unknown_node_id_is_an_error() {
 async fn a_busy_address_is_a_bind_error_naming_it() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap();
-    let spec = NodeSpec {
-        id: NodeId(0),
-        addr,
-        region: "local".into(),
-        role: "replica".into(),
-    };
-    let cfg = ClusterConfig::new(
-        "busy",
-        LatencyMatrix::single("local", Duration::ZERO),
-        vec![spec],
-    )
-    .unwrap();
-    let e = spawn_node(
-        Arc::new(cfg),
-        NodeId(0),
-        Idle {
-            panic_on_start: false,
-        },
-        NodeOptions::default(),
-    )
-    .await
-    .err()
-    .unwrap();
-    assert!(
-        matches!(e, NetError::Bind { .. }) && e.to_string().contains(&addr.to_string()),
-        "{e}"
-    );
+    let spec = NodeSpec { id: NodeId(0), addr, region: "local".into(), role: "replica".into() };
+    let cfg = ClusterConfig::new("busy", LatencyMatrix::single("local", Duration::ZERO), vec![spec]).unwrap();
+    let e = spawn_node(Arc::new(cfg), NodeId(0), Idle { panic_on_start: false }, NodeOptions::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(e, NetError::Bind { .. }) && e.to_string().contains(&addr.to_string()), "{e}");
 }
 
 #[tokio::test]
 async fn a_role_that_panics_is_reported_not_hidden() {
     let (cfg, mut listeners) = local_cluster("dies", 1);
-    let options = NodeOptions {
-        history: HistorySink::Discard,
-        ..opts(listeners.pop().unwrap())
-    };
-    let r = timeout(
-        STEP,
-        run_until_ctrl_c(
-            cfg,
-            NodeId(0),
-            Idle {
-                panic_on_start: true,
-            },
-            options,
-            |_| {},
-        ),
-    )
-    .await
-    .expect("returns when the role dies");
+    let options = NodeOptions { history: HistorySink::Discard, ..opts(listeners.pop().unwrap()) };
+    let r = timeout(STEP, run_until_ctrl_c(cfg, NodeId(0), Idle { panic_on_start: true }, options, |_| {}))
+        .await
+        .expect("returns when the role dies");
     assert!(matches!(r, Err(NetError::ProcessDied { .. })), "{r:?}");
 }
 
 #[tokio::test]
 async fn shutdown_of_an_idle_node_is_clean() {
     let (cfg, mut listeners) = local_cluster("idle", 1);
-    let mut node = spawn_node(
-        cfg,
-        NodeId(0),
-        Idle {
-            panic_on_start: false,
-        },
-        opts(listeners.pop().unwrap()),
-    )
-    .await
-    .unwrap();
+    let mut node =
+        spawn_node(cfg, NodeId(0), Idle { panic_on_start: false }, opts(listeners.pop().unwrap())).await.unwrap();
     assert!(node.take_history().is_some());
     assert!(node.take_history().is_none());
     let metrics = timeout(STEP, node.shutdown()).await.unwrap().unwrap();

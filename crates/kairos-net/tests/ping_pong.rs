@@ -1,5 +1,8 @@
 //! Nodes exchange messages over real TCP on 127.0.0.1; history and metrics flow out.
 
+// A test of the real-network host: it measures real time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use common::{local_cluster, opts, recv_n, STEP};
@@ -25,15 +28,7 @@ struct PingPong {
 }
 
 fn event(process: u64, key: u64, f: &str) -> HistoryEvent {
-    HistoryEvent::new(
-        OpType::Ok,
-        process,
-        f,
-        vec![MicroOp::Write {
-            key,
-            value: process,
-        }],
-    )
+    HistoryEvent::new(OpType::Ok, process, f, vec![MicroOp::Write { key, value: process }])
 }
 
 impl Process for PingPong {
@@ -71,27 +66,15 @@ async fn three_nodes_play_ping_pong_and_record_history() {
     let mut nodes = Vec::new();
     // The listeners are bound before any node starts, so early connects wait in the backlog.
     for (i, l) in listeners.into_iter().enumerate() {
-        let p = PingPong {
-            peers: peers.clone(),
-        };
-        nodes.push(
-            spawn_node(cfg.clone(), NodeId(i as u32), p, opts(l))
-                .await
-                .expect("node starts"),
-        );
+        let p = PingPong { peers: peers.clone() };
+        nodes.push(spawn_node(cfg.clone(), NodeId(i as u32), p, opts(l)).await.expect("node starts"));
     }
-    let before_ns = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
+    let before_ns = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
     let mut history = nodes[0].take_history().expect("history channel");
     let recs = recv_n(&mut history, 2 * ROUNDS as usize + 1).await;
     for (i, r) in recs.iter().enumerate() {
         assert_eq!(r.index, i as u64, "indexes are dense per node");
-        assert!(
-            r.time + 60_000_000_000 > before_ns,
-            "time is ns since the Unix epoch: {r:?}"
-        );
+        assert!(r.time + 60_000_000_000 > before_ns, "time is ns since the Unix epoch: {r:?}");
     }
     assert!(recs.windows(2).all(|w| w[0].time <= w[1].time));
     assert_eq!(recs.iter().filter(|r| r.event.f == "note").count(), 1);
@@ -101,11 +84,7 @@ async fn three_nodes_play_ping_pong_and_record_history() {
             .filter(|r| r.event.f == "pong" && r.event.process == peer)
             .map(|r| r.event.value[0].key())
             .collect();
-        assert_eq!(
-            keys,
-            (1..=ROUNDS).collect::<Vec<_>>(),
-            "rounds with node {peer} in order"
-        );
+        assert_eq!(keys, (1..=ROUNDS).collect::<Vec<_>>(), "rounds with node {peer} in order");
     }
     assert_eq!(nodes[0].metric("test.pongs"), 2 * ROUNDS);
     assert_eq!(nodes[0].metric(metric::SELF_MESSAGES), 1);
@@ -113,10 +92,7 @@ async fn three_nodes_play_ping_pong_and_record_history() {
     assert_eq!(nodes[1].metric(metric::IN_MESSAGES), ROUNDS);
     assert_eq!(nodes[2].metric(metric::IN_BAD_FRAME), 0);
     for n in nodes {
-        let m = timeout(STEP, n.shutdown())
-            .await
-            .expect("shutdown in time")
-            .expect("clean shutdown");
+        let m = timeout(STEP, n.shutdown()).await.expect("shutdown in time").expect("clean shutdown");
         assert!(m.contains_key(metric::OUT_MESSAGES), "{m:?}");
     }
 }
@@ -150,28 +126,15 @@ async fn unreachable_peer_full_queue_and_unknown_peer_are_counted_and_shutdown_i
         shutdown_grace: Duration::from_millis(100),
         ..opts(l0)
     };
-    let node = spawn_node(cfg, NodeId(0), Flood { count: 100 }, options)
-        .await
-        .unwrap();
+    let node = spawn_node(cfg, NodeId(0), Flood { count: 100 }, options).await.unwrap();
     let deadline = tokio::time::Instant::now() + STEP;
     while node.metric(metric::OUT_CONNECT_FAILED) < 3 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no connection attempts: {:?}",
-            node.metrics()
-        );
+        assert!(tokio::time::Instant::now() < deadline, "no connection attempts: {:?}", node.metrics());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // At most the queue (4) plus the one message in the dialer's hands are kept.
-    assert!(
-        node.metric(metric::OUT_QUEUE_FULL) >= 95,
-        "{:?}",
-        node.metrics()
-    );
+    assert!(node.metric(metric::OUT_QUEUE_FULL) >= 95, "{:?}", node.metrics());
     assert_eq!(node.metric(metric::OUT_UNKNOWN_PEER), 1);
     assert_eq!(node.metric(metric::OUT_MESSAGES), 0);
-    timeout(STEP, node.shutdown())
-        .await
-        .expect("shutdown does not wait for an unreachable peer")
-        .unwrap();
+    timeout(STEP, node.shutdown()).await.expect("shutdown does not wait for an unreachable peer").unwrap();
 }

@@ -22,10 +22,7 @@ struct Timed {
 }
 
 fn event(f: &str, timer: TimerId, value: u64) -> HistoryEvent {
-    let op = MicroOp::Write {
-        key: timer.0,
-        value,
-    };
+    let op = MicroOp::Write { key: timer.0, value };
     HistoryEvent::new(OpType::Ok, timer.0, f, vec![op])
 }
 
@@ -72,35 +69,22 @@ fn value(r: &HistoryRecord) -> u64 {
 #[tokio::test]
 async fn timers_fire_rearm_and_cancel() {
     let (cfg, mut listeners) = local_cluster("timers", 1);
-    let role = Timed {
-        start: LocalTime::ZERO,
-        ticks: 0,
-    };
+    let role = Timed { start: LocalTime::ZERO, ticks: 0 };
     let l = listeners.pop().unwrap();
     let mut node = spawn_node(cfg, NodeId(0), role, opts(l)).await.unwrap();
     let mut history = node.take_history().unwrap();
     let all = recv_n(&mut history, 4).await;
     // The self-re-arming tick chain ran exactly TICKS times (when it ends relative to the
     // other timers depends on scheduling, so it is checked apart).
-    let ticks: Vec<u64> = all
-        .iter()
-        .filter(|r| r.event.f == "ticks")
-        .map(value)
-        .collect();
+    let ticks: Vec<u64> = all.iter().filter(|r| r.event.f == "ticks").map(value).collect();
     assert_eq!(ticks, vec![TICKS], "{all:?}");
     let recs: Vec<_> = all.into_iter().filter(|r| r.event.f == "timer").collect();
     let order: Vec<u64> = recs.iter().map(|r| r.event.process).collect();
     let expected = vec![T_A.0, T_REARMED.0, T_DONE.0];
-    assert_eq!(
-        order, expected,
-        "deadline order, cancelled ones absent: {recs:?}"
-    );
+    assert_eq!(order, expected, "deadline order, cancelled ones absent: {recs:?}");
     // Lower bounds only: a timer never fires early (1 ms of slack for the system clock).
     assert!(value(&recs[0]) >= 49, "{recs:?}");
-    assert!(
-        value(&recs[1]) >= 99,
-        "re-arming replaced the 20 ms deadline: {recs:?}"
-    );
+    assert!(value(&recs[1]) >= 99, "re-arming replaced the 20 ms deadline: {recs:?}");
     assert!(value(&recs[2]) >= 199, "{recs:?}");
     // Nothing else is armed: no further record appears.
     tokio::time::sleep(Duration::from_millis(60)).await;

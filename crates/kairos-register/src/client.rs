@@ -192,7 +192,9 @@ impl Process for Client {
                 if f.acks.len() >= quorum {
                     f.stored = match f.kind {
                         Kind::Read => f.best,
-                        Kind::Write(value) => Versioned { tag: Tag { ts: f.best.tag.ts + 1, writer: me }, value: Some(value) },
+                        Kind::Write(value) => {
+                            Versioned { tag: Tag { ts: f.best.tag.ts + 1, writer: me }, value: Some(value) }
+                        }
                     };
                     f.phase = Phase::Store;
                     f.acks.clear();

@@ -45,13 +45,29 @@ pub struct Versioned {
 /// Every message of the protocol. `op` and `phase` let a client ignore stale replies.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RegisterMsg {
-    Query { op: u64, key: u64 },
-    QueryAck { op: u64, key: u64, state: Versioned },
-    Store { op: u64, key: u64, state: Versioned },
-    StoreAck { op: u64, key: u64 },
+    Query {
+        op: u64,
+        key: u64,
+    },
+    QueryAck {
+        op: u64,
+        key: u64,
+        state: Versioned,
+    },
+    Store {
+        op: u64,
+        key: u64,
+        state: Versioned,
+    },
+    StoreAck {
+        op: u64,
+        key: u64,
+    },
     /// A recovering replica asks a peer for its whole state.
     RecoverRequest,
-    RecoverReply { entries: Vec<(u64, Versioned)> },
+    RecoverReply {
+        entries: Vec<(u64, Versioned)>,
+    },
 }
 
 /// Majority of `n` replicas.

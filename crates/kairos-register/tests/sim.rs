@@ -51,7 +51,8 @@ fn fault_free_runs_are_linearizable_and_take_two_round_trips_per_operation() {
 fn runs_under_random_faults_stay_linearizable_and_make_progress_after_healing() {
     for seed in 1..=6u64 {
         let (mut sim, replicas) = world(seed, 1_000_000);
-        let plan = fault::random_plan(seed, &replicas, SimTime::from_secs(1), SimTime::from_secs(20), &FaultRates::default());
+        let plan =
+            fault::random_plan(seed, &replicas, SimTime::from_secs(1), SimTime::from_secs(20), &FaultRates::default());
         sim.schedule_all(plan.clone());
         sim.run_until(SimTime::from_secs(20));
         let ok_before = sim.metric("register.ops_ok");
@@ -99,8 +100,12 @@ fn amnesia_scenario(recover: bool) -> kairos_check::CheckReport {
     (w.keys, w.write_ratio, w.max_ops) = (1, 1.0, Some(5));
     let mut r = ClientConfig::new(replicas.clone(), 1);
     (r.keys, r.write_ratio, r.max_ops, r.start_delay) = (1, 0.0, Some(3), Duration::from_secs(5));
-    sim.add_node(matrix.region("sc").unwrap(), kairos_clock::SimClock::perfect(), move |_| Box::new(Client::new(w.clone())));
-    sim.add_node(matrix.region("sc").unwrap(), kairos_clock::SimClock::perfect(), move |_| Box::new(Client::new(r.clone())));
+    sim.add_node(matrix.region("sc").unwrap(), kairos_clock::SimClock::perfect(), move |_| {
+        Box::new(Client::new(w.clone()))
+    });
+    sim.add_node(matrix.region("sc").unwrap(), kairos_clock::SimClock::perfect(), move |_| {
+        Box::new(Client::new(r.clone()))
+    });
     sim.schedule(SimTime::ZERO, kairos_sim::Fault::CutLink { from: writer, to: NodeId(2) });
     sim.schedule(SimTime::ZERO, kairos_sim::Fault::CutLink { from: reader, to: NodeId(0) });
     sim.schedule(SimTime::from_secs(4), kairos_sim::Fault::Crash(NodeId(1)));

@@ -26,7 +26,8 @@ async fn register_over_tcp_with_injected_wan_delay_is_linearizable() {
             role: if i < 3 { "register-replica".into() } else { "register-client".into() },
         })
         .collect();
-    let cfg = Arc::new(ClusterConfig::new("register-test", LatencyMatrix::gcp(), specs).unwrap().with_inject_delay(true));
+    let cfg =
+        Arc::new(ClusterConfig::new("register-test", LatencyMatrix::gcp(), specs).unwrap().with_inject_delay(true));
     let replicas = cfg.nodes_with_role("register-replica");
     let mut nodes = Vec::new();
     let mut histories = Vec::new();

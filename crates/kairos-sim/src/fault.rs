@@ -34,10 +34,8 @@ impl fmt::Display for Fault {
             Fault::Crash(n) => write!(f, "crash {n}"),
             Fault::Restart(n) => write!(f, "restart {n}"),
             Fault::Partition(groups) => {
-                let g: Vec<String> = groups
-                    .iter()
-                    .map(|g| g.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","))
-                    .collect();
+                let g: Vec<String> =
+                    groups.iter().map(|g| g.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")).collect();
                 write!(f, "partition {{{}}}", g.join("} {"))
             }
             Fault::CutLink { from, to } => write!(f, "cut {from}->{to}"),
@@ -85,14 +83,21 @@ impl Default for FaultRates {
 /// Draws a fault script for `targets` over `[start, end)` from `seed`. Every episode is
 /// repaired before `end`, so liveness can be checked after it. Swarm testing: the seed also
 /// decides which kinds of fault this run uses at all.
-pub fn random_plan(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, rates: &FaultRates) -> Vec<ScheduledFault> {
+pub fn random_plan(
+    seed: u64,
+    targets: &[NodeId],
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+) -> Vec<ScheduledFault> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6661_756c_7473);
     let mut plan = Vec::new();
     if targets.is_empty() || end <= start {
         return plan;
     }
     // Swarm testing: each kind is on with probability 1/2, and at least one is on.
-    let mut kinds = [rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5)];
+    let mut kinds =
+        [rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5)];
     if !kinds.iter().any(|k| *k) {
         kinds[rng.random_range(0..kinds.len())] = true;
     }
@@ -127,7 +132,11 @@ pub fn random_plan(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, 
                 let mut a = Vec::new();
                 let mut b = Vec::new();
                 for &n in targets {
-                    if rng.random_bool(0.5) { a.push(n) } else { b.push(n) }
+                    if rng.random_bool(0.5) {
+                        a.push(n)
+                    } else {
+                        b.push(n)
+                    }
                 }
                 plan.push(ScheduledFault { at, fault: Fault::Partition(vec![a, b]) });
                 plan.push(ScheduledFault { at: repair, fault: Fault::HealAll });
@@ -146,7 +155,10 @@ pub fn random_plan(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, 
             3 if step_on => {
                 let max = kairos_core::duration_nanos(rates.clock_step_max).max(1) as i64;
                 let node = targets[rng.random_range(0..targets.len())];
-                plan.push(ScheduledFault { at, fault: Fault::ClockStep { node, delta_ns: rng.random_range(-max..=max) } });
+                plan.push(ScheduledFault {
+                    at,
+                    fault: Fault::ClockStep { node, delta_ns: rng.random_range(-max..=max) },
+                });
             }
             4 if loss_on => {
                 plan.push(ScheduledFault { at, fault: Fault::SetLoss(rates.loss) });

@@ -7,7 +7,9 @@ use crate::queue::EventQueue;
 use crate::trace::{TraceEntry, TraceKind, Tracer};
 use kairos_clock::SimClock;
 use kairos_core::history::HistoryRecord;
-use kairos_core::{duration_nanos, Ctx, Effect, LatencyMatrix, LocalTime, Message, NodeId, Process, RegionId, Rng, SimTime, TimerId};
+use kairos_core::{
+    duration_nanos, Ctx, Effect, LatencyMatrix, LocalTime, Message, NodeId, Process, RegionId, Rng, SimTime, TimerId,
+};
 use rand::{Rng as _, SeedableRng};
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -122,7 +124,12 @@ impl<M: Message> Sim<M> {
 
     /// Adds a node in `region` with the given clock; `factory` makes its role (again after a
     /// crash). The node starts at the current time.
-    pub fn add_node(&mut self, region: RegionId, clock: SimClock, mut factory: impl FnMut(NodeId) -> Box<dyn Role<M>> + 'static) -> NodeId {
+    pub fn add_node(
+        &mut self,
+        region: RegionId,
+        clock: SimClock,
+        mut factory: impl FnMut(NodeId) -> Box<dyn Role<M>> + 'static,
+    ) -> NodeId {
         assert!(region.index() < self.matrix.len(), "region {region:?} is not in the latency matrix");
         let id = NodeId(u32::try_from(self.nodes.len()).expect("fewer than 2^32 nodes"));
         let role = factory(id);
@@ -284,11 +291,17 @@ impl<M: Message> Sim<M> {
             Work::Message { from, .. } => TraceKind::Message { from: *from },
             Work::Timer(id) => TraceKind::Timer(*id),
         };
-        self.tracer.record(TraceEntry { time: now, node, kind }, match &work {
-            Work::Message { msg, .. } => Some(msg),
-            _ => None,
-        });
+        self.tracer.record(
+            TraceEntry { time: now, node, kind },
+            match &work {
+                Work::Message { msg, .. } => Some(msg),
+                _ => None,
+            },
+        );
         let measure = matches!(self.config.cpu, CpuModel::Measured { .. });
+        // The measured-CPU model charges a handler its real CPU time: the one place the
+        // simulator reads the real clock, and why that mode is not bit-for-bit reproducible.
+        #[allow(clippy::disallowed_methods)]
         let started = if measure { Some(std::time::Instant::now()) } else { None };
         {
             let mut ctx = Ctx::new(node, local, &mut n.rng, &mut effects);

@@ -88,7 +88,9 @@ fn a_message_between_regions_arrives_after_the_matrix_delay_within_jitter() {
     config.keep_trace_log = true;
     let m = LatencyMatrix::gcp();
     let mut sim = Sim::new(config, m.clone());
-    sim.add_node(m.region("sc").unwrap(), SimClock::perfect(), |_| Box::new(Chatter::new(vec![NodeId(1)], Duration::from_millis(1000))));
+    sim.add_node(m.region("sc").unwrap(), SimClock::perfect(), |_| {
+        Box::new(Chatter::new(vec![NodeId(1)], Duration::from_millis(1000)))
+    });
     sim.add_node(m.region("hk").unwrap(), SimClock::perfect(), |_| Box::new(Chatter::new(vec![], Duration::ZERO)));
     sim.run_until(SimTime::from_millis(1200));
     let arrival = sim.trace_log().iter().find(|e| e.node == NodeId(1) && e.kind != TraceKind::Start).unwrap().time;
@@ -236,9 +238,17 @@ fn loaded_server(per_tick: u64) -> Sim<Msg> {
 fn the_cpu_model_queues_work_beyond_a_nodes_capacity() {
     let under = loaded_server(5);
     let over = loaded_server(20);
-    assert!(under.inbox_len_max(NodeId(1)) <= 5, "below capacity the queue stays short: {}", under.inbox_len_max(NodeId(1)));
+    assert!(
+        under.inbox_len_max(NodeId(1)) <= 5,
+        "below capacity the queue stays short: {}",
+        under.inbox_len_max(NodeId(1))
+    );
     // Offered 20/ms, served 10/ms: after ~200 ms about 2,000 messages wait.
-    assert!(over.inbox_len_max(NodeId(1)) >= 1_500, "beyond capacity a queue builds: {}", over.inbox_len_max(NodeId(1)));
+    assert!(
+        over.inbox_len_max(NodeId(1)) >= 1_500,
+        "beyond capacity a queue builds: {}",
+        over.inbox_len_max(NodeId(1))
+    );
     let served = over.role::<Order>(NodeId(1)).unwrap().seen.len();
     assert!((1_900..=2_000).contains(&served), "the server works at its capacity of 10/ms: {served}");
     assert!(over.busy_time(NodeId(1)) >= Duration::from_millis(190));
@@ -264,7 +274,13 @@ fn loss_and_duplication_happen_at_their_configured_rates() {
 fn the_same_seed_gives_the_same_trace_hash_and_another_seed_another() {
     let run = |seed: u64| {
         let mut sim = chatter_world(seed, &["sc", "fi", "br", "hk"], Duration::from_millis(7));
-        sim.schedule_all(kairos_sim::fault::random_plan(seed, &[NodeId(0), NodeId(1), NodeId(2), NodeId(3)], SimTime::ZERO, SimTime::from_secs(5), &Default::default()));
+        sim.schedule_all(kairos_sim::fault::random_plan(
+            seed,
+            &[NodeId(0), NodeId(1), NodeId(2), NodeId(3)],
+            SimTime::ZERO,
+            SimTime::from_secs(5),
+            &Default::default(),
+        ));
         sim.run_until(SimTime::from_secs(5));
         (sim.trace_hash(), sim.stats().events_handled)
     };

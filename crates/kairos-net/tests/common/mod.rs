@@ -13,15 +13,9 @@ use tokio::sync::mpsc;
 pub const STEP: Duration = Duration::from_secs(10);
 
 /// Binds one listener per region name on 127.0.0.1:0 and builds a config with those addresses.
-pub fn cluster(
-    name: &str,
-    matrix: LatencyMatrix,
-    regions: &[&str],
-) -> (Arc<ClusterConfig>, Vec<TcpListener>) {
-    let listeners: Vec<TcpListener> = regions
-        .iter()
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
+pub fn cluster(name: &str, matrix: LatencyMatrix, regions: &[&str]) -> (Arc<ClusterConfig>, Vec<TcpListener>) {
+    let listeners: Vec<TcpListener> =
+        regions.iter().map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")).collect();
     let nodes = listeners
         .iter()
         .zip(regions)
@@ -40,11 +34,7 @@ pub fn cluster(
 /// A single-region cluster of `n` nodes with no injected delay.
 pub fn local_cluster(name: &str, n: usize) -> (Arc<ClusterConfig>, Vec<TcpListener>) {
     let regions = vec!["local"; n];
-    cluster(
-        name,
-        LatencyMatrix::single("local", Duration::from_micros(100)),
-        &regions,
-    )
+    cluster(name, LatencyMatrix::single("local", Duration::from_micros(100)), &regions)
 }
 
 pub fn opts(listener: TcpListener) -> NodeOptions {
@@ -58,10 +48,7 @@ pub async fn recv_n(rx: &mut mpsc::Receiver<HistoryRecord>, n: usize) -> Vec<His
         match tokio::time::timeout(STEP, rx.recv()).await {
             Ok(Some(r)) => out.push(r),
             Ok(None) => panic!("history closed after {} of {n} records: {out:?}", out.len()),
-            Err(_) => panic!(
-                "only {} of {n} history records within {STEP:?}: {out:?}",
-                out.len()
-            ),
+            Err(_) => panic!("only {} of {n} history records within {STEP:?}: {out:?}", out.len()),
         }
     }
     out

@@ -1,0 +1,176 @@
+//! Command-line arguments (clap). Every flag says what it does and its unit.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kairos",
+    version,
+    about = "Kairos: replicated data made fast by trusting clocks, with every run checked.",
+    long_about = "Kairos runs clock-based replication protocols as sans-IO state machines, either in a \
+deterministic simulator of a wide-area deployment (virtual time, skewed clocks, a region-to-region \
+latency matrix, faults) or as real processes over TCP, and checks every run's client-visible history \
+with independent checkers.\n\nStart with `kairos demo`.",
+    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the main job: a short simulated geo-replicated run with its checker's verdict.
+    Demo(DemoArgs),
+    /// Measure: a protocol in the simulated WAN, or the simulator itself.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Hunt bugs: many seeded simulated runs with random faults, each history checked.
+    #[command(subcommand)]
+    Sim(SimCommand),
+    /// Check a history file (Jepsen JSON lines). Exit 0 = valid, 1 = anomaly found, 2 = unreadable.
+    Check(CheckArgs),
+    /// Run one node of a cluster as a real process over TCP.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Seed of every random choice (clocks, network, workload).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the result objects (see the result contract in architecture.md) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// The replicated register (multi-writer ABD) in the simulated four-region deployment.
+    Register(RegisterBenchArgs),
+    /// Events per second of the bare simulator on a ping-pong workload, by pending events.
+    Des(DesBenchArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RegisterArgs {
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Clock preset of every node (synchronization error measured in the Tiga paper).
+    #[arg(long, value_enum, default_value_t = ClockArg::Chrony)]
+    pub clock: ClockArg,
+    /// Closed-loop clients in each of sc, fi, br, hk.
+    #[arg(long, default_value_t = 2)]
+    pub clients_per_region: u32,
+    /// Keys (registers) the clients pick from uniformly.
+    #[arg(long, default_value_t = 8)]
+    pub keys: u64,
+    /// Share of operations that are writes, 0..1.
+    #[arg(long, default_value_t = 0.5)]
+    pub write_ratio: f64,
+    /// Virtual (simulated) seconds to run.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration_s: f64,
+    /// Message loss probability, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct RegisterBenchArgs {
+    #[command(flatten)]
+    pub run: RegisterArgs,
+    /// Write the result contract JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the run's history (JSON lines) to this file.
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DesBenchArgs {
+    /// Pending-event counts to measure at, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000,1000000")]
+    pub pending: Vec<u32>,
+    /// Events to handle per measurement.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub events: u64,
+    /// Write the measurements as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// The replicated register under random faults (crashes, partitions, cut links, clock steps, loss).
+    Register(SimRegisterArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SimRegisterArgs {
+    /// Seeds to run: `N`, `A..B` (B excluded) or `A..=B`.
+    #[arg(long, default_value = "1..21")]
+    pub seeds: String,
+    #[command(flatten)]
+    pub run: RegisterArgs,
+    /// Write the history of every failing seed to DIR/seed-N.jsonl.
+    #[arg(long, default_value = "results/failing")]
+    pub failing_dir: PathBuf,
+    /// Print each run's fault plan.
+    #[arg(long)]
+    pub show_faults: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// History file: JSON lines (or one JSON array) of Jepsen-shaped operations.
+    pub history: PathBuf,
+    /// Consistency model to check.
+    #[arg(long, value_enum)]
+    pub model: ModelArg,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Cluster file (TOML) naming every node, its address, region and role.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// This process's node id in the cluster file.
+    #[arg(long)]
+    pub node: u32,
+    /// Where a client node writes its history (JSON lines).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+    /// Stop after this many seconds (default: run until Ctrl-C, or until a client finishes its operations).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// Operations a client node performs before it stops.
+    #[arg(long, default_value_t = 100)]
+    pub ops: u64,
+    /// Seed of the node's random generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockArg {
+    Perfect,
+    Huygens,
+    Chrony,
+    Ntpd,
+    Bad,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelArg {
+    StrictSerializable,
+    Serializable,
+    Linearizable,
+    Causal,
+}

@@ -1,0 +1,73 @@
+//! One module per subcommand.
+
+mod bench;
+mod check;
+mod demo;
+mod serve;
+mod sim;
+
+use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
+use crate::deploy::RegisterRun;
+use crate::CliError;
+use kairos_clock::ClockPreset;
+use std::time::Duration;
+
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(BenchCommand::Register(a)) => bench::register(a),
+        Command::Bench(BenchCommand::Des(a)) => bench::des(a),
+        Command::Sim(SimCommand::Register(a)) => sim::register(a),
+        Command::Check(a) => check::run(a),
+        Command::Serve(a) => serve::run(a),
+    }
+}
+
+impl From<ClockArg> for ClockPreset {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::Perfect => ClockPreset::Perfect,
+            ClockArg::Huygens => ClockPreset::Huygens,
+            ClockArg::Chrony => ClockPreset::Chrony,
+            ClockArg::Ntpd => ClockPreset::Ntpd,
+            ClockArg::Bad => ClockPreset::Bad,
+        }
+    }
+}
+
+impl RegisterArgs {
+    /// Validates the flags and turns them into a run description.
+    pub fn to_run(&self) -> Result<RegisterRun, CliError> {
+        if !(self.duration_s > 0.0 && self.duration_s <= 86_400.0) {
+            return Err(CliError::Usage(format!(
+                "--duration-s must be between 0 and 86400 virtual seconds, not {}",
+                self.duration_s
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.write_ratio) {
+            return Err(CliError::Usage(format!("--write-ratio is a share between 0 and 1, not {}", self.write_ratio)));
+        }
+        if !(0.0..1.0).contains(&self.loss) {
+            return Err(CliError::Usage(format!("--loss is a probability in [0, 1), not {}", self.loss)));
+        }
+        if self.clients_per_region == 0 || self.clients_per_region > 1_000 {
+            return Err(CliError::Usage(format!(
+                "--clients-per-region must be 1..=1000, not {}",
+                self.clients_per_region
+            )));
+        }
+        if self.keys == 0 {
+            return Err(CliError::Usage("--keys must be at least 1".into()));
+        }
+        Ok(RegisterRun {
+            seed: self.seed,
+            clock: self.clock.into(),
+            clients_per_region: self.clients_per_region,
+            keys: self.keys,
+            write_ratio: self.write_ratio,
+            duration: Duration::from_secs_f64(self.duration_s),
+            loss: self.loss,
+            ..RegisterRun::default()
+        })
+    }
+}

@@ -1,0 +1,116 @@
+//! Simulated deployments the commands run. Today: the replicated register (ABD) in the
+//! four-region GCP world — replicas in sc / fi / br, clients in every region.
+
+use crate::CliError;
+use kairos_clock::ClockPreset;
+use kairos_core::history::HistoryRecord;
+use kairos_core::{LatencyMatrix, NodeId, SimTime};
+use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
+use kairos_sim::{fault, CpuModel, FaultRates, ScheduledFault, Sim, SimConfig, SimStats};
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// One simulated run of the register.
+#[derive(Clone, Debug)]
+pub struct RegisterRun {
+    pub seed: u64,
+    pub clock: ClockPreset,
+    pub replica_regions: Vec<String>,
+    pub client_regions: Vec<String>,
+    pub clients_per_region: u32,
+    pub keys: u64,
+    pub write_ratio: f64,
+    pub duration: Duration,
+    /// Random faults over the first 80 % of the run (the rest lets clients show progress).
+    pub faults: Option<FaultRates>,
+    pub loss: f64,
+    pub cpu: CpuModel,
+}
+
+impl Default for RegisterRun {
+    fn default() -> Self {
+        RegisterRun {
+            seed: 1,
+            clock: ClockPreset::Chrony,
+            replica_regions: ["sc", "fi", "br"].map(String::from).to_vec(),
+            client_regions: ["sc", "fi", "br", "hk"].map(String::from).to_vec(),
+            clients_per_region: 2,
+            keys: 8,
+            write_ratio: 0.5,
+            duration: Duration::from_secs(20),
+            faults: None,
+            loss: 0.0,
+            cpu: CpuModel::Fixed(Duration::from_micros(20)),
+        }
+    }
+}
+
+/// What a run produced.
+pub struct RegisterOutcome {
+    pub history: Vec<HistoryRecord>,
+    pub trace_hash: u64,
+    pub stats: SimStats,
+    pub metrics: BTreeMap<&'static str, u64>,
+    /// Region name of each Jepsen process (client) id.
+    pub process_region: Vec<String>,
+    pub fault_plan: Vec<ScheduledFault>,
+    pub wall: Duration,
+}
+
+impl RegisterRun {
+    /// Runs the deployment; `progress(fraction)` is called as virtual time advances.
+    pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<RegisterOutcome, CliError> {
+        let started = Instant::now();
+        let matrix = LatencyMatrix::gcp();
+        let mut config = SimConfig::new(self.seed);
+        config.cpu = self.cpu.clone();
+        config.network.loss = self.loss;
+        let mut sim: Sim<RegisterMsg> = Sim::new(config, matrix.clone());
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0xc10c);
+        let replicas: Vec<NodeId> = (0..self.replica_regions.len() as u32).map(NodeId).collect();
+        if replicas.is_empty() {
+            return Err(CliError::Usage("the register needs at least one replica region".into()));
+        }
+        for region in &self.replica_regions {
+            let r = matrix.region(region).map_err(|e| CliError::Usage(e.to_string()))?;
+            let rs = replicas.clone();
+            sim.add_node(r, self.clock.sample(&mut clock_rng), move |me| Box::new(Replica::new(me, &rs)));
+        }
+        let mut process_region = Vec::new();
+        for region in &self.client_regions {
+            let r = matrix.region(region).map_err(|e| CliError::Usage(e.to_string()))?;
+            for _ in 0..self.clients_per_region {
+                let mut cc = ClientConfig::new(replicas.clone(), process_region.len() as u64);
+                cc.keys = self.keys;
+                cc.write_ratio = self.write_ratio;
+                process_region.push(region.clone());
+                sim.add_node(r, self.clock.sample(&mut clock_rng), move |_| Box::new(Client::new(cc.clone())));
+            }
+        }
+        let end = SimTime::ZERO + self.duration;
+        let fault_plan = match &self.faults {
+            Some(rates) => {
+                let fault_end = SimTime::ZERO + self.duration.mul_f64(0.8);
+                fault::random_plan(self.seed, &replicas, SimTime::from_millis(500), fault_end, rates)
+            }
+            None => Vec::new(),
+        };
+        sim.schedule_all(fault_plan.clone());
+        const SLICES: u32 = 100;
+        for i in 1..=SLICES {
+            sim.run_until(SimTime::ZERO + self.duration.mul_f64(i as f64 / SLICES as f64));
+            progress(i as f64 / SLICES as f64);
+        }
+        debug_assert_eq!(sim.now(), end);
+        Ok(RegisterOutcome {
+            trace_hash: sim.trace_hash(),
+            stats: sim.stats().clone(),
+            metrics: sim.metrics().clone(),
+            history: sim.take_history(),
+            process_region,
+            fault_plan,
+            wall: started.elapsed(),
+        })
+    }
+}

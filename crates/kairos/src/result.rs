@@ -1,0 +1,54 @@
+//! The result contract of `kairos bench … --json PATH` (see shared/docs/architecture.md):
+//! one object per protocol run, stable field names; fields that do not apply are omitted.
+
+use crate::stats::Percentiles;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckResult {
+    pub model: String,
+    pub valid: bool,
+    pub ops: usize,
+    /// Every checker that ran, `name version`, joined by " + ".
+    pub checker: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub system: String,
+    pub protocol: String,
+    pub workload: serde_json::Value,
+    pub host: String,
+    pub clock: String,
+    pub seed: u64,
+    pub duration_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_ops_per_s: Option<f64>,
+    pub throughput_ops_per_s: f64,
+    pub latency_ms: Percentiles,
+    pub latency_ms_by_region: BTreeMap<String, Percentiles>,
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<BTreeMap<String, f64>>,
+    pub check: CheckResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_hash: Option<String>,
+    pub wall_s: f64,
+    /// Anything protocol-specific (message counts, fault plan, …).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// Writes the array of results to `path` (pretty JSON), creating parent folders.
+pub fn write_json(path: &Path, results: &[RunResult]) -> Result<(), crate::CliError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::CliError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(results).map_err(|e| crate::CliError::Io(e.to_string()))?;
+    std::fs::write(path, text + "\n").map_err(|e| crate::CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
