@@ -47,6 +47,8 @@ pub struct DemoArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
+    /// Tiga on MicroBench in the paper's simulated deployment (3 shards × 3 replicas in sc / fi / br, 8 coordinators).
+    Tiga(TigaBenchArgs),
     /// The replicated register (multi-writer ABD) in the simulated four-region deployment.
     Register(RegisterBenchArgs),
     /// Events per second of the bare simulator on a ping-pong workload, by pending events.
@@ -88,6 +90,61 @@ pub struct RegisterBenchArgs {
     /// Write the run's history (JSON lines) to this file.
     #[arg(long)]
     pub history: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TigaArgs {
+    /// Total offered load over all coordinators, transactions per second; a comma-separated list runs a sweep.
+    #[arg(long, value_delimiter = ',', default_value = "4000")]
+    pub load: Vec<f64>,
+    /// Zipf skew of MicroBench's key choice (0 = uniform).
+    #[arg(long, default_value_t = 0.5)]
+    pub skew: f64,
+    /// Clock preset of every node (synchronization error measured in the Tiga paper).
+    #[arg(long, value_enum, default_value_t = ClockArg::Chrony)]
+    pub clock: ClockArg,
+    /// Where shard leaders live: all in sc (co-located) or one per region (separated).
+    #[arg(long, value_enum, default_value_t = PlacementArg::CoLocated)]
+    pub placement: PlacementArg,
+    /// Shift added to every headroom estimate, ms (the headroom experiment: -50 … 50).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub headroom_shift_ms: f64,
+    /// Use no headroom at all (timestamp = send time), the headroom experiment's worst case.
+    #[arg(long)]
+    pub zero_headroom: bool,
+    /// Virtual seconds of load (in-flight transactions then get time to finish).
+    #[arg(long, default_value_t = 5.0)]
+    pub duration_s: f64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Message loss probability, 0..1.
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Simulated CPU cost of each handler, microseconds (ignored with --measured-cpu).
+    #[arg(long, default_value_t = 5.0)]
+    pub cpu_us: f64,
+    /// Charge each handler its real measured CPU time (saturation reflects the code's real speed; not bit-for-bit reproducible).
+    #[arg(long)]
+    pub measured_cpu: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TigaBenchArgs {
+    #[command(flatten)]
+    pub run: TigaArgs,
+    /// Write the result contract JSON (one object per load) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the (last) run's history (JSON lines) to this file.
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlacementArg {
+    CoLocated,
+    Separated,
 }
 
 #[derive(Args, Debug)]

@@ -33,6 +33,10 @@ pub struct RunResult {
     pub aborted: u64,
     pub unknown: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub fast_path_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollback_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trips: Option<BTreeMap<String, f64>>,
     pub check: CheckResult,
     #[serde(skip_serializing_if = "Option::is_none")]

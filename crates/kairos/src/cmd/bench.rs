@@ -106,6 +106,8 @@ pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &Ch
         aborted: summary.failed,
         unknown: summary.unknown,
         round_trips: Some(round_trips),
+        fast_path_ratio: None,
+        rollback_ratio: None,
         check: CheckResult {
             model: report.model.to_string(),
             valid: report.valid,

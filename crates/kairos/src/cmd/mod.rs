@@ -5,6 +5,7 @@ mod check;
 mod demo;
 mod serve;
 mod sim;
+mod tiga;
 
 use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
 use crate::deploy::RegisterRun;
@@ -15,6 +16,7 @@ use std::time::Duration;
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
+        Command::Bench(BenchCommand::Tiga(a)) => tiga::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
         Command::Sim(SimCommand::Register(a)) => sim::register(a),

@@ -1,0 +1,1285 @@
+//! Tiga's coordinator: stamps each one-shot transaction with a future timestamp, sends it to
+//! every replica of every shard it touches, and decides commit from the replies.
+//!
+//! # Timestamps
+//! `T.ts = now + headroom`, where headroom is, over the involved shards, the largest one-way
+//! delay (OWD) to the farthest member of the shard's *closest* super quorum, plus the margin Δ
+//! and the configured shift (saturating at 0); zero with `zero_headroom`. OWDs come from the
+//! replies (`owd_ns`, measured by the servers): per (shard, replica) a window of the samples
+//! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank),
+//! capped at `owd_cap`; with no sample in the window, the configured initial bound.
+//!
+//! # Commit
+//! Per shard at timestamp t: the leader's latest reply is at t and either (fast) a super
+//! quorum of replicas, leader included, has its latest fast reply at t with the leader's log
+//! hash, or (slow) at least f followers sent a slow reply at t. Across shards: t* = max of the
+//! leaders' latest timestamps; the transaction commits once every leader's latest reply is at t*
+//! and every shard is committed at t*. A replica's reply with a smaller timestamp than one it
+//! already sent is discarded. The result is the leaders' reads.
+//!
+//! # Retransmission
+//! Not committed after `retry_timeout`: resend with the same [`TxnId`] and a fresh timestamp
+//! (replies are kept: per replica the latest timestamp wins). After `max_sends` sends, give up:
+//! the outcome is unknown (`info`); later replies are ignored.
+//!
+//! # History encoding (checked by `kairos-check`)
+//! Jepsen processes run one operation at a time, so a coordinator with many transactions in
+//! flight uses one process per in-flight transaction: `process = process_id_base + slot`,
+//! where `slot < inflight_max` is the smallest slot free at invocation and is freed when the
+//! transaction commits or is given up. Coordinators must be given disjoint ranges
+//! (`process_id_base` spaced by at least `inflight_max`).
+//!
+//! A MicroBench transaction increments each of its keys. `kairos-check` pairs an `ok` with
+//! its `invoke` micro-op by micro-op (same count) and judges an `info` by its invocation's
+//! micro-ops, so the invocation must name the writes, but the written values (read + 1) are
+//! unknown until the leaders reply. Per key, in the transaction's key order:
+//! * `invoke`: `["r", k, null]`, `["w", k, P]` where `P` = [`write_placeholder`] is a value no
+//!   increment can produce and nobody reads (unique per transaction and key, `≥ 2^62`);
+//! * `ok`: `["r", k, v]`, `["w", k, v + 1]` with `v` from the leader (`v = 0`, the value of a
+//!   never-written key, is recorded as `null`, the initial value);
+//! * `info` (given up): the invocation's micro-ops.
+//!
+//! Consequence: a given-up transaction that did take effect leaves a value no recorded
+//! transaction wrote, which the checkers report as a garbage read.
+//!
+//! # Metrics (cumulative counters)
+//! `tiga.committed`, `tiga.committed_fast` (every shard by the fast rule), `tiga.committed_slow`
+//! (some shard needed the slow rule), `tiga.ts_revised` (committed, and the leaders' first
+//! timestamps differed), `tiga.retransmissions`, `tiga.info`, `tiga.sends` (sends of every
+//! finished transaction), `tiga.committed_sends_1` / `_2` / `_3plus` (commits by sends needed),
+//! `tiga.rejected` (bad transactions), `tiga.admission_dropped` (in-flight limit),
+//! `tiga.ignored_replies` (garbage, stale or late replies).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use kairos_core::{duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
+use rand_distr::{Distribution, Exp};
+use thiserror::Error;
+
+use crate::msg::{Key, Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::topology::{TigaConfig, Topology};
+use crate::workload::TxnSource;
+
+/// A transaction the coordinator refuses; nothing was sent or recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TxnError {
+    #[error("a transaction needs at least one key")]
+    NoKeys,
+    #[error("a transaction may name at most {max} keys, this one names {keys}; split it")]
+    TooManyKeys { keys: usize, max: usize },
+    #[error("key {0} appears more than once; name each key once")]
+    DuplicateKey(Key),
+    #[error("key {key} belongs to shard {shard}, which the topology does not serve (no replicas or no valid leader)")]
+    UnknownShard { key: Key, shard: ShardId },
+    #[error("{inflight} transactions are in flight, the limit is {max}; submit again once some complete")]
+    Overloaded { inflight: usize, max: usize },
+    #[error("this coordinator has used all 2^32 transaction ids; run a new coordinator node")]
+    IdsExhausted,
+}
+
+/// Open-loop load: Poisson arrivals at `rate_per_s` (0: no load generation), until
+/// `stop_after` of local time since start or `max_txns` arrivals (admitted or not).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenLoop {
+    pub rate_per_s: f64,
+    pub stop_after: Option<Duration>,
+    pub max_txns: Option<u64>,
+}
+
+/// Counts for tests (the same events as the metrics).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoordinatorStats {
+    pub committed: u64,
+    pub committed_fast: u64,
+    pub committed_slow: u64,
+    pub ts_revised: u64,
+    pub retransmissions: u64,
+    pub info: u64,
+    pub rejected: u64,
+    pub admission_dropped: u64,
+    pub ignored_replies: u64,
+}
+
+/// The timer of the next open-loop arrival; retry timers are `TimerId(1 + seq)`.
+pub const ARRIVAL_TIMER: TimerId = TimerId(0);
+
+/// Samples kept per (shard, replica) window at most (oldest dropped first).
+const OWD_SAMPLES_MAX: usize = 65_536;
+/// Longest gap between arrivals (a tiny rate would otherwise overflow a `Duration`).
+const ARRIVAL_GAP_MAX: Duration = Duration::from_secs(24 * 3600);
+
+/// The value an invocation records as the write of `key` by `txn` (see the module docs):
+/// `2^62 + (key·2^32 + txn)` folded below 2^63, so it fits adya's i64 and no count reaches it.
+pub fn write_placeholder(txn: TxnId, key: Key) -> Value {
+    const LOW: u64 = (1 << 62) - 1;
+    (1 << 62) | ((txn.0 ^ key.rotate_left(32)) & LOW)
+}
+
+/// A time-ordered window of OWD samples with an order-statistic split: `lower` holds the
+/// `rank` smallest samples (rank = nearest rank of the percentile), `upper` the rest, so the
+/// estimate is `lower`'s maximum and every update costs O(log n).
+#[derive(Clone, Debug, Default)]
+struct OwdWindow {
+    samples: VecDeque<(LocalTime, u64)>,
+    lower: BTreeMap<u64, u32>,
+    lower_len: usize,
+    upper: BTreeMap<u64, u32>,
+}
+
+fn multiset_add(m: &mut BTreeMap<u64, u32>, v: u64) {
+    *m.entry(v).or_insert(0) += 1;
+}
+
+fn multiset_remove(m: &mut BTreeMap<u64, u32>, v: u64) -> bool {
+    match m.get_mut(&v) {
+        Some(c) if *c > 1 => {
+            *c -= 1;
+            true
+        }
+        Some(_) => {
+            m.remove(&v);
+            true
+        }
+        None => false,
+    }
+}
+
+impl OwdWindow {
+    fn push(&mut self, at: LocalTime, v: u64, p: f64) {
+        if self.samples.len() >= OWD_SAMPLES_MAX {
+            if let Some((_, old)) = self.samples.pop_front() {
+                self.remove(old);
+            }
+        }
+        self.samples.push_back((at, v));
+        match self.lower.last_key_value() {
+            Some((&max, _)) if v > max => multiset_add(&mut self.upper, v),
+            _ => {
+                multiset_add(&mut self.lower, v);
+                self.lower_len += 1;
+            }
+        }
+        self.rebalance(p);
+    }
+
+    fn remove(&mut self, v: u64) {
+        let in_lower = matches!(self.lower.last_key_value(), Some((&max, _)) if v <= max);
+        if in_lower {
+            if multiset_remove(&mut self.lower, v) {
+                self.lower_len -= 1;
+            }
+        } else {
+            multiset_remove(&mut self.upper, v);
+        }
+    }
+
+    /// Drops samples that arrived more than `window` before `now`.
+    fn expire(&mut self, now: LocalTime, window: Duration, p: f64) {
+        let oldest = now.saturating_sub(window);
+        let mut changed = false;
+        while let Some(&(at, v)) = self.samples.front() {
+            if at >= oldest {
+                break;
+            }
+            self.samples.pop_front();
+            self.remove(v);
+            changed = true;
+        }
+        if changed {
+            self.rebalance(p);
+        }
+    }
+
+    fn rebalance(&mut self, p: f64) {
+        let n = self.samples.len();
+        let rank = if n == 0 { 0 } else { ((p * n as f64).ceil() as usize).clamp(1, n) };
+        while self.lower_len > rank {
+            let Some((&v, _)) = self.lower.last_key_value() else { break };
+            multiset_remove(&mut self.lower, v);
+            self.lower_len -= 1;
+            multiset_add(&mut self.upper, v);
+        }
+        while self.lower_len < rank {
+            let Some((&v, _)) = self.upper.first_key_value() else { break };
+            multiset_remove(&mut self.upper, v);
+            multiset_add(&mut self.lower, v);
+            self.lower_len += 1;
+        }
+    }
+
+    fn estimate(&self) -> Option<u64> {
+        self.lower.last_key_value().map(|(v, _)| *v)
+    }
+}
+
+/// A replica's latest fast reply. `values` are the leader's reads, aligned with the shard's
+/// keys (empty for followers).
+#[derive(Clone, Debug)]
+struct Fast {
+    ts: Ts,
+    hash: [u8; 20],
+    values: Vec<Value>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ReplicaReplies {
+    fast: Option<Fast>,
+    slow_ts: Option<Ts>,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    keys: Vec<Key>,
+    /// One piece per involved shard, by shard id.
+    pieces: Vec<Piece>,
+    slot: u64,
+    sends: u32,
+    invoke: Vec<MicroOp>,
+    replies: BTreeMap<(ShardId, u32), ReplicaReplies>,
+    first_leader_ts: BTreeMap<ShardId, Ts>,
+}
+
+/// The coordinator role (see the module docs).
+pub struct Coordinator {
+    topology: Topology,
+    config: TigaConfig,
+    workload: Box<dyn TxnSource>,
+    owd_initial: Vec<Vec<Duration>>,
+    owd: Vec<Vec<OwdWindow>>,
+    owd_percentile: f64,
+    process_id_base: u64,
+    view: u64,
+    load: OpenLoop,
+    started_at: LocalTime,
+    arrivals: u64,
+    next_seq: u64,
+    pending: BTreeMap<TxnId, Pending>,
+    free_slots: BTreeSet<u64>,
+    next_slot: u64,
+    stats: CoordinatorStats,
+}
+
+impl Coordinator {
+    /// `region_owd_initial[shard][replica]` is the OWD bound used before any sample (a missing
+    /// entry counts as `owd_cap`); `process_id` is the base of this coordinator's Jepsen
+    /// process ids (see the module docs). No load is generated until [`Coordinator::with_open_loop`].
+    pub fn new(
+        topology: Topology,
+        config: TigaConfig,
+        workload: Box<dyn TxnSource>,
+        region_owd_initial: Vec<Vec<Duration>>,
+        process_id: u64,
+    ) -> Self {
+        let owd = topology.shards.iter().map(|rs| vec![OwdWindow::default(); rs.len()]).collect();
+        let p = config.owd_percentile;
+        let owd_percentile = if p.is_nan() { 0.5 } else { p.clamp(0.0, 1.0) };
+        Coordinator {
+            topology,
+            config,
+            workload,
+            owd_initial: region_owd_initial,
+            owd,
+            owd_percentile,
+            process_id_base: process_id,
+            view: 0,
+            load: OpenLoop::default(),
+            started_at: LocalTime::ZERO,
+            arrivals: 0,
+            next_seq: 0,
+            pending: BTreeMap::new(),
+            free_slots: BTreeSet::new(),
+            next_slot: 0,
+            stats: CoordinatorStats::default(),
+        }
+    }
+
+    /// Generate open-loop load from the workload source once started.
+    pub fn with_open_loop(mut self, load: OpenLoop) -> Self {
+        self.load = load;
+        self
+    }
+
+    pub fn stats(&self) -> CoordinatorStats {
+        self.stats
+    }
+
+    /// Transactions sent and neither committed nor given up.
+    pub fn inflight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The current OWD estimate for (shard, replica) at local time `now`: the window's
+    /// percentile, else the initial bound; capped. `None` for a replica that does not exist.
+    pub fn owd_estimate(&mut self, now: LocalTime, shard: ShardId, replica: u32) -> Option<Duration> {
+        let (window, p, cap) = (self.config.owd_window, self.owd_percentile, self.config.owd_cap);
+        let w = self.owd.get_mut(shard as usize)?.get_mut(replica as usize)?;
+        w.expire(now, window, p);
+        let est = match w.estimate() {
+            Some(ns) => Duration::from_nanos(ns),
+            None => self.owd_initial.get(shard as usize).and_then(|r| r.get(replica as usize)).copied().unwrap_or(cap),
+        };
+        Some(est.min(cap))
+    }
+
+    /// The headroom a transaction on `shards` gets at local time `now` (see the module docs).
+    pub fn headroom(&mut self, now: LocalTime, shards: &[ShardId]) -> Duration {
+        if self.config.zero_headroom {
+            return Duration::ZERO;
+        }
+        let sq = self.topology.super_quorum();
+        let mut owd = Duration::ZERO;
+        for &s in shards {
+            let n = self.topology.shards.get(s as usize).map_or(0, Vec::len);
+            let mut est: Vec<Duration> = (0..n as u32).filter_map(|r| self.owd_estimate(now, s, r)).collect();
+            if est.is_empty() {
+                continue;
+            }
+            est.sort_unstable();
+            owd = owd.max(est[sq.clamp(1, est.len()) - 1]);
+        }
+        let base = i128::from(duration_nanos(owd + self.config.margin));
+        let shifted = (base + i128::from(self.config.headroom_shift_ns)).clamp(0, i128::from(u64::MAX));
+        Duration::from_nanos(shifted as u64)
+    }
+
+    /// Starts a transaction that increments `keys` (in this order): records its invocation,
+    /// sends it to every replica of every involved shard, and arms its retry timer.
+    pub fn submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, keys: Vec<Key>) -> Result<TxnId, TxnError> {
+        match self.plan(ctx.me(), &keys) {
+            Ok((txn, pieces)) => {
+                self.next_seq += 1;
+                let slot = self.free_slots.pop_first().unwrap_or_else(|| {
+                    self.next_slot += 1;
+                    self.next_slot - 1
+                });
+                let invoke: Vec<MicroOp> = keys
+                    .iter()
+                    .flat_map(|&key| {
+                        [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
+                    })
+                    .collect();
+                ctx.record(HistoryEvent::new(OpType::Invoke, self.process_id_base + slot, "txn", invoke.clone()));
+                let p = Pending {
+                    keys,
+                    pieces,
+                    slot,
+                    sends: 0,
+                    invoke,
+                    replies: BTreeMap::new(),
+                    first_leader_ts: BTreeMap::new(),
+                };
+                self.pending.insert(txn, p);
+                self.send(ctx, txn);
+                Ok(txn)
+            }
+            Err(e) => {
+                if matches!(e, TxnError::Overloaded { .. }) {
+                    self.stats.admission_dropped += 1;
+                    ctx.metric("tiga.admission_dropped", 1);
+                } else {
+                    self.stats.rejected += 1;
+                    ctx.metric("tiga.rejected", 1);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Validates a transaction and splits it into pieces, changing nothing.
+    fn plan(&self, me: NodeId, keys: &[Key]) -> Result<(TxnId, Vec<Piece>), TxnError> {
+        if keys.is_empty() {
+            return Err(TxnError::NoKeys);
+        }
+        if keys.len() > self.config.keys_per_txn_max {
+            return Err(TxnError::TooManyKeys { keys: keys.len(), max: self.config.keys_per_txn_max });
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(&k) = keys.iter().find(|k| !seen.insert(**k)) {
+            return Err(TxnError::DuplicateKey(k));
+        }
+        let mut by_shard: BTreeMap<ShardId, Vec<Key>> = BTreeMap::new();
+        for &key in keys {
+            let shard = if self.topology.shard_count() == 0 { 0 } else { self.topology.shard_of_key(key) };
+            let served = self
+                .topology
+                .shards
+                .get(shard as usize)
+                .zip(self.topology.leader.get(shard as usize))
+                .is_some_and(|(rs, &l)| (l as usize) < rs.len());
+            if !served {
+                return Err(TxnError::UnknownShard { key, shard });
+            }
+            by_shard.entry(shard).or_default().push(key);
+        }
+        if self.pending.len() >= self.config.inflight_max {
+            return Err(TxnError::Overloaded { inflight: self.pending.len(), max: self.config.inflight_max });
+        }
+        let seq = u32::try_from(self.next_seq).map_err(|_| TxnError::IdsExhausted)?;
+        let txn = TxnId::new(me, seq);
+        let shards: Vec<ShardId> = by_shard.keys().copied().collect();
+        let pieces = by_shard
+            .into_iter()
+            .map(|(shard, ks)| Piece {
+                txn,
+                shard,
+                shards: shards.clone(),
+                reads: ks.clone(),
+                writes: ks,
+                procedure: Procedure::Increment,
+            })
+            .collect();
+        Ok((txn, pieces))
+    }
+
+    /// (Re)sends `txn` with a fresh timestamp and re-arms its retry timer.
+    fn send(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
+        let now = ctx.now();
+        let shards: Vec<ShardId> = match self.pending.get(&txn) {
+            Some(p) => p.pieces.iter().map(|pc| pc.shard).collect(),
+            None => return,
+        };
+        let headroom = self.headroom(now, &shards);
+        let Some(p) = self.pending.get_mut(&txn) else { return };
+        p.sends += 1;
+        let ts = (now + headroom).as_nanos();
+        for piece in &p.pieces {
+            let replicas = self.topology.shards.get(piece.shard as usize).map_or(&[][..], Vec::as_slice);
+            for &node in replicas {
+                ctx.send(
+                    node,
+                    TigaMsg::Submit { view: self.view, piece: piece.clone(), ts, send_time: now.as_nanos() },
+                );
+            }
+        }
+        ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
+    }
+
+    fn ignore(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        self.stats.ignored_replies += 1;
+        ctx.metric("tiga.ignored_replies", 1);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_reply(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from: NodeId,
+        view: u64,
+        txn: TxnId,
+        shard: ShardId,
+        replica: u32,
+        kind: ReplyKind,
+        ts: Ts,
+        hash: [u8; 20],
+        reads: Option<Vec<(Key, Value)>>,
+        owd_ns: u64,
+    ) {
+        let genuine = self.topology.shards.get(shard as usize).and_then(|rs| rs.get(replica as usize)) == Some(&from);
+        if !genuine || view != self.view {
+            return self.ignore(ctx);
+        }
+        if kind == ReplyKind::Fast && owd_ns > 0 {
+            let (now, window, p) = (ctx.now(), self.config.owd_window, self.owd_percentile);
+            if let Some(w) = self.owd.get_mut(shard as usize).and_then(|rs| rs.get_mut(replica as usize)) {
+                w.expire(now, window, p);
+                w.push(now, owd_ns, p);
+            }
+        }
+        let is_leader = self.topology.leader.get(shard as usize) == Some(&replica);
+        let Some(p) = self.pending.get_mut(&txn) else { return self.ignore(ctx) };
+        let Some(piece) = p.pieces.iter().find(|pc| pc.shard == shard) else { return self.ignore(ctx) };
+        let r = p.replies.entry((shard, replica)).or_default();
+        match kind {
+            ReplyKind::Fast => {
+                if r.fast.as_ref().is_some_and(|f| f.ts > ts) {
+                    return self.ignore(ctx);
+                }
+                let values = if is_leader {
+                    let reads = reads.unwrap_or_default();
+                    let values: Option<Vec<Value>> =
+                        piece.reads.iter().map(|k| reads.iter().find(|(rk, _)| rk == k).map(|(_, v)| *v)).collect();
+                    match values {
+                        Some(v) => v,
+                        None => return self.ignore(ctx),
+                    }
+                } else {
+                    Vec::new()
+                };
+                r.fast = Some(Fast { ts, hash, values });
+                if is_leader {
+                    p.first_leader_ts.entry(shard).or_insert(ts);
+                }
+            }
+            ReplyKind::Slow => {
+                if is_leader || r.slow_ts.is_some_and(|t| t > ts) {
+                    return self.ignore(ctx);
+                }
+                r.slow_ts = Some(ts);
+            }
+        }
+        self.try_commit(ctx, txn);
+    }
+
+    /// Commits `txn` if the rule of the module docs holds.
+    fn try_commit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
+        let Some(p) = self.pending.get(&txn) else { return };
+        let Some(all_fast) = self.committed_path(p) else { return };
+        let Some(p) = self.pending.remove(&txn) else { return };
+        let mut value = Vec::with_capacity(2 * p.keys.len());
+        for &key in &p.keys {
+            let v = p.pieces.iter().find_map(|pc| {
+                let i = pc.reads.iter().position(|k| *k == key)?;
+                let leader = *self.topology.leader.get(pc.shard as usize)?;
+                p.replies.get(&(pc.shard, leader))?.fast.as_ref()?.values.get(i).copied()
+            });
+            let v = v.unwrap_or(0);
+            value.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
+            value.push(MicroOp::Write { key, value: v.saturating_add(1) });
+        }
+        ctx.record(HistoryEvent::new(OpType::Ok, self.process_id_base + p.slot, "txn", value));
+        ctx.cancel_timer(retry_timer(txn));
+        self.free_slots.insert(p.slot);
+        self.stats.committed += 1;
+        ctx.metric("tiga.committed", 1);
+        if all_fast {
+            self.stats.committed_fast += 1;
+            ctx.metric("tiga.committed_fast", 1);
+        } else {
+            self.stats.committed_slow += 1;
+            ctx.metric("tiga.committed_slow", 1);
+        }
+        let mut firsts = p.first_leader_ts.values();
+        let first = firsts.next();
+        if firsts.any(|t| Some(t) != first) {
+            self.stats.ts_revised += 1;
+            ctx.metric("tiga.ts_revised", 1);
+        }
+        ctx.metric("tiga.sends", u64::from(p.sends));
+        ctx.metric(
+            match p.sends {
+                0 | 1 => "tiga.committed_sends_1",
+                2 => "tiga.committed_sends_2",
+                _ => "tiga.committed_sends_3plus",
+            },
+            1,
+        );
+    }
+
+    /// `Some(every shard fast)` if `p` is committed, else `None`.
+    fn committed_path(&self, p: &Pending) -> Option<bool> {
+        let leader_fast = |shard: ShardId| -> Option<&Fast> {
+            let leader = *self.topology.leader.get(shard as usize)?;
+            p.replies.get(&(shard, leader))?.fast.as_ref()
+        };
+        let t_star = p.pieces.iter().map(|pc| leader_fast(pc.shard).map(|f| f.ts)).collect::<Option<Vec<_>>>()?;
+        let t_star = t_star.into_iter().max()?;
+        let (sq, f) = (self.topology.super_quorum(), self.topology.f());
+        let mut all_fast = true;
+        for pc in &p.pieces {
+            let lf = leader_fast(pc.shard)?;
+            if lf.ts != t_star {
+                return None;
+            }
+            let replicas = p.replies.range((pc.shard, 0)..=(pc.shard, u32::MAX)).map(|(_, r)| r);
+            let (mut same, mut synced) = (0, 0);
+            for r in replicas {
+                same += usize::from(r.fast.as_ref().is_some_and(|x| x.ts == t_star && x.hash == lf.hash));
+                synced += usize::from(r.slow_ts == Some(t_star));
+            }
+            if same >= sq {
+                continue;
+            }
+            if synced >= f {
+                all_fast = false;
+                continue;
+            }
+            return None;
+        }
+        Some(all_fast)
+    }
+
+    fn on_retry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
+        let Some(p) = self.pending.get(&txn) else { return };
+        if p.sends < self.config.max_sends {
+            self.stats.retransmissions += 1;
+            ctx.metric("tiga.retransmissions", 1);
+            return self.send(ctx, txn);
+        }
+        let Some(p) = self.pending.remove(&txn) else { return };
+        ctx.record(HistoryEvent::new(OpType::Info, self.process_id_base + p.slot, "txn", p.invoke));
+        self.free_slots.insert(p.slot);
+        self.stats.info += 1;
+        ctx.metric("tiga.info", 1);
+        ctx.metric("tiga.sends", u64::from(p.sends));
+    }
+
+    fn generating(&self, now: LocalTime) -> bool {
+        let rate = self.load.rate_per_s;
+        rate.is_finite()
+            && rate > 0.0
+            && self.load.max_txns.is_none_or(|m| self.arrivals < m)
+            && self.load.stop_after.is_none_or(|d| now.saturating_since(self.started_at) < d)
+    }
+
+    fn schedule_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let Ok(exp) = Exp::new(self.load.rate_per_s) else { return };
+        let gap_s: f64 = exp.sample(ctx.rng());
+        let gap = Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX);
+        ctx.set_timer(ARRIVAL_TIMER, gap);
+    }
+
+    fn on_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if !self.generating(ctx.now()) {
+            return;
+        }
+        self.arrivals += 1;
+        if self.pending.len() >= self.config.inflight_max {
+            self.stats.admission_dropped += 1;
+            ctx.metric("tiga.admission_dropped", 1);
+        } else {
+            let keys = self.workload.next_keys(ctx.rng());
+            // A rejected transaction is counted by `submit`; the load goes on.
+            let _ = self.submit(ctx, keys);
+        }
+        if self.generating(ctx.now()) {
+            self.schedule_arrival(ctx);
+        }
+    }
+}
+
+fn retry_timer(txn: TxnId) -> TimerId {
+    TimerId(1 + u64::from(txn.seq()))
+}
+
+impl Process for Coordinator {
+    type Msg = TigaMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        self.started_at = ctx.now();
+        if self.generating(ctx.now()) {
+            self.schedule_arrival(ctx);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
+        match msg {
+            TigaMsg::Reply { view, txn, shard, replica, kind, ts, hash, reads, owd_ns } => {
+                self.on_reply(ctx, from, view, txn, shard, replica, kind, ts, hash, reads, owd_ns)
+            }
+            _ => self.ignore(ctx),
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, timer: TimerId) {
+        if timer == ARRIVAL_TIMER {
+            return self.on_arrival(ctx);
+        }
+        let Ok(seq) = u32::try_from(timer.0 - 1) else { return };
+        self.on_retry(ctx, TxnId::new(ctx.me(), seq));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::FixedKeys;
+    use kairos_core::{Effect, Rng};
+    use rand::SeedableRng;
+
+    const ME: NodeId = NodeId(100);
+    const MS: u64 = 1_000_000;
+    const BASE: u64 = 500;
+
+    /// `shards` shards of `n` replicas: replica r of shard s is node s·n + r; leader replica 0.
+    fn topology(shards: u32, n: u32) -> Topology {
+        Topology {
+            shards: (0..shards).map(|s| (0..n).map(|r| NodeId(s * n + r)).collect()).collect(),
+            leader: vec![0; shards as usize],
+        }
+    }
+
+    fn node(t: &Topology, s: ShardId, r: u32) -> NodeId {
+        t.shards[s as usize][r as usize]
+    }
+
+    struct H {
+        c: Coordinator,
+        rng: Rng,
+        now: LocalTime,
+    }
+
+    impl H {
+        fn new(t: Topology, config: TigaConfig, initial: Vec<Vec<Duration>>) -> H {
+            let c = Coordinator::new(t, config, Box::new(FixedKeys::new(vec![])), initial, BASE);
+            H { c, rng: Rng::seed_from_u64(1), now: LocalTime::from_secs(1_000) }
+        }
+
+        /// 3 shards × 3 replicas, every initial OWD 50 ms.
+        fn std() -> H {
+            H::new(topology(3, 3), TigaConfig::default(), vec![vec![Duration::from_millis(50); 3]; 3])
+        }
+
+        fn run<R>(
+            &mut self,
+            f: impl FnOnce(&mut Coordinator, &mut Ctx<'_, TigaMsg>) -> R,
+        ) -> (R, Vec<Effect<TigaMsg>>) {
+            let mut effects = Vec::new();
+            let mut ctx = Ctx::new(ME, self.now, &mut self.rng, &mut effects);
+            let r = f(&mut self.c, &mut ctx);
+            (r, effects)
+        }
+
+        fn submit(&mut self, keys: Vec<Key>) -> (Result<TxnId, TxnError>, Vec<Effect<TigaMsg>>) {
+            self.run(|c, ctx| c.submit(ctx, keys))
+        }
+
+        fn deliver(&mut self, from: NodeId, msg: TigaMsg) -> Vec<Effect<TigaMsg>> {
+            self.run(|c, ctx| c.on_message(ctx, from, msg)).1
+        }
+
+        fn timer(&mut self, id: TimerId) -> Vec<Effect<TigaMsg>> {
+            self.run(|c, ctx| c.on_timer(ctx, id)).1
+        }
+
+        /// A well-formed reply from replica r of shard s.
+        #[allow(clippy::too_many_arguments)]
+        fn reply(
+            &mut self,
+            txn: TxnId,
+            s: ShardId,
+            r: u32,
+            kind: ReplyKind,
+            ts: Ts,
+            hash: u8,
+            reads: Option<Vec<(Key, Value)>>,
+        ) -> Vec<Effect<TigaMsg>> {
+            let from = node(&self.c.topology, s, r);
+            let msg =
+                TigaMsg::Reply { view: 0, txn, shard: s, replica: r, kind, ts, hash: [hash; 20], reads, owd_ns: 0 };
+            self.deliver(from, msg)
+        }
+    }
+
+    fn submits(effects: &[Effect<TigaMsg>]) -> Vec<(NodeId, Piece, Ts, Ts)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Send { to, msg: TigaMsg::Submit { piece, ts, send_time, .. } } => {
+                    Some((*to, piece.clone(), *ts, *send_time))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn history(effects: &[Effect<TigaMsg>]) -> Vec<HistoryEvent> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::History(h) => Some(h.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn metrics(effects: &[Effect<TigaMsg>]) -> Vec<&'static str> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Metric { name, .. } => Some(*name),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The headroom a submit of `keys` got (ts − send time).
+    fn headroom_of(h: &mut H, keys: Vec<Key>) -> u64 {
+        let (r, eff) = h.submit(keys);
+        r.unwrap();
+        let s = submits(&eff);
+        assert!(!s.is_empty());
+        assert!(s.iter().all(|x| x.2 == s[0].2 && x.3 == h.now.as_nanos()));
+        s[0].2 - s[0].3
+    }
+
+    /// A Fast reply carrying only an OWD sample (for a transaction nobody waits for).
+    fn owd_sample(h: &mut H, s: ShardId, r: u32, owd: Duration) {
+        let from = node(&h.c.topology, s, r);
+        let msg = TigaMsg::Reply {
+            view: 0,
+            txn: TxnId(u64::MAX),
+            shard: s,
+            replica: r,
+            kind: ReplyKind::Fast,
+            ts: 0,
+            hash: [0; 20],
+            reads: None,
+            owd_ns: duration_nanos(owd),
+        };
+        h.deliver(from, msg);
+    }
+
+    #[test]
+    fn headroom_from_initial_bounds_margin_shift_and_zero() {
+        let ms = Duration::from_millis;
+        // f = 2: 5 replicas, super quorum 4 → the 4th smallest OWD.
+        let initial = vec![vec![ms(10), ms(50), ms(20), ms(40), ms(30)], vec![ms(5), ms(5), ms(5), ms(70), ms(90)]];
+        let mut h = H::new(topology(2, 5), TigaConfig::default(), initial.clone());
+        assert_eq!(h.c.topology.super_quorum(), 4);
+        assert_eq!(headroom_of(&mut h, vec![0]), 50 * MS, "40 ms (4th of 5) + 10 ms margin");
+        assert_eq!(headroom_of(&mut h, vec![1]), 80 * MS, "70 ms + 10 ms");
+        assert_eq!(headroom_of(&mut h, vec![0, 1]), 80 * MS, "max over shards");
+
+        let cfg = TigaConfig { headroom_shift_ns: -20 * MS as i64, ..TigaConfig::default() };
+        let mut h = H::new(topology(2, 5), cfg, initial.clone());
+        assert_eq!(headroom_of(&mut h, vec![0]), 30 * MS);
+        let cfg = TigaConfig { headroom_shift_ns: -500 * MS as i64, ..TigaConfig::default() };
+        let mut h = H::new(topology(2, 5), cfg, initial.clone());
+        assert_eq!(headroom_of(&mut h, vec![0]), 0, "a negative shift saturates at 0");
+        let cfg = TigaConfig { headroom_shift_ns: 7 * MS as i64, margin: ms(1), ..TigaConfig::default() };
+        let mut h = H::new(topology(2, 5), cfg, initial.clone());
+        assert_eq!(headroom_of(&mut h, vec![0]), 48 * MS);
+        let cfg = TigaConfig { zero_headroom: true, ..TigaConfig::default() };
+        let mut h = H::new(topology(2, 5), cfg, initial);
+        assert_eq!(headroom_of(&mut h, vec![0, 1]), 0);
+
+        // f = 1: the super quorum is all 3; a missing initial bound counts as the cap.
+        let mut h = H::new(topology(1, 3), TigaConfig::default(), vec![vec![ms(1), ms(2)]]);
+        assert_eq!(headroom_of(&mut h, vec![0]), 410 * MS);
+    }
+
+    #[test]
+    fn headroom_follows_samples_percentile_cap_and_window() {
+        let ms = Duration::from_millis;
+        let mut h = H::std();
+        assert_eq!(headroom_of(&mut h, vec![0]), 60 * MS, "initial 50 ms + margin");
+        // Replica 2 of shard 0: samples 10, 20, 30, 100 → p50 nearest rank = 2nd = 20 ms.
+        for v in [30, 10, 100, 20] {
+            owd_sample(&mut h, 0, 2, ms(v));
+        }
+        assert_eq!(h.c.owd_estimate(h.now, 0, 2), Some(ms(20)));
+        assert_eq!(headroom_of(&mut h, vec![0]), 60 * MS, "replicas 0 and 1 still at their 50 ms bound");
+        for r in [0, 1] {
+            owd_sample(&mut h, 0, r, ms(5));
+        }
+        assert_eq!(headroom_of(&mut h, vec![0]), 30 * MS, "farthest of the 3: 20 ms");
+        // A huge sample is capped (and so is an estimate made of them).
+        for _ in 0..9 {
+            owd_sample(&mut h, 0, 0, Duration::from_secs(10));
+        }
+        assert_eq!(h.c.owd_estimate(h.now, 0, 0), Some(ms(400)));
+        assert_eq!(headroom_of(&mut h, vec![0]), 410 * MS);
+        // The window: 0.6 s later add a sample; 0.5 s after that the old samples expire.
+        h.now = h.now + ms(600);
+        owd_sample(&mut h, 0, 2, ms(70));
+        assert_eq!(h.c.owd_estimate(h.now, 0, 2), Some(ms(30)), "10 20 30 70 100 → 3rd");
+        h.now = h.now + ms(500);
+        assert_eq!(h.c.owd_estimate(h.now, 0, 2), Some(ms(70)), "only the recent sample is left");
+        assert_eq!(h.c.owd_estimate(h.now, 0, 0), Some(ms(50)), "no sample in the window: initial bound");
+        h.now = h.now + ms(2000);
+        assert_eq!(h.c.owd_estimate(h.now, 0, 2), Some(ms(50)));
+        assert_eq!(h.c.owd_estimate(h.now, 0, 3), None);
+        assert_eq!(h.c.owd_estimate(h.now, 9, 0), None);
+    }
+
+    #[test]
+    fn owd_window_matches_a_sorted_reference() {
+        let mut w = OwdWindow::default();
+        let mut rng = Rng::seed_from_u64(3);
+        let mut all: Vec<(LocalTime, u64)> = Vec::new();
+        for p in [0.0, 0.5, 0.9, 1.0] {
+            for i in 0..400u64 {
+                let now = LocalTime::from_millis(i * 10);
+                let v = rand::Rng::random_range(&mut rng, 0..50u64);
+                w.expire(now, Duration::from_millis(1000), p);
+                w.push(now, v, p);
+                all.push((now, v));
+                let mut live: Vec<u64> = all
+                    .iter()
+                    .filter(|(t, _)| *t >= now.saturating_sub(Duration::from_millis(1000)))
+                    .map(|x| x.1)
+                    .collect();
+                live.sort_unstable();
+                let rank = ((p * live.len() as f64).ceil() as usize).clamp(1, live.len());
+                assert_eq!(w.estimate(), Some(live[rank - 1]), "p {p} step {i}");
+            }
+            w = OwdWindow::default();
+            all.clear();
+        }
+    }
+
+    #[test]
+    fn fast_commit_with_a_super_quorum_including_the_leader() {
+        let mut h = H::std();
+        let (txn, eff) = h.submit(vec![3, 0]);
+        let txn = txn.unwrap();
+        let s = submits(&eff);
+        assert_eq!(s.len(), 3, "one shard (keys 3 and 0 are on shard 0), 3 replicas");
+        assert_eq!(s[0].1.reads, vec![3, 0]);
+        assert_eq!(s[0].1.writes, vec![3, 0]);
+        assert_eq!(s[0].1.shards, vec![0]);
+        let inv = history(&eff);
+        assert_eq!(inv.len(), 1);
+        assert_eq!((inv[0].op_type, inv[0].process, inv[0].f.as_str()), (OpType::Invoke, BASE, "txn"));
+        assert_eq!(inv[0].value[0], MicroOp::Read { key: 3, value: None });
+        assert_eq!(inv[0].value[1], MicroOp::Write { key: 3, value: write_placeholder(txn, 3) });
+        assert!(write_placeholder(txn, 3) >= 1 << 62 && write_placeholder(txn, 3) < 1 << 63);
+        let ts = s[0].2;
+
+        let e = h.reply(txn, 0, 0, ReplyKind::Fast, ts, 7, Some(vec![(0, 0), (3, 41)]));
+        assert!(history(&e).is_empty());
+        let e = h.reply(txn, 0, 1, ReplyKind::Fast, ts, 7, None);
+        assert!(history(&e).is_empty(), "2 of 3 is not a super quorum");
+        let e = h.reply(txn, 0, 2, ReplyKind::Fast, ts, 7, None);
+        let ok = history(&e);
+        assert_eq!(ok.len(), 1);
+        assert_eq!((ok[0].op_type, ok[0].process), (OpType::Ok, BASE));
+        assert_eq!(
+            ok[0].value,
+            vec![
+                MicroOp::Read { key: 3, value: Some(ReadValue::Int(41)) },
+                MicroOp::Write { key: 3, value: 42 },
+                MicroOp::Read { key: 0, value: None },
+                MicroOp::Write { key: 0, value: 1 },
+            ]
+        );
+        let m = metrics(&e);
+        for name in ["tiga.committed", "tiga.committed_fast", "tiga.sends", "tiga.committed_sends_1"] {
+            assert!(m.contains(&name), "{name} in {m:?}");
+        }
+        assert!(!m.contains(&"tiga.ts_revised"));
+        assert!(e.contains(&Effect::CancelTimer { id: retry_timer(txn) }));
+        let st = h.c.stats();
+        assert_eq!((st.committed, st.committed_fast, st.committed_slow, st.ts_revised), (1, 1, 0, 0));
+        assert_eq!(h.c.inflight(), 0);
+        // Duplicates and late replies change nothing.
+        let e = h.reply(txn, 0, 2, ReplyKind::Fast, ts, 7, None);
+        assert!(history(&e).is_empty());
+        assert_eq!(h.c.stats().committed, 1);
+    }
+
+    #[test]
+    fn a_mismatching_hash_blocks_the_fast_path_and_the_slow_path_commits() {
+        let mut h = H::std();
+        let txn = h.submit(vec![0]).0.unwrap();
+        let ts = 5_000;
+        h.reply(txn, 0, 0, ReplyKind::Fast, ts, 7, Some(vec![(0, 9)]));
+        h.reply(txn, 0, 1, ReplyKind::Fast, ts, 7, None);
+        let e = h.reply(txn, 0, 2, ReplyKind::Fast, ts, 8, None);
+        assert!(history(&e).is_empty(), "follower 2's hash differs");
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, ts - 1, 0, None);
+        assert!(history(&e).is_empty(), "a slow reply at another timestamp does not count");
+        let e = h.reply(txn, 0, 0, ReplyKind::Slow, ts, 0, None);
+        assert!(history(&e).is_empty(), "the leader's own slow reply does not count");
+        let e = h.reply(txn, 0, 2, ReplyKind::Slow, ts, 0, None);
+        let ok = history(&e);
+        assert_eq!(ok.len(), 1, "leader + f = 1 synced follower");
+        assert_eq!(ok[0].value[0], MicroOp::Read { key: 0, value: Some(ReadValue::Int(9)) });
+        assert!(metrics(&e).contains(&"tiga.committed_slow"));
+        let st = h.c.stats();
+        assert_eq!((st.committed, st.committed_fast, st.committed_slow), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_follower_that_held_the_txn_is_replaced_by_the_slow_path() {
+        // The leader bumped the timestamp; followers released nothing at it (they hold it).
+        let mut h = H::std();
+        let txn = h.submit(vec![0]).0.unwrap();
+        h.reply(txn, 0, 0, ReplyKind::Fast, 900, 1, Some(vec![(0, 0)]));
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, 900, 0, None);
+        assert_eq!(history(&e).len(), 1);
+    }
+
+    #[test]
+    fn multi_shard_waits_for_the_agreed_timestamp() {
+        let mut h = H::std();
+        let txn = h.submit(vec![0, 1]).0.unwrap();
+        // Shard 0 released at 100, shard 1's leader bumped to 120; followers agree with their leaders.
+        h.reply(txn, 0, 0, ReplyKind::Fast, 100, 1, Some(vec![(0, 5)]));
+        h.reply(txn, 1, 0, ReplyKind::Fast, 120, 2, Some(vec![(1, 6)]));
+        for r in [1, 2] {
+            h.reply(txn, 0, r, ReplyKind::Fast, 100, 1, None);
+            let e = h.reply(txn, 1, r, ReplyKind::Fast, 120, 2, None);
+            assert!(history(&e).is_empty(), "leaders' timestamps differ: no commit");
+        }
+        // Shard 0's leader re-executes at 120 and re-sends; its followers still say 100.
+        let e = h.reply(txn, 0, 0, ReplyKind::Fast, 120, 3, Some(vec![(0, 7)]));
+        assert!(history(&e).is_empty());
+        // A stale reply from the same leader is discarded.
+        h.reply(txn, 0, 0, ReplyKind::Fast, 100, 1, Some(vec![(0, 5)]));
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, 120, 0, None);
+        let ok = history(&e);
+        assert_eq!(ok.len(), 1);
+        assert_eq!(
+            ok[0].value,
+            vec![
+                MicroOp::Read { key: 0, value: Some(ReadValue::Int(7)) },
+                MicroOp::Write { key: 0, value: 8 },
+                MicroOp::Read { key: 1, value: Some(ReadValue::Int(6)) },
+                MicroOp::Write { key: 1, value: 7 },
+            ]
+        );
+        let m = metrics(&e);
+        assert!(m.contains(&"tiga.ts_revised") && m.contains(&"tiga.committed_slow"), "{m:?}");
+        let st = h.c.stats();
+        assert_eq!((st.committed, st.committed_fast, st.committed_slow, st.ts_revised), (1, 0, 1, 1));
+    }
+
+    #[test]
+    fn multi_shard_all_fast_at_the_agreed_timestamp() {
+        let mut h = H::std();
+        let txn = h.submit(vec![2, 1]).0.unwrap();
+        let s = submits(&h.submit(vec![]).1);
+        assert!(s.is_empty());
+        for sh in [1, 2] {
+            for r in 0..3 {
+                let reads = (r == 0).then(|| vec![(sh as Key, 0)]);
+                h.reply(txn, sh, r, ReplyKind::Fast, 300, sh as u8, reads);
+            }
+        }
+        let st = h.c.stats();
+        assert_eq!((st.committed, st.committed_fast, st.ts_revised), (1, 1, 0));
+    }
+
+    #[test]
+    fn retransmission_keeps_the_id_and_gives_up_after_max_sends() {
+        let mut h = H::std();
+        let (txn, eff) = h.submit(vec![0, 1]);
+        let txn = txn.unwrap();
+        let first = submits(&eff);
+        assert_eq!(first.len(), 6);
+        assert!(eff.contains(&Effect::SetTimer { id: retry_timer(txn), after: Duration::from_secs(2) }));
+        // A follower's reply survives retransmission.
+        h.reply(txn, 0, 1, ReplyKind::Fast, first[0].2, 1, None);
+        h.now = h.now + Duration::from_secs(2);
+        let e = h.timer(retry_timer(txn));
+        let second = submits(&e);
+        assert_eq!(second.len(), 6);
+        assert!(second.iter().all(|x| x.1.txn == txn && x.2 > first[0].2 && x.3 == h.now.as_nanos()));
+        assert!(metrics(&e).contains(&"tiga.retransmissions"));
+        assert!(history(&e).is_empty());
+        h.now = h.now + Duration::from_secs(2);
+        assert_eq!(submits(&h.timer(retry_timer(txn))).len(), 6, "third send");
+        h.now = h.now + Duration::from_secs(2);
+        let e = h.timer(retry_timer(txn));
+        assert!(submits(&e).is_empty(), "max_sends = 3 reached");
+        let info = history(&e);
+        assert_eq!(info.len(), 1);
+        assert_eq!((info[0].op_type, info[0].process), (OpType::Info, BASE));
+        assert_eq!(info[0].value, history(&eff)[0].value, "info carries the invocation's micro-ops");
+        assert!(metrics(&e).contains(&"tiga.info"));
+        let st = h.c.stats();
+        assert_eq!((st.retransmissions, st.info, st.committed), (2, 1, 0));
+        // Late replies and a stale timer are ignored.
+        for sh in [0, 1] {
+            for r in 0..3 {
+                let e = h.reply(txn, sh, r, ReplyKind::Fast, 1, 1, Some(vec![(sh as Key, 1)]));
+                assert!(history(&e).is_empty());
+            }
+        }
+        assert!(h.timer(retry_timer(txn)).is_empty());
+        // The slot is free again.
+        let (_, e) = h.submit(vec![5]);
+        assert_eq!(history(&e)[0].process, BASE);
+    }
+
+    #[test]
+    fn slots_are_reused_smallest_first() {
+        let mut h = H::std();
+        let a = h.submit(vec![0]).0.unwrap();
+        let (b, e) = h.submit(vec![3]);
+        assert_eq!(history(&e)[0].process, BASE + 1);
+        let (_, e) = h.submit(vec![6]);
+        assert_eq!(history(&e)[0].process, BASE + 2);
+        assert_ne!(a, b.unwrap());
+        h.reply(a, 0, 0, ReplyKind::Fast, 10, 1, Some(vec![(0, 0)]));
+        h.reply(a, 0, 1, ReplyKind::Slow, 10, 1, None);
+        assert_eq!(h.c.inflight(), 2);
+        let (_, e) = h.submit(vec![9]);
+        assert_eq!(history(&e)[0].process, BASE);
+    }
+
+    #[test]
+    fn bad_submits_are_rejected_without_side_effects() {
+        let cfg = TigaConfig { keys_per_txn_max: 3, inflight_max: 1, ..TigaConfig::default() };
+        // Shard 1 has no replicas.
+        let t = Topology { shards: vec![vec![NodeId(0)], vec![]], leader: vec![0, 0] };
+        let mut h = H::new(t, cfg, vec![vec![Duration::from_millis(1)]]);
+        let cases = [
+            (vec![], TxnError::NoKeys),
+            (vec![0, 2, 4, 6], TxnError::TooManyKeys { keys: 4, max: 3 }),
+            (vec![0, 2, 0], TxnError::DuplicateKey(0)),
+            (vec![0, 1], TxnError::UnknownShard { key: 1, shard: 1 }),
+        ];
+        for (keys, want) in cases {
+            let (r, e) = h.submit(keys);
+            let err = r.unwrap_err();
+            assert_eq!(err, want);
+            assert!(!err.to_string().is_empty());
+            assert_eq!(e, vec![Effect::Metric { name: "tiga.rejected", value: 1 }]);
+        }
+        assert_eq!(h.c.stats().rejected, 4);
+        let (r, e) = h.submit(vec![2]);
+        assert_eq!(r.unwrap(), TxnId::new(ME, 0), "no id was used by the rejected ones");
+        assert_eq!(history(&e)[0].process, BASE);
+        let (r, e) = h.submit(vec![4]);
+        assert_eq!(r.unwrap_err(), TxnError::Overloaded { inflight: 1, max: 1 });
+        assert_eq!(e, vec![Effect::Metric { name: "tiga.admission_dropped", value: 1 }]);
+        // No shards at all.
+        let mut h = H::new(Topology { shards: vec![], leader: vec![] }, TigaConfig::default(), vec![]);
+        assert_eq!(h.submit(vec![1]).0.unwrap_err(), TxnError::UnknownShard { key: 1, shard: 0 });
+        // A leader index outside the shard.
+        let t = Topology { shards: vec![vec![NodeId(0)]], leader: vec![3] };
+        let mut h = H::new(t, TigaConfig::default(), vec![]);
+        assert!(matches!(h.submit(vec![1]).0, Err(TxnError::UnknownShard { .. })));
+    }
+
+    #[test]
+    fn garbage_replies_are_ignored() {
+        let mut h = H::std();
+        let txn = h.submit(vec![0]).0.unwrap();
+        let good = |replica, kind, reads| TigaMsg::Reply {
+            view: 0,
+            txn,
+            shard: 0,
+            replica,
+            kind,
+            ts: 10,
+            hash: [1; 20],
+            reads,
+            owd_ns: u64::MAX,
+        };
+        let with = |m: TigaMsg, f: &dyn Fn(&mut TigaMsg)| {
+            let mut m = m;
+            f(&mut m);
+            m
+        };
+        let leader = good(0, ReplyKind::Fast, Some(vec![(0, 1)]));
+        let bad: Vec<(NodeId, TigaMsg)> = vec![
+            (NodeId(1), leader.clone()),  // claims to be replica 0 but is node 1
+            (NodeId(77), leader.clone()), // not a server
+            (
+                NodeId(0),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { shard, .. } = m {
+                        *shard = 1
+                    }
+                }),
+            ),
+            (
+                NodeId(0),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { shard, .. } = m {
+                        *shard = u32::MAX
+                    }
+                }),
+            ),
+            (
+                NodeId(0),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { replica, .. } = m {
+                        *replica = u32::MAX
+                    }
+                }),
+            ),
+            (
+                NodeId(0),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { view, .. } = m {
+                        *view = 9
+                    }
+                }),
+            ),
+            (
+                NodeId(0),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { txn, .. } = m {
+                        *txn = TxnId(12345)
+                    }
+                }),
+            ),
+            (NodeId(0), good(0, ReplyKind::Fast, None)), // leader without reads
+            (NodeId(0), good(0, ReplyKind::Fast, Some(vec![(3, 1)]))), // leader reads the wrong key
+            (NodeId(0), good(0, ReplyKind::Slow, None)), // leaders send no slow replies
+            (
+                NodeId(3),
+                with(leader.clone(), &|m| {
+                    if let TigaMsg::Reply { shard, .. } = m {
+                        *shard = 1
+                    }
+                }),
+            ), // shard 1 not involved
+            (NodeId(0), TigaMsg::Agree { view: 0, txn, shard: 0, ts: 1, confirm: true }),
+            (NodeId(0), TigaMsg::SyncAck { view: 0, replica: 0, sync_point: 1 }),
+            (NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: vec![], commit_point: 0 }),
+        ];
+        let n = bad.len() as u64;
+        for (from, m) in bad {
+            let e = h.deliver(from, m);
+            assert!(history(&e).is_empty());
+            assert!(submits(&e).is_empty());
+        }
+        assert_eq!(h.c.stats().ignored_replies, n);
+        h.timer(TimerId(u64::MAX));
+        h.timer(TimerId(999));
+        // Followers' fast replies alone never commit; the genuine leader then does.
+        for r in [1, 2] {
+            h.deliver(NodeId(r), good(r, ReplyKind::Fast, None));
+        }
+        assert_eq!(h.c.stats().committed, 0);
+        let e = h.deliver(NodeId(0), leader);
+        assert_eq!(history(&e).len(), 1);
+        assert_eq!(h.c.owd_estimate(h.now, 0, 0), Some(Duration::from_millis(400)), "a huge OWD is capped");
+    }
+
+    #[test]
+    fn open_loop_generates_a_fixed_number_and_respects_the_inflight_cap() {
+        let cfg = TigaConfig { inflight_max: 2, ..TigaConfig::default() };
+        let src = FixedKeys::new(vec![vec![0, 1], vec![]]);
+        let c = Coordinator::new(topology(3, 3), cfg, Box::new(src), vec![vec![Duration::from_millis(50); 3]; 3], 0)
+            .with_open_loop(OpenLoop { rate_per_s: 1000.0, stop_after: None, max_txns: Some(5) });
+        let mut h = H { c, rng: Rng::seed_from_u64(9), now: LocalTime::from_secs(5) };
+        let (_, e) = h.run(|c, ctx| c.on_start(ctx));
+        let mut gaps = Vec::new();
+        let mut all = Vec::new();
+        let mut next = e;
+        for _ in 0..10 {
+            let Some(after) = next.iter().find_map(|x| match x {
+                Effect::SetTimer { id, after } if *id == ARRIVAL_TIMER => Some(*after),
+                _ => None,
+            }) else {
+                break;
+            };
+            gaps.push(after);
+            h.now = h.now + after;
+            next = h.timer(ARRIVAL_TIMER);
+            all.extend(next.clone());
+        }
+        assert_eq!(gaps.len(), 5, "5 arrivals, then the generator stops");
+        assert!(gaps.windows(2).any(|w| w[0] != w[1]), "exponential gaps: {gaps:?}");
+        let m = metrics(&all);
+        let count = |n: &str| m.iter().filter(|x| **x == n).count();
+        // Arrivals: [0,1] admitted, [] rejected, [0,1] admitted, then the cap drops 2.
+        assert_eq!(count("tiga.rejected"), 1);
+        assert_eq!(count("tiga.admission_dropped"), 2);
+        assert_eq!(history(&all).len(), 2);
+        assert_eq!(h.c.inflight(), 2);
+
+        // stop_after in local time; rate 0 generates nothing.
+        let c =
+            Coordinator::new(topology(1, 1), TigaConfig::default(), Box::new(FixedKeys::new(vec![vec![0]])), vec![], 0)
+                .with_open_loop(OpenLoop {
+                    rate_per_s: 100.0,
+                    stop_after: Some(Duration::from_millis(100)),
+                    max_txns: None,
+                });
+        let mut h = H { c, rng: Rng::seed_from_u64(9), now: LocalTime::from_secs(5) };
+        h.run(|c, ctx| c.on_start(ctx));
+        h.now = h.now + Duration::from_millis(100);
+        assert!(h.timer(ARRIVAL_TIMER).is_empty());
+        let c = Coordinator::new(topology(1, 1), TigaConfig::default(), Box::new(FixedKeys::new(vec![])), vec![], 0);
+        let mut h = H { c, rng: Rng::seed_from_u64(9), now: LocalTime::ZERO };
+        assert!(h.run(|c, ctx| c.on_start(ctx)).1.is_empty());
+    }
+}

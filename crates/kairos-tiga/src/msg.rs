@@ -1,0 +1,96 @@
+//! Tiga's wire vocabulary: transactions, shard pieces, and every message between
+//! coordinators, servers (leaders and followers) and leaders.
+//!
+//! Every message carries the sender's view so that view changes (a later issue) can reject
+//! messages from other views without changing the message shapes.
+
+use kairos_core::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// Globally unique transaction id: the coordinator's node id in the high 32 bits, its
+/// sequence number in the low 32. A retransmission keeps the id (at-most-once execution).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnId(pub u64);
+
+impl TxnId {
+    pub fn new(coordinator: NodeId, seq: u32) -> Self {
+        TxnId(((coordinator.0 as u64) << 32) | seq as u64)
+    }
+    /// The coordinator that owns this transaction (replies go there).
+    pub fn coordinator(self) -> NodeId {
+        NodeId((self.0 >> 32) as u32)
+    }
+    pub fn seq(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+/// A timestamp: nanoseconds of a node's local clock (future timestamps are send time +
+/// headroom). Ties are broken by transaction id: the order is `(Ts, TxnId)`.
+pub type Ts = u64;
+pub type Key = u64;
+pub type Value = u64;
+pub type ShardId = u32;
+
+/// The stored procedure a one-shot transaction runs. Read and write sets are known up front.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Procedure {
+    /// MicroBench: read each key and write it back plus one; returns the values read.
+    Increment,
+}
+
+/// The part of a transaction one shard executes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piece {
+    pub txn: TxnId,
+    pub shard: ShardId,
+    /// Every shard the transaction touches (for timestamp agreement among their leaders).
+    pub shards: Vec<ShardId>,
+    pub reads: Vec<Key>,
+    pub writes: Vec<Key>,
+    pub procedure: Procedure,
+}
+
+/// How a server replied.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyKind {
+    /// Released (followers) or executed (leaders) at `ts`; `hash` is the log hash over the
+    /// transaction's keys.
+    Fast,
+    /// A follower's log is synchronized with the leader's past this transaction at `ts`.
+    Slow,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TigaMsg {
+    /// Coordinator → every replica of every involved shard.
+    Submit { view: u64, piece: Piece, ts: Ts, send_time: Ts },
+    /// Server → coordinator.
+    Reply {
+        view: u64,
+        txn: TxnId,
+        shard: ShardId,
+        replica: u32,
+        kind: ReplyKind,
+        ts: Ts,
+        hash: [u8; 20],
+        /// Values read (leaders only; followers send none).
+        reads: Option<Vec<(Key, Value)>>,
+        /// One-way delay the server measured for the submit: arrival − send time, ns.
+        owd_ns: u64,
+    },
+    /// Leader → leaders of the other involved shards: round 1 (my timestamp) and round 2
+    /// (I have adopted the agreed timestamp).
+    Agree { view: u64, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool },
+    /// Leader → follower: log entries from `from` on, and the commit point.
+    LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
+    /// Follower → leader: my log matches yours up to `sync_point` (exclusive).
+    SyncAck { view: u64, replica: u32, sync_point: u64 },
+}
+
+/// One entry of a shard's log: a transaction's piece at its final timestamp.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    pub ts: Ts,
+    pub piece: Piece,
+}

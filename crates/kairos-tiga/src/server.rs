@@ -1,0 +1,665 @@
+//! A Tiga server: leader or follower of one shard.
+//!
+//! **Arrival.** A transaction T arrives with a proposed future timestamp `T.ts`. It is
+//! accepted into the priority queue (ordered by `(ts, id)`) if `T.ts` is later than the last
+//! *released* timestamp of every key it conflicts with (rMap / wMap). Otherwise a leader bumps
+//! it to `max(local clock, last released + 1)`, and a follower *holds* it: it reaches the
+//! follower's log only through the leader's log synchronization (the slow path).
+//!
+//! **Release.** When the local clock passes the head's timestamp, the transaction is released:
+//! rMap / wMap take its timestamp, the per-key log hashes take `SHA-1(ts ‖ id)`, and the server
+//! replies *fast* to the coordinator: a follower with `(ts, hash)`, a leader also with the
+//! values read, after executing the stored procedure (revocably).
+//!
+//! **Timestamp agreement** (transactions over several shards, leaders only; detective mode:
+//! execute, then agree). The leader sends its timestamp to the other involved leaders and
+//! takes the maximum. While T is not agreed, it *holds its keys*: at most one speculative
+//! transaction per key, so no conflicting successor is released. Then:
+//! 1. every leader had the same timestamp: T is final;
+//! 2. this leader had the maximum, another did not: T stays speculative until every lower
+//!    leader *confirms* (round 2) that it has adopted the agreed timestamp — this second round
+//!    is what prevents timestamp inversion (the paper's Figure 5);
+//! 3. this leader was lower: it revokes T's execution, re-queues T at the agreed timestamp,
+//!    re-executes it when its clock passes it, re-sends its reply, and confirms.
+//!
+//! **Log synchronization.** A leader appends final transactions to its log and sends new
+//! entries to its followers every `sync_interval`. A follower adopts the leader's timestamp for
+//! each entry (fixing its hashes), answers the coordinator with a *slow* reply, and
+//! acknowledges its sync-point. The commit-point is the highest position f + 1 replicas have
+//! synchronized; followers execute up to it.
+//!
+//! **Log hash.** Per key, the XOR of `SHA-1(ts ‖ id)` of every released transaction touching
+//! it (incremental on release, revocation and timestamp fixes). A reply's hash is SHA-1 over
+//! the accumulators of the transaction's keys, so commuting transactions on other keys need not
+//! agree on order, while every replica of a fast quorum has released the same conflicting
+//! transactions at the same timestamps before T.
+
+use crate::msg::{Key, LogEntry, Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::topology::{TigaConfig, Topology};
+use kairos_core::{duration_nanos, Ctx, NodeId, Process, TimerId};
+use sha1::{Digest, Sha1};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The timer a server arms for the next queued timestamp (tests drive it directly).
+pub const RELEASE: TimerId = TimerId(1);
+const SYNC: TimerId = TimerId(2);
+/// Most log entries one LogSync carries.
+const SYNC_BATCH_MAX: usize = 1024;
+/// Agreement messages buffered for transactions that have not arrived yet.
+const EARLY_AGREE_MAX: usize = 100_000;
+
+pub type Hash = [u8; 20];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    /// In the priority queue at `ts`.
+    Queued,
+    /// Follower: could not accept the proposed timestamp; waits for the leader's log.
+    Held,
+    /// Released (follower) / executed speculatively and waiting for agreement (leader).
+    Released,
+    /// Leader: agreed and appended to the log. Follower: in the synchronized log.
+    Final,
+}
+
+struct Txn {
+    piece: Piece,
+    ts: Ts,
+    status: Status,
+    owd_ns: u64,
+    /// The last reply sent to the coordinator (re-sent on retransmission).
+    last_reply: Option<TigaMsg>,
+    /// Leader: values read by the current execution, and the values its writes replaced.
+    reads: Vec<(Key, Value)>,
+    undo: Vec<(Key, Value)>,
+    /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
+    peer_ts: BTreeMap<ShardId, Ts>,
+    confirms: BTreeSet<ShardId>,
+    /// Leader: the agreed timestamp, once known.
+    agreed: Option<Ts>,
+}
+
+/// Counters for tests and reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub released: u64,
+    pub bumped: u64,
+    pub held: u64,
+    pub revoked: u64,
+    pub finalized: u64,
+    pub executed: u64,
+    pub rejected: u64,
+}
+
+/// A replica of one shard; the leader of view 0 is `topology.leader[shard]`.
+pub struct Server {
+    topology: Topology,
+    config: TigaConfig,
+    shard: ShardId,
+    replica: u32,
+    view: u64,
+    txns: BTreeMap<TxnId, Txn>,
+    pq: BTreeSet<(Ts, TxnId)>,
+    rmap: BTreeMap<Key, Ts>,
+    wmap: BTreeMap<Key, Ts>,
+    key_hash: BTreeMap<Key, Hash>,
+    store: BTreeMap<Key, Value>,
+    log: Vec<LogEntry>,
+    /// Leader: keys held by a speculative (not yet agreed) transaction.
+    locked: BTreeMap<Key, TxnId>,
+    /// Leader: each replica's acknowledged sync-point and the next position to send it.
+    sync_point: Vec<u64>,
+    next_send: Vec<u64>,
+    commit_point: u64,
+    commit_point_sent: Vec<u64>,
+    /// Follower: log positions executed.
+    executed: u64,
+    /// Agreement messages that arrived before their transaction.
+    early_agree: BTreeMap<TxnId, Vec<(ShardId, Ts, bool)>>,
+    release_timer_at: Option<Ts>,
+    stats: ServerStats,
+}
+
+impl Server {
+    pub fn new(topology: Topology, config: TigaConfig, shard: ShardId, replica: u32) -> Self {
+        let n = topology.replicas_per_shard();
+        Server {
+            topology,
+            config,
+            shard,
+            replica,
+            view: 0,
+            txns: BTreeMap::new(),
+            pq: BTreeSet::new(),
+            rmap: BTreeMap::new(),
+            wmap: BTreeMap::new(),
+            key_hash: BTreeMap::new(),
+            store: BTreeMap::new(),
+            log: Vec::new(),
+            locked: BTreeMap::new(),
+            sync_point: vec![0; n],
+            next_send: vec![0; n],
+            commit_point: 0,
+            commit_point_sent: vec![0; n],
+            executed: 0,
+            early_agree: BTreeMap::new(),
+            release_timer_at: None,
+            stats: ServerStats::default(),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.topology.leader[self.shard as usize] == self.replica
+    }
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+    pub fn log(&self) -> &[LogEntry] {
+        &self.log
+    }
+    pub fn commit_point(&self) -> u64 {
+        if self.is_leader() {
+            self.commit_point
+        } else {
+            self.executed
+        }
+    }
+    /// The value of `key` (leader: including speculative writes; follower: executed log).
+    pub fn value(&self, key: Key) -> Value {
+        self.store.get(&key).copied().unwrap_or(0)
+    }
+
+    fn conflicts_last_ts(&self, piece: &Piece) -> Ts {
+        let w = piece.reads.iter().chain(&piece.writes).filter_map(|k| self.wmap.get(k)).max().copied().unwrap_or(0);
+        let r = piece.writes.iter().filter_map(|k| self.rmap.get(k)).max().copied().unwrap_or(0);
+        w.max(r)
+    }
+
+    fn keys(piece: &Piece) -> impl Iterator<Item = &Key> {
+        piece.reads.iter().chain(piece.writes.iter().filter(|k| !piece.reads.contains(k)))
+    }
+
+    fn entry_hash(ts: Ts, txn: TxnId) -> Hash {
+        let mut h = Sha1::new();
+        h.update(ts.to_le_bytes());
+        h.update(txn.0.to_le_bytes());
+        h.finalize().into()
+    }
+
+    fn xor_hash(&mut self, piece: &Piece, ts: Ts) {
+        let e = Self::entry_hash(ts, piece.txn);
+        for k in Self::keys(piece) {
+            let acc = self.key_hash.entry(*k).or_insert([0; 20]);
+            for (a, b) in acc.iter_mut().zip(e) {
+                *a ^= b;
+            }
+        }
+    }
+
+    fn reply_hash(&self, piece: &Piece) -> Hash {
+        let mut h = Sha1::new();
+        for k in Self::keys(piece) {
+            h.update(k.to_le_bytes());
+            h.update(self.key_hash.get(k).copied().unwrap_or([0; 20]));
+        }
+        h.finalize().into()
+    }
+
+    fn validate(&self, piece: &Piece) -> bool {
+        piece.shard == self.shard
+            && piece.shards.contains(&self.shard)
+            && piece.shards.iter().all(|s| (*s as usize) < self.topology.shard_count())
+            && !piece.reads.is_empty() | !piece.writes.is_empty()
+            && piece.reads.len() + piece.writes.len() <= 2 * self.config.keys_per_txn_max
+            && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
+    }
+
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, piece: Piece, ts: Ts, send_time: Ts) {
+        if let Some(t) = self.txns.get(&piece.txn) {
+            // A retransmission: at-most-once; answer with what we answered last.
+            if let Some(reply) = t.last_reply.clone() {
+                ctx.send(piece.txn.coordinator(), reply);
+            }
+            return;
+        }
+        if !self.validate(&piece) {
+            self.stats.rejected += 1;
+            ctx.metric("tiga.server_rejected", 1);
+            return;
+        }
+        let now = ctx.now().as_nanos();
+        let owd_ns = now.saturating_sub(send_time).max(duration_nanos(self.config.owd_floor));
+        let last = self.conflicts_last_ts(&piece);
+        let txn = piece.txn;
+        let (ts, status) = if ts > last {
+            (ts, Status::Queued)
+        } else if self.is_leader() {
+            self.stats.bumped += 1;
+            (now.max(last + 1), Status::Queued)
+        } else {
+            self.stats.held += 1;
+            (ts, Status::Held)
+        };
+        if status == Status::Queued {
+            self.pq.insert((ts, txn));
+        }
+        self.txns.insert(
+            txn,
+            Txn {
+                piece,
+                ts,
+                status,
+                owd_ns,
+                last_reply: None,
+                reads: Vec::new(),
+                undo: Vec::new(),
+                peer_ts: BTreeMap::new(),
+                confirms: BTreeSet::new(),
+                agreed: None,
+            },
+        );
+        if let Some(early) = self.early_agree.remove(&txn) {
+            for (shard, ts, confirm) in early {
+                self.record_agree(txn, shard, ts, confirm);
+            }
+        }
+    }
+
+    /// Releases every queued transaction whose timestamp the local clock has passed, in
+    /// timestamp order, skipping (and holding back the keys of) those blocked by a
+    /// speculative transaction.
+    fn release_due(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let now = ctx.now().as_nanos();
+        let mut blocked: BTreeSet<Key> = BTreeSet::new();
+        let due: Vec<(Ts, TxnId)> = self.pq.range(..(now, TxnId(0))).copied().collect();
+        for (ts, id) in due {
+            let Some(t) = self.txns.get(&id) else {
+                self.pq.remove(&(ts, id));
+                continue;
+            };
+            let keys: Vec<Key> = Self::keys(&t.piece).copied().collect();
+            let locked = self.is_leader() && keys.iter().any(|k| self.locked.get(k).is_some_and(|o| *o != id));
+            if locked || keys.iter().any(|k| blocked.contains(k)) {
+                blocked.extend(keys);
+                continue;
+            }
+            self.pq.remove(&(ts, id));
+            self.release(ctx, id);
+        }
+        self.arm_release_timer(ctx);
+    }
+
+    fn arm_release_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let now = ctx.now().as_nanos();
+        match self.pq.range((now, TxnId(0))..).next() {
+            Some(&(ts, _)) if self.release_timer_at != Some(ts) => {
+                self.release_timer_at = Some(ts);
+                ctx.set_timer(RELEASE, std::time::Duration::from_nanos(ts - now + 1));
+            }
+            _ => {}
+        }
+    }
+
+    fn release(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
+        let Some(t) = self.txns.get(&id) else { return };
+        let piece = t.piece.clone();
+        let ts = t.ts;
+        self.stats.released += 1;
+        for k in &piece.reads {
+            let e = self.rmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        for k in &piece.writes {
+            let e = self.wmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        self.xor_hash(&piece, ts);
+        let hash = self.reply_hash(&piece);
+        let leader = self.is_leader();
+        let reads = if leader { Some(self.execute(id)) } else { None };
+        let t = self.txns.get_mut(&id).expect("released transaction exists");
+        t.status = Status::Released;
+        let reply = TigaMsg::Reply {
+            view: self.view,
+            txn: id,
+            shard: self.shard,
+            replica: self.replica,
+            kind: ReplyKind::Fast,
+            ts,
+            hash,
+            reads,
+            owd_ns: t.owd_ns,
+        };
+        t.last_reply = Some(reply.clone());
+        ctx.send(id.coordinator(), reply);
+        if !leader {
+            return;
+        }
+        let multi_shard = piece.shards.len() > 1;
+        if !multi_shard {
+            self.finalize(id);
+            return;
+        }
+        let t = self.txns.get_mut(&id).expect("exists");
+        if let Some(agreed) = t.agreed {
+            // Case 3, second execution at the agreed timestamp: confirm and finish.
+            debug_assert_eq!(agreed, ts);
+            for s in piece.shards.iter().filter(|s| **s != self.shard) {
+                let to = self.topology.leader_node(*s);
+                ctx.send(to, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: true });
+            }
+            self.finalize(id);
+            return;
+        }
+        for k in Self::keys(&piece) {
+            self.locked.insert(*k, id);
+        }
+        for s in piece.shards.iter().filter(|s| **s != self.shard) {
+            let to = self.topology.leader_node(*s);
+            ctx.send(to, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: false });
+        }
+        self.evaluate_agreement(ctx, id);
+    }
+
+    /// Runs the stored procedure on the current state, remembering what it overwrote.
+    fn execute(&mut self, id: TxnId) -> Vec<(Key, Value)> {
+        let Some(t) = self.txns.get(&id) else { return Vec::new() };
+        let Procedure::Increment = t.piece.procedure;
+        let reads: Vec<(Key, Value)> = t.piece.reads.iter().map(|k| (*k, self.value(*k))).collect();
+        let writes = t.piece.writes.clone();
+        let mut undo = Vec::with_capacity(writes.len());
+        for k in writes {
+            let old = self.value(k);
+            undo.push((k, old));
+            self.store.insert(k, old.wrapping_add(1));
+        }
+        self.stats.executed += 1;
+        let t = self.txns.get_mut(&id).expect("exists");
+        t.reads = reads.clone();
+        t.undo = undo;
+        reads
+    }
+
+    fn revoke(&mut self, id: TxnId) {
+        let Some(t) = self.txns.get_mut(&id) else { return };
+        let undo = std::mem::take(&mut t.undo);
+        let piece = t.piece.clone();
+        let ts = t.ts;
+        for (k, old) in undo.into_iter().rev() {
+            self.store.insert(k, old);
+        }
+        self.xor_hash(&piece, ts);
+        for k in Self::keys(&piece) {
+            if self.locked.get(k) == Some(&id) {
+                self.locked.remove(k);
+            }
+        }
+        self.stats.revoked += 1;
+    }
+
+    fn record_agree(&mut self, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool) {
+        if let Some(t) = self.txns.get_mut(&txn) {
+            if confirm {
+                t.confirms.insert(shard);
+            } else {
+                t.peer_ts.insert(shard, ts);
+            }
+        }
+    }
+
+    fn on_agree(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool) {
+        if !self.is_leader() || shard as usize >= self.topology.shard_count() {
+            return;
+        }
+        if !self.txns.contains_key(&txn) {
+            if self.early_agree.len() < EARLY_AGREE_MAX {
+                self.early_agree.entry(txn).or_default().push((shard, ts, confirm));
+            }
+            return;
+        }
+        if !self.txns[&txn].piece.shards.contains(&shard) {
+            return;
+        }
+        self.record_agree(txn, shard, ts, confirm);
+        self.evaluate_agreement(ctx, txn);
+        self.release_due(ctx);
+    }
+
+    fn evaluate_agreement(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
+        let Some(t) = self.txns.get(&id) else { return };
+        if t.status != Status::Released {
+            return;
+        }
+        let others: Vec<ShardId> = t.piece.shards.iter().copied().filter(|s| *s != self.shard).collect();
+        if !others.iter().all(|s| t.peer_ts.contains_key(s)) {
+            return;
+        }
+        let agreed = others.iter().map(|s| t.peer_ts[s]).max().unwrap_or(0).max(t.ts);
+        if t.ts < agreed {
+            // Case 3: revoke, re-queue at the agreed timestamp; confirm after re-execution.
+            self.revoke(id);
+            let t = self.txns.get_mut(&id).expect("exists");
+            t.ts = agreed;
+            t.agreed = Some(agreed);
+            t.status = Status::Queued;
+            self.pq.insert((agreed, id));
+            ctx.metric("tiga.server_revisions", 1);
+            return;
+        }
+        // Case 1 (all equal) or case 2 (this leader had the maximum): wait for a confirmation
+        // from every leader that was lower.
+        let lower: Vec<ShardId> = others.iter().copied().filter(|s| t.peer_ts[s] < agreed).collect();
+        let confirmed = lower.iter().all(|s| t.confirms.contains(s));
+        if lower.is_empty() || confirmed || self.config.unsafe_skip_second_round {
+            self.finalize(id);
+        }
+    }
+
+    fn finalize(&mut self, id: TxnId) {
+        let Some(t) = self.txns.get_mut(&id) else { return };
+        if t.status == Status::Final {
+            return;
+        }
+        t.status = Status::Final;
+        t.agreed = Some(t.ts);
+        t.undo.clear();
+        let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
+        for k in Self::keys(&entry.piece) {
+            if self.locked.get(k) == Some(&id) {
+                self.locked.remove(k);
+            }
+        }
+        self.log.push(entry);
+        self.stats.finalized += 1;
+        let me = self.replica as usize;
+        self.sync_point[me] = self.log.len() as u64;
+        self.advance_commit_point();
+    }
+
+    fn advance_commit_point(&mut self) {
+        let mut points = self.sync_point.clone();
+        points.sort_unstable_by(|a, b| b.cmp(a));
+        let f = self.topology.f();
+        self.commit_point = self.commit_point.max(points.get(f).copied().unwrap_or(0));
+    }
+
+    fn send_log_sync(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let replicas = self.topology.shards[self.shard as usize].clone();
+        let len = self.log.len() as u64;
+        for (r, node) in replicas.iter().enumerate() {
+            if r as u32 == self.replica {
+                continue;
+            }
+            // Resend from the acknowledged point when nothing newer is pending (lost syncs).
+            if self.next_send[r] >= len && self.sync_point[r] < len {
+                self.next_send[r] = self.sync_point[r];
+            }
+            let from = self.next_send[r];
+            if from >= len && self.commit_point_sent[r] == self.commit_point {
+                continue;
+            }
+            let end = (from as usize + SYNC_BATCH_MAX).min(len as usize);
+            let entries = self.log[from as usize..end].to_vec();
+            self.next_send[r] = end as u64;
+            self.commit_point_sent[r] = self.commit_point;
+            ctx.send(*node, TigaMsg::LogSync { view: self.view, from, entries, commit_point: self.commit_point });
+        }
+    }
+
+    fn on_log_sync(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from_node: NodeId,
+        from: u64,
+        entries: Vec<LogEntry>,
+        commit_point: u64,
+    ) {
+        if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
+            return;
+        }
+        let len = self.log.len() as u64;
+        if from <= len {
+            let skip = (len - from) as usize;
+            for entry in entries.into_iter().skip(skip) {
+                if !self.validate(&entry.piece) {
+                    // The leader sent something this shard cannot hold: stop here rather than
+                    // diverge; the sync-point tells the leader where we are.
+                    ctx.metric("tiga.server_bad_log_entry", 1);
+                    break;
+                }
+                self.adopt_entry(ctx, entry);
+            }
+        }
+        let commit = commit_point.min(self.log.len() as u64);
+        while self.executed < commit {
+            let piece = self.log[self.executed as usize].piece.clone();
+            let Procedure::Increment = piece.procedure;
+            for k in &piece.writes {
+                let v = self.value(*k);
+                self.store.insert(*k, v.wrapping_add(1));
+            }
+            self.executed += 1;
+        }
+        let leader = self.topology.leader_node(self.shard);
+        ctx.send(
+            leader,
+            TigaMsg::SyncAck { view: self.view, replica: self.replica, sync_point: self.log.len() as u64 },
+        );
+        self.release_due(ctx);
+    }
+
+    /// Follower: takes the leader's final timestamp for a transaction into the log, fixing
+    /// this replica's hashes and maps, and answers the coordinator on the slow path.
+    fn adopt_entry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, entry: LogEntry) {
+        let id = entry.piece.txn;
+        let ts = entry.ts;
+        match self.txns.get(&id).map(|t| (t.status, t.ts)) {
+            Some((Status::Released, old)) => {
+                if old != ts {
+                    let piece = entry.piece.clone();
+                    self.xor_hash(&piece, old);
+                    self.xor_hash(&piece, ts);
+                }
+            }
+            Some((Status::Queued, old)) => {
+                self.pq.remove(&(old, id));
+                self.xor_hash(&entry.piece, ts);
+            }
+            Some((Status::Held, _)) | None => self.xor_hash(&entry.piece, ts),
+            Some((Status::Final, _)) => {}
+        }
+        for k in &entry.piece.reads {
+            let e = self.rmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        for k in &entry.piece.writes {
+            let e = self.wmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        let owd_ns = self.txns.get(&id).map_or(0, |t| t.owd_ns);
+        let reply = TigaMsg::Reply {
+            view: self.view,
+            txn: id,
+            shard: self.shard,
+            replica: self.replica,
+            kind: ReplyKind::Slow,
+            ts,
+            hash: [0; 20],
+            reads: None,
+            owd_ns,
+        };
+        ctx.send(id.coordinator(), reply.clone());
+        let t = self.txns.entry(id).or_insert_with(|| Txn {
+            piece: entry.piece.clone(),
+            ts,
+            status: Status::Final,
+            owd_ns,
+            last_reply: None,
+            reads: Vec::new(),
+            undo: Vec::new(),
+            peer_ts: BTreeMap::new(),
+            confirms: BTreeSet::new(),
+            agreed: Some(ts),
+        });
+        t.ts = ts;
+        t.status = Status::Final;
+        t.last_reply = Some(reply);
+        self.log.push(entry);
+    }
+
+    fn on_sync_ack(&mut self, replica: u32, sync_point: u64) {
+        let r = replica as usize;
+        if !self.is_leader() || r >= self.sync_point.len() {
+            return;
+        }
+        self.sync_point[r] = self.sync_point[r].max(sync_point.min(self.log.len() as u64));
+        self.advance_commit_point();
+    }
+}
+
+impl Process for Server {
+    type Msg = TigaMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if self.is_leader() {
+            ctx.set_timer(SYNC, self.config.sync_interval);
+        }
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
+        match msg {
+            TigaMsg::Submit { view, piece, ts, send_time } if view == self.view => {
+                self.on_submit(ctx, piece, ts, send_time);
+                self.release_due(ctx);
+            }
+            TigaMsg::Agree { view, txn, shard, ts, confirm } if view == self.view => {
+                if self.topology.leader_node(shard.min(self.topology.shard_count() as u32 - 1)) == from {
+                    self.on_agree(ctx, txn, shard, ts, confirm);
+                }
+            }
+            TigaMsg::LogSync { view, from: start, entries, commit_point } if view == self.view => {
+                self.on_log_sync(ctx, from, start, entries, commit_point);
+            }
+            TigaMsg::SyncAck { view, replica, sync_point } if view == self.view => {
+                if self.topology.shards[self.shard as usize].get(replica as usize) == Some(&from) {
+                    self.on_sync_ack(replica, sync_point);
+                }
+            }
+            _ => ctx.metric("tiga.server_ignored", 1),
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, timer: TimerId) {
+        match timer {
+            RELEASE => {
+                self.release_timer_at = None;
+                self.release_due(ctx);
+            }
+            SYNC => {
+                self.send_log_sync(ctx);
+                ctx.set_timer(SYNC, self.config.sync_interval);
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The paper's deployment in the simulator.
+//!
+//! 3 shards × 3 replicas in sc / fi / br — replica r of every shard in region r, so all
+//! leaders (replica 0) sit in sc (`co-located`, the paper's view 0) — or, with `separated`,
+//! each shard's replica list rotated by its shard id so that leaders sit in different regions.
+//! 2 coordinators in each of sc / fi / br and 2 in hk (no servers there). Latency matrix:
+//! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
+
+use crate::coordinator::{Coordinator, CoordinatorStats, OpenLoop};
+use crate::msg::TigaMsg;
+use crate::server::Server;
+use crate::topology::{TigaConfig, Topology};
+use crate::workload::MicroBench;
+use kairos_clock::ClockPreset;
+use kairos_core::history::HistoryRecord;
+use kairos_core::{LatencyMatrix, NodeId, SimTime};
+use kairos_sim::{CpuModel, Sim, SimConfig, SimStats};
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Where each shard's replicas live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Replica r of every shard in region r: every leader in sc (preventive-friendly).
+    CoLocated,
+    /// Shard s's replica list rotated by s: leaders in sc, fi, br (detective mode).
+    Separated,
+}
+
+/// One MicroBench run of Tiga.
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    pub seed: u64,
+    pub clock: ClockPreset,
+    pub placement: Placement,
+    pub shards: u32,
+    pub server_regions: Vec<String>,
+    /// (region, coordinators there).
+    pub coordinator_regions: Vec<(String, u32)>,
+    /// Total offered load over all coordinators, transactions per second.
+    pub load_txn_per_s: f64,
+    pub skew: f64,
+    pub keys_per_shard: u64,
+    pub duration: Duration,
+    pub loss: f64,
+    pub cpu: CpuModel,
+    pub config: TigaConfig,
+}
+
+impl Default for Deployment {
+    fn default() -> Self {
+        Deployment {
+            seed: 1,
+            clock: ClockPreset::Chrony,
+            placement: Placement::CoLocated,
+            shards: 3,
+            server_regions: ["sc", "fi", "br"].map(String::from).to_vec(),
+            coordinator_regions: ["sc", "fi", "br", "hk"].map(|r| (r.to_string(), 2)).to_vec(),
+            load_txn_per_s: 1_000.0,
+            skew: 0.5,
+            keys_per_shard: 1_000_000,
+            duration: Duration::from_secs(5),
+            loss: 0.0,
+            cpu: CpuModel::Fixed(Duration::from_micros(5)),
+            config: TigaConfig::default(),
+        }
+    }
+}
+
+/// What a run produced.
+pub struct Outcome {
+    pub history: Vec<HistoryRecord>,
+    pub trace_hash: u64,
+    pub stats: SimStats,
+    pub metrics: BTreeMap<&'static str, u64>,
+    /// Region of each Jepsen process id range: (first process id, one past last, region).
+    pub process_regions: Vec<(u64, u64, String)>,
+    pub topology: Topology,
+    /// Each coordinator's region and counters (fast / slow commits, revisions, …).
+    pub coordinators: Vec<(String, CoordinatorStats)>,
+    pub wall: Duration,
+}
+
+impl Outcome {
+    /// Coordinator counters summed by region, in region order of first appearance.
+    pub fn stats_by_region(&self) -> Vec<(String, CoordinatorStats)> {
+        let mut out: Vec<(String, CoordinatorStats)> = Vec::new();
+        for (region, s) in &self.coordinators {
+            let i = match out.iter().position(|(r, _)| r == region) {
+                Some(i) => i,
+                None => {
+                    out.push((region.clone(), CoordinatorStats::default()));
+                    out.len() - 1
+                }
+            };
+            let t = &mut out[i].1;
+            t.committed += s.committed;
+            t.committed_fast += s.committed_fast;
+            t.committed_slow += s.committed_slow;
+            t.ts_revised += s.ts_revised;
+            t.retransmissions += s.retransmissions;
+            t.info += s.info;
+            t.rejected += s.rejected;
+            t.admission_dropped += s.admission_dropped;
+            t.ignored_replies += s.ignored_replies;
+        }
+        out
+    }
+
+    /// The region of the coordinator that ran Jepsen process `p`.
+    pub fn region_of_process(&self, p: u64) -> Option<&str> {
+        self.process_regions.iter().find(|(a, b, _)| (*a..*b).contains(&p)).map(|(_, _, r)| r.as_str())
+    }
+}
+
+/// A built, not yet run, simulated deployment.
+pub struct World {
+    pub sim: Sim<TigaMsg>,
+    pub topology: Topology,
+    /// (first Jepsen process id, one past the last, region) of each coordinator.
+    pub process_regions: Vec<(u64, u64, String)>,
+}
+
+/// Errors in a deployment description.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("{0}")]
+    Region(#[from] kairos_core::CoreError),
+    #[error("{0}")]
+    Workload(#[from] crate::workload::WorkloadError),
+    #[error("the deployment needs at least one shard, one server region and one coordinator")]
+    Empty,
+}
+
+impl Deployment {
+    /// Builds the simulated world (nothing has run yet).
+    pub fn build(&self) -> Result<World, DeployError> {
+        let matrix = LatencyMatrix::gcp();
+        let n = self.server_regions.len();
+        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
+        if self.shards == 0 || n == 0 || coordinators == 0 {
+            return Err(DeployError::Empty);
+        }
+        let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
+        let region_of = |shard: usize, replica: usize| match self.placement {
+            Placement::CoLocated => regions[replica],
+            Placement::Separated => regions[(replica + shard) % n],
+        };
+        let topology = Topology {
+            shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
+            leader: vec![0; self.shards as usize],
+        };
+        let mut config = SimConfig::new(self.seed);
+        config.cpu = self.cpu.clone();
+        config.network.loss = self.loss;
+        let mut sim = Sim::new(config, matrix.clone());
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
+        for s in 0..self.shards as usize {
+            for r in 0..n {
+                let (t, c) = (topology.clone(), self.config.clone());
+                let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
+                    Box::new(Server::new(t.clone(), c.clone(), s as u32, r as u32))
+                });
+                debug_assert_eq!(id, topology.shards[s][r]);
+            }
+        }
+        let rate = self.load_txn_per_s / coordinators as f64;
+        let mut process_regions = Vec::new();
+        let stop_after = self.duration;
+        for (region_name, count) in &self.coordinator_regions {
+            let region = matrix.region(region_name)?;
+            for _ in 0..*count {
+                let owd: Vec<Vec<Duration>> = (0..self.shards as usize)
+                    .map(|s| (0..n).map(|r| matrix.one_way(region, region_of(s, r))).collect())
+                    .collect();
+                let index = (sim.node_count() - self.shards as usize * n) as u64;
+                let process_base = index * self.config.inflight_max as u64;
+                process_regions.push((
+                    process_base,
+                    process_base + self.config.inflight_max as u64,
+                    region_name.clone(),
+                ));
+                let workload = MicroBench::new(self.keys_per_shard, self.shards, self.skew)?;
+                let (t, c) = (topology.clone(), self.config.clone());
+                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| {
+                    let load = OpenLoop { rate_per_s: rate, stop_after: Some(stop_after), max_txns: None };
+                    Box::new(
+                        Coordinator::new(t.clone(), c.clone(), Box::new(workload.clone()), owd.clone(), process_base)
+                            .with_open_loop(load),
+                    )
+                });
+            }
+        }
+        Ok(World { sim, topology, process_regions })
+    }
+
+    /// Runs the load for `duration`, then lets in-flight transactions finish (up to the
+    /// coordinators' give-up time), calling `progress(fraction)` along the way.
+    pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<Outcome, DeployError> {
+        #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
+        let started = std::time::Instant::now();
+        let World { mut sim, topology, process_regions } = self.build()?;
+        let drain = self.config.retry_timeout * self.config.max_sends + Duration::from_secs(1);
+        let end = SimTime::ZERO + self.duration + drain;
+        const SLICES: u32 = 100;
+        for i in 1..=SLICES {
+            sim.run_until(SimTime::from_nanos(end.as_nanos() / SLICES as u64 * i as u64));
+            progress(i as f64 / SLICES as f64);
+        }
+        sim.run_until(end);
+        let servers = topology.shard_count() * topology.replicas_per_shard();
+        let coordinators = process_regions
+            .iter()
+            .enumerate()
+            .map(|(i, (_, _, region))| {
+                let stats =
+                    sim.role::<Coordinator>(NodeId((servers + i) as u32)).map(|c| c.stats()).unwrap_or_default();
+                (region.clone(), stats)
+            })
+            .collect();
+        Ok(Outcome {
+            coordinators,
+            trace_hash: sim.trace_hash(),
+            stats: sim.stats().clone(),
+            metrics: sim.metrics().clone(),
+            history: sim.take_history(),
+            process_regions,
+            topology,
+            wall: started.elapsed(),
+        })
+    }
+}
+
+/// The analytic commit latency of a coordinator in `region` for a transaction touching every
+/// shard, with perfectly synchronized clocks and no queueing — what the median should approach
+/// at moderate load (see the crate docs for the formula).
+pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, DeployError> {
+    let matrix = LatencyMatrix::gcp();
+    let c = matrix.region(region)?;
+    let regions: Vec<_> = d.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
+    let n = regions.len();
+    let f = (n - 1) / 2;
+    let sq = (1 + f + f.div_ceil(2)).min(n);
+    let owd = |a, b| matrix.one_way(a, b);
+    let region_of = |s: usize, r: usize| match d.placement {
+        Placement::CoLocated => regions[r],
+        Placement::Separated => regions[(r + s) % n],
+    };
+    let shards = d.shards as usize;
+    let kth = |mut v: Vec<Duration>, k: usize| {
+        v.sort();
+        v[k.min(v.len()) - 1]
+    };
+    // Headroom: the farthest member of the closest super quorum of each shard, + margin.
+    let headroom =
+        (0..shards).map(|s| kth((0..n).map(|r| owd(c, region_of(s, r))).collect(), sq)).max().unwrap_or_default()
+            + d.config.margin;
+    // Leaders of different shards agree on timestamps (half a round trip between them).
+    let leaders: Vec<_> = (0..shards).map(|s| region_of(s, 0)).collect();
+    let agreement = if shards > 1 {
+        leaders.iter().flat_map(|a| leaders.iter().map(move |b| owd(*a, *b))).max().unwrap_or_default()
+    } else {
+        Duration::ZERO
+    };
+    let per_shard = (0..shards).map(|s| {
+        let leader = region_of(s, 0);
+        // Fast: the super quorum's replies, all released at the timestamp.
+        let fast = kth((0..n).map(|r| owd(region_of(s, r), c)).collect(), sq);
+        // Slow: the leader's reply, and f followers' replies after agreement and log sync.
+        let via_followers = kth((1..n).map(|r| owd(leader, region_of(s, r)) + owd(region_of(s, r), c)).collect(), f);
+        let slow = owd(leader, c).max(agreement + d.config.sync_interval / 2 + via_followers);
+        fast.min(slow)
+    });
+    Ok(headroom + per_shard.max().unwrap_or_default())
+}

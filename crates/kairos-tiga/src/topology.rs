@@ -1,0 +1,97 @@
+//! Who is where: the replicas of every shard, which one leads, and the protocol's knobs.
+
+use crate::msg::{Key, ShardId};
+use kairos_core::NodeId;
+use std::time::Duration;
+
+/// The shards and their replicas. Replica `r` of shard `s` is `shards[s][r]`; in view 0 the
+/// leader of every shard is replica `leader[s]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub shards: Vec<Vec<NodeId>>,
+    pub leader: Vec<u32>,
+}
+
+impl Topology {
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+    /// Replicas per shard (2f + 1).
+    pub fn replicas_per_shard(&self) -> usize {
+        self.shards.first().map_or(0, Vec::len)
+    }
+    /// Failures tolerated per shard.
+    pub fn f(&self) -> usize {
+        self.replicas_per_shard().saturating_sub(1) / 2
+    }
+    /// Super quorum: 1 + f + ⌈f/2⌉ replicas (3 of 3 when f = 1).
+    pub fn super_quorum(&self) -> usize {
+        let f = self.f();
+        1 + f + f.div_ceil(2)
+    }
+    pub fn leader_node(&self, shard: ShardId) -> NodeId {
+        self.shards[shard as usize][self.leader[shard as usize] as usize]
+    }
+    /// MicroBench's placement of keys: key mod shards.
+    pub fn shard_of_key(&self, key: Key) -> ShardId {
+        (key % self.shards.len() as u64) as ShardId
+    }
+    /// (shard, replica index) of a server node, if it is one.
+    pub fn locate(&self, node: NodeId) -> Option<(ShardId, u32)> {
+        self.shards
+            .iter()
+            .enumerate()
+            .find_map(|(s, rs)| rs.iter().position(|n| *n == node).map(|r| (s as ShardId, r as u32)))
+    }
+}
+
+/// The protocol's knobs, shared by coordinators and servers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TigaConfig {
+    /// Δ added to the estimated one-way delay to form the headroom (paper: 10 ms).
+    pub margin: Duration,
+    /// Shift added to every headroom (the headroom experiment: −50 ms … +50 ms), ns.
+    pub headroom_shift_ns: i64,
+    /// Use zero headroom (timestamp = send time) — the headroom experiment's worst case.
+    pub zero_headroom: bool,
+    /// One-way delay samples older than this are dropped from the estimate window.
+    pub owd_window: Duration,
+    /// Percentile of the window used as the estimate (paper: p50).
+    pub owd_percentile: f64,
+    /// Estimates are capped at this (paper: 400 ms).
+    pub owd_cap: Duration,
+    /// Smallest sample a server reports (paper: 1 ms floor).
+    pub owd_floor: Duration,
+    /// Leaders send log synchronization to followers this often (paper's code: 2 ms).
+    pub sync_interval: Duration,
+    /// A coordinator resends a transaction (same id, new timestamp) after this long.
+    pub retry_timeout: Duration,
+    /// … and gives up (records `info`) after this many sends.
+    pub max_sends: u32,
+    /// Keys one transaction may name, and transactions a coordinator keeps in flight.
+    pub keys_per_txn_max: usize,
+    pub inflight_max: usize,
+    /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
+    /// inversion; the Figure 5 test shows the checker catching it).
+    pub unsafe_skip_second_round: bool,
+}
+
+impl Default for TigaConfig {
+    fn default() -> Self {
+        TigaConfig {
+            margin: Duration::from_millis(10),
+            headroom_shift_ns: 0,
+            zero_headroom: false,
+            owd_window: Duration::from_secs(1),
+            owd_percentile: 0.5,
+            owd_cap: Duration::from_millis(400),
+            owd_floor: Duration::from_millis(1),
+            sync_interval: Duration::from_millis(2),
+            retry_timeout: Duration::from_secs(2),
+            max_sends: 3,
+            keys_per_txn_max: 64,
+            inflight_max: 15_000,
+            unsafe_skip_second_round: false,
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! `kairos bench tiga`: Tiga on MicroBench in the paper's simulated deployment, every run's
+//! history checked strictly serializable.
+
+use super::bench::verdict;
+use crate::cli::{PlacementArg, TigaArgs, TigaBenchArgs};
+use crate::progress;
+use crate::result::{self, CheckResult, RunResult};
+use crate::stats;
+use crate::CliError;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use kairos_check::{CheckReport, Model};
+use kairos_sim::CpuModel;
+use kairos_tiga::sim::{analytic_latency, Deployment, Outcome, Placement};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+impl TigaArgs {
+    /// Validates the flags and builds one deployment per offered load.
+    pub fn to_deployments(&self) -> Result<Vec<Deployment>, CliError> {
+        if self.load.is_empty() || self.load.iter().any(|l| !(*l > 0.0 && *l <= 10_000_000.0)) {
+            return Err(CliError::Usage(format!(
+                "--load takes offered loads in transactions per second, each above 0 and at most 10,000,000 (got {:?})",
+                self.load
+            )));
+        }
+        if !(0.0..=5.0).contains(&self.skew) {
+            return Err(CliError::Usage(format!("--skew is a Zipf exponent between 0 and 5, not {}", self.skew)));
+        }
+        if !(self.duration_s > 0.0 && self.duration_s <= 3_600.0) {
+            return Err(CliError::Usage(format!(
+                "--duration-s must be between 0 and 3600 virtual seconds, not {}",
+                self.duration_s
+            )));
+        }
+        if !(0.0..1.0).contains(&self.loss) {
+            return Err(CliError::Usage(format!("--loss is a probability in [0, 1), not {}", self.loss)));
+        }
+        if !(-10_000.0..=10_000.0).contains(&self.headroom_shift_ms) {
+            return Err(CliError::Usage(format!(
+                "--headroom-shift-ms must be within ±10000 ms, not {}",
+                self.headroom_shift_ms
+            )));
+        }
+        if !(0.0..=1_000_000.0).contains(&self.cpu_us) {
+            return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000 µs, not {}", self.cpu_us)));
+        }
+        let base = Deployment {
+            seed: self.seed,
+            clock: self.clock.into(),
+            placement: match self.placement {
+                PlacementArg::CoLocated => Placement::CoLocated,
+                PlacementArg::Separated => Placement::Separated,
+            },
+            skew: self.skew,
+            duration: Duration::from_secs_f64(self.duration_s),
+            loss: self.loss,
+            cpu: if self.measured_cpu {
+                CpuModel::Measured { scale: 1.0, floor: Duration::ZERO }
+            } else {
+                CpuModel::Fixed(Duration::from_secs_f64(self.cpu_us / 1e6))
+            },
+            ..Deployment::default()
+        };
+        let mut base = base;
+        base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
+        base.config.zero_headroom = self.zero_headroom;
+        Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
+    }
+}
+
+pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
+    let deployments = args.run.to_deployments()?;
+    let mut results = Vec::new();
+    let mut reports = Vec::new();
+    for d in &deployments {
+        let (outcome, report) = run_and_check(d)?;
+        if let Some(path) = &args.history {
+            write_history(path, &outcome)?;
+        }
+        let r = tiga_result(d, &outcome, &report);
+        print_table(d, &outcome, &r);
+        println!("{report}\n");
+        results.push(r);
+        reports.push(report);
+    }
+    if results.len() > 1 {
+        print_sweep(&results);
+    }
+    if let Some(path) = &args.json {
+        result::write_json(path, &results)?;
+        println!("wrote {}", path.display());
+    }
+    for (d, report) in deployments.iter().zip(&reports) {
+        verdict(report, d.seed)?;
+    }
+    Ok(())
+}
+
+/// Runs one deployment with a progress bar and checks its history.
+pub fn run_and_check(d: &Deployment) -> Result<(Outcome, CheckReport), CliError> {
+    let bar = progress::bar(100, "tiga");
+    bar.set_message(format!("{:.0} txn/s, seed {}", d.load_txn_per_s, d.seed));
+    let outcome = d.run(|f| bar.set_position((f * 100.0) as u64)).map_err(|e| CliError::Usage(e.to_string()))?;
+    bar.set_message("checking strict serializability");
+    let report = kairos_check::check(&outcome.history, Model::StrictSerializable).map_err(|e| {
+        CliError::Runtime(format!("the simulator wrote a history the checker cannot read (a Kairos bug): {e}"))
+    })?;
+    bar.finish_and_clear();
+    Ok((outcome, report))
+}
+
+fn write_history(path: &std::path::Path, outcome: &Outcome) -> Result<(), CliError> {
+    let mut text = String::new();
+    for r in &outcome.history {
+        text.push_str(&serde_json::to_string(r).map_err(|e| CliError::Runtime(e.to_string()))?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> RunResult {
+    let summary = stats::summarize(&outcome.history, |p| outcome.region_of_process(p).map(str::to_string));
+    let by_region = outcome.stats_by_region();
+    let total = by_region.iter().fold((0, 0, 0, 0), |acc, (_, s)| {
+        (acc.0 + s.committed, acc.1 + s.committed_fast, acc.2 + s.committed_slow, acc.3 + s.ts_revised)
+    });
+    let mut extra = BTreeMap::new();
+    extra.insert("placement".into(), format!("{:?}", d.placement).to_lowercase().into());
+    let fast_by_region: serde_json::Map<String, serde_json::Value> =
+        by_region.iter().map(|(r, s)| (r.clone(), share(s.committed_fast, s.committed).into())).collect();
+    extra.insert("fast_path_ratio_by_region".into(), fast_by_region.into());
+    extra.insert("messages_sent".into(), outcome.stats.messages_sent.into());
+    extra.insert("events_handled".into(), outcome.stats.events_handled.into());
+    extra.insert("headroom_shift_ms".into(), (d.config.headroom_shift_ns as f64 / 1e6).into());
+    extra.insert("zero_headroom".into(), d.config.zero_headroom.into());
+    let analytic: serde_json::Map<String, serde_json::Value> = by_region
+        .iter()
+        .filter_map(|(r, _)| analytic_latency(d, r).ok().map(|l| (r.clone(), (l.as_secs_f64() * 1e3).into())))
+        .collect();
+    extra.insert("analytic_latency_ms_by_region".into(), analytic.into());
+    RunResult {
+        system: "tiga".into(),
+        protocol: "tiga".into(),
+        workload: serde_json::json!({ "name": "micro", "skew": d.skew, "keys_per_shard": d.keys_per_shard, "shards": d.shards, "keys_per_txn": 3 }),
+        host: "sim".into(),
+        clock: d.clock.to_string(),
+        seed: d.seed,
+        duration_s: d.duration.as_secs_f64(),
+        offered_ops_per_s: Some(d.load_txn_per_s),
+        throughput_ops_per_s: summary.ok as f64 / d.duration.as_secs_f64(),
+        latency_ms: summary.overall,
+        latency_ms_by_region: summary.by_group,
+        committed: summary.ok,
+        aborted: summary.failed,
+        unknown: summary.unknown,
+        round_trips: Some(BTreeMap::from([
+            ("1".to_string(), share(total.1, total.0)),
+            ("2".to_string(), share(total.2, total.0)),
+        ])),
+        fast_path_ratio: Some(share(total.1, total.0)),
+        rollback_ratio: Some(share(total.3, total.0)),
+        check: CheckResult {
+            model: report.model.to_string(),
+            valid: report.valid,
+            ops: report.ops,
+            checker: report
+                .checkers
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.version))
+                .collect::<Vec<_>>()
+                .join(" + "),
+        },
+        trace_hash: Some(format!("{:016x}", outcome.trace_hash)),
+        wall_s: outcome.wall.as_secs_f64(),
+        extra,
+    }
+}
+
+fn print_table(d: &Deployment, outcome: &Outcome, r: &RunResult) {
+    println!(
+        "Tiga, {} leaders, {} clocks, skew {}, seed {}: offered {:.0} txn/s, throughput {:.0} txn/s, {} committed, {} unknown, trace {}",
+        match d.placement {
+            Placement::CoLocated => "co-located",
+            Placement::Separated => "separated",
+        },
+        r.clock,
+        d.skew,
+        d.seed,
+        d.load_txn_per_s,
+        r.throughput_ops_per_s,
+        r.committed,
+        r.unknown,
+        r.trace_hash.as_deref().unwrap_or("-"),
+    );
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["region", "commits", "p50 ms", "p90 ms", "p99 ms", "analytic ms", "fast %", "slow %", "revised %"]);
+    for (region, s) in outcome.stats_by_region() {
+        let p = r.latency_ms_by_region.get(&region).cloned().unwrap_or_default();
+        let analytic =
+            analytic_latency(d, &region).map(|l| format!("{:.1}", l.as_secs_f64() * 1e3)).unwrap_or_default();
+        t.add_row([
+            region.clone(),
+            s.committed.to_string(),
+            format!("{:.1}", p.p50),
+            format!("{:.1}", p.p90),
+            format!("{:.1}", p.p99),
+            analytic,
+            format!("{:.1}", 100.0 * share(s.committed_fast, s.committed)),
+            format!("{:.1}", 100.0 * share(s.committed_slow, s.committed)),
+            format!("{:.2}", 100.0 * share(s.ts_revised, s.committed)),
+        ]);
+    }
+    let p = &r.latency_ms;
+    t.add_row([
+        "all".into(),
+        r.committed.to_string(),
+        format!("{:.1}", p.p50),
+        format!("{:.1}", p.p90),
+        format!("{:.1}", p.p99),
+        String::new(),
+        format!("{:.1}", 100.0 * r.fast_path_ratio.unwrap_or(0.0)),
+        format!("{:.1}", 100.0 * (1.0 - r.fast_path_ratio.unwrap_or(0.0))),
+        format!("{:.2}", 100.0 * r.rollback_ratio.unwrap_or(0.0)),
+    ]);
+    println!("{t}");
+}
+
+fn print_sweep(results: &[RunResult]) {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "offered txn/s",
+        "throughput txn/s",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "fast %",
+        "revised %",
+        "strict-serializable",
+    ]);
+    for r in results {
+        t.add_row([
+            format!("{:.0}", r.offered_ops_per_s.unwrap_or(0.0)),
+            format!("{:.0}", r.throughput_ops_per_s),
+            format!("{:.1}", r.latency_ms.p50),
+            format!("{:.1}", r.latency_ms.p90),
+            format!("{:.1}", r.latency_ms.p99),
+            format!("{:.1}", 100.0 * r.fast_path_ratio.unwrap_or(0.0)),
+            format!("{:.2}", 100.0 * r.rollback_ratio.unwrap_or(0.0)),
+            if r.check.valid { "yes".into() } else { "NO".into() },
+        ]);
+    }
+    println!("Throughput–latency sweep:\n{t}");
+}
