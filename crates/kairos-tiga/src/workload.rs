@@ -17,7 +17,7 @@ use thiserror::Error;
 use crate::msg::Key;
 
 /// A source of transactions: the keys the next transaction touches, in its order.
-pub trait TxnSource {
+pub trait TxnSource: Send {
     fn next_keys(&mut self, rng: &mut Rng) -> Vec<Key>;
 }
 
