@@ -49,6 +49,8 @@ pub struct DemoArgs {
 pub enum BenchCommand {
     /// Tiga on MicroBench in the paper's simulated deployment (3 shards × 3 replicas in sc / fi / br, 8 coordinators).
     Tiga(TigaBenchArgs),
+    /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
+    Causal(CausalBenchArgs),
     /// The replicated register (multi-writer ABD) in the simulated four-region deployment.
     Register(RegisterBenchArgs),
     /// Events per second of the bare simulator on a ping-pong workload, by pending events.
@@ -139,6 +141,78 @@ pub struct TigaBenchArgs {
     /// Write the (last) run's history (JSON lines) to this file.
     #[arg(long)]
     pub history: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CausalBenchArgs {
+    /// Replica-set members (3 to 7; regions sc, fi, br, hk, sc, …); a comma-separated list runs each.
+    #[arg(long, value_delimiter = ',', default_value = "3")]
+    pub nodes: Vec<usize>,
+    /// Write concern: acknowledged by the primary (1) or by a majority.
+    #[arg(long, value_enum, default_value_t = WriteConcernArg::Majority)]
+    pub write_concern: WriteConcernArg,
+    /// Read concern: the member's latest applied data (local) or the majority-committed view.
+    #[arg(long, value_enum, default_value_t = ReadConcernArg::Majority)]
+    pub read_concern: ReadConcernArg,
+    /// Which member a session reads from.
+    #[arg(long, value_enum, default_value_t = ReadPrefArg::Nearest)]
+    pub read_pref: ReadPrefArg,
+    /// Causally consistent sessions on or off; `on,off` runs both side by side.
+    #[arg(long, value_delimiter = ',', default_value = "on")]
+    pub causal: Vec<OnOff>,
+    /// Client sessions (the paper's client threads).
+    #[arg(long, default_value_t = 8)]
+    pub threads: usize,
+    /// Time-proof signing: one HMAC per 65,536-time range (range) or one per reply; `range,per-reply` runs both.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "range")]
+    pub signing: Vec<SigningArg>,
+    /// Share of operations that are reads, 0..1.
+    #[arg(long, default_value_t = 0.5)]
+    pub read_fraction: f64,
+    /// Virtual seconds measured (after a 5 s warm-up in which the set elects a primary and makes keys).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration_s: f64,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Charge each handler its real measured CPU time (saturation reflects the code's real speed).
+    #[arg(long)]
+    pub measured_cpu: bool,
+    /// Write the result contract JSON (one object per run) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteConcernArg {
+    #[value(name = "1")]
+    W1,
+    Majority,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadConcernArg {
+    Local,
+    Majority,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadPrefArg {
+    Primary,
+    Secondary,
+    Nearest,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SigningArg {
+    Range,
+    PerReply,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod bench;
+mod causal;
 mod check;
 mod demo;
 mod serve;
@@ -17,6 +18,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(BenchCommand::Tiga(a)) => tiga::bench(a),
+        Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
         Command::Sim(SimCommand::Register(a)) => sim::register(a),

@@ -192,7 +192,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     }
 }
 
-fn print_table(d: &Deployment, outcome: &Outcome, r: &RunResult) {
+pub fn print_table(d: &Deployment, outcome: &Outcome, r: &RunResult) {
     println!(
         "Tiga, {} leaders, {} clocks, skew {}, seed {}: offered {:.0} txn/s, throughput {:.0} txn/s, {} committed, {} unknown, trace {}",
         match d.placement {

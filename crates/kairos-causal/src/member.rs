@@ -1,0 +1,900 @@
+//! A replica-set member: primary or secondary (or candidate during an election).
+//!
+//! See the crate docs for the protocol. The durable part (term, vote, oplog) survives a crash
+//! through a [`Disk`]; everything else (commit point, document store, keys, clock) is rebuilt
+//! from the oplog on start.
+
+use crate::msg::{
+    codes, CausalMsg, ClientOp, Entry, ErrorReply, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody,
+    Request, WriteConcern,
+};
+use kairos_clock::{
+    gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
+    TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
+};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use rand::Rng as _;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const ELECTION: TimerId = TimerId(1);
+const TICK: TimerId = TimerId(2);
+
+/// Longest `maxTimeMS` a member honours (longer requests are capped).
+pub const MAX_TIME_MS_CAP: u32 = 60_000;
+
+/// Configuration shared by every member of a set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemberConfig {
+    /// The members, in member-index order.
+    pub members: Vec<NodeId>,
+    /// Primary heartbeats, secondaries' pull retries, deadline checks.
+    pub heartbeat: Duration,
+    /// Base election timeout; each arming adds a random jitter in `[0, election_timeout)`. A
+    /// primary that has not heard from a majority for this long steps down.
+    pub election_timeout: Duration,
+    /// A secondary re-sends an unanswered pull after this long.
+    pub pull_timeout: Duration,
+    /// The idle primary writes a no-op this often (MongoDB: 10 s).
+    pub noop_interval: Duration,
+    /// Key rotation period in seconds of cluster time (MongoDB: 90 days).
+    pub key_rotation_secs: u32,
+    /// Whether the primary generates signing keys at all (off: every reply to an untrusted
+    /// client omits `$clusterTime` and `operationTime`).
+    pub generate_keys: bool,
+    /// Whether clients hold the `advanceClusterTime` privilege (dummy signatures, no checks).
+    pub trusted_clients: bool,
+    /// Per-reply signing (one HMAC per reply) instead of range signing with a one-entry cache.
+    pub per_reply_signing: bool,
+    /// Largest number of oplog entries in one batch.
+    pub batch_max: usize,
+    /// Largest number of reads waiting for afterClusterTime, and of writes waiting for majority.
+    pub max_waiters: usize,
+    /// `maxAcceptableLogicalClockDriftSecs`.
+    pub max_drift_secs: u64,
+}
+
+impl MemberConfig {
+    pub fn new(members: Vec<NodeId>) -> Self {
+        MemberConfig {
+            members,
+            heartbeat: Duration::from_millis(250),
+            election_timeout: Duration::from_millis(1_500),
+            pull_timeout: Duration::from_millis(1_000),
+            noop_interval: Duration::from_secs(10),
+            key_rotation_secs: DEFAULT_KEY_ROTATION_SECS,
+            generate_keys: true,
+            trusted_clients: false,
+            per_reply_signing: false,
+            batch_max: 1_000,
+            max_waiters: 10_000,
+            max_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
+        }
+    }
+
+    pub fn majority(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+}
+
+/// What survives a crash: the Raft term and vote and the oplog (MongoDB journals both).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    pub term: u64,
+    pub voted_for: Option<u32>,
+    pub oplog: Vec<Entry>,
+}
+
+/// A member's disk. The member takes its contents on creation and writes them back when it is
+/// dropped (the simulator drops a crashed role instance), i.e. every handler is journaled.
+pub type Disk = Arc<Mutex<Durable>>;
+
+/// A fresh, empty disk.
+pub fn new_disk() -> Disk {
+    Arc::new(Mutex::new(Durable::default()))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Secondary,
+    Candidate { votes: BTreeSet<u32> },
+    Primary,
+}
+
+/// Counters a test or benchmark can read with `sim.role::<Member>()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberStats {
+    pub client_requests: u64,
+    pub replies: u64,
+    pub replies_without_cluster_time: u64,
+    pub errors: BTreeMap<i32, u64>,
+    pub elections_won: u64,
+    pub step_downs: u64,
+    pub rollbacks: u64,
+    pub rolled_back_entries: u64,
+    /// Entries at or below this member's commit point that a rollback removed (must stay 0).
+    pub rolled_back_committed: u64,
+    pub noops_written: u64,
+    pub keys_generated: u64,
+    pub ignored_messages: u64,
+}
+
+struct Waiter {
+    client: NodeId,
+    req: Request,
+    deadline: LocalTime,
+}
+
+struct PendingWrite {
+    client: NodeId,
+    id: u64,
+    deadline: LocalTime,
+}
+
+/// One member of the replica set.
+pub struct Member {
+    cfg: Arc<MemberConfig>,
+    me: u32,
+    disk: Disk,
+    d: Durable,
+    state: MemberState,
+    primary: Option<u32>,
+    commit_point: ClusterTime,
+    store: BTreeMap<u64, Vec<(u64, ClusterTime)>>,
+    clock: LogicalClock,
+    validator: ClusterTimeValidator,
+    keys: KeyRing,
+    proofs: TimeProofService,
+    hmac_reported: u64,
+    // Primary.
+    progress: BTreeMap<u32, OpPos>,
+    contact: BTreeMap<u32, LocalTime>,
+    held_pulls: BTreeSet<u32>,
+    pending_writes: BTreeMap<ClusterTime, PendingWrite>,
+    last_write_at: LocalTime,
+    // Secondary.
+    pull_sent_at: Option<LocalTime>,
+    noop_requested: ClusterTime,
+    waiters: Vec<Waiter>,
+    stats: MemberStats,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        *disk = std::mem::take(&mut self.d);
+    }
+}
+
+impl Member {
+    /// Member number `me` (index into `cfg.members`), recovering from `disk`.
+    pub fn new(cfg: Arc<MemberConfig>, me: u32, disk: Disk) -> Self {
+        let d = std::mem::take(&mut *disk.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut proofs = TimeProofService::new();
+        proofs.set_per_reply(cfg.per_reply_signing);
+        let keys = KeyRing::new().with_retention_secs(cfg.key_rotation_secs);
+        let clock = LogicalClock::new().with_max_acceptable_drift_secs(cfg.max_drift_secs);
+        let mut m = Member {
+            cfg,
+            me,
+            disk,
+            d: Durable::default(),
+            state: MemberState::Secondary,
+            primary: None,
+            commit_point: ClusterTime::ZERO,
+            store: BTreeMap::new(),
+            clock,
+            validator: ClusterTimeValidator::new(),
+            keys,
+            proofs,
+            hmac_reported: 0,
+            progress: BTreeMap::new(),
+            contact: BTreeMap::new(),
+            held_pulls: BTreeSet::new(),
+            pending_writes: BTreeMap::new(),
+            last_write_at: LocalTime::ZERO,
+            pull_sent_at: None,
+            noop_requested: ClusterTime::ZERO,
+            waiters: Vec::new(),
+            stats: MemberStats::default(),
+        };
+        for e in &d.oplog {
+            m.apply(e);
+        }
+        m.d = d;
+        m
+    }
+
+    // ----- observation -----
+
+    pub fn state(&self) -> &MemberState {
+        &self.state
+    }
+    pub fn is_primary(&self) -> bool {
+        self.state == MemberState::Primary
+    }
+    pub fn term(&self) -> u64 {
+        self.d.term
+    }
+    pub fn oplog(&self) -> &[Entry] {
+        &self.d.oplog
+    }
+    pub fn last_applied(&self) -> ClusterTime {
+        self.last_pos().optime
+    }
+    pub fn commit_point(&self) -> ClusterTime {
+        self.commit_point
+    }
+    pub fn cluster_time(&self) -> ClusterTime {
+        self.clock.current()
+    }
+    pub fn keys(&self) -> &KeyRing {
+        &self.keys
+    }
+    pub fn hmac_computations(&self) -> u64 {
+        self.proofs.hmac_computations()
+    }
+    pub fn stats(&self) -> &MemberStats {
+        &self.stats
+    }
+    /// The list at `key` as of the last applied entry.
+    pub fn read_local(&self, key: u64) -> Vec<u64> {
+        self.read_at(key, ClusterTime::MAX)
+    }
+
+    fn read_at(&self, key: u64, upto: ClusterTime) -> Vec<u64> {
+        self.store
+            .get(&key)
+            .map(|l| l.iter().take_while(|(_, t)| *t <= upto).map(|(v, _)| *v).collect())
+            .unwrap_or_default()
+    }
+
+    fn last_pos(&self) -> OpPos {
+        self.d.oplog.last().map(|e| OpPos { optime: e.optime, term: e.term }).unwrap_or_default()
+    }
+
+    fn index_of(&self, t: ClusterTime) -> Result<usize, usize> {
+        self.d.oplog.binary_search_by(|e| e.optime.cmp(&t))
+    }
+
+    fn apply(&mut self, e: &Entry) {
+        match &e.op {
+            Op::Append { key, value } => self.store.entry(*key).or_default().push((*value, e.optime)),
+            Op::Keys(keys) => {
+                for k in keys {
+                    self.keys.insert(k.clone());
+                }
+            }
+            Op::Noop => {}
+        }
+        let _ = self.clock.advance_trusted(e.optime);
+    }
+
+    fn peer_time(&self) -> Option<SignedClusterTime> {
+        Some(SignedClusterTime::dummy(self.clock.current()))
+    }
+
+    fn send_peer(&self, ctx: &mut Ctx<'_, CausalMsg>, to: u32, body: PeerBody) {
+        if let Some(&node) = self.cfg.members.get(to as usize) {
+            let msg = PeerMsg { term: self.d.term, cluster_time: self.peer_time(), body };
+            ctx.send(node, CausalMsg::Peer(msg));
+        }
+    }
+
+    fn others(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.cfg.members.len() as u32).filter(move |&i| i != self.me)
+    }
+
+    fn arm_election(&self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let base = self.cfg.election_timeout;
+        let jitter_ns = ctx.rng().random_range(0..base.as_nanos().max(1) as u64);
+        ctx.set_timer(ELECTION, base + Duration::from_nanos(jitter_ns));
+    }
+
+    fn flush_metrics(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let h = self.proofs.hmac_computations();
+        if h > self.hmac_reported {
+            ctx.metric("causal.hmac_computations", h - self.hmac_reported);
+            self.hmac_reported = h;
+        }
+    }
+
+    // ----- replies to clients -----
+
+    fn sign_for_client(&mut self) -> Option<SignedClusterTime> {
+        let t = self.clock.current();
+        let signed = sign_reply(t, self.cfg.trusted_clients, &self.keys, &mut self.proofs);
+        if signed.is_some() && !self.cfg.trusted_clients {
+            // We produced that signature ourselves: a client echoing it needs no HMAC check.
+            self.validator.note_valid(t);
+        }
+        signed
+    }
+
+    fn reply(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        to: NodeId,
+        id: u64,
+        result: Result<ReplyBody, ErrorReply>,
+        operation_time: ClusterTime,
+    ) {
+        let cluster_time = self.sign_for_client();
+        let operation_time = cluster_time.map(|_| operation_time);
+        self.stats.replies += 1;
+        if cluster_time.is_none() {
+            self.stats.replies_without_cluster_time += 1;
+        }
+        if let Err(e) = &result {
+            *self.stats.errors.entry(e.code).or_default() += 1;
+        }
+        ctx.metric("causal.replies", 1);
+        let msg = Reply { id, result, operation_time, cluster_time, primary_hint: self.primary };
+        ctx.send(to, CausalMsg::Reply(msg));
+    }
+
+    fn reply_err(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, id: u64, e: ErrorReply) {
+        let t = self.last_applied();
+        self.reply(ctx, to, id, Err(e), t);
+    }
+
+    fn on_request(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, mut req: Request) {
+        self.stats.client_requests += 1;
+        req.max_time_ms = req.max_time_ms.min(MAX_TIME_MS_CAP);
+        if let Some(ct) = &req.cluster_time {
+            let trusted = self.cfg.trusted_clients;
+            let now = ctx.now();
+            if let Err(e) =
+                gossip_in(&mut self.clock, &mut self.validator, &self.keys, &mut self.proofs, ct, trusted, now)
+            {
+                return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e));
+            }
+        }
+        if let Some(t) = req.after_cluster_time {
+            if let Err(e) = self.clock.check_after_cluster_time(t) {
+                return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e));
+            }
+        }
+        match req.op {
+            ClientOp::Append { key, value } => self.client_write(ctx, from, &req, key, value),
+            ClientOp::Read { .. } => {
+                if self.read_ready(&req) {
+                    self.answer_read(ctx, from, &req);
+                } else if self.waiters.len() >= self.cfg.max_waiters {
+                    let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many reads waiting for afterClusterTime");
+                    self.reply_err(ctx, from, req.id, e);
+                } else {
+                    let t = req.after_cluster_time.unwrap_or_default();
+                    let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
+                    self.waiters.push(Waiter { client: from, req, deadline });
+                    self.want_noop(ctx, t);
+                }
+            }
+        }
+    }
+
+    fn client_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: &Request, key: u64, value: u64) {
+        if !self.is_primary() {
+            let e = ErrorReply::new(codes::NOT_WRITABLE_PRIMARY, "not primary: send writes to the primary");
+            return self.reply_err(ctx, from, req.id, e);
+        }
+        if req.write_concern == WriteConcern::Majority && self.pending_writes.len() >= self.cfg.max_waiters {
+            let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many writes waiting for majority");
+            return self.reply_err(ctx, from, req.id, e);
+        }
+        let optime = match self.write(ctx, Op::Append { key, value }) {
+            Ok(t) => t,
+            Err(e) => return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e)),
+        };
+        match req.write_concern {
+            WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
+            WriteConcern::Majority => {
+                let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
+                self.pending_writes.insert(optime, PendingWrite { client: from, id: req.id, deadline });
+                self.advance_commit(ctx);
+            }
+        }
+    }
+
+    fn read_ready(&self, req: &Request) -> bool {
+        let Some(t) = req.after_cluster_time else { return true };
+        match req.read_concern {
+            ReadConcern::Local => self.last_applied() >= t,
+            ReadConcern::Majority => self.commit_point >= t,
+        }
+    }
+
+    fn answer_read(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, req: &Request) {
+        let ClientOp::Read { key } = req.op else { return };
+        let (list, t) = match req.read_concern {
+            ReadConcern::Local => (self.read_local(key), self.last_applied()),
+            ReadConcern::Majority => (self.read_at(key, self.commit_point), self.commit_point),
+        };
+        self.reply(ctx, to, req.id, Ok(ReplyBody::Read(list)), t);
+    }
+
+    /// A reader waits for `t`: make sure the oplog gets there.
+    fn want_noop(&mut self, ctx: &mut Ctx<'_, CausalMsg>, t: ClusterTime) {
+        if self.last_applied() >= t {
+            return;
+        }
+        if self.is_primary() {
+            let _ = self.write(ctx, Op::Noop);
+        } else if t > self.noop_requested {
+            if let Some(p) = self.primary {
+                self.noop_requested = t;
+                self.send_peer(ctx, p, PeerBody::NoopRequest { at_least: t });
+            }
+        }
+    }
+
+    fn check_waiters(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        let waiters = std::mem::take(&mut self.waiters);
+        for w in waiters {
+            if self.read_ready(&w.req) {
+                self.answer_read(ctx, w.client, &w.req);
+            } else {
+                self.waiters.push(w);
+            }
+        }
+    }
+
+    fn expire_deadlines(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let now = ctx.now();
+        let waiters = std::mem::take(&mut self.waiters);
+        for w in waiters {
+            if w.deadline <= now {
+                let e = ErrorReply::new(
+                    codes::MAX_TIME_MS_EXPIRED,
+                    "operation exceeded time limit waiting for afterClusterTime",
+                );
+                self.reply_err(ctx, w.client, w.req.id, e);
+            } else {
+                self.waiters.push(w);
+            }
+        }
+        let expired: Vec<ClusterTime> =
+            self.pending_writes.iter().filter(|(_, p)| p.deadline <= now).map(|(t, _)| *t).collect();
+        for t in expired {
+            if let Some(p) = self.pending_writes.remove(&t) {
+                let e = ErrorReply::new(codes::WRITE_CONCERN_FAILED, "waiting for replication timed out");
+                self.reply(ctx, p.client, p.id, Err(e), t);
+            }
+        }
+    }
+
+    // ----- primary -----
+
+    /// Appends one entry as primary: tick, log, apply, feed waiting pulls.
+    fn write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, op: Op) -> Result<ClusterTime, kairos_clock::ClusterTimeError> {
+        let optime = self.clock.reserve_ticks(1, ctx.now())?;
+        if matches!(op, Op::Noop) {
+            self.stats.noops_written += 1;
+        }
+        let entry = Entry { optime, term: self.d.term, op };
+        self.apply(&entry);
+        self.d.oplog.push(entry);
+        self.last_write_at = ctx.now();
+        self.feed_held_pulls(ctx);
+        if self.cfg.members.len() == 1 {
+            self.advance_commit(ctx);
+        }
+        self.check_waiters(ctx);
+        Ok(optime)
+    }
+
+    fn ensure_keys(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if !self.is_primary() || !self.cfg.generate_keys {
+            return;
+        }
+        let now = self.clock.current();
+        self.keys.expire(now);
+        if !self.keys.needs_new_keys(now) {
+            return;
+        }
+        let Ok(optime) = self.clock.reserve_ticks(1, ctx.now()) else { return };
+        let created = self.keys.generate(ctx.rng(), optime, self.cfg.key_rotation_secs);
+        self.stats.keys_generated += created.len() as u64;
+        let entry = Entry { optime, term: self.d.term, op: Op::Keys(created) };
+        self.apply(&entry);
+        self.d.oplog.push(entry);
+        self.last_write_at = ctx.now();
+        self.feed_held_pulls(ctx);
+    }
+
+    fn entries_after(&self, last: OpPos) -> Option<Vec<Entry>> {
+        let start = if last.optime == ClusterTime::ZERO {
+            0
+        } else {
+            match self.index_of(last.optime) {
+                Ok(i) if self.d.oplog[i].term == last.term => i + 1,
+                _ => return None,
+            }
+        };
+        let end = (start + self.cfg.batch_max).min(self.d.oplog.len());
+        Some(self.d.oplog[start..end].to_vec())
+    }
+
+    fn feed_held_pulls(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let held = std::mem::take(&mut self.held_pulls);
+        for m in held {
+            let last = self.progress.get(&m).copied().unwrap_or_default();
+            match self.entries_after(last) {
+                Some(entries) if !entries.is_empty() => {
+                    let body =
+                        PeerBody::Batch { after: last, entries, commit_point: self.commit_point, rollback_to: None };
+                    self.send_batch(ctx, m, body);
+                }
+                _ => {
+                    self.held_pulls.insert(m);
+                }
+            }
+        }
+    }
+
+    fn send_batch(&self, ctx: &mut Ctx<'_, CausalMsg>, to: u32, body: PeerBody) {
+        self.send_peer(ctx, to, body);
+    }
+
+    fn on_pull(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: u32, last: OpPos) {
+        if !self.is_primary() {
+            return;
+        }
+        self.contact.insert(from, ctx.now());
+        match self.entries_after(last) {
+            None => {
+                let to = match self.index_of(last.optime) {
+                    Ok(i) | Err(i) => i.checked_sub(1).map(|j| self.d.oplog[j].optime).unwrap_or_default(),
+                };
+                let body = PeerBody::Batch {
+                    after: last,
+                    entries: Vec::new(),
+                    commit_point: self.commit_point,
+                    rollback_to: Some(to),
+                };
+                self.send_batch(ctx, from, body);
+            }
+            Some(entries) => {
+                self.progress.insert(from, last);
+                self.advance_commit(ctx);
+                if entries.is_empty() {
+                    self.held_pulls.insert(from);
+                } else {
+                    let body =
+                        PeerBody::Batch { after: last, entries, commit_point: self.commit_point, rollback_to: None };
+                    self.send_batch(ctx, from, body);
+                }
+            }
+        }
+    }
+
+    fn advance_commit(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if !self.is_primary() {
+            return;
+        }
+        let mut applied: Vec<ClusterTime> = vec![self.last_applied()];
+        applied.extend(self.progress.iter().filter(|(m, _)| **m != self.me).map(|(_, p)| p.optime));
+        applied.sort_unstable_by(|a, b| b.cmp(a));
+        let Some(&candidate) = applied.get(self.cfg.majority() - 1) else { return };
+        if candidate <= self.commit_point {
+            return;
+        }
+        // Raft: only an entry of the current term commits by counting replicas.
+        let Ok(i) = self.index_of(candidate) else { return };
+        if self.d.oplog[i].term != self.d.term {
+            return;
+        }
+        self.commit_point = candidate;
+        let done: Vec<ClusterTime> = self.pending_writes.range(..=candidate).map(|(t, _)| *t).collect();
+        for t in done {
+            if let Some(p) = self.pending_writes.remove(&t) {
+                self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t);
+            }
+        }
+        // Tell the secondaries (their held pulls) the new commit point.
+        let held = std::mem::take(&mut self.held_pulls);
+        for m in held {
+            let last = self.progress.get(&m).copied().unwrap_or_default();
+            let body = PeerBody::Batch {
+                after: last,
+                entries: Vec::new(),
+                commit_point: self.commit_point,
+                rollback_to: None,
+            };
+            self.send_batch(ctx, m, body);
+        }
+        self.check_waiters(ctx);
+    }
+
+    fn become_primary(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        self.state = MemberState::Primary;
+        self.primary = Some(self.me);
+        self.stats.elections_won += 1;
+        self.progress.clear();
+        self.held_pulls.clear();
+        let now = ctx.now();
+        self.contact = self.others().map(|m| (m, now)).collect();
+        ctx.cancel_timer(ELECTION);
+        ctx.metric("causal.elections_won", 1);
+        // A new primary writes a no-op in its term (MongoDB: "new primary"), then takes over keys.
+        let _ = self.write(ctx, Op::Noop);
+        self.ensure_keys(ctx);
+        self.heartbeat(ctx);
+    }
+
+    fn step_down(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if self.is_primary() {
+            self.stats.step_downs += 1;
+            let pending = std::mem::take(&mut self.pending_writes);
+            for (t, p) in pending {
+                let e = ErrorReply::new(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, "primary stepped down");
+                self.reply(ctx, p.client, p.id, Err(e), t);
+            }
+            self.primary = None;
+        }
+        if !matches!(self.state, MemberState::Secondary) {
+            self.state = MemberState::Secondary;
+            self.arm_election(ctx);
+        }
+        self.held_pulls.clear();
+        self.progress.clear();
+    }
+
+    fn heartbeat(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let others: Vec<u32> = self.others().collect();
+        for m in others {
+            self.send_peer(ctx, m, PeerBody::Heartbeat { commit_point: self.commit_point });
+        }
+    }
+
+    // ----- secondary -----
+
+    fn maybe_pull(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let Some(p) = self.primary else { return };
+        if p == self.me || self.is_primary() {
+            return;
+        }
+        let now = ctx.now();
+        if let Some(at) = self.pull_sent_at {
+            if now.saturating_since(at) < self.cfg.pull_timeout {
+                return;
+            }
+        }
+        self.pull_sent_at = Some(now);
+        let last = self.last_pos();
+        self.send_peer(ctx, p, PeerBody::Pull { last });
+    }
+
+    fn on_batch(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        from: u32,
+        after: OpPos,
+        entries: Vec<Entry>,
+        commit_point: ClusterTime,
+        rollback_to: Option<ClusterTime>,
+    ) {
+        if self.is_primary() {
+            return;
+        }
+        self.follow(ctx, from);
+        self.pull_sent_at = None;
+        // A batch answers a pull made from `after`; if our oplog no longer ends there (a stale
+        // batch for an older pull), it is dropped and we pull again.
+        if after != self.last_pos() {
+            ctx.metric("causal.stale_batches", 1);
+        } else if let Some(to) = rollback_to {
+            self.rollback(to);
+        } else {
+            {
+                for e in entries {
+                    if e.optime <= self.last_applied() {
+                        continue;
+                    }
+                    self.apply(&e);
+                    self.d.oplog.push(e);
+                }
+                let cp = commit_point.min(self.last_applied());
+                if cp > self.commit_point {
+                    self.commit_point = cp;
+                }
+                self.check_waiters(ctx);
+            }
+        }
+        self.maybe_pull(ctx);
+    }
+
+    /// Truncates every entry after `to` and rebuilds the document store from what is left.
+    fn rollback(&mut self, to: ClusterTime) {
+        let keep = match self.index_of(to) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        };
+        if keep >= self.d.oplog.len() {
+            // Our last entry sits at `to` with another term: drop it too.
+            if let Some(last) = self.d.oplog.last() {
+                if last.optime == to {
+                    self.truncate(self.d.oplog.len() - 1);
+                }
+            }
+            return;
+        }
+        self.truncate(keep);
+    }
+
+    fn truncate(&mut self, keep: usize) {
+        let removed = self.d.oplog.split_off(keep);
+        if removed.is_empty() {
+            return;
+        }
+        self.stats.rollbacks += 1;
+        self.stats.rolled_back_entries += removed.len() as u64;
+        self.stats.rolled_back_committed += removed.iter().filter(|e| e.optime <= self.commit_point).count() as u64;
+        let first = removed[0].optime;
+        for list in self.store.values_mut() {
+            while list.last().is_some_and(|(_, t)| *t >= first) {
+                list.pop();
+            }
+        }
+        self.commit_point = self.commit_point.min(self.last_applied());
+    }
+
+    /// Accepts `from` as the primary of the current term.
+    fn follow(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: u32) {
+        if matches!(self.state, MemberState::Candidate { .. }) {
+            self.state = MemberState::Secondary;
+        }
+        if self.primary != Some(from) {
+            self.pull_sent_at = None;
+            self.noop_requested = ClusterTime::ZERO;
+        }
+        self.primary = Some(from);
+        self.arm_election(ctx);
+    }
+
+    fn start_election(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if self.is_primary() {
+            return;
+        }
+        self.d.term += 1;
+        self.d.voted_for = Some(self.me);
+        self.primary = None;
+        self.state = MemberState::Candidate { votes: BTreeSet::from([self.me]) };
+        ctx.metric("causal.elections_started", 1);
+        self.arm_election(ctx);
+        if self.cfg.majority() <= 1 {
+            return self.become_primary(ctx);
+        }
+        let last = self.last_pos();
+        let others: Vec<u32> = self.others().collect();
+        for m in others {
+            self.send_peer(ctx, m, PeerBody::RequestVote { last });
+        }
+    }
+
+    fn on_peer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: u32, msg: PeerMsg) {
+        if let Some(ct) = &msg.cluster_time {
+            let now = ctx.now();
+            let r = gossip_in(&mut self.clock, &mut self.validator, &self.keys, &mut self.proofs, ct, true, now);
+            if r.is_err() {
+                self.stats.ignored_messages += 1;
+            }
+        }
+        if msg.term > self.d.term {
+            self.d.term = msg.term;
+            self.d.voted_for = None;
+            self.step_down(ctx);
+            if self.primary.is_some_and(|p| p != from) {
+                self.primary = None;
+            }
+        }
+        let current = msg.term == self.d.term;
+        match msg.body {
+            PeerBody::RequestVote { last } => {
+                let up_to_date = (last.term, last.optime) >= (self.last_pos().term, self.last_pos().optime);
+                let free = self.d.voted_for.is_none() || self.d.voted_for == Some(from);
+                let granted = current && free && up_to_date && !self.is_primary();
+                if granted {
+                    self.d.voted_for = Some(from);
+                    self.arm_election(ctx);
+                }
+                self.send_peer(ctx, from, PeerBody::VoteReply { granted });
+            }
+            PeerBody::VoteReply { granted } => {
+                if let MemberState::Candidate { votes } = &mut self.state {
+                    if current && granted {
+                        votes.insert(from);
+                        if votes.len() >= self.cfg.majority() {
+                            self.become_primary(ctx);
+                        }
+                    }
+                }
+            }
+            PeerBody::Heartbeat { .. } => {
+                if current && !self.is_primary() {
+                    self.follow(ctx, from);
+                    self.send_peer(ctx, from, PeerBody::HeartbeatAck { applied: self.last_pos() });
+                    self.maybe_pull(ctx);
+                }
+            }
+            PeerBody::HeartbeatAck { .. } => {
+                if current && self.is_primary() {
+                    self.contact.insert(from, ctx.now());
+                }
+            }
+            PeerBody::Pull { last } => {
+                if current {
+                    self.on_pull(ctx, from, last);
+                }
+            }
+            PeerBody::Batch { after, entries, commit_point, rollback_to } => {
+                if current {
+                    self.on_batch(ctx, from, after, entries, commit_point, rollback_to);
+                }
+            }
+            PeerBody::NoopRequest { at_least } => {
+                if self.is_primary() && self.last_applied() < at_least && self.clock.current() >= at_least {
+                    let _ = self.write(ctx, Op::Noop);
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        ctx.set_timer(TICK, self.cfg.heartbeat);
+        let now = ctx.now();
+        if self.is_primary() {
+            let alive = 1 + self
+                .contact
+                .iter()
+                .filter(|(m, t)| **m != self.me && now.saturating_since(**t) < self.cfg.election_timeout)
+                .count();
+            if alive < self.cfg.majority() {
+                self.step_down(ctx);
+            } else {
+                if now.saturating_since(self.last_write_at) >= self.cfg.noop_interval {
+                    let _ = self.write(ctx, Op::Noop);
+                }
+                self.ensure_keys(ctx);
+                self.heartbeat(ctx);
+            }
+        } else {
+            self.maybe_pull(ctx);
+            self.keys.expire(self.clock.current());
+        }
+        self.expire_deadlines(ctx);
+    }
+}
+
+impl Process for Member {
+    type Msg = CausalMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        self.last_write_at = ctx.now();
+        ctx.set_timer(TICK, self.cfg.heartbeat);
+        self.arm_election(ctx);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, msg: CausalMsg) {
+        let member = self.cfg.members.iter().position(|&n| n == from).map(|i| i as u32);
+        match (msg, member) {
+            (CausalMsg::Peer(p), Some(m)) if m != self.me => self.on_peer(ctx, m, p),
+            (CausalMsg::Request(r), _) => self.on_request(ctx, from, r),
+            _ => self.stats.ignored_messages += 1,
+        }
+        self.flush_metrics(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, timer: TimerId) {
+        match timer {
+            ELECTION => self.start_election(ctx),
+            TICK => self.on_tick(ctx),
+            _ => {}
+        }
+        self.flush_metrics(ctx);
+    }
+}

@@ -1,0 +1,203 @@
+//! Everything on the wire: member-to-member messages and client requests and replies.
+
+use kairos_clock::{ClusterTime, SignedClusterTime, SigningKey};
+use serde::{Deserialize, Serialize};
+
+/// One operation of the replicated log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Append `value` to the list stored at `key`.
+    Append { key: u64, value: u64 },
+    /// A no-op (new primary, periodic idle writer, on-demand for a waiting reader).
+    Noop,
+    /// New HMAC keys (MongoDB's `admin.system.keys` documents), replicated like data.
+    Keys(Vec<SigningKey>),
+}
+
+/// An oplog entry: its optime (a cluster time), the term of the primary that wrote it, the op.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub optime: ClusterTime,
+    pub term: u64,
+    pub op: Op,
+}
+
+/// The position of the last entry of an oplog: `(optime, term)`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpPos {
+    pub optime: ClusterTime,
+    pub term: u64,
+}
+
+/// Between members (who are trusted peers: their `$clusterTime` carries the dummy signature).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerBody {
+    /// A candidate asks for a vote; `last` is its last oplog position.
+    RequestVote {
+        last: OpPos,
+    },
+    VoteReply {
+        granted: bool,
+    },
+    /// The primary's periodic heartbeat (carries its commit point).
+    Heartbeat {
+        commit_point: ClusterTime,
+    },
+    /// A secondary's answer to a heartbeat: its progress report.
+    HeartbeatAck {
+        applied: OpPos,
+    },
+    /// A secondary pulls the entries after `last` (its last position; also a progress report).
+    Pull {
+        last: OpPos,
+    },
+    /// The answer to a pull: entries after the pull's `last`, or, when `last` is not in the
+    /// primary's oplog, `rollback_to`: truncate everything after this optime and pull again.
+    /// `after` echoes the pull's `last`: a batch applies only to an oplog that still ends there.
+    Batch {
+        after: OpPos,
+        entries: Vec<Entry>,
+        commit_point: ClusterTime,
+        rollback_to: Option<ClusterTime>,
+    },
+    /// A secondary asks the primary for a no-op at or after `at_least` (a reader waits for it).
+    NoopRequest {
+        at_least: ClusterTime,
+    },
+}
+
+/// A member-to-member message: sender's term and clock, and the body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerMsg {
+    pub term: u64,
+    pub cluster_time: Option<SignedClusterTime>,
+    pub body: PeerBody,
+}
+
+/// What a client asks for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientOp {
+    Read { key: u64 },
+    Append { key: u64, value: u64 },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadConcern {
+    Local,
+    Majority,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteConcern {
+    /// Acknowledged when the primary has applied it.
+    W1,
+    /// Acknowledged when a majority of members have applied it.
+    Majority,
+}
+
+/// A client request (a simplified command: no BSON, no wire protocol).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Client-chosen id, echoed in the reply.
+    pub id: u64,
+    pub op: ClientOp,
+    pub read_concern: ReadConcern,
+    pub write_concern: WriteConcern,
+    /// `readConcern.afterClusterTime`.
+    pub after_cluster_time: Option<ClusterTime>,
+    /// `$clusterTime` gossiped by the client.
+    pub cluster_time: Option<SignedClusterTime>,
+    /// `maxTimeMS`: how long the member may wait (for afterClusterTime or write concern).
+    pub max_time_ms: u32,
+}
+
+/// An error reply: `{ok: 0, code, codeName, errmsg}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    pub code: i32,
+    pub code_name: String,
+    pub errmsg: String,
+}
+
+/// What a successful command returns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyBody {
+    /// The list stored at the key (empty if never written).
+    Read(Vec<u64>),
+    Written,
+}
+
+/// A reply to a client. `operation_time` and `cluster_time` are both present or both absent
+/// (absent: the member has no signing key and the client is untrusted).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub id: u64,
+    pub result: Result<ReplyBody, ErrorReply>,
+    pub operation_time: Option<ClusterTime>,
+    pub cluster_time: Option<SignedClusterTime>,
+    /// The member's idea of the current primary (index into the member list), like `hello`.
+    pub primary_hint: Option<u32>,
+}
+
+/// Every message of the protocol.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
+pub enum CausalMsg {
+    Peer(PeerMsg),
+    Request(Request),
+    Reply(Reply),
+}
+
+/// MongoDB error codes this crate answers with.
+pub mod codes {
+    pub const INVALID_OPTIONS: i32 = 72;
+    pub const TIME_PROOF_MISMATCH: i32 = 204;
+    pub const CLUSTER_TIME_FAILS_RATE_LIMITER: i32 = 205;
+    pub const KEY_NOT_FOUND: i32 = 211;
+    pub const MAX_TIME_MS_EXPIRED: i32 = 50;
+    pub const WRITE_CONCERN_FAILED: i32 = 64;
+    pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
+    pub const INTERRUPTED_DUE_TO_REPL_STATE_CHANGE: i32 = 11602;
+    pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
+    pub const EXCEEDED_LIMIT: i32 = 2;
+
+    /// The codeName of a code of this module.
+    pub fn name(code: i32) -> &'static str {
+        match code {
+            INVALID_OPTIONS => "InvalidOptions",
+            TIME_PROOF_MISMATCH => "TimeProofMismatch",
+            CLUSTER_TIME_FAILS_RATE_LIMITER => "ClusterTimeFailsRateLimiter",
+            KEY_NOT_FOUND => "KeyNotFound",
+            MAX_TIME_MS_EXPIRED => "MaxTimeMSExpired",
+            WRITE_CONCERN_FAILED => "WriteConcernFailed",
+            NOT_WRITABLE_PRIMARY => "NotWritablePrimary",
+            INTERRUPTED_DUE_TO_REPL_STATE_CHANGE => "InterruptedDueToReplStateChange",
+            NOT_PRIMARY_OR_SECONDARY => "NotPrimaryOrSecondary",
+            EXCEEDED_LIMIT => "BadValue",
+            _ => "UnknownError",
+        }
+    }
+
+    /// Whether a write that got this error certainly did not take effect.
+    pub fn write_certainly_failed(code: i32) -> bool {
+        matches!(
+            code,
+            INVALID_OPTIONS
+                | TIME_PROOF_MISMATCH
+                | CLUSTER_TIME_FAILS_RATE_LIMITER
+                | KEY_NOT_FOUND
+                | NOT_WRITABLE_PRIMARY
+                | NOT_PRIMARY_OR_SECONDARY
+                | EXCEEDED_LIMIT
+        ) || (40_482..=40_484).contains(&code)
+    }
+}
+
+impl ErrorReply {
+    pub fn new(code: i32, errmsg: impl Into<String>) -> Self {
+        ErrorReply { code, code_name: codes::name(code).to_string(), errmsg: errmsg.into() }
+    }
+    pub fn from_clock(e: &kairos_clock::ClusterTimeError) -> Self {
+        ErrorReply { code: e.code(), code_name: e.code_name().to_string(), errmsg: e.to_string() }
+    }
+}

@@ -1,0 +1,389 @@
+//! Client roles: a [`Session`] running a list-append workload (one operation at a time, the
+//! driver's causal-consistency rules), and a scripted [`Probe`] for protocol tests.
+
+use crate::msg::{codes, CausalMsg, ClientOp, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
+use kairos_clock::{ClusterTime, SignedClusterTime};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
+use rand::Rng as _;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const NEXT_OP: TimerId = TimerId(1);
+const OP_TIMEOUT: TimerId = TimerId(2);
+
+/// Most latency samples a session keeps per operation type.
+pub const MAX_SAMPLES: usize = 1 << 20;
+
+/// Where a session sends its reads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReadPref {
+    Primary,
+    Secondary,
+    /// The member with the lowest configured latency from the session.
+    Nearest,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionConfig {
+    /// The Jepsen process id of this session.
+    pub session_id: u64,
+    /// The members, in member-index order (`primary_hint` indexes this list).
+    pub members: Vec<NodeId>,
+    /// The members sorted by latency from this session (nearest first).
+    pub nearest: Vec<NodeId>,
+    pub read_pref: ReadPref,
+    pub read_concern: ReadConcern,
+    pub write_concern: WriteConcern,
+    /// Causally consistent session: send `afterClusterTime` = highest operationTime seen.
+    pub causal: bool,
+    /// Share of operations that are reads.
+    pub read_fraction: f64,
+    /// Keys are drawn uniformly from `0..keys`.
+    pub keys: u64,
+    /// The session gives up on an operation after this long (recorded `info` / `fail`).
+    pub op_timeout: Duration,
+    /// `maxTimeMS` sent with each request.
+    pub max_time_ms: u32,
+    /// Pause between operations.
+    pub think_time: Duration,
+    /// Pause after an error before the next operation.
+    pub backoff: Duration,
+    /// First operation after this long.
+    pub start_after: Duration,
+    /// No new operation after this long (local time since start).
+    pub stop_after: Duration,
+}
+
+impl SessionConfig {
+    pub fn new(session_id: u64, members: Vec<NodeId>) -> Self {
+        SessionConfig {
+            session_id,
+            nearest: members.clone(),
+            members,
+            read_pref: ReadPref::Primary,
+            read_concern: ReadConcern::Majority,
+            write_concern: WriteConcern::Majority,
+            causal: true,
+            read_fraction: 0.5,
+            keys: 4,
+            op_timeout: Duration::from_secs(4),
+            max_time_ms: 3_000,
+            think_time: Duration::from_millis(10),
+            backoff: Duration::from_millis(100),
+            start_after: Duration::from_secs(3),
+            stop_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What a session counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    pub reads_ok: u64,
+    pub reads_failed: u64,
+    pub writes_ok: u64,
+    pub writes_failed: u64,
+    pub writes_unknown: u64,
+    pub timeouts: u64,
+    pub errors: BTreeMap<i32, u64>,
+    /// Latencies of ok operations, nanoseconds of local time.
+    pub read_latency_ns: Vec<u64>,
+    pub write_latency_ns: Vec<u64>,
+    /// Replies carrying the dummy signature (must stay 0 for an untrusted client).
+    pub dummy_signatures: u64,
+    /// Replies without `$clusterTime` (and without `operationTime`).
+    pub replies_without_cluster_time: u64,
+    /// Ok operations after `stop_after / 2` (liveness after faults are repaired).
+    pub ok_in_second_half: u64,
+}
+
+struct InFlight {
+    id: u64,
+    op: ClientOp,
+    to: NodeId,
+    sent_at: LocalTime,
+}
+
+/// A client session running a closed loop of list-append operations.
+pub struct Session {
+    cfg: SessionConfig,
+    primary: usize,
+    nearest: usize,
+    next_id: u64,
+    counter: u64,
+    started_at: Option<LocalTime>,
+    in_flight: Option<InFlight>,
+    operation_time: Option<ClusterTime>,
+    cluster_time: Option<SignedClusterTime>,
+    stats: SessionStats,
+}
+
+impl Session {
+    pub fn new(cfg: SessionConfig) -> Self {
+        Session {
+            cfg,
+            primary: 0,
+            nearest: 0,
+            next_id: 1,
+            counter: 0,
+            started_at: None,
+            in_flight: None,
+            operation_time: None,
+            cluster_time: None,
+            stats: SessionStats::default(),
+        }
+    }
+    pub fn stats(&self) -> &SessionStats {
+        &self.stats
+    }
+    pub fn operation_time(&self) -> Option<ClusterTime> {
+        self.operation_time
+    }
+    pub fn cluster_time(&self) -> Option<SignedClusterTime> {
+        self.cluster_time
+    }
+    pub fn config(&self) -> &SessionConfig {
+        &self.cfg
+    }
+
+    fn micro(op: ClientOp) -> MicroOp {
+        match op {
+            ClientOp::Read { key } => MicroOp::Read { key, value: None },
+            ClientOp::Append { key, value } => MicroOp::Append { key, value },
+        }
+    }
+
+    fn record(&self, ctx: &mut Ctx<'_, CausalMsg>, t: OpType, m: MicroOp) {
+        ctx.record(HistoryEvent::new(t, self.cfg.session_id, "txn", vec![m]));
+    }
+
+    fn target(&mut self, ctx: &mut Ctx<'_, CausalMsg>, op: ClientOp) -> Option<NodeId> {
+        let n = self.cfg.members.len();
+        if n == 0 {
+            return None;
+        }
+        let primary = self.cfg.members[self.primary % n];
+        Some(match (op, self.cfg.read_pref) {
+            (ClientOp::Append { .. }, _) | (ClientOp::Read { .. }, ReadPref::Primary) => primary,
+            (ClientOp::Read { .. }, ReadPref::Secondary) if n > 1 => {
+                let others: Vec<NodeId> = self.cfg.members.iter().copied().filter(|&m| m != primary).collect();
+                others[ctx.rng().random_range(0..others.len())]
+            }
+            (ClientOp::Read { .. }, ReadPref::Secondary) => primary,
+            (ClientOp::Read { .. }, ReadPref::Nearest) => {
+                let l = self.cfg.nearest.len().max(1);
+                self.cfg.nearest.get(self.nearest % l).copied().unwrap_or(primary)
+            }
+        })
+    }
+
+    fn next_op(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let now = ctx.now();
+        let start = *self.started_at.get_or_insert(now);
+        if now.saturating_since(start) >= self.cfg.stop_after || self.in_flight.is_some() {
+            return;
+        }
+        let key = ctx.rng().random_range(0..self.cfg.keys.max(1));
+        let op = if ctx.rng().random_bool(self.cfg.read_fraction.clamp(0.0, 1.0)) {
+            ClientOp::Read { key }
+        } else {
+            self.counter += 1;
+            ClientOp::Append { key, value: self.cfg.session_id * 1_000_000 + self.counter }
+        };
+        let Some(to) = self.target(ctx, op) else { return };
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = Request {
+            id,
+            op,
+            read_concern: self.cfg.read_concern,
+            write_concern: self.cfg.write_concern,
+            after_cluster_time: if self.cfg.causal { self.operation_time } else { None },
+            cluster_time: self.cluster_time,
+            max_time_ms: self.cfg.max_time_ms,
+        };
+        self.record(ctx, OpType::Invoke, Self::micro(op));
+        ctx.send(to, CausalMsg::Request(req));
+        ctx.set_timer(OP_TIMEOUT, self.cfg.op_timeout);
+        self.in_flight = Some(InFlight { id, op, to, sent_at: now });
+    }
+
+    fn finish(&mut self, ctx: &mut Ctx<'_, CausalMsg>, pause: Duration) {
+        self.in_flight = None;
+        ctx.cancel_timer(OP_TIMEOUT);
+        ctx.set_timer(NEXT_OP, pause);
+    }
+
+    /// The operation failed or timed out: rotate to another member for its kind.
+    fn rotate(&mut self, op: ClientOp) {
+        match (op, self.cfg.read_pref) {
+            (ClientOp::Read { .. }, ReadPref::Nearest) => self.nearest += 1,
+            (ClientOp::Read { .. }, ReadPref::Secondary) => {}
+            _ => self.primary = (self.primary + 1) % self.cfg.members.len().max(1),
+        }
+    }
+
+    fn on_reply(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, r: Reply) {
+        let Some(f) = &self.in_flight else { return };
+        if f.id != r.id || f.to != from {
+            return;
+        }
+        let (op, sent_at) = (f.op, f.sent_at);
+        match r.cluster_time {
+            Some(ct) => {
+                if ct.is_dummy_signed() {
+                    self.stats.dummy_signatures += 1;
+                }
+                if self.cluster_time.is_none_or(|c| c.time < ct.time) {
+                    self.cluster_time = Some(ct);
+                }
+            }
+            None => self.stats.replies_without_cluster_time += 1,
+        }
+        if let Some(t) = r.operation_time {
+            self.operation_time = Some(self.operation_time.map_or(t, |o| o.max(t)));
+        }
+        if let Some(h) = r.primary_hint {
+            if (h as usize) < self.cfg.members.len() {
+                self.primary = h as usize;
+            }
+        }
+        let now = ctx.now();
+        let latency = now.saturating_since(sent_at).as_nanos() as u64;
+        let second_half = self.started_at.is_some_and(|s| now.saturating_since(s) >= self.cfg.stop_after / 2);
+        match (r.result, op) {
+            (Ok(ReplyBody::Read(list)), ClientOp::Read { key }) => {
+                self.stats.reads_ok += 1;
+                self.stats.ok_in_second_half += u64::from(second_half);
+                if self.stats.read_latency_ns.len() < MAX_SAMPLES {
+                    self.stats.read_latency_ns.push(latency);
+                }
+                self.record(ctx, OpType::Ok, MicroOp::Read { key, value: Some(ReadValue::List(list)) });
+                self.finish(ctx, self.cfg.think_time);
+            }
+            (Ok(ReplyBody::Written), ClientOp::Append { .. }) => {
+                self.stats.writes_ok += 1;
+                self.stats.ok_in_second_half += u64::from(second_half);
+                if self.stats.write_latency_ns.len() < MAX_SAMPLES {
+                    self.stats.write_latency_ns.push(latency);
+                }
+                self.record(ctx, OpType::Ok, Self::micro(op));
+                self.finish(ctx, self.cfg.think_time);
+            }
+            (Ok(_), _) => {
+                // A reply of the wrong shape: the outcome is unknown.
+                self.fail(ctx, op, None);
+            }
+            (Err(e), _) => {
+                *self.stats.errors.entry(e.code).or_default() += 1;
+                let no_hint = e.code == codes::NOT_WRITABLE_PRIMARY && r.primary_hint.is_none();
+                if no_hint || e.code == codes::MAX_TIME_MS_EXPIRED {
+                    self.rotate(op);
+                }
+                self.fail(ctx, op, Some(e.code));
+            }
+        }
+    }
+
+    /// Records a failed (reads, certain write failures) or unknown (other writes) outcome.
+    fn fail(&mut self, ctx: &mut Ctx<'_, CausalMsg>, op: ClientOp, code: Option<i32>) {
+        let t = match op {
+            ClientOp::Read { .. } => {
+                self.stats.reads_failed += 1;
+                OpType::Fail
+            }
+            ClientOp::Append { .. } if code.is_some_and(codes::write_certainly_failed) => {
+                self.stats.writes_failed += 1;
+                OpType::Fail
+            }
+            ClientOp::Append { .. } => {
+                self.stats.writes_unknown += 1;
+                OpType::Info
+            }
+        };
+        self.record(ctx, t, Self::micro(op));
+        self.finish(ctx, self.cfg.backoff);
+    }
+}
+
+impl Process for Session {
+    type Msg = CausalMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        ctx.set_timer(NEXT_OP, self.cfg.start_after);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, msg: CausalMsg) {
+        if let CausalMsg::Reply(r) = msg {
+            self.on_reply(ctx, from, r);
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, timer: TimerId) {
+        match timer {
+            NEXT_OP => {
+                if self.started_at.is_none() {
+                    self.started_at = Some(ctx.now());
+                }
+                self.next_op(ctx)
+            }
+            OP_TIMEOUT => {
+                if let Some(f) = self.in_flight.take() {
+                    self.stats.timeouts += 1;
+                    self.rotate(f.op);
+                    self.in_flight = Some(f);
+                    let op = self.in_flight.as_ref().map(|f| f.op);
+                    if let Some(op) = op {
+                        self.fail(ctx, op, None);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A scripted client for protocol tests: sends each request at its time to its member and
+/// keeps every reply.
+pub struct Probe {
+    script: Vec<(Duration, NodeId, Request)>,
+    pub replies: Vec<(NodeId, Reply)>,
+}
+
+impl Probe {
+    /// `script`: (send after this long since start, to, request). Requests go out in order.
+    pub fn new(mut script: Vec<(Duration, NodeId, Request)>) -> Self {
+        script.sort_by_key(|(at, _, _)| *at);
+        script.reverse();
+        Probe { script, replies: Vec::new() }
+    }
+
+    /// The reply to request `id`, if any.
+    pub fn reply(&self, id: u64) -> Option<&Reply> {
+        self.replies.iter().map(|(_, r)| r).find(|r| r.id == id)
+    }
+
+    fn arm(&self, ctx: &mut Ctx<'_, CausalMsg>, elapsed: Duration) {
+        if let Some((at, _, _)) = self.script.last() {
+            ctx.set_timer(TimerId(1), at.saturating_sub(elapsed));
+        }
+    }
+}
+
+impl Process for Probe {
+    type Msg = CausalMsg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        self.arm(ctx, Duration::ZERO);
+    }
+    fn on_message(&mut self, _ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, msg: CausalMsg) {
+        if let CausalMsg::Reply(r) = msg {
+            self.replies.push((from, r));
+        }
+    }
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, _timer: TimerId) {
+        if let Some((at, to, req)) = self.script.pop() {
+            ctx.send(to, CausalMsg::Request(req));
+            self.arm(ctx, at);
+        }
+    }
+}
