@@ -80,8 +80,9 @@ pub enum TigaMsg {
         owd_ns: u64,
     },
     /// Leader → leaders of the other involved shards: round 1 (my timestamp) and round 2
-    /// (I have adopted the agreed timestamp).
-    Agree { view: u64, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool },
+    /// (I have adopted the agreed timestamp). `resend`: a retry after a possible loss; the
+    /// receiver answers with its round-1 timestamp (and its confirmation, if given).
+    Agree { view: u64, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool, resend: bool },
     /// Leader → follower: log entries from `from` on, and the commit point.
     LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
     /// Follower → leader: my log matches yours up to `sync_point` (exclusive).

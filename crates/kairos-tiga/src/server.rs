@@ -43,6 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The timer a server arms for the next queued timestamp (tests drive it directly).
 pub const RELEASE: TimerId = TimerId(1);
 const SYNC: TimerId = TimerId(2);
+const AGREE_RETRY: TimerId = TimerId(3);
 /// Most log entries one LogSync carries.
 const SYNC_BATCH_MAX: usize = 1024;
 /// Agreement messages buffered for transactions that have not arrived yet.
@@ -77,6 +78,12 @@ struct Txn {
     confirms: BTreeSet<ShardId>,
     /// Leader: the agreed timestamp, once known.
     agreed: Option<Ts>,
+    /// Leader: the current execution's effects are in the store (revocable until final).
+    executed: bool,
+    /// Leader: this leader's own timestamp for the transaction (round 1).
+    original_ts: Ts,
+    /// Leader: the agreed timestamp was above this leader's: it confirms after executing.
+    lowered: bool,
 }
 
 /// Counters for tests and reports.
@@ -110,12 +117,16 @@ pub struct Server {
     /// Leader: each replica's acknowledged sync-point and the next position to send it.
     sync_point: Vec<u64>,
     next_send: Vec<u64>,
+    /// Leader: when each follower's sync-point last advanced (local ns).
+    ack_progress_at: Vec<u64>,
     commit_point: u64,
     commit_point_sent: Vec<u64>,
     /// Follower: log positions executed.
     executed: u64,
     /// Agreement messages that arrived before their transaction.
     early_agree: BTreeMap<TxnId, Vec<(ShardId, Ts, bool)>>,
+    /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
+    awaiting: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
     stats: ServerStats,
 }
@@ -139,10 +150,12 @@ impl Server {
             locked: BTreeMap::new(),
             sync_point: vec![0; n],
             next_send: vec![0; n],
+            ack_progress_at: vec![0; n],
             commit_point: 0,
             commit_point_sent: vec![0; n],
             executed: 0,
             early_agree: BTreeMap::new(),
+            awaiting: BTreeSet::new(),
             release_timer_at: None,
             stats: ServerStats::default(),
         }
@@ -256,12 +269,40 @@ impl Server {
                 peer_ts: BTreeMap::new(),
                 confirms: BTreeSet::new(),
                 agreed: None,
+                executed: false,
+                original_ts: ts,
+                lowered: false,
             },
         );
-        if let Some(early) = self.early_agree.remove(&txn) {
-            for (shard, ts, confirm) in early {
-                self.record_agree(txn, shard, ts, confirm);
+        if self.is_leader() && self.txns[&txn].piece.shards.len() > 1 {
+            // This leader's timestamp for the transaction is settled now: announce it at once,
+            // so that no other leader ever waits on a lock for it (announcing at release could
+            // deadlock two leaders that hold conflicting transactions in opposite orders).
+            self.announce(ctx, txn, false);
+            self.awaiting.insert(txn);
+            if let Some(early) = self.early_agree.remove(&txn) {
+                for (shard, ts, confirm) in early {
+                    self.record_agree(txn, shard, ts, confirm);
+                }
             }
+            self.evaluate_agreement(ctx, txn);
+        }
+    }
+
+    /// Sends this leader's round-1 timestamp for `id` to the other involved leaders (`resend`:
+    /// a retry that asks them to answer with theirs, and with their confirmation if given).
+    fn announce(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId, resend: bool) {
+        let Some(t) = self.txns.get(&id) else { return };
+        let ts = t.original_ts;
+        let to: Vec<NodeId> = t
+            .piece
+            .shards
+            .iter()
+            .filter(|s| **s != self.shard && (!resend || !t.peer_ts.contains_key(s)))
+            .map(|s| self.topology.leader_node(*s))
+            .collect();
+        for n in to {
+            ctx.send(n, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: false, resend });
         }
     }
 
@@ -314,51 +355,52 @@ impl Server {
             *e = (*e).max(ts);
         }
         self.xor_hash(&piece, ts);
-        let hash = self.reply_hash(&piece);
         let leader = self.is_leader();
-        let reads = if leader { Some(self.execute(id)) } else { None };
+        let multi_shard = piece.shards.len() > 1;
         let t = self.txns.get_mut(&id).expect("released transaction exists");
         t.status = Status::Released;
+        // Preventive mode: a multi-shard transaction's leaders agree first and execute after,
+        // so nothing is ever revoked. Detective mode executes at once and may revoke.
+        let defer = leader && multi_shard && self.config.preventive && t.agreed.is_none();
+        if !defer {
+            self.execute_and_reply(ctx, id);
+        }
+        if !leader {
+            return;
+        }
+        if !multi_shard {
+            self.finalize(id);
+            return;
+        }
+        // Hold the keys until the timestamp is agreed (and, if this leader had the highest,
+        // until the lower leaders confirm): at most one unsettled transaction per key.
+        for k in Self::keys(&piece) {
+            self.locked.insert(*k, id);
+        }
+        self.settle(ctx, id);
+    }
+
+    /// Answers the coordinator on the fast path: a leader executes first and sends the values
+    /// read. The hash covers the transaction's keys, which no conflicting transaction can
+    /// change while this one holds them.
+    fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
+        let Some(t) = self.txns.get(&id) else { return };
+        let hash = self.reply_hash(&t.piece);
+        let reads = if self.is_leader() { Some(self.execute(id)) } else { None };
+        let t = self.txns.get_mut(&id).expect("exists");
         let reply = TigaMsg::Reply {
             view: self.view,
             txn: id,
             shard: self.shard,
             replica: self.replica,
             kind: ReplyKind::Fast,
-            ts,
+            ts: t.ts,
             hash,
             reads,
             owd_ns: t.owd_ns,
         };
         t.last_reply = Some(reply.clone());
         ctx.send(id.coordinator(), reply);
-        if !leader {
-            return;
-        }
-        let multi_shard = piece.shards.len() > 1;
-        if !multi_shard {
-            self.finalize(id);
-            return;
-        }
-        let t = self.txns.get_mut(&id).expect("exists");
-        if let Some(agreed) = t.agreed {
-            // Case 3, second execution at the agreed timestamp: confirm and finish.
-            debug_assert_eq!(agreed, ts);
-            for s in piece.shards.iter().filter(|s| **s != self.shard) {
-                let to = self.topology.leader_node(*s);
-                ctx.send(to, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: true });
-            }
-            self.finalize(id);
-            return;
-        }
-        for k in Self::keys(&piece) {
-            self.locked.insert(*k, id);
-        }
-        for s in piece.shards.iter().filter(|s| **s != self.shard) {
-            let to = self.topology.leader_node(*s);
-            ctx.send(to, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: false });
-        }
-        self.evaluate_agreement(ctx, id);
     }
 
     /// Runs the stored procedure on the current state, remembering what it overwrote.
@@ -377,12 +419,17 @@ impl Server {
         let t = self.txns.get_mut(&id).expect("exists");
         t.reads = reads.clone();
         t.undo = undo;
+        t.executed = true;
         reads
     }
 
     fn revoke(&mut self, id: TxnId) {
         let Some(t) = self.txns.get_mut(&id) else { return };
         let undo = std::mem::take(&mut t.undo);
+        if t.executed {
+            self.stats.revoked += 1;
+        }
+        t.executed = false;
         let piece = t.piece.clone();
         let ts = t.ts;
         for (k, old) in undo.into_iter().rev() {
@@ -394,7 +441,6 @@ impl Server {
                 self.locked.remove(k);
             }
         }
-        self.stats.revoked += 1;
     }
 
     fn record_agree(&mut self, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool) {
@@ -407,27 +453,55 @@ impl Server {
         }
     }
 
-    fn on_agree(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool) {
+    fn on_agree(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, agree: (TxnId, ShardId, Ts, bool, bool)) {
+        let (txn, shard, ts, confirm, resend) = agree;
         if !self.is_leader() || shard as usize >= self.topology.shard_count() {
             return;
         }
-        if !self.txns.contains_key(&txn) {
+        let Some(t) = self.txns.get(&txn) else {
             if self.early_agree.len() < EARLY_AGREE_MAX {
                 self.early_agree.entry(txn).or_default().push((shard, ts, confirm));
             }
             return;
-        }
-        if !self.txns[&txn].piece.shards.contains(&shard) {
+        };
+        if !t.piece.shards.contains(&shard) {
             return;
+        }
+        if resend {
+            // A peer lost something: answer with our timestamp, and our confirmation if given.
+            let (mine, confirmed) = (t.original_ts, t.lowered && t.status == Status::Final);
+            ctx.send(
+                from,
+                TigaMsg::Agree { view: self.view, txn, shard: self.shard, ts: mine, confirm: false, resend: false },
+            );
+            if confirmed {
+                let agreed = t.ts;
+                ctx.send(
+                    from,
+                    TigaMsg::Agree {
+                        view: self.view,
+                        txn,
+                        shard: self.shard,
+                        ts: agreed,
+                        confirm: true,
+                        resend: false,
+                    },
+                );
+            }
         }
         self.record_agree(txn, shard, ts, confirm);
         self.evaluate_agreement(ctx, txn);
         self.release_due(ctx);
     }
 
+    /// Once every involved leader's timestamp is known: the agreed timestamp is the maximum.
+    /// A lower leader moves the transaction there (revoking a speculative execution) and will
+    /// confirm after executing it at the agreed timestamp (case 3); an equal leader settles it
+    /// (case 1, or case 2 once the lower leaders confirm).
     fn evaluate_agreement(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get(&id) else { return };
-        if t.status != Status::Released {
+        if t.agreed.is_some() || matches!(t.status, Status::Final | Status::Held) {
+            self.settle(ctx, id);
             return;
         }
         let others: Vec<ShardId> = t.piece.shards.iter().copied().filter(|s| *s != self.shard).collect();
@@ -435,23 +509,103 @@ impl Server {
             return;
         }
         let agreed = others.iter().map(|s| t.peer_ts[s]).max().unwrap_or(0).max(t.ts);
-        if t.ts < agreed {
-            // Case 3: revoke, re-queue at the agreed timestamp; confirm after re-execution.
-            self.revoke(id);
+        let (status, ts) = (t.status, t.ts);
+        if ts < agreed {
+            if status == Status::Released {
+                self.revoke(id);
+            }
+            self.pq.remove(&(ts, id));
             let t = self.txns.get_mut(&id).expect("exists");
             t.ts = agreed;
             t.agreed = Some(agreed);
+            t.lowered = true;
             t.status = Status::Queued;
             self.pq.insert((agreed, id));
             ctx.metric("tiga.server_revisions", 1);
             return;
         }
-        // Case 1 (all equal) or case 2 (this leader had the maximum): wait for a confirmation
-        // from every leader that was lower.
-        let lower: Vec<ShardId> = others.iter().copied().filter(|s| t.peer_ts[s] < agreed).collect();
-        let confirmed = lower.iter().all(|s| t.confirms.contains(s));
-        if lower.is_empty() || confirmed || self.config.unsafe_skip_second_round {
+        self.txns.get_mut(&id).expect("exists").agreed = Some(agreed);
+        self.settle(ctx, id);
+    }
+
+    /// Moves a released multi-shard transaction towards final: execute (if not yet), confirm
+    /// (if this leader was lower), or finalize once every lower leader has confirmed.
+    fn settle(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
+        let Some(t) = self.txns.get(&id) else { return };
+        if t.status != Status::Released {
+            return;
+        }
+        if t.agreed.is_none() {
+            // Detective mode: execute speculatively while the agreement is under way.
+            if !t.executed && !self.config.preventive {
+                self.execute_and_reply(ctx, id);
+            }
+            return;
+        }
+        if !t.executed {
+            self.execute_and_reply(ctx, id);
+        }
+        let t = &self.txns[&id];
+        if t.lowered {
+            let ts = t.ts;
+            let to: Vec<NodeId> =
+                t.piece.shards.iter().filter(|s| **s != self.shard).map(|s| self.topology.leader_node(*s)).collect();
+            for n in to {
+                ctx.send(
+                    n,
+                    TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: true, resend: false },
+                );
+            }
             self.finalize(id);
+            return;
+        }
+        let agreed = t.ts;
+        let lower_unconfirmed = t.peer_ts.iter().any(|(s, pts)| *pts < agreed && !t.confirms.contains(s));
+        if !lower_unconfirmed || self.config.unsafe_skip_second_round {
+            self.finalize(id);
+        }
+    }
+
+    /// Retries agreement messages that may have been lost: round 1 to leaders not heard from,
+    /// and a nudge to lower leaders whose confirmation is missing.
+    fn retry_agreements(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let ids: Vec<TxnId> = self.awaiting.iter().copied().collect();
+        for id in ids {
+            let Some(t) = self.txns.get(&id) else {
+                self.awaiting.remove(&id);
+                continue;
+            };
+            if t.status == Status::Final {
+                self.awaiting.remove(&id);
+                continue;
+            }
+            let missing_ts = t.piece.shards.iter().any(|s| *s != self.shard && !t.peer_ts.contains_key(s));
+            let unconfirmed: Vec<NodeId> = match t.agreed {
+                Some(agreed) if !t.lowered => t
+                    .peer_ts
+                    .iter()
+                    .filter(|(s, pts)| **pts < agreed && !t.confirms.contains(s))
+                    .map(|(s, _)| self.topology.leader_node(*s))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let mine = t.original_ts;
+            if missing_ts {
+                self.announce(ctx, id, true);
+            }
+            for n in unconfirmed {
+                ctx.send(
+                    n,
+                    TigaMsg::Agree {
+                        view: self.view,
+                        txn: id,
+                        shard: self.shard,
+                        ts: mine,
+                        confirm: false,
+                        resend: true,
+                    },
+                );
+            }
         }
     }
 
@@ -484,15 +638,20 @@ impl Server {
     }
 
     fn send_log_sync(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let now = ctx.now().as_nanos();
         let replicas = self.topology.shards[self.shard as usize].clone();
         let len = self.log.len() as u64;
         for (r, node) in replicas.iter().enumerate() {
             if r as u32 == self.replica {
                 continue;
             }
-            // Resend from the acknowledged point when nothing newer is pending (lost syncs).
-            if self.next_send[r] >= len && self.sync_point[r] < len {
+            // A lost batch leaves the follower with a gap it cannot fill (it ignores batches that
+            // start beyond its log). When its acknowledgements stop advancing although entries
+            // are outstanding, resend from the acknowledged point.
+            let stalled = now.saturating_sub(self.ack_progress_at[r]) > duration_nanos(self.config.sync_resend_after);
+            if self.sync_point[r] < self.next_send[r].max(len) && stalled {
                 self.next_send[r] = self.sync_point[r];
+                self.ack_progress_at[r] = now;
             }
             let from = self.next_send[r];
             if from >= len && self.commit_point_sent[r] == self.commit_point {
@@ -600,6 +759,9 @@ impl Server {
             peer_ts: BTreeMap::new(),
             confirms: BTreeSet::new(),
             agreed: Some(ts),
+            executed: false,
+            original_ts: ts,
+            lowered: false,
         });
         t.ts = ts;
         t.status = Status::Final;
@@ -607,12 +769,16 @@ impl Server {
         self.log.push(entry);
     }
 
-    fn on_sync_ack(&mut self, replica: u32, sync_point: u64) {
+    fn on_sync_ack(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, sync_point: u64) {
         let r = replica as usize;
         if !self.is_leader() || r >= self.sync_point.len() {
             return;
         }
-        self.sync_point[r] = self.sync_point[r].max(sync_point.min(self.log.len() as u64));
+        let acked = sync_point.min(self.log.len() as u64);
+        if acked > self.sync_point[r] {
+            self.sync_point[r] = acked;
+            self.ack_progress_at[r] = ctx.now().as_nanos();
+        }
         self.advance_commit_point();
     }
 }
@@ -623,6 +789,7 @@ impl Process for Server {
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         if self.is_leader() {
             ctx.set_timer(SYNC, self.config.sync_interval);
+            ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
         }
     }
 
@@ -632,9 +799,9 @@ impl Process for Server {
                 self.on_submit(ctx, piece, ts, send_time);
                 self.release_due(ctx);
             }
-            TigaMsg::Agree { view, txn, shard, ts, confirm } if view == self.view => {
+            TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == self.view => {
                 if self.topology.leader_node(shard.min(self.topology.shard_count() as u32 - 1)) == from {
-                    self.on_agree(ctx, txn, shard, ts, confirm);
+                    self.on_agree(ctx, from, (txn, shard, ts, confirm, resend));
                 }
             }
             TigaMsg::LogSync { view, from: start, entries, commit_point } if view == self.view => {
@@ -642,7 +809,7 @@ impl Process for Server {
             }
             TigaMsg::SyncAck { view, replica, sync_point } if view == self.view => {
                 if self.topology.shards[self.shard as usize].get(replica as usize) == Some(&from) {
-                    self.on_sync_ack(replica, sync_point);
+                    self.on_sync_ack(ctx, replica, sync_point);
                 }
             }
             _ => ctx.metric("tiga.server_ignored", 1),
@@ -658,6 +825,11 @@ impl Process for Server {
             SYNC => {
                 self.send_log_sync(ctx);
                 ctx.set_timer(SYNC, self.config.sync_interval);
+            }
+            AGREE_RETRY => {
+                self.retry_agreements(ctx);
+                self.release_due(ctx);
+                ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
             }
             _ => {}
         }

@@ -28,6 +28,16 @@ pub enum Placement {
     Separated,
 }
 
+/// Which timestamp-agreement mode the leaders use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Preventive when the leaders are co-located (one region), detective otherwise — the
+    /// view manager's choice in the paper.
+    Auto,
+    Preventive,
+    Detective,
+}
+
 /// One MicroBench run of Tiga.
 #[derive(Clone, Debug)]
 pub struct Deployment {
@@ -45,6 +55,7 @@ pub struct Deployment {
     pub duration: Duration,
     pub loss: f64,
     pub cpu: CpuModel,
+    pub mode: Mode,
     pub config: TigaConfig,
 }
 
@@ -63,6 +74,7 @@ impl Default for Deployment {
             duration: Duration::from_secs(5),
             loss: 0.0,
             cpu: CpuModel::Fixed(Duration::from_micros(5)),
+            mode: Mode::Auto,
             config: TigaConfig::default(),
         }
     }
@@ -151,6 +163,12 @@ impl Deployment {
             shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
             leader: vec![0; self.shards as usize],
         };
+        let mut tiga_config = self.config.clone();
+        tiga_config.preventive = match self.mode {
+            Mode::Preventive => true,
+            Mode::Detective => false,
+            Mode::Auto => self.placement == Placement::CoLocated || self.shards == 1,
+        };
         let mut config = SimConfig::new(self.seed);
         config.cpu = self.cpu.clone();
         config.network.loss = self.loss;
@@ -158,7 +176,7 @@ impl Deployment {
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
         for s in 0..self.shards as usize {
             for r in 0..n {
-                let (t, c) = (topology.clone(), self.config.clone());
+                let (t, c) = (topology.clone(), tiga_config.clone());
                 let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
                     Box::new(Server::new(t.clone(), c.clone(), s as u32, r as u32))
                 });
@@ -182,7 +200,7 @@ impl Deployment {
                     region_name.clone(),
                 ));
                 let workload = MicroBench::new(self.keys_per_shard, self.shards, self.skew)?;
-                let (t, c) = (topology.clone(), self.config.clone());
+                let (t, c) = (topology.clone(), tiga_config.clone());
                 sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| {
                     let load = OpenLoop { rate_per_s: rate, stop_after: Some(stop_after), max_txns: None };
                     Box::new(

@@ -64,6 +64,11 @@ pub struct TigaConfig {
     pub owd_floor: Duration,
     /// Leaders send log synchronization to followers this often (paper's code: 2 ms).
     pub sync_interval: Duration,
+    /// A leader resends log entries from a follower's sync-point when it has not advanced for
+    /// this long although entries are outstanding (a lost batch).
+    pub sync_resend_after: Duration,
+    /// Leaders resend agreement messages that have not been answered after this long.
+    pub agree_retry: Duration,
     /// A coordinator resends a transaction (same id, new timestamp) after this long.
     pub retry_timeout: Duration,
     /// … and gives up (records `info`) after this many sends.
@@ -71,6 +76,10 @@ pub struct TigaConfig {
     /// Keys one transaction may name, and transactions a coordinator keeps in flight.
     pub keys_per_txn_max: usize,
     pub inflight_max: usize,
+    /// Preventive mode: leaders of a multi-shard transaction agree on its timestamp before
+    /// executing it (no revocations; best when leaders are close). Otherwise detective mode:
+    /// execute, then agree, revoking on disagreement. The deployment picks it per placement.
+    pub preventive: bool,
     /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
     /// inversion; the Figure 5 test shows the checker catching it).
     pub unsafe_skip_second_round: bool,
@@ -87,10 +96,13 @@ impl Default for TigaConfig {
             owd_cap: Duration::from_millis(400),
             owd_floor: Duration::from_millis(1),
             sync_interval: Duration::from_millis(2),
+            sync_resend_after: Duration::from_millis(400),
+            agree_retry: Duration::from_millis(250),
             retry_timeout: Duration::from_secs(2),
             max_sends: 3,
             keys_per_txn_max: 64,
             inflight_max: 15_000,
+            preventive: false,
             unsafe_skip_second_round: false,
         }
     }

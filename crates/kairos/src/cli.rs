@@ -108,6 +108,10 @@ pub struct TigaArgs {
     /// Where shard leaders live: all in sc (co-located) or one per region (separated).
     #[arg(long, value_enum, default_value_t = PlacementArg::CoLocated)]
     pub placement: PlacementArg,
+    /// Timestamp agreement among leaders: agree then execute (preventive), execute then agree and
+    /// revoke on disagreement (detective), or auto (preventive when leaders are co-located).
+    #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
+    pub mode: ModeArg,
     /// Shift added to every headroom estimate, ms (the headroom experiment: -50 … 50).
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub headroom_shift_ms: f64,
@@ -213,6 +217,13 @@ pub enum OnOff {
 pub enum SigningArg {
     Range,
     PerReply,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeArg {
+    Auto,
+    Preventive,
+    Detective,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

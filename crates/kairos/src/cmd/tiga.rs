@@ -2,7 +2,7 @@
 //! history checked strictly serializable.
 
 use super::bench::verdict;
-use crate::cli::{PlacementArg, TigaArgs, TigaBenchArgs};
+use crate::cli::{ModeArg, PlacementArg, TigaArgs, TigaBenchArgs};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats;
@@ -10,7 +10,7 @@ use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::{analytic_latency, Deployment, Outcome, Placement};
+use kairos_tiga::sim::{analytic_latency, Deployment, Mode, Outcome, Placement};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -52,6 +52,11 @@ impl TigaArgs {
                 PlacementArg::Separated => Placement::Separated,
             },
             skew: self.skew,
+            mode: match self.mode {
+                ModeArg::Auto => Mode::Auto,
+                ModeArg::Preventive => Mode::Preventive,
+                ModeArg::Detective => Mode::Detective,
+            },
             duration: Duration::from_secs_f64(self.duration_s),
             loss: self.loss,
             cpu: if self.measured_cpu {
@@ -142,6 +147,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     });
     let mut extra = BTreeMap::new();
     extra.insert("placement".into(), format!("{:?}", d.placement).to_lowercase().into());
+    extra.insert("mode".into(), format!("{:?}", d.mode).to_lowercase().into());
     let fast_by_region: serde_json::Map<String, serde_json::Value> =
         by_region.iter().map(|(r, s)| (r.clone(), share(s.committed_fast, s.committed).into())).collect();
     extra.insert("fast_path_ratio_by_region".into(), fast_by_region.into());
