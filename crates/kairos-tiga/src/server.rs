@@ -86,6 +86,26 @@ struct Txn {
     lowered: bool,
 }
 
+impl Txn {
+    fn new(piece: Piece, ts: Ts, status: Status, owd_ns: u64) -> Self {
+        Txn {
+            piece,
+            ts,
+            status,
+            owd_ns,
+            last_reply: None,
+            reads: Vec::new(),
+            undo: Vec::new(),
+            peer_ts: BTreeMap::new(),
+            confirms: BTreeSet::new(),
+            agreed: None,
+            executed: false,
+            original_ts: ts,
+            lowered: false,
+        }
+    }
+}
+
 /// Counters for tests and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -256,24 +276,7 @@ impl Server {
         if status == Status::Queued {
             self.pq.insert((ts, txn));
         }
-        self.txns.insert(
-            txn,
-            Txn {
-                piece,
-                ts,
-                status,
-                owd_ns,
-                last_reply: None,
-                reads: Vec::new(),
-                undo: Vec::new(),
-                peer_ts: BTreeMap::new(),
-                confirms: BTreeSet::new(),
-                agreed: None,
-                executed: false,
-                original_ts: ts,
-                lowered: false,
-            },
-        );
+        self.txns.insert(txn, Txn::new(piece, ts, status, owd_ns));
         if self.is_leader() && self.txns[&txn].piece.shards.len() > 1 {
             // This leader's timestamp for the transaction is settled now: announce it at once,
             // so that no other leader ever waits on a lock for it (announcing at release could
@@ -748,21 +751,7 @@ impl Server {
             owd_ns,
         };
         ctx.send(id.coordinator(), reply.clone());
-        let t = self.txns.entry(id).or_insert_with(|| Txn {
-            piece: entry.piece.clone(),
-            ts,
-            status: Status::Final,
-            owd_ns,
-            last_reply: None,
-            reads: Vec::new(),
-            undo: Vec::new(),
-            peer_ts: BTreeMap::new(),
-            confirms: BTreeSet::new(),
-            agreed: Some(ts),
-            executed: false,
-            original_ts: ts,
-            lowered: false,
-        });
+        let t = self.txns.entry(id).or_insert_with(|| Txn::new(entry.piece.clone(), ts, Status::Final, owd_ns));
         t.ts = ts;
         t.status = Status::Final;
         t.last_reply = Some(reply);

@@ -47,6 +47,37 @@ pub struct RunResult {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+impl CheckResult {
+    /// The contract's summary of a checker report: every checker that ran, joined by " + ".
+    pub fn from_report(report: &kairos_check::CheckReport) -> Self {
+        CheckResult {
+            model: report.model.to_string(),
+            valid: report.valid,
+            ops: report.ops,
+            checker: report
+                .checkers
+                .iter()
+                .map(|c| format!("{} {}", c.name, c.version))
+                .collect::<Vec<_>>()
+                .join(" + "),
+        }
+    }
+}
+
+/// Writes a history as JSON lines (the format `kairos check` reads), creating parent folders.
+pub fn write_history(path: &Path, history: &[kairos_core::history::HistoryRecord]) -> Result<(), crate::CliError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::CliError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let mut text = String::new();
+    for r in history {
+        text.push_str(&serde_json::to_string(r).map_err(|e| crate::CliError::Runtime(e.to_string()))?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| crate::CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
+
 /// Writes the array of results to `path` (pretty JSON), creating parent folders.
 pub fn write_json(path: &Path, results: &[RunResult]) -> Result<(), crate::CliError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -16,7 +16,7 @@ pub fn register(args: RegisterBenchArgs) -> Result<(), CliError> {
     let run = args.run.to_run()?;
     let (outcome, report) = run_and_check(&run, "register")?;
     if let Some(path) = &args.history {
-        write_history(path, &outcome)?;
+        result::write_history(path, &outcome.history)?;
     }
     let result = register_result(&run, &outcome, &report);
     print_register_table(&[&result]);
@@ -50,18 +50,6 @@ pub fn verdict(report: &CheckReport, seed: u64) -> Result<(), CliError> {
             report.model
         )))
     }
-}
-
-pub fn write_history(path: &std::path::Path, outcome: &RegisterOutcome) -> Result<(), CliError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::Io(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let mut text = String::new();
-    for r in &outcome.history {
-        text.push_str(&serde_json::to_string(r).map_err(|e| CliError::Runtime(e.to_string()))?);
-        text.push('\n');
-    }
-    std::fs::write(path, text).map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &CheckReport) -> RunResult {
@@ -108,17 +96,7 @@ pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &Ch
         round_trips: Some(round_trips),
         fast_path_ratio: None,
         rollback_ratio: None,
-        check: CheckResult {
-            model: report.model.to_string(),
-            valid: report.valid,
-            ops: report.ops,
-            checker: report
-                .checkers
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.version))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        },
+        check: CheckResult::from_report(report),
         trace_hash: Some(format!("{:016x}", outcome.trace_hash)),
         wall_s: outcome.wall.as_secs_f64(),
         extra,

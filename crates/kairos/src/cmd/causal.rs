@@ -208,17 +208,7 @@ fn causal_result(
         fast_path_ratio: None,
         rollback_ratio: None,
         round_trips: None,
-        check: CheckResult {
-            model: report.model.to_string(),
-            valid: report.valid,
-            ops: report.ops,
-            checker: report
-                .checkers
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.version))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        },
+        check: CheckResult::from_report(report),
         trace_hash: Some(format!("{:016x}", out.trace_hash)),
         wall_s: out.wall.as_secs_f64(),
         extra,

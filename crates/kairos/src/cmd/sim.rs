@@ -2,7 +2,7 @@
 //! (which kinds of fault are on, when, where); every history is checked, and a failing seed's
 //! history is saved with the command that replays it.
 
-use super::bench::{run_and_check, write_history};
+use super::bench::run_and_check;
 use crate::cli::SimRegisterArgs;
 use crate::progress;
 use crate::CliError;
@@ -56,7 +56,7 @@ pub fn register(args: SimRegisterArgs) -> Result<(), CliError> {
         ]);
         if !report.valid {
             let path = args.failing_dir.join(format!("seed-{seed}.jsonl"));
-            write_history(&path, &outcome)?;
+            crate::result::write_history(&path, &outcome.history)?;
             bar.println(format!("seed {seed}: NOT linearizable; history in {}\n{report}", path.display()));
             failing.push(seed);
         }

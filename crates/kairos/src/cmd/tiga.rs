@@ -80,7 +80,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
     for d in &deployments {
         let (outcome, report) = run_and_check(d)?;
         if let Some(path) = &args.history {
-            write_history(path, &outcome)?;
+            result::write_history(path, &outcome.history)?;
         }
         let r = tiga_result(d, &outcome, &report);
         print_table(d, &outcome, &r);
@@ -120,15 +120,6 @@ pub fn run_and_check(d: &Deployment) -> Result<(Outcome, CheckReport), CliError>
         checking.elapsed().as_secs_f64()
     );
     Ok((outcome, report))
-}
-
-fn write_history(path: &std::path::Path, outcome: &Outcome) -> Result<(), CliError> {
-    let mut text = String::new();
-    for r in &outcome.history {
-        text.push_str(&serde_json::to_string(r).map_err(|e| CliError::Runtime(e.to_string()))?);
-        text.push('\n');
-    }
-    std::fs::write(path, text).map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -181,17 +172,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
         ])),
         fast_path_ratio: Some(share(total.1, total.0)),
         rollback_ratio: Some(share(total.3, total.0)),
-        check: CheckResult {
-            model: report.model.to_string(),
-            valid: report.valid,
-            ops: report.ops,
-            checker: report
-                .checkers
-                .iter()
-                .map(|c| format!("{} {}", c.name, c.version))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        },
+        check: CheckResult::from_report(report),
         trace_hash: Some(format!("{:016x}", outcome.trace_hash)),
         wall_s: outcome.wall.as_secs_f64(),
         extra,
