@@ -19,3 +19,13 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     pb.set_prefix(what.to_string());
     pb
 }
+
+/// Prints a line above the bar, or to stderr when the bar is hidden (indicatif drops
+/// `println` on a hidden bar, which would lose the line in CI and pipes).
+pub fn say(bar: &ProgressBar, line: impl AsRef<str>) {
+    if bar.is_hidden() {
+        eprintln!("{}", line.as_ref());
+    } else {
+        bar.println(line.as_ref());
+    }
+}

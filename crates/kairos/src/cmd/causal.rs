@@ -123,7 +123,7 @@ pub fn bench(a: CausalBenchArgs) -> Result<(), CliError> {
             verdict,
         ]);
         if !report.valid {
-            bar.println(format!("{report}"));
+            progress::say(&bar, format!("{report}"));
         }
         results.push(causal_result(d, &out, &report, signing_cpu_ms));
         bar.inc(1);

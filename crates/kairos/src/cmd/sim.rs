@@ -43,7 +43,7 @@ pub fn register(args: SimRegisterArgs) -> Result<(), CliError> {
         let summary = crate::stats::summarize(&outcome.history, |_| None);
         if args.show_faults {
             for f in &outcome.fault_plan {
-                bar.println(format!("seed {seed}: {} {}", f.at, f.fault));
+                progress::say(&bar, format!("seed {seed}: {} {}", f.at, f.fault));
             }
         }
         table.add_row([
@@ -57,7 +57,7 @@ pub fn register(args: SimRegisterArgs) -> Result<(), CliError> {
         if !report.valid {
             let path = args.failing_dir.join(format!("seed-{seed}.jsonl"));
             crate::result::write_history(&path, &outcome.history)?;
-            bar.println(format!("seed {seed}: NOT linearizable; history in {}\n{report}", path.display()));
+            progress::say(&bar, format!("seed {seed}: NOT linearizable; history in {}\n{report}", path.display()));
             failing.push(seed);
         }
         bar.inc(1);
