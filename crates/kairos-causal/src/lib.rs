@@ -8,7 +8,10 @@
 //!   so an entry's optime *is* a cluster time. Secondaries **pull** batches of entries after
 //!   their last `(optime, term)`; a pull doubles as the progress report from which the primary
 //!   computes the **majority commit point** (Raft's rule: only an entry of the current term
-//!   commits by counting). **Elections** are Raft's: randomized timeouts from `ctx.rng()`, one
+//!   commits by counting); a pull that finds no new entries is held until there are, unless
+//!   the secondary has not yet been told the current commit point (for instance the one its
+//!   own pull just advanced): then it is answered at once, so majority reads on an idle set do
+//!   not wait for the next write. **Elections** are Raft's: randomized timeouts from `ctx.rng()`, one
 //!   vote per term, votes only for candidates whose last `(term, optime)` is at least the
 //!   voter's, step-down on a higher term or when a primary has not heard from a majority for an
 //!   election timeout. A new primary writes a no-op in its term. A secondary whose last entry is
@@ -44,7 +47,16 @@
 //!   that errs or times out is `fail`; a write that errs is `fail` only when it certainly did
 //!   not execute (not primary, bad cluster time, …), otherwise `info`. [`Probe`] is a scripted
 //!   client for protocol tests.
-//! * [`sim`] — the deployment in the simulator, for tests and `kairos bench causal`.
+//!   A session runs either that uniform list-append workload or the TPC-C-derived one
+//!   ([`SessionWorkload`]); it counts the reads a secondary served (the replying member named
+//!   another member as primary) and, of those, the ones holding its own appends (metrics
+//!   `causal.session.reads_from_secondary`, `causal.session.own_write_reads_from_secondary`).
+//! * [`tpcc`] — the paper's TPC-C-derived session workload on the list-append documents:
+//!   read-write sessions (new-order, payment, delivery), read-only sessions (order-status,
+//!   stock-level), or the full 44/44/4/4/4 mix; each transaction a short sequence of
+//!   single-document operations (no multi-document transactions).
+//! * [`sim`] — the deployment in the simulator, for tests and `kairos bench causal`
+//!   ([`sim::WorkloadKind`] picks the workload).
 //!
 //! ## Simplified versus MongoDB
 //! * No BSON, no wire protocol, no commands: [`msg::Request`] / [`msg::Reply`] carry the
@@ -68,7 +80,8 @@ pub mod member;
 pub mod msg;
 pub mod session;
 pub mod sim;
+pub mod tpcc;
 
 pub use member::{new_disk, Disk, Durable, Member, MemberConfig, MemberState, MemberStats};
 pub use msg::{CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
-pub use session::{Probe, ReadPref, Session, SessionConfig, SessionStats};
+pub use session::{Probe, ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};

@@ -151,6 +151,8 @@ pub struct Member {
     progress: BTreeMap<u32, OpPos>,
     contact: BTreeMap<u32, LocalTime>,
     held_pulls: BTreeSet<u32>,
+    /// The commit point last sent to each secondary (in a batch).
+    commit_sent: BTreeMap<u32, ClusterTime>,
     pending_writes: BTreeMap<ClusterTime, PendingWrite>,
     last_write_at: LocalTime,
     // Secondary.
@@ -192,6 +194,7 @@ impl Member {
             progress: BTreeMap::new(),
             contact: BTreeMap::new(),
             held_pulls: BTreeSet::new(),
+            commit_sent: BTreeMap::new(),
             pending_writes: BTreeMap::new(),
             last_write_at: LocalTime::ZERO,
             pull_sent_at: None,
@@ -536,7 +539,10 @@ impl Member {
         }
     }
 
-    fn send_batch(&self, ctx: &mut Ctx<'_, CausalMsg>, to: u32, body: PeerBody) {
+    fn send_batch(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: u32, body: PeerBody) {
+        if let PeerBody::Batch { commit_point, rollback_to: None, .. } = &body {
+            self.commit_sent.insert(to, *commit_point);
+        }
         self.send_peer(ctx, to, body);
     }
 
@@ -561,9 +567,13 @@ impl Member {
             Some(entries) => {
                 self.progress.insert(from, last);
                 self.advance_commit(ctx);
-                if entries.is_empty() {
+                let knows_commit = self.commit_sent.get(&from).is_some_and(|&c| c >= self.commit_point);
+                if entries.is_empty() && knows_commit {
                     self.held_pulls.insert(from);
                 } else {
+                    // New entries, or a commit point this secondary has not been told (e.g. the
+                    // one its own pull just advanced): answer at once, or its majority readers
+                    // would wait for the next write.
                     let body =
                         PeerBody::Batch { after: last, entries, commit_point: self.commit_point, rollback_to: None };
                     self.send_batch(ctx, from, body);
@@ -616,6 +626,7 @@ impl Member {
         self.stats.elections_won += 1;
         self.progress.clear();
         self.held_pulls.clear();
+        self.commit_sent.clear();
         let now = ctx.now();
         self.contact = self.others().map(|m| (m, now)).collect();
         ctx.cancel_timer(ELECTION);

@@ -2,10 +2,11 @@
 //! driver's causal-consistency rules), and a scripted [`Probe`] for protocol tests.
 
 use crate::msg::{codes, CausalMsg, ClientOp, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
+use crate::tpcc::{pick_txn, txn_ops, TpccConfig, TpccSessionKind};
 use kairos_clock::{ClusterTime, SignedClusterTime};
 use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
 use rand::Rng as _;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 const NEXT_OP: TimerId = TimerId(1);
@@ -22,6 +23,20 @@ pub enum ReadPref {
     /// The member with the lowest configured latency from the session.
     Nearest,
 }
+
+/// What operations a session issues.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub enum SessionWorkload {
+    /// Uniform reads (`read_fraction`) and unique appends over `0..keys`.
+    ListAppend,
+    /// TPC-C-derived transactions ([`crate::tpcc`]), each a short sequence of session
+    /// operations; `home` is the session's home warehouse. `read_fraction` and `keys` are
+    /// ignored.
+    Tpcc { cfg: TpccConfig, kind: TpccSessionKind, home: u64 },
+}
+
+/// Appended values of session `s` are `s * VALUE_BASE + n`, `n = 1, 2, …`.
+pub const VALUE_BASE: u64 = 1_000_000;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionConfig {
@@ -52,6 +67,9 @@ pub struct SessionConfig {
     pub start_after: Duration,
     /// No new operation after this long (local time since start).
     pub stop_after: Duration,
+    /// No new operation after this many (None: no limit).
+    pub max_ops: Option<u64>,
+    pub workload: SessionWorkload,
 }
 
 impl SessionConfig {
@@ -72,6 +90,8 @@ impl SessionConfig {
             backoff: Duration::from_millis(100),
             start_after: Duration::from_secs(3),
             stop_after: Duration::from_secs(60),
+            max_ops: None,
+            workload: SessionWorkload::ListAppend,
         }
     }
 }
@@ -95,6 +115,16 @@ pub struct SessionStats {
     pub replies_without_cluster_time: u64,
     /// Ok operations after `stop_after / 2` (liveness after faults are repaired).
     pub ok_in_second_half: u64,
+    /// Ok reads answered by a member that named another member as primary (`primary_hint`):
+    /// reads served by a secondary. Also the metric `causal.session.reads_from_secondary`.
+    pub reads_from_secondary: u64,
+    /// Of those, reads whose list contains a value this session appended earlier (read your
+    /// own write from a secondary). Also the metric `causal.session.own_write_reads_from_secondary`.
+    pub own_write_reads_from_secondary: u64,
+    /// TPC-C transactions started, by [`crate::tpcc::TxnType::name`].
+    pub txns: BTreeMap<&'static str, u64>,
+    /// TPC-C transactions whose remaining operations were dropped after a failed operation.
+    pub txns_abandoned: u64,
 }
 
 struct InFlight {
@@ -116,6 +146,9 @@ pub struct Session {
     operation_time: Option<ClusterTime>,
     cluster_time: Option<SignedClusterTime>,
     stats: SessionStats,
+    /// The remaining operations of the current TPC-C transaction.
+    queue: VecDeque<ClientOp>,
+    ops_started: u64,
 }
 
 impl Session {
@@ -131,6 +164,8 @@ impl Session {
             operation_time: None,
             cluster_time: None,
             stats: SessionStats::default(),
+            queue: VecDeque::new(),
+            ops_started: 0,
         }
     }
     pub fn stats(&self) -> &SessionStats {
@@ -180,17 +215,41 @@ impl Session {
     fn next_op(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
         let now = ctx.now();
         let start = *self.started_at.get_or_insert(now);
-        if now.saturating_since(start) >= self.cfg.stop_after || self.in_flight.is_some() {
+        if now.saturating_since(start) >= self.cfg.stop_after
+            || self.in_flight.is_some()
+            || self.cfg.max_ops.is_some_and(|m| self.ops_started >= m)
+        {
             return;
         }
-        let key = ctx.rng().random_range(0..self.cfg.keys.max(1));
-        let op = if ctx.rng().random_bool(self.cfg.read_fraction.clamp(0.0, 1.0)) {
-            ClientOp::Read { key }
-        } else {
-            self.counter += 1;
-            ClientOp::Append { key, value: self.cfg.session_id * 1_000_000 + self.counter }
+        let op = match self.cfg.workload {
+            SessionWorkload::ListAppend => {
+                let key = ctx.rng().random_range(0..self.cfg.keys.max(1));
+                if ctx.rng().random_bool(self.cfg.read_fraction.clamp(0.0, 1.0)) {
+                    ClientOp::Read { key }
+                } else {
+                    self.counter += 1;
+                    ClientOp::Append { key, value: self.cfg.session_id * VALUE_BASE + self.counter }
+                }
+            }
+            SessionWorkload::Tpcc { cfg, kind, home } => {
+                if self.queue.is_empty() {
+                    let t = pick_txn(kind, ctx.rng());
+                    let (sid, counter) = (self.cfg.session_id, &mut self.counter);
+                    let ops = txn_ops(&cfg, t, home, ctx.rng(), || {
+                        *counter += 1;
+                        sid * VALUE_BASE + *counter
+                    });
+                    *self.stats.txns.entry(t.name()).or_default() += 1;
+                    self.queue.extend(ops);
+                }
+                match self.queue.pop_front() {
+                    Some(op) => op,
+                    None => return,
+                }
+            }
         };
         let Some(to) = self.target(ctx, op) else { return };
+        self.ops_started += 1;
         let id = self.next_id;
         self.next_id += 1;
         let req = Request {
@@ -229,6 +288,10 @@ impl Session {
             return;
         }
         let (op, sent_at) = (f.op, f.sent_at);
+        let served_by_secondary = match (self.cfg.members.iter().position(|&m| m == from), r.primary_hint) {
+            (Some(me), Some(h)) => h as usize != me,
+            _ => false,
+        };
         match r.cluster_time {
             Some(ct) => {
                 if ct.is_dummy_signed() {
@@ -254,6 +317,14 @@ impl Session {
         match (r.result, op) {
             (Ok(ReplyBody::Read(list)), ClientOp::Read { key }) => {
                 self.stats.reads_ok += 1;
+                if served_by_secondary {
+                    self.stats.reads_from_secondary += 1;
+                    ctx.metric("causal.session.reads_from_secondary", 1);
+                    if list.iter().any(|&v| self.is_own(v)) {
+                        self.stats.own_write_reads_from_secondary += 1;
+                        ctx.metric("causal.session.own_write_reads_from_secondary", 1);
+                    }
+                }
                 self.stats.ok_in_second_half += u64::from(second_half);
                 if self.stats.read_latency_ns.len() < MAX_SAMPLES {
                     self.stats.read_latency_ns.push(latency);
@@ -285,8 +356,18 @@ impl Session {
         }
     }
 
+    /// Whether `v` is a value this session has appended (or tried to).
+    fn is_own(&self, v: u64) -> bool {
+        v / VALUE_BASE == self.cfg.session_id && (1..=self.counter).contains(&(v % VALUE_BASE))
+    }
+
     /// Records a failed (reads, certain write failures) or unknown (other writes) outcome.
+    /// The rest of the current TPC-C transaction is dropped.
     fn fail(&mut self, ctx: &mut Ctx<'_, CausalMsg>, op: ClientOp, code: Option<i32>) {
+        if !self.queue.is_empty() {
+            self.queue.clear();
+            self.stats.txns_abandoned += 1;
+        }
         let t = match op {
             ClientOp::Read { .. } => {
                 self.stats.reads_failed += 1;

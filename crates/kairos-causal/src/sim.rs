@@ -6,7 +6,8 @@
 
 use crate::member::{new_disk, Member, MemberConfig};
 use crate::msg::{CausalMsg, ReadConcern, WriteConcern};
-use crate::session::{ReadPref, Session, SessionConfig, SessionStats};
+use crate::session::{ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};
+use crate::tpcc::TpccConfig;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
@@ -38,6 +39,18 @@ pub enum Faults {
     },
 }
 
+/// What the sessions run.
+#[derive(Copy, Clone, Debug, PartialEq, Default)]
+pub enum WorkloadKind {
+    /// Uniform reads and unique appends over `keys` keys, `read_fraction` reads.
+    #[default]
+    ListAppend,
+    /// The TPC-C-derived session workload ([`crate::tpcc`]); `read_fraction` and `keys` are
+    /// ignored. Session `i`'s kind is [`TpccConfig::session_kind`]`(i)`, its home warehouse
+    /// `i % warehouses`.
+    Tpcc(TpccConfig),
+}
+
 /// One simulated run.
 #[derive(Clone, Debug)]
 pub struct Deployment {
@@ -65,6 +78,8 @@ pub struct Deployment {
     pub clock: ClockPreset,
     /// Member settings (`members` is filled in by `build`).
     pub member: MemberConfig,
+    /// What the sessions run (default: the list-append workload).
+    pub workload: WorkloadKind,
 }
 
 impl Default for Deployment {
@@ -89,6 +104,7 @@ impl Default for Deployment {
             cpu: CpuModel::Free,
             clock: ClockPreset::Chrony,
             member: MemberConfig::new(Vec::new()),
+            workload: WorkloadKind::ListAppend,
         }
     }
 }
@@ -216,6 +232,10 @@ impl Deployment {
             sc.think_time = self.think_time;
             sc.start_after = self.warmup;
             sc.stop_after = self.duration;
+            if let WorkloadKind::Tpcc(cfg) = self.workload {
+                let home = s as u64 % cfg.warehouses.max(1);
+                sc.workload = SessionWorkload::Tpcc { cfg, kind: cfg.session_kind(s), home };
+            }
             let id =
                 sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| Box::new(Session::new(sc.clone())));
             sessions.push(id);
@@ -263,6 +283,12 @@ pub fn collect(
             total.dummy_signatures += st.dummy_signatures;
             total.replies_without_cluster_time += st.replies_without_cluster_time;
             total.ok_in_second_half += st.ok_in_second_half;
+            total.reads_from_secondary += st.reads_from_secondary;
+            total.own_write_reads_from_secondary += st.own_write_reads_from_secondary;
+            total.txns_abandoned += st.txns_abandoned;
+            for (t, k) in &st.txns {
+                *total.txns.entry(t).or_default() += k;
+            }
             for (c, k) in &st.errors {
                 *total.errors.entry(*c).or_default() += k;
             }

@@ -182,9 +182,19 @@ pub struct CausalBenchArgs {
     /// Charge each handler its real measured CPU time (saturation reflects the code's real speed).
     #[arg(long)]
     pub measured_cpu: bool,
+    /// Session workload: unique appends and reads on a few keys (list-append), or TPC-C-derived
+    /// sessions (read-write new-order / payment / delivery, read-only order-status / stock-level).
+    #[arg(long, value_enum, default_value_t = CausalWorkloadArg::ListAppend)]
+    pub workload: CausalWorkloadArg,
     /// Write the result contract JSON (one object per run) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CausalWorkloadArg {
+    ListAppend,
+    Tpcc,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +308,21 @@ pub struct ServeArgs {
     /// Seed of the node's random generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// causal-session: which member a session reads from.
+    #[arg(long, value_enum, default_value_t = ReadPrefArg::Secondary)]
+    pub read_pref: ReadPrefArg,
+    /// causal-session: write concern.
+    #[arg(long, value_enum, default_value_t = WriteConcernArg::Majority)]
+    pub write_concern: WriteConcernArg,
+    /// causal-session: read concern.
+    #[arg(long, value_enum, default_value_t = ReadConcernArg::Majority)]
+    pub read_concern: ReadConcernArg,
+    /// causal-session: causally consistent session on or off.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub causal: OnOff,
+    /// causal-session: seconds to wait before the first operation (the set elects a primary and makes signing keys).
+    #[arg(long, default_value_t = 3.0)]
+    pub warmup_s: f64,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -232,3 +232,111 @@ fn a_cluster_of_real_processes_serves_a_linearizable_register() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(Path::new(&merged).exists());
 }
+
+/// The causal replica set as real processes: 3 `causal-member` processes and a
+/// `causal-session` process (read preference secondary, majority writes and reads, causal on)
+/// that writes to the primary and reads its own writes back from secondaries. The history does
+/// not say which member served a read, so the session counts, in the metric
+/// `causal.session.own_write_reads_from_secondary` printed when it stops, the reads answered by
+/// a member that named another member as primary whose list holds one of its own appends.
+#[test]
+fn a_causal_replica_set_of_real_processes_reads_its_own_writes_from_secondaries() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let ports = free_ports(4);
+    let mut config = String::from("[cluster]\nname = \"causal-cli-test\"\nlatency = \"gcp\"\ninject_delay = false\n");
+    let roles = ["causal-member", "causal-member", "causal-member", "causal-session"];
+    let regions = ["sc", "fi", "br", "sc"];
+    for i in 0..4 {
+        config.push_str(&format!(
+            "[[node]]\nid = {i}\naddr = \"127.0.0.1:{}\"\nregion = \"{}\"\nrole = \"{}\"\n",
+            ports[i], regions[i], roles[i]
+        ));
+    }
+    let cfg = dir.path().join("cluster.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let spawn = |node: usize, extra: &[&str], stderr: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .args(["serve", "--config", cfg.to_str().unwrap(), "--node", &node.to_string(), "--duration-s", "55"])
+            .args(["--seed", &(node + 1).to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
+    };
+    let mut children = Children((0..3).map(|n| spawn(n, &[], Stdio::null())).collect());
+    // The session waits 3 s (its warm-up) before its first operation: the members elect a
+    // primary and generate the first signing keys meanwhile.
+    let history = dir.path().join("session.jsonl");
+    let log = dir.path().join("session.log");
+    let ops = 40;
+    let session = spawn(
+        3,
+        &["--ops", &ops.to_string(), "--history", history.to_str().unwrap()],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    children.0.push(session);
+    let deadline = started + Duration::from_secs(58);
+    loop {
+        if let Some(status) = children.0[3].try_wait().unwrap() {
+            assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session did not finish in time: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(children);
+
+    let o = kairos(&["check", history.to_str().unwrap(), "--model", "causal"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // From the history: a read returned a list holding an append the session had completed
+    // (ok) before it invoked the read.
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&history).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2 * ops, "{ops} operations × (invoke + completion)");
+    let mut acked: Vec<(u64, u64)> = Vec::new();
+    let mut own_reads = 0;
+    let mut writes_ok = 0;
+    for v in &lines {
+        let mop = &v["value"][0];
+        if v["type"] != "ok" {
+            continue;
+        }
+        match mop[0].as_str().unwrap() {
+            "append" => {
+                writes_ok += 1;
+                acked.push((mop[1].as_u64().unwrap(), mop[2].as_u64().unwrap()));
+            }
+            "r" => {
+                let key = mop[1].as_u64().unwrap();
+                let list: Vec<u64> = mop[2].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+                if acked.iter().any(|&(k, val)| k == key && list.contains(&val)) {
+                    own_reads += 1;
+                }
+            }
+            other => panic!("unexpected micro-op {other}"),
+        }
+    }
+    assert!(writes_ok > 0, "no write was acknowledged");
+    assert!(own_reads > 0, "no read returned the session's own earlier append");
+
+    // From the session's metrics: such reads were served by secondaries.
+    let log = std::fs::read_to_string(&log).unwrap();
+    let metric = |name: &str| -> u64 {
+        log.split_whitespace()
+            .find_map(|w| w.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let from_secondary = metric("causal.session.reads_from_secondary");
+    let own_from_secondary = metric("causal.session.own_write_reads_from_secondary");
+    assert!(own_from_secondary > 0, "no own write read from a secondary: {log}");
+    assert!(from_secondary >= own_from_secondary);
+    assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+}

@@ -1,7 +1,7 @@
 //! `kairos bench causal`: the replica set with signed cluster time and causal sessions, every
 //! run's session history checked against the four session guarantees.
 
-use crate::cli::{CausalBenchArgs, OnOff, ReadConcernArg, ReadPrefArg, SigningArg, WriteConcernArg};
+use crate::cli::{CausalBenchArgs, CausalWorkloadArg, OnOff, ReadConcernArg, ReadPrefArg, SigningArg, WriteConcernArg};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -13,6 +13,34 @@ use kairos_check::Model;
 use kairos_sim::CpuModel;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+impl From<WriteConcernArg> for WriteConcern {
+    fn from(w: WriteConcernArg) -> Self {
+        match w {
+            WriteConcernArg::W1 => WriteConcern::W1,
+            WriteConcernArg::Majority => WriteConcern::Majority,
+        }
+    }
+}
+
+impl From<ReadConcernArg> for ReadConcern {
+    fn from(r: ReadConcernArg) -> Self {
+        match r {
+            ReadConcernArg::Local => ReadConcern::Local,
+            ReadConcernArg::Majority => ReadConcern::Majority,
+        }
+    }
+}
+
+impl From<ReadPrefArg> for ReadPref {
+    fn from(r: ReadPrefArg) -> Self {
+        match r {
+            ReadPrefArg::Primary => ReadPref::Primary,
+            ReadPrefArg::Secondary => ReadPref::Secondary,
+            ReadPrefArg::Nearest => ReadPref::Nearest,
+        }
+    }
+}
 
 /// MongoDB promises causal sessions only with majority reads and writes; elsewhere an anomaly
 /// is the expected, reported outcome (Jepsen's finding), not a Kairos bug.
@@ -43,19 +71,12 @@ fn deployments(a: &CausalBenchArgs) -> Result<Vec<Deployment>, CliError> {
                 let mut d = Deployment::default().with_members(nodes);
                 d.seed = a.seed;
                 d.sessions = a.threads;
-                d.write_concern = match a.write_concern {
-                    WriteConcernArg::W1 => WriteConcern::W1,
-                    WriteConcernArg::Majority => WriteConcern::Majority,
-                };
-                d.read_concern = match a.read_concern {
-                    ReadConcernArg::Local => ReadConcern::Local,
-                    ReadConcernArg::Majority => ReadConcern::Majority,
-                };
-                d.read_pref = match a.read_pref {
-                    ReadPrefArg::Primary => ReadPref::Primary,
-                    ReadPrefArg::Secondary => ReadPref::Secondary,
-                    ReadPrefArg::Nearest => ReadPref::Nearest,
-                };
+                d.write_concern = a.write_concern.into();
+                d.read_concern = a.read_concern.into();
+                d.read_pref = a.read_pref.into();
+                if a.workload == CausalWorkloadArg::Tpcc {
+                    d.workload = kairos_causal::sim::WorkloadKind::Tpcc(kairos_causal::tpcc::TpccConfig::default());
+                }
                 d.causal = causal == OnOff::On;
                 d.signing = match signing {
                     SigningArg::Range => Signing::Range,
@@ -193,6 +214,7 @@ fn causal_result(
             "read_concern": format!("{:?}", d.read_concern),
             "read_pref": format!("{:?}", d.read_pref),
             "signing": format!("{:?}", d.signing),
+            "tpcc": matches!(d.workload, kairos_causal::sim::WorkloadKind::Tpcc(_)),
         }),
         host: "sim".into(),
         clock: d.clock.to_string(),

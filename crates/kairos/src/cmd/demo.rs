@@ -43,6 +43,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         duration_s: 10.0,
         seed: args.seed,
         measured_cpu: false,
+        workload: crate::cli::CausalWorkloadArg::ListAppend,
         json: None,
     })?;
     println!();

@@ -1,9 +1,21 @@
 //! `kairos serve --config cluster.toml --node N`: one node of a cluster as a real process over
-//! TCP. The node's `role` in the cluster file picks the role: `register-replica` or
-//! `register-client` (the register's clients write their history to `--history`).
+//! TCP. The node's `role` in the cluster file picks the role:
+//! * `register-replica`, `register-client` — the replicated register;
+//! * `causal-member` — a member of the causal replica set (the set is every node with this
+//!   role, in node-id order);
+//! * `causal-session` — a session against those members, set by `--read-pref`,
+//!   `--write-concern`, `--read-concern`, `--causal` (defaults: reads from secondaries,
+//!   majority writes and reads, causal on), starting after `--warmup-s` (keys exist only after
+//!   the first election).
+//!
+//! Client roles (`register-client`, `causal-session`) stop after `--ops` completed operations
+//! and write their history to `--history`. On exit every node prints its non-zero metrics to
+//! stderr (`node N stopped; name=value …`); a session's include
+//! `causal.session.reads_from_secondary` and `causal.session.own_write_reads_from_secondary`.
 
 use crate::cli::ServeArgs;
 use crate::CliError;
+use kairos_causal::{new_disk, Member, MemberConfig, ReadConcern, ReadPref, Session, SessionConfig, WriteConcern};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{NodeId, Process};
 use kairos_net::{ClusterConfig, HistorySink, NodeOptions};
@@ -13,7 +25,38 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Roles `kairos serve` can run, as named in the cluster file.
-const ROLES: &str = "register-replica, register-client";
+const ROLES: &str = "register-replica, register-client, causal-member, causal-session";
+
+/// How a `causal-session` node runs its session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CausalSessionOptions {
+    pub read_pref: ReadPref,
+    pub write_concern: WriteConcern,
+    pub read_concern: ReadConcern,
+    pub causal: bool,
+    /// The first operation waits this long (the first election and the first signing keys).
+    pub warmup: Duration,
+    /// Keys the session draws from.
+    pub keys: u64,
+    /// Share of operations that are reads.
+    pub read_fraction: f64,
+}
+
+impl Default for CausalSessionOptions {
+    /// Read preference secondary, write concern majority, read concern majority, causal on,
+    /// 3 s warm-up, 4 keys, half reads.
+    fn default() -> Self {
+        CausalSessionOptions {
+            read_pref: ReadPref::Secondary,
+            write_concern: WriteConcern::Majority,
+            read_concern: ReadConcern::Majority,
+            causal: true,
+            warmup: Duration::from_secs(3),
+            keys: 4,
+            read_fraction: 0.5,
+        }
+    }
+}
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let cfg = ClusterConfig::load(&args.config).map_err(|e| CliError::Io(e.to_string()))?;
@@ -32,6 +75,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     let replicas = cfg.nodes_with_role("register-replica");
+    let causal_members = cfg.nodes_with_role("causal-member");
     let cfg = Arc::new(cfg);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -59,12 +103,73 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             cc.max_ops = Some(args.ops);
             runtime.block_on(serve(cfg, me, Client::new(cc), args.seed, duration, Some(args.ops), history_out))
         }
+        "causal-member" => {
+            let Some(index) = causal_members.iter().position(|&m| m == me) else {
+                return Err(CliError::Usage(format!("node {me} is not among the causal members")));
+            };
+            let mc = Arc::new(MemberConfig::new(causal_members));
+            // A process keeps its disk in memory: a restarted process rejoins empty.
+            let member = Member::new(mc, index as u32, new_disk());
+            runtime.block_on(serve(cfg, me, member, args.seed, duration, None, history_out))
+        }
+        "causal-session" => {
+            if causal_members.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{} has no node with role `causal-member` for this session to use",
+                    args.config.display()
+                )));
+            }
+            if !(0.0..=3_600.0).contains(&args.warmup_s) {
+                return Err(CliError::Usage(format!(
+                    "--warmup-s must be between 0 and 3600 seconds, not {}",
+                    args.warmup_s
+                )));
+            }
+            let o = CausalSessionOptions {
+                read_pref: args.read_pref.into(),
+                write_concern: args.write_concern.into(),
+                read_concern: args.read_concern.into(),
+                causal: args.causal == crate::cli::OnOff::On,
+                warmup: Duration::from_secs_f64(args.warmup_s),
+                ..CausalSessionOptions::default()
+            };
+            let sc = session_config(&cfg, me, causal_members, &o, duration, args.ops);
+            runtime.block_on(serve(cfg, me, Session::new(sc), args.seed, duration, Some(args.ops), history_out))
+        }
         other => Err(CliError::Usage(format!(
             "node {} has role `{other}` in {}; kairos serve runs these roles: {ROLES}",
             args.node,
             args.config.display()
         ))),
     }
+}
+
+/// The session of node `me` against `members`, stopping after `ops` operations (or `duration`).
+fn session_config(
+    cfg: &ClusterConfig,
+    me: NodeId,
+    members: Vec<NodeId>,
+    o: &CausalSessionOptions,
+    duration: Option<Duration>,
+    ops: u64,
+) -> SessionConfig {
+    let mut sc = SessionConfig::new(u64::from(me.0), members.clone());
+    // Nearest first by the cluster's latency matrix (ties by node id).
+    let mut nearest = members;
+    if let Some(here) = cfg.region_of(me) {
+        nearest.sort_by_key(|&m| (cfg.region_of(m).map(|r| cfg.matrix().one_way(here, r)), m));
+    }
+    sc.nearest = nearest;
+    sc.read_pref = o.read_pref;
+    sc.write_concern = o.write_concern;
+    sc.read_concern = o.read_concern;
+    sc.causal = o.causal;
+    sc.keys = o.keys;
+    sc.read_fraction = o.read_fraction;
+    sc.start_after = o.warmup;
+    sc.stop_after = duration.unwrap_or(Duration::from_secs(86_400 * 365));
+    sc.max_ops = Some(ops);
+    sc
 }
 
 /// Runs `process` until Ctrl-C, `duration`, or `ops` completed operations, writing history
