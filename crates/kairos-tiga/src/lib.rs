@@ -14,8 +14,9 @@
 //!   with revocable execution, per-key XOR-of-SHA-1 log hashes, timestamp agreement among the
 //!   involved leaders (three cases and the second round that prevents timestamp inversion), in
 //!   **preventive** (agree, then execute) or **detective** (execute, then agree and revoke)
-//!   mode, log synchronization with sync- and commit-points, follower execution up to the
-//!   commit-point.
+//!   mode, log synchronization with sync- and commit-points, execution of the committed state
+//!   up to the commit-point on every replica, and checkpoints of it every
+//!   `checkpoint_interval` positions.
 //! - [`workload::MicroBench`]: 3 distinct keys per transaction drawn from Zipf(skew) over
 //!   1,000,000 keys per shard, key → shard by `key mod shards`; each transaction increments its
 //!   keys and returns the values read.
@@ -54,8 +55,8 @@
 //!
 //! ## Not yet here
 //! View changes and recovery (the roles carry views in every message and keep statuses and
-//! logs with sync-points so they can be added), checkpoints (they belong with state
-//! transfer), and TPC-C. Under heavy contention *and* message loss, a submit lost on its way to
+//! logs with sync-points so they can be added), with them state transfer from checkpoints and
+//! log truncation below them, and TPC-C. Under heavy contention *and* message loss, a submit lost on its way to
 //! one leader leaves the other leaders holding hot keys until the coordinator retransmits (2 s):
 //! correct, but slow; an early nudge to the coordinator would shorten it.
 

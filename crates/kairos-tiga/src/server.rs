@@ -106,6 +106,15 @@ impl Txn {
     }
 }
 
+/// The committed state of a shard after the first `position` log entries: what a rejoining
+/// replica will be sent in state transfer (with recovery), and a cross-replica consistency
+/// check today.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub position: u64,
+    pub state: BTreeMap<Key, Value>,
+}
+
 /// Counters for tests and reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServerStats {
@@ -141,8 +150,13 @@ pub struct Server {
     ack_progress_at: Vec<u64>,
     commit_point: u64,
     commit_point_sent: Vec<u64>,
-    /// Follower: log positions executed.
+    /// Log positions executed on the committed state.
     executed: u64,
+    /// Leader: the committed state (log entries up to the commit point), apart from the live
+    /// store that also holds speculative executions.
+    committed: BTreeMap<Key, Value>,
+    /// The latest checkpoint of the committed state.
+    checkpoint: Option<Checkpoint>,
     /// Agreement messages that arrived before their transaction.
     early_agree: BTreeMap<TxnId, Vec<(ShardId, Ts, bool)>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
@@ -174,6 +188,8 @@ impl Server {
             commit_point: 0,
             commit_point_sent: vec![0; n],
             executed: 0,
+            committed: BTreeMap::new(),
+            checkpoint: None,
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             release_timer_at: None,
@@ -190,6 +206,11 @@ impl Server {
     pub fn log(&self) -> &[LogEntry] {
         &self.log
     }
+    /// The latest checkpoint of the committed state.
+    pub fn checkpoint(&self) -> Option<&Checkpoint> {
+        self.checkpoint.as_ref()
+    }
+
     pub fn commit_point(&self) -> u64 {
         if self.is_leader() {
             self.commit_point
@@ -638,6 +659,29 @@ impl Server {
         points.sort_unstable_by(|a, b| b.cmp(a));
         let f = self.topology.f();
         self.commit_point = self.commit_point.max(points.get(f).copied().unwrap_or(0));
+        self.apply_committed(self.commit_point);
+    }
+
+    /// Executes log entries up to `upto` (exclusive) on the committed state — a follower's
+    /// store, a leader's separate copy (its live store also holds speculative writes) — and
+    /// takes a checkpoint every `checkpoint_interval` positions.
+    fn apply_committed(&mut self, upto: u64) {
+        let leader = self.is_leader();
+        while self.executed < upto.min(self.log.len() as u64) {
+            let piece = &self.log[self.executed as usize].piece;
+            let state = if leader { &mut self.committed } else { &mut self.store };
+            let Procedure::Increment = piece.procedure;
+            for k in &piece.writes {
+                let v = state.get(k).copied().unwrap_or(0);
+                state.insert(*k, v.wrapping_add(1));
+            }
+            self.executed += 1;
+            let interval = self.config.checkpoint_interval.max(1);
+            if self.executed.is_multiple_of(interval) {
+                let state = if leader { &self.committed } else { &self.store };
+                self.checkpoint = Some(Checkpoint { position: self.executed, state: state.clone() });
+            }
+        }
     }
 
     fn send_log_sync(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
@@ -692,16 +736,7 @@ impl Server {
                 self.adopt_entry(ctx, entry);
             }
         }
-        let commit = commit_point.min(self.log.len() as u64);
-        while self.executed < commit {
-            let piece = self.log[self.executed as usize].piece.clone();
-            let Procedure::Increment = piece.procedure;
-            for k in &piece.writes {
-                let v = self.value(*k);
-                self.store.insert(*k, v.wrapping_add(1));
-            }
-            self.executed += 1;
-        }
+        self.apply_committed(commit_point.min(self.log.len() as u64));
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
             leader,

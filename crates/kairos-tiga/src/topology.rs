@@ -67,6 +67,8 @@ pub struct TigaConfig {
     /// A leader resends log entries from a follower's sync-point when it has not advanced for
     /// this long although entries are outstanding (a lost batch).
     pub sync_resend_after: Duration,
+    /// Every replica checkpoints its committed state every this many log positions.
+    pub checkpoint_interval: u64,
     /// Leaders resend agreement messages that have not been answered after this long.
     pub agree_retry: Duration,
     /// A coordinator resends a transaction (same id, new timestamp) after this long.
@@ -97,6 +99,7 @@ impl Default for TigaConfig {
             owd_floor: Duration::from_millis(1),
             sync_interval: Duration::from_millis(2),
             sync_resend_after: Duration::from_millis(400),
+            checkpoint_interval: 10_000,
             agree_retry: Duration::from_millis(250),
             retry_timeout: Duration::from_secs(2),
             max_sends: 3,
