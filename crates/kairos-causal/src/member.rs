@@ -771,7 +771,12 @@ impl Member {
         if self.is_primary() {
             return;
         }
-        self.d.term += 1;
+        // A peer may have pushed the term to its maximum; never wrap (no election then).
+        let Some(term) = self.d.term.checked_add(1) else {
+            ctx.metric("causal.term_exhausted", 1);
+            return;
+        };
+        self.d.term = term;
         self.d.voted_for = Some(self.me);
         self.primary = None;
         self.state = MemberState::Candidate { votes: BTreeSet::from([self.me]) };

@@ -192,9 +192,15 @@ impl Process for Client {
                 if f.acks.len() >= quorum {
                     f.stored = match f.kind {
                         Kind::Read => f.best,
-                        Kind::Write(value) => {
-                            Versioned { tag: Tag { ts: f.best.tag.ts + 1, writer: me }, value: Some(value) }
-                        }
+                        Kind::Write(value) => match f.best.tag.ts.checked_add(1) {
+                            Some(ts) => Versioned { tag: Tag { ts, writer: me }, value: Some(value) },
+                            None => {
+                                // A replica reported the largest tag there is: no write can
+                                // follow it. Nothing was stored, so the write certainly failed.
+                                self.finish(ctx, OpType::Fail);
+                                return;
+                            }
+                        },
                     };
                     f.phase = Phase::Store;
                     f.acks.clear();

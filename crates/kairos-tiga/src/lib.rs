@@ -56,9 +56,22 @@
 //! ## Not yet here
 //! View changes and recovery (the roles carry views in every message and keep statuses and
 //! logs with sync-points so they can be added), with them state transfer from checkpoints and
-//! log truncation below them, and TPC-C. Under heavy contention *and* message loss, a submit lost on its way to
-//! one leader leaves the other leaders holding hot keys until the coordinator retransmits (2 s):
-//! correct, but slow; an early nudge to the coordinator would shorten it.
+//! log truncation below them, and TPC-C.
+//!
+//! **Transactions that never reach a leader.** A multi-shard transaction whose submit is lost
+//! on its way to one leader leaves the others holding its keys until a retransmission arrives
+//! (2 s: slow under contention and loss). If it never arrives (every send lost, or the
+//! coordinator crashed), the waiting leaders keep probing; once the transaction is older than
+//! `agree_abandon_after` (beyond any coordinator's give-up time) the leader that never saw it
+//! answers "absent" and refuses it from then on, and the others revoke and drop it. Followers
+//! that released it keep it in their hashes for its keys (costing the fast path there) until
+//! view changes clean that up.
+//!
+//! **History of unknown increments.** An increment writes `read + 1`, so a transaction with an
+//! unknown outcome (given up, or its coordinator crashed) enters the history without its written
+//! values. If it took effect, a later read of its value looks like a read of a value nobody
+//! wrote (`garbage-read`). Below saturation and without coordinator crashes this does not occur;
+//! `kairos bench tiga` says so when it is all the checker found.
 
 pub mod coordinator;
 pub mod msg;

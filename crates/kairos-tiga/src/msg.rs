@@ -83,6 +83,9 @@ pub enum TigaMsg {
     /// (I have adopted the agreed timestamp). `resend`: a retry after a possible loss; the
     /// receiver answers with its round-1 timestamp (and its confirmation, if given).
     Agree { view: u64, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool, resend: bool },
+    /// Leader → leader: I do not have `txn`, it is older than any coordinator keeps trying, and
+    /// I will refuse it from now on: drop it (answer to a `resend` probe).
+    Absent { view: u64, txn: TxnId, shard: ShardId },
     /// Leader → follower: log entries from `from` on, and the commit point.
     LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
     /// Follower → leader: my log matches yours up to `sync_point` (exclusive).

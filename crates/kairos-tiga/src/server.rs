@@ -48,6 +48,8 @@ const AGREE_RETRY: TimerId = TimerId(3);
 const SYNC_BATCH_MAX: usize = 1024;
 /// Agreement messages buffered for transactions that have not arrived yet.
 const EARLY_AGREE_MAX: usize = 100_000;
+/// Transactions remembered as refused (declared absent).
+const ABSENT_MAX: usize = 1_000_000;
 
 pub type Hash = [u8; 20];
 
@@ -61,6 +63,8 @@ enum Status {
     Released,
     /// Leader: agreed and appended to the log. Follower: in the synchronized log.
     Final,
+    /// Leader: another involved leader never received it and refuses it; dropped (revoked).
+    Abandoned,
 }
 
 struct Txn {
@@ -71,7 +75,6 @@ struct Txn {
     /// The last reply sent to the coordinator (re-sent on retransmission).
     last_reply: Option<TigaMsg>,
     /// Leader: values read by the current execution, and the values its writes replaced.
-    reads: Vec<(Key, Value)>,
     undo: Vec<(Key, Value)>,
     /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
     peer_ts: BTreeMap<ShardId, Ts>,
@@ -94,7 +97,6 @@ impl Txn {
             status,
             owd_ns,
             last_reply: None,
-            reads: Vec::new(),
             undo: Vec::new(),
             peer_ts: BTreeMap::new(),
             confirms: BTreeSet::new(),
@@ -158,9 +160,11 @@ pub struct Server {
     /// The latest checkpoint of the committed state.
     checkpoint: Option<Checkpoint>,
     /// Agreement messages that arrived before their transaction.
-    early_agree: BTreeMap<TxnId, Vec<(ShardId, Ts, bool)>>,
+    early_agree: BTreeMap<TxnId, BTreeMap<(ShardId, bool), Ts>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
     awaiting: BTreeSet<TxnId>,
+    /// Leader: transactions declared absent here (too old to arrive); a late submit is refused.
+    absent: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
     stats: ServerStats,
 }
@@ -192,6 +196,7 @@ impl Server {
             checkpoint: None,
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
+            absent: BTreeSet::new(),
             release_timer_at: None,
             stats: ServerStats::default(),
         }
@@ -211,13 +216,6 @@ impl Server {
         self.checkpoint.as_ref()
     }
 
-    pub fn commit_point(&self) -> u64 {
-        if self.is_leader() {
-            self.commit_point
-        } else {
-            self.executed
-        }
-    }
     /// The value of `key` (leader: including speculative writes; follower: executed log).
     pub fn value(&self, key: Key) -> Value {
         self.store.get(&key).copied().unwrap_or(0)
@@ -260,15 +258,30 @@ impl Server {
     }
 
     fn validate(&self, piece: &Piece) -> bool {
+        let unique = |keys: &[Key]| keys.iter().collect::<BTreeSet<_>>().len() == keys.len();
         piece.shard == self.shard
             && piece.shards.contains(&self.shard)
+            // Strictly increasing: no duplicates, so at most shard_count entries.
+            && piece.shards.windows(2).all(|w| w[0] < w[1])
             && piece.shards.iter().all(|s| (*s as usize) < self.topology.shard_count())
             && !piece.reads.is_empty() | !piece.writes.is_empty()
             && piece.reads.len() + piece.writes.len() <= 2 * self.config.keys_per_txn_max
+            && unique(&piece.reads)
+            && unique(&piece.writes)
             && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
     }
 
-    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, piece: Piece, ts: Ts, send_time: Ts) {
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, piece: Piece, ts: Ts, send_time: Ts) {
+        // Only the coordinator a transaction id names may submit it (or claim its at-most-once
+        // slot), and a timestamp beyond any headroom a coordinator can choose is refused (it
+        // would sit in the queue, and through agreement in other leaders' queues, forever).
+        let horizon = duration_nanos(self.config.owd_cap + self.config.margin + self.config.future_slack)
+            .saturating_add(self.config.headroom_shift_ns.unsigned_abs());
+        if from != piece.txn.coordinator() || ts > ctx.now().as_nanos().saturating_add(horizon) {
+            self.stats.rejected += 1;
+            ctx.metric("tiga.server_rejected", 1);
+            return;
+        }
         if let Some(t) = self.txns.get(&piece.txn) {
             // A retransmission: at-most-once; answer with what we answered last.
             if let Some(reply) = t.last_reply.clone() {
@@ -276,7 +289,8 @@ impl Server {
             }
             return;
         }
-        if !self.validate(&piece) {
+        let early = self.early_agree.remove(&piece.txn);
+        if self.absent.contains(&piece.txn) || !self.validate(&piece) {
             self.stats.rejected += 1;
             ctx.metric("tiga.server_rejected", 1);
             return;
@@ -304,8 +318,8 @@ impl Server {
             // deadlock two leaders that hold conflicting transactions in opposite orders).
             self.announce(ctx, txn, false);
             self.awaiting.insert(txn);
-            if let Some(early) = self.early_agree.remove(&txn) {
-                for (shard, ts, confirm) in early {
+            for ((shard, confirm), ts) in early.unwrap_or_default() {
+                if self.txns[&txn].piece.shards.contains(&shard) {
                     self.record_agree(txn, shard, ts, confirm);
                 }
             }
@@ -441,7 +455,6 @@ impl Server {
         }
         self.stats.executed += 1;
         let t = self.txns.get_mut(&id).expect("exists");
-        t.reads = reads.clone();
         t.undo = undo;
         t.executed = true;
         reads
@@ -483,8 +496,18 @@ impl Server {
             return;
         }
         let Some(t) = self.txns.get(&txn) else {
-            if self.early_agree.len() < EARLY_AGREE_MAX {
-                self.early_agree.entry(txn).or_default().push((shard, ts, confirm));
+            let old = ts.saturating_add(duration_nanos(self.config.agree_abandon_after)) < ctx.now().as_nanos();
+            if resend && (old || self.absent.contains(&txn)) {
+                // Every coordinator has given up on it by now: refuse it for good, and say so.
+                if self.absent.len() < ABSENT_MAX {
+                    self.absent.insert(txn);
+                    self.early_agree.remove(&txn);
+                    ctx.send(from, TigaMsg::Absent { view: self.view, txn, shard: self.shard });
+                }
+                return;
+            }
+            if self.early_agree.len() < EARLY_AGREE_MAX || self.early_agree.contains_key(&txn) {
+                self.early_agree.entry(txn).or_default().insert((shard, confirm), ts);
             }
             return;
         };
@@ -518,12 +541,44 @@ impl Server {
         self.release_due(ctx);
     }
 
+    /// Another involved leader never received `id` and refuses it: revoke and drop it here
+    /// too. Safe: the coordinator gave up before the probe could be answered "absent", so it
+    /// never commits. (Followers keep it in their hashes for those keys, which costs the fast
+    /// path on them; view changes will clean that up.)
+    fn on_absent(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, id: TxnId, shard: ShardId) {
+        let Some(t) = self.txns.get(&id) else { return };
+        if !self.is_leader()
+            || !t.piece.shards.contains(&shard)
+            || self.topology.leader_node(shard) != from
+            || matches!(t.status, Status::Final | Status::Abandoned)
+        {
+            return;
+        }
+        let (status, ts) = (t.status, t.ts);
+        match status {
+            Status::Released => self.revoke(id),
+            Status::Queued => {
+                self.pq.remove(&(ts, id));
+            }
+            _ => {}
+        }
+        if let Some(t) = self.txns.get_mut(&id) {
+            t.status = Status::Abandoned;
+        }
+        self.awaiting.remove(&id);
+        ctx.metric("tiga.server_abandoned", 1);
+        self.release_due(ctx);
+    }
+
     /// Once every involved leader's timestamp is known: the agreed timestamp is the maximum.
     /// A lower leader moves the transaction there (revoking a speculative execution) and will
     /// confirm after executing it at the agreed timestamp (case 3); an equal leader settles it
     /// (case 1, or case 2 once the lower leaders confirm).
     fn evaluate_agreement(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get(&id) else { return };
+        if matches!(t.status, Status::Abandoned) {
+            return;
+        }
         if t.agreed.is_some() || matches!(t.status, Status::Final | Status::Held) {
             self.settle(ctx, id);
             return;
@@ -599,7 +654,7 @@ impl Server {
                 self.awaiting.remove(&id);
                 continue;
             };
-            if t.status == Status::Final {
+            if matches!(t.status, Status::Final | Status::Abandoned) {
                 self.awaiting.remove(&id);
                 continue;
             }
@@ -763,7 +818,8 @@ impl Server {
                 self.xor_hash(&entry.piece, ts);
             }
             Some((Status::Held, _)) | None => self.xor_hash(&entry.piece, ts),
-            Some((Status::Final, _)) => {}
+            // Final: already adopted. Abandoned is a leader's state (never on a follower).
+            Some((Status::Final | Status::Abandoned, _)) => {}
         }
         for k in &entry.piece.reads {
             let e = self.rmap.entry(*k).or_insert(0);
@@ -820,12 +876,17 @@ impl Process for Server {
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         match msg {
             TigaMsg::Submit { view, piece, ts, send_time } if view == self.view => {
-                self.on_submit(ctx, piece, ts, send_time);
+                self.on_submit(ctx, from, piece, ts, send_time);
                 self.release_due(ctx);
             }
             TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == self.view => {
                 if self.topology.leader_node(shard.min(self.topology.shard_count() as u32 - 1)) == from {
                     self.on_agree(ctx, from, (txn, shard, ts, confirm, resend));
+                }
+            }
+            TigaMsg::Absent { view, txn, shard } if view == self.view => {
+                if (shard as usize) < self.topology.shard_count() {
+                    self.on_absent(ctx, from, txn, shard);
                 }
             }
             TigaMsg::LogSync { view, from: start, entries, commit_point } if view == self.view => {

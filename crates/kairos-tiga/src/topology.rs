@@ -67,8 +67,15 @@ pub struct TigaConfig {
     /// A leader resends log entries from a follower's sync-point when it has not advanced for
     /// this long although entries are outstanding (a lost batch).
     pub sync_resend_after: Duration,
+    /// Slack beyond the largest headroom a coordinator can choose (OWD cap + margin + shift)
+    /// within which a proposed timestamp is accepted; later ones are refused as bogus.
+    pub future_slack: Duration,
     /// Every replica checkpoints its committed state every this many log positions.
     pub checkpoint_interval: u64,
+    /// A leader probed about a transaction it never received answers "absent" once the
+    /// transaction's timestamp is this old (must exceed the coordinators' give-up time,
+    /// `retry_timeout × max_sends`, with room for clock error); both then drop it.
+    pub agree_abandon_after: Duration,
     /// Leaders resend agreement messages that have not been answered after this long.
     pub agree_retry: Duration,
     /// A coordinator resends a transaction (same id, new timestamp) after this long.
@@ -100,7 +107,9 @@ impl Default for TigaConfig {
             sync_interval: Duration::from_millis(2),
             sync_resend_after: Duration::from_millis(400),
             checkpoint_interval: 10_000,
+            future_slack: Duration::from_secs(1),
             agree_retry: Duration::from_millis(250),
+            agree_abandon_after: Duration::from_secs(8),
             retry_timeout: Duration::from_secs(2),
             max_sends: 3,
             keys_per_txn_max: 64,

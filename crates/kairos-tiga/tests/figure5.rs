@@ -149,6 +149,7 @@ fn kind(m: &TigaMsg) -> &'static str {
         TigaMsg::Reply { .. } => "reply",
         TigaMsg::Agree { confirm: false, .. } => "agree",
         TigaMsg::Agree { confirm: true, .. } => "confirm",
+        TigaMsg::Absent { .. } => "absent",
         TigaMsg::LogSync { .. } => "logsync",
         TigaMsg::SyncAck { .. } => "syncack",
     }
