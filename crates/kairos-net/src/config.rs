@@ -26,6 +26,9 @@ use toml::Spanned;
 
 /// Smallest accepted `max_frame_bytes` (a Hello must fit).
 pub const MIN_MAX_FRAME_BYTES: u32 = 256;
+/// Longest cluster name in bytes: it travels in every connection's Hello, which the host reads
+/// with a small frame limit.
+pub const CLUSTER_NAME_MAX_BYTES: usize = 256;
 /// Largest accepted `max_frame_bytes` (256 MiB).
 pub const MAX_MAX_FRAME_BYTES: u32 = 256 * 1024 * 1024;
 
@@ -217,6 +220,12 @@ impl ClusterConfig {
         let err = |problem: String| ConfigError::Invalid { origin: origin.to_string(), problem };
         if name.trim().is_empty() {
             return Err(err("the cluster name is empty; set `name` in [cluster]".into()));
+        }
+        if name.len() > CLUSTER_NAME_MAX_BYTES {
+            return Err(err(format!(
+                "the cluster name is {} bytes; keep it to {CLUSTER_NAME_MAX_BYTES} (it travels in every connection's Hello)",
+                name.len()
+            )));
         }
         if nodes.is_empty() {
             return Err(ConfigError::NoNodes { origin: origin.to_string() });
@@ -476,6 +485,11 @@ role = "replica"
         assert!(e.contains("out of range") && e.contains("line 3"), "{e}");
         assert!(err("[cluster]\nname = \" \"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n")
             .contains("name is empty"));
+        let long = format!(
+            "[cluster]\nname = \"{}\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\n",
+            "n".repeat(300)
+        );
+        assert!(err(&long).contains("keep it to 256"), "{}", err(&long));
     }
 
     #[test]

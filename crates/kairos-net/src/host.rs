@@ -34,6 +34,9 @@ pub mod metric {
     /// Inbound connections closed for a message that does not decode as the role's message
     /// type (or a second Hello).
     pub const IN_BAD_MESSAGE: &str = "net.in.bad_message";
+    /// Inbound connections closed after `idle_timeout` without a frame (a silent or half-open
+    /// peer must not hold one of the `max_connections` permits forever; a dialer reconnects).
+    pub const IN_IDLE_CLOSED: &str = "net.in.idle_closed";
     /// Messages received over TCP and handed to the role.
     pub const IN_MESSAGES: &str = "net.in.messages";
     /// Outbound connections established.
@@ -109,6 +112,8 @@ pub struct NodeOptions {
     pub max_connections: usize,
     /// Time a new inbound connection has to send its Hello.
     pub hello_timeout: Duration,
+    /// An identified inbound connection that sends nothing for this long is closed.
+    pub idle_timeout: Duration,
     /// Time allowed for one connection attempt.
     pub connect_timeout: Duration,
     /// First and largest pause between failed connection attempts (doubling in between).
@@ -131,6 +136,7 @@ impl Default for NodeOptions {
             loopback_queue: 4096,
             max_connections: 256,
             hello_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(2),
             reconnect_backoff_min: Duration::from_millis(10),
             reconnect_backoff_max: Duration::from_secs(1),
@@ -180,6 +186,7 @@ struct Shared {
     metrics: Metrics,
     max_frame: u32,
     hello_timeout: Duration,
+    idle_timeout: Duration,
     connect_timeout: Duration,
     backoff_min: Duration,
     backoff_max: Duration,
@@ -288,6 +295,7 @@ where
         metrics: metrics.clone(),
         max_frame,
         hello_timeout: opts.hello_timeout,
+        idle_timeout: opts.idle_timeout,
         connect_timeout: opts.connect_timeout,
         backoff_min: opts.reconnect_backoff_min.max(Duration::from_millis(1)),
         backoff_max: opts.reconnect_backoff_max.max(opts.reconnect_backoff_min),
@@ -738,6 +746,9 @@ async fn accept_loop<M: Message>(
     }
 }
 
+/// Largest Hello frame payload accepted (a node id and the cluster name).
+const HELLO_MAX_BYTES: u32 = 4096;
+
 /// Serves one inbound connection: a Hello, then messages attributed to the Hello's node.
 /// Any violation closes this connection only.
 async fn serve_conn<M: Message>(
@@ -753,7 +764,10 @@ async fn serve_conn<M: Message>(
         shared.metrics.add(counter, 1);
         tracing::warn!(node = %me, %peer, "closing inbound connection: {why}");
     };
-    let from = match timeout(shared.hello_timeout, frame::read_frame(&mut r, shared.max_frame)).await {
+    // The sender is unknown until its Hello: read that with a small limit, so anonymous
+    // connections cannot make the node allocate full-size frames.
+    let hello_max = HELLO_MAX_BYTES.min(shared.max_frame);
+    let from = match timeout(shared.hello_timeout, frame::read_frame(&mut r, hello_max)).await {
         Err(_) => return reject(metric::IN_BAD_HELLO, format!("no Hello within {:?}", shared.hello_timeout)),
         Ok(Ok(None)) => return,
         Ok(Err(e)) => return reject(metric::IN_BAD_FRAME, e.to_string()),
@@ -779,7 +793,11 @@ async fn serve_conn<M: Message>(
     };
     tracing::debug!(node = %me, %peer, from = %from, "inbound connection identified");
     loop {
-        match frame::read_frame(&mut r, shared.max_frame).await {
+        let Ok(read) = timeout(shared.idle_timeout, frame::read_frame(&mut r, shared.max_frame)).await else {
+            shared.metrics.add(metric::IN_IDLE_CLOSED, 1);
+            return tracing::debug!(node = %me, %peer, from = %from, "closing an idle inbound connection");
+        };
+        match read {
             Ok(None) => return,
             Err(FrameError::Io(e)) => {
                 return tracing::debug!(node = %me, %peer, from = %from, error = %e, "inbound connection lost")

@@ -72,7 +72,9 @@
 //! queue shared by all connections (full: readers pause, TCP pushes back), the outbound queue
 //! per peer (full: the message is dropped and counted in [`metric::OUT_QUEUE_FULL`]), the
 //! loopback queue, inbound connections open at once (`max_connections`, extra ones closed at
-//! once), the time to send a Hello, connect timeout and reconnect backoff, and the time a
+//! once), the Hello's size (4 KiB: it is read before the sender is known; cluster names are at
+//! most 256 bytes), the time to send a Hello, an identified connection's silence
+//! (`idle_timeout`, after which it is closed and its dialer reconnects), connect timeout and reconnect backoff, and the time a
 //! shutdown lets outbound queues drain.
 //!
 //! ## Delay injection

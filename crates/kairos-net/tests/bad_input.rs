@@ -172,3 +172,25 @@ async fn connections_beyond_the_limit_are_closed_and_silent_ones_time_out() {
     node1.shutdown().await.unwrap();
     node0.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn identified_connections_that_fall_silent_are_closed_and_oversized_hellos_refused() {
+    let (cfg, mut listeners) = local_cluster("idle", 2);
+    let _l1 = listeners.pop().unwrap();
+    let l0 = listeners.pop().unwrap();
+    let options = NodeOptions { idle_timeout: Duration::from_millis(400), ..opts(l0) };
+    let node0 = spawn_node(cfg.clone(), NodeId(0), Recorder, options).await.unwrap();
+    let addr = node0.local_addr();
+    // A valid Hello, then silence: closed after idle_timeout, which frees its permit.
+    let mut quiet = TcpStream::connect(addr).await.unwrap();
+    quiet.write_all(&hello(1, "idle")).await.unwrap();
+    let mut buf = [0u8; 1];
+    let r = timeout(STEP, quiet.read(&mut buf)).await.expect("closed after idle_timeout");
+    assert!(matches!(r, Ok(0) | Err(_)));
+    wait_for(&node0, metric::IN_IDLE_CLOSED, 1).await;
+    // A "Hello" larger than any real one is refused before its payload is read.
+    let big = frame::encode(FrameKind::Hello, &Hello { node: NodeId(1), cluster: "x".repeat(8_000) }, MAX).unwrap();
+    expect_closed(addr, "oversized Hello", &big, false).await;
+    wait_for(&node0, metric::IN_BAD_FRAME, 1).await;
+    node0.shutdown().await.unwrap();
+}
