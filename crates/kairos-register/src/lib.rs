@@ -21,6 +21,7 @@
 
 mod client;
 mod replica;
+pub mod sim;
 
 pub use client::{Client, ClientConfig, ROUND_TRIP_METRICS};
 pub use replica::Replica;

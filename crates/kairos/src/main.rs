@@ -8,7 +8,6 @@
 
 mod cli;
 mod cmd;
-mod deploy;
 mod progress;
 mod result;
 mod stats;

@@ -1,13 +1,13 @@
 //! `kairos bench register` and `kairos bench des`.
 
 use crate::cli::{DesBenchArgs, RegisterBenchArgs};
-use crate::deploy::{RegisterOutcome, RegisterRun};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats;
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
+use kairos_register::sim::{RegisterOutcome, RegisterRun};
 use kairos_register::ROUND_TRIP_METRICS;
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -32,7 +32,7 @@ pub fn register(args: RegisterBenchArgs) -> Result<(), CliError> {
 pub fn run_and_check(run: &RegisterRun, label: &str) -> Result<(RegisterOutcome, CheckReport), CliError> {
     let bar = progress::bar(100, label);
     bar.set_message(format!("seed {}", run.seed));
-    let outcome = run.run(|f| bar.set_position((f * 100.0) as u64))?;
+    let outcome = run.run(|f| bar.set_position((f * 100.0) as u64)).map_err(|e| CliError::Usage(e.to_string()))?;
     bar.finish_and_clear();
     let report = kairos_check::check(&outcome.history, Model::Linearizable).map_err(|e| {
         CliError::Runtime(format!("the simulator wrote a history the checker cannot read (a Kairos bug): {e}"))

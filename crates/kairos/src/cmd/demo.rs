@@ -3,9 +3,9 @@
 
 use super::bench::{print_register_table, register_result, run_and_check, verdict};
 use crate::cli::{CausalBenchArgs, DemoArgs, OnOff, ReadConcernArg, ReadPrefArg, SigningArg, WriteConcernArg};
-use crate::deploy::RegisterRun;
 use crate::result;
 use crate::CliError;
+use kairos_register::sim::RegisterRun;
 use kairos_tiga::sim::Deployment;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@ mod sim;
 mod tiga;
 
 use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
-use crate::deploy::RegisterRun;
 use crate::CliError;
 use kairos_clock::ClockPreset;
+use kairos_register::sim::RegisterRun;
 use std::time::Duration;
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
