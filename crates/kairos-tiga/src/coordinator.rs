@@ -101,6 +101,32 @@ pub struct CoordinatorStats {
     pub ignored_replies: u64,
 }
 
+impl std::ops::AddAssign for CoordinatorStats {
+    /// Sums two coordinators' counters (e.g. all coordinators of a region).
+    fn add_assign(&mut self, o: Self) {
+        let CoordinatorStats {
+            committed,
+            committed_fast,
+            committed_slow,
+            ts_revised,
+            retransmissions,
+            info,
+            rejected,
+            admission_dropped,
+            ignored_replies,
+        } = o;
+        self.committed += committed;
+        self.committed_fast += committed_fast;
+        self.committed_slow += committed_slow;
+        self.ts_revised += ts_revised;
+        self.retransmissions += retransmissions;
+        self.info += info;
+        self.rejected += rejected;
+        self.admission_dropped += admission_dropped;
+        self.ignored_replies += ignored_replies;
+    }
+}
+
 /// The timer of the next open-loop arrival; retry timers are `TimerId(1 + seq)`.
 pub const ARRIVAL_TIMER: TimerId = TimerId(0);
 

@@ -106,16 +106,7 @@ impl Outcome {
                     out.len() - 1
                 }
             };
-            let t = &mut out[i].1;
-            t.committed += s.committed;
-            t.committed_fast += s.committed_fast;
-            t.committed_slow += s.committed_slow;
-            t.ts_revised += s.ts_revised;
-            t.retransmissions += s.retransmissions;
-            t.info += s.info;
-            t.rejected += s.rejected;
-            t.admission_dropped += s.admission_dropped;
-            t.ignored_replies += s.ignored_replies;
+            out[i].1 += *s;
         }
         out
     }
