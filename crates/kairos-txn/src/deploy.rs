@@ -1,0 +1,368 @@
+//! The protocol-neutral MicroBench deployment: one description ([`Bench`]) that runs Tiga or
+//! any peer on the identical workload, placement, clock draws and seed.
+//!
+//! Node ids, regions and clocks are assigned exactly as Tiga's deployment assigns them
+//! (`kairos_tiga::sim`): the servers of shard s are nodes s·n … s·n + n − 1 (replica 0 is the
+//! initial leader; co-located: every leader in the first server region; separated: shard s's
+//! replica list rotated by s), then the coordinators region by region; every node's clock is
+//! drawn from the preset in that order from the same seed. Each coordinator offers
+//! `load / coordinators` transactions per second of open-loop Poisson arrivals for
+//! `duration`, then the run drains for [`Bench::drain`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use kairos_clock::ClockPreset;
+use kairos_core::history::HistoryRecord;
+use kairos_core::{LatencyMatrix, Message, NodeId, Process, SimTime};
+use kairos_sim::{CpuModel, Sim, SimConfig, SimStats};
+use kairos_tiga::coordinator::OpenLoop;
+use kairos_tiga::msg::ShardId;
+use kairos_tiga::sim::{Deployment as TigaDeployment, Placement};
+use kairos_tiga::workload::MicroBench;
+use kairos_tiga::Topology;
+use rand::SeedableRng;
+
+use crate::shell::{ShellConfig, TxnShell, TxnStats};
+
+/// The protocols the harness can run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tiga,
+    TwoPlPaxos,
+    OccPaxos,
+    Tapir,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [Protocol::Tiga, Protocol::TwoPlPaxos, Protocol::OccPaxos, Protocol::Tapir];
+
+    /// The name on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tiga => "tiga",
+            Protocol::TwoPlPaxos => "2pl-paxos",
+            Protocol::OccPaxos => "occ-paxos",
+            Protocol::Tapir => "tapir",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A protocol name that is not one of [`Protocol::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown protocol {0:?}; the protocols are tiga, 2pl-paxos, occ-paxos and tapir")]
+pub struct UnknownProtocol(pub String);
+
+impl FromStr for Protocol {
+    type Err = UnknownProtocol;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim().to_ascii_lowercase();
+        Protocol::ALL.into_iter().find(|p| p.name() == s).ok_or(UnknownProtocol(s))
+    }
+}
+
+/// One MicroBench run, protocol-neutral (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Bench {
+    pub seed: u64,
+    pub clock: ClockPreset,
+    pub placement: Placement,
+    pub shards: u32,
+    pub server_regions: Vec<String>,
+    /// (region, coordinators there).
+    pub coordinator_regions: Vec<(String, u32)>,
+    /// Total offered load over all coordinators, transactions per second.
+    pub load_txn_per_s: f64,
+    pub skew: f64,
+    pub keys_per_shard: u64,
+    /// How long the coordinators generate load.
+    pub duration: Duration,
+    /// How long the run continues after the load stops, so in-flight transactions finish.
+    pub drain: Duration,
+    pub loss: f64,
+    pub cpu: CpuModel,
+    /// Admission and retry policy of the peers' coordinators.
+    pub shell: ShellConfig,
+}
+
+impl Default for Bench {
+    fn default() -> Self {
+        let t = TigaDeployment::default();
+        Bench {
+            seed: t.seed,
+            clock: t.clock,
+            placement: t.placement,
+            shards: t.shards,
+            server_regions: t.server_regions,
+            coordinator_regions: t.coordinator_regions,
+            load_txn_per_s: t.load_txn_per_s,
+            skew: t.skew,
+            keys_per_shard: t.keys_per_shard,
+            duration: t.duration,
+            drain: Duration::from_secs(7),
+            loss: t.loss,
+            cpu: t.cpu,
+            shell: ShellConfig::default(),
+        }
+    }
+}
+
+/// Errors in a deployment description.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error("{0}")]
+    Tiga(#[from] kairos_tiga::sim::DeployError),
+    #[error("{0}")]
+    Region(#[from] kairos_core::CoreError),
+    #[error("{0}")]
+    Workload(#[from] kairos_tiga::workload::WorkloadError),
+    #[error("the deployment needs at least one shard, one server region and one coordinator")]
+    Empty,
+}
+
+/// What a run produced, the same for every protocol.
+pub struct RunOutcome {
+    pub protocol: Protocol,
+    pub history: Vec<HistoryRecord>,
+    pub trace_hash: u64,
+    pub stats: SimStats,
+    pub metrics: BTreeMap<&'static str, u64>,
+    /// (first Jepsen process id, one past the last, region) of each coordinator.
+    pub process_regions: Vec<(u64, u64, String)>,
+    /// Each coordinator's region and counters.
+    pub coordinators: Vec<(String, TxnStats)>,
+    pub wall: Duration,
+}
+
+impl RunOutcome {
+    /// Coordinator counters summed by region, in region order of first appearance.
+    pub fn stats_by_region(&self) -> Vec<(String, TxnStats)> {
+        let mut out: Vec<(String, TxnStats)> = Vec::new();
+        for (region, s) in &self.coordinators {
+            match out.iter_mut().find(|(r, _)| r == region) {
+                Some((_, acc)) => *acc += *s,
+                None => out.push((region.clone(), *s)),
+            }
+        }
+        out
+    }
+
+    /// All coordinators' counters summed.
+    pub fn totals(&self) -> TxnStats {
+        let mut t = TxnStats::default();
+        for (_, s) in &self.coordinators {
+            t += *s;
+        }
+        t
+    }
+
+    /// The region of the coordinator that ran Jepsen process `p`.
+    pub fn region_of_process(&self, p: u64) -> Option<&str> {
+        self.process_regions.iter().find(|(a, b, _)| (*a..*b).contains(&p)).map(|(_, _, r)| r.as_str())
+    }
+}
+
+/// How a peer protocol plugs into the deployment.
+pub trait Peer: 'static {
+    type Msg: Message;
+    type Server: Process<Msg = Self::Msg> + 'static;
+    type Coordinator: Process<Msg = Self::Msg> + 'static;
+    /// The protocol's knobs (timeouts, test-only switches), shared by all its roles.
+    type Config: Clone + 'static;
+    const PROTOCOL: Protocol;
+    fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
+    fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
+    /// The coordinator's counters (usually its shell's).
+    fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
+}
+
+/// A built, not yet run, peer deployment (tests may schedule faults before running it).
+pub struct PeerWorld<M: Message> {
+    pub sim: Sim<M>,
+    pub topology: Topology,
+    pub process_regions: Vec<(u64, u64, String)>,
+}
+
+impl Bench {
+    /// The same run as Tiga's deployment (Tiga's own knobs at their defaults).
+    pub fn tiga(&self) -> TigaDeployment {
+        TigaDeployment {
+            seed: self.seed,
+            clock: self.clock,
+            placement: self.placement,
+            shards: self.shards,
+            server_regions: self.server_regions.clone(),
+            coordinator_regions: self.coordinator_regions.clone(),
+            load_txn_per_s: self.load_txn_per_s,
+            skew: self.skew,
+            keys_per_shard: self.keys_per_shard,
+            duration: self.duration,
+            loss: self.loss,
+            cpu: self.cpu.clone(),
+            ..TigaDeployment::default()
+        }
+    }
+
+    /// Builds the simulated world of peer `P` (nothing has run yet).
+    pub fn build<P: Peer>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
+        let matrix = LatencyMatrix::gcp();
+        let n = self.server_regions.len();
+        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
+        if self.shards == 0 || n == 0 || coordinators == 0 {
+            return Err(DeployError::Empty);
+        }
+        let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
+        let region_of = |shard: usize, replica: usize| match self.placement {
+            Placement::CoLocated => regions[replica],
+            Placement::Separated => regions[(replica + shard) % n],
+        };
+        let topology = Topology {
+            shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
+            leader: vec![0; self.shards as usize],
+        };
+        let mut sim_config = SimConfig::new(self.seed);
+        sim_config.cpu = self.cpu.clone();
+        sim_config.network.loss = self.loss;
+        let mut sim = Sim::new(sim_config, matrix.clone());
+        // The same clock stream as Tiga's deployment, so both draw identical clocks.
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
+        for s in 0..self.shards as usize {
+            for r in 0..n {
+                let (t, c) = (topology.clone(), config.clone());
+                let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
+                    Box::new(P::server(&t, &c, s as ShardId, r as u32))
+                });
+                debug_assert_eq!(id, topology.shards[s][r]);
+            }
+        }
+        let rate = self.load_txn_per_s / coordinators as f64;
+        let inflight = self.shell.inflight_max as u64;
+        let mut process_regions = Vec::new();
+        for (region_name, count) in &self.coordinator_regions {
+            let region = matrix.region(region_name)?;
+            for _ in 0..*count {
+                let index = (sim.node_count() - self.shards as usize * n) as u64;
+                let process_base = index * inflight;
+                process_regions.push((process_base, process_base + inflight, region_name.clone()));
+                let workload = MicroBench::new(self.keys_per_shard, self.shards, self.skew)?;
+                let (t, c, shell) = (topology.clone(), config.clone(), self.shell.clone());
+                let load = OpenLoop { rate_per_s: rate, stop_after: Some(self.duration), max_txns: None };
+                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| {
+                    let shell = TxnShell::new(Box::new(workload.clone()), load.clone(), shell.clone(), process_base);
+                    Box::new(P::coordinator(&t, &c, shell))
+                });
+            }
+        }
+        Ok(PeerWorld { sim, topology, process_regions })
+    }
+
+    /// Runs peer `P` for `duration` + `drain`, calling `progress(fraction)` along the way.
+    pub fn run_peer<P: Peer>(&self, config: &P::Config, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+        #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
+        let started = std::time::Instant::now();
+        let PeerWorld { mut sim, topology, process_regions } = self.build::<P>(config)?;
+        run_sliced(&mut sim, SimTime::ZERO + self.duration + self.drain, progress);
+        let servers = topology.shard_count() * topology.replicas_per_shard();
+        let coordinators = process_regions
+            .iter()
+            .enumerate()
+            .map(|(i, (_, _, region))| {
+                let node = NodeId((servers + i) as u32);
+                (region.clone(), sim.role::<P::Coordinator>(node).map(P::coordinator_stats).unwrap_or_default())
+            })
+            .collect();
+        Ok(RunOutcome {
+            protocol: P::PROTOCOL,
+            history: sim.take_history(),
+            trace_hash: sim.trace_hash(),
+            stats: sim.stats().clone(),
+            metrics: sim.metrics().clone(),
+            process_regions,
+            coordinators,
+            wall: started.elapsed(),
+        })
+    }
+
+    /// Runs Tiga on this bench through its own deployment.
+    pub fn run_tiga(&self, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+        let o = self.tiga().run(progress)?;
+        let coordinators = o
+            .coordinators
+            .iter()
+            .map(|(region, s)| {
+                // Tiga never aborts: every transaction it finished was one attempt.
+                let finished = s.committed + s.info;
+                let stats = TxnStats {
+                    invoked: finished,
+                    committed: s.committed,
+                    attempts: finished,
+                    aborted_attempts: 0,
+                    failed: 0,
+                    unknown: s.info,
+                    admission_dropped: s.admission_dropped,
+                    committed_fast: s.committed_fast,
+                };
+                (region.clone(), stats)
+            })
+            .collect();
+        Ok(RunOutcome {
+            protocol: Protocol::Tiga,
+            history: o.history,
+            trace_hash: o.trace_hash,
+            stats: o.stats,
+            metrics: o.metrics,
+            process_regions: o.process_regions,
+            coordinators,
+            wall: o.wall,
+        })
+    }
+}
+
+/// Runs `sim` to `end` in 100 slices, reporting progress after each.
+fn run_sliced<M: Message>(sim: &mut Sim<M>, end: SimTime, mut progress: impl FnMut(f64)) {
+    const SLICES: u64 = 100;
+    for i in 1..=SLICES {
+        sim.run_until(SimTime::from_nanos(end.as_nanos() / SLICES * i));
+        progress(i as f64 / SLICES as f64);
+    }
+    sim.run_until(end);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_names_round_trip_and_unknown_names_are_explained() {
+        for p in Protocol::ALL {
+            assert_eq!(p.name().parse::<Protocol>(), Ok(p));
+        }
+        assert_eq!(" TAPIR ".parse::<Protocol>(), Ok(Protocol::Tapir));
+        let e = "janus".parse::<Protocol>().unwrap_err().to_string();
+        assert!(e.contains("janus") && e.contains("2pl-paxos"), "{e}");
+    }
+
+    #[test]
+    fn tiga_runs_through_the_neutral_outcome() {
+        let bench = Bench {
+            load_txn_per_s: 200.0,
+            duration: Duration::from_secs(1),
+            keys_per_shard: 1_000,
+            ..Bench::default()
+        };
+        let o = bench.run_tiga(|_| {}).unwrap();
+        let t = o.totals();
+        assert!(t.committed > 100, "{t:?}");
+        assert_eq!(t.commit_rate(), 1.0);
+        assert_eq!(o.stats_by_region().len(), 4);
+        assert_eq!(o.region_of_process(o.process_regions[0].0), Some("sc"));
+    }
+}

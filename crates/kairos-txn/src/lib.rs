@@ -1,0 +1,28 @@
+//! # kairos-txn — Tiga's peers, on the same simulator, workload and history as Tiga
+//!
+//! The Tiga paper compares Tiga with its peers in one codebase; so does Kairos. This crate
+//! holds the peers and what they share:
+//!
+//! - [`shell`]: the client side every coordinator embeds — open-loop MicroBench arrivals,
+//!   Jepsen process slots and the history encoding (identical to Tiga's, so one checker reads
+//!   every protocol's history), abort-and-retry, and protocol-neutral counters.
+//! - [`store`]: the shard store the peers execute on.
+//! - [`deploy`]: the protocol-neutral MicroBench deployment (the paper's: 3 shards × 3
+//!   replicas in sc / fi / br, coordinators in sc / fi / br / hk) that runs any [`Protocol`],
+//!   Tiga included, on the identical workload, placement, clocks and seed.
+//! - [`paxos`]: Multi-Paxos per shard, the replication layer of the classic stacks.
+//! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
+//!   replicated through each shard's Multi-Paxos group).
+//! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
+//! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
+
+pub mod deploy;
+pub mod occ;
+pub mod paxos;
+pub mod shell;
+pub mod store;
+pub mod tapir;
+pub mod tpl;
+
+pub use deploy::{Bench, Protocol, RunOutcome};
+pub use shell::{Attempt, ShellConfig, TxnShell, TxnStats};

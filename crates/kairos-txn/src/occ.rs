@@ -1,0 +1,1 @@
+//! OCC+Paxos (see the crate docs).

@@ -1,0 +1,1 @@
+//! Multi-Paxos per shard (see the crate docs).

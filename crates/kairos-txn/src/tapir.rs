@@ -1,0 +1,1 @@
+//! Tapir (see the crate docs).

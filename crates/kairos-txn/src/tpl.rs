@@ -1,0 +1,1 @@
+//! 2PL+Paxos (see the crate docs).
