@@ -126,6 +126,8 @@ pub enum DeployError {
     Workload(#[from] kairos_tiga::workload::WorkloadError),
     #[error("the deployment needs at least one shard, one server region and one coordinator")]
     Empty,
+    #[error("{0} is not available in this build")]
+    Unavailable(Protocol),
 }
 
 /// What a run produced, the same for every protocol.

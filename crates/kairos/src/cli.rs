@@ -49,6 +49,8 @@ pub struct DemoArgs {
 pub enum BenchCommand {
     /// Tiga on MicroBench in the paper's simulated deployment (3 shards × 3 replicas in sc / fi / br, 8 coordinators).
     Tiga(TigaBenchArgs),
+    /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir) on identical MicroBench work, side by side.
+    Micro(MicroBenchArgs),
     /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
     Causal(CausalBenchArgs),
     /// The replicated register (multi-writer ABD) in the simulated four-region deployment.
@@ -145,6 +147,62 @@ pub struct TigaBenchArgs {
     /// Write the (last) run's history (JSON lines) to this file.
     #[arg(long)]
     pub history: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    long_about = "Runs every listed protocol on the identical MicroBench workload, deployment (3 shards × 3 replicas \
+in sc / fi / br, 2 coordinators in each of sc / fi / br / hk), clock preset and seed, checks every run's history \
+for strict serializability, and prints one table: maximum throughput, p50 / p90 latency overall and per coordinator \
+region at a common load, commit rate (commits / attempts) and each run's verdict, with Tiga's ratios over each peer.\n\n\
+Maximum throughput is measured under the measured-CPU service model (each handler costs its real CPU time; \
+results vary with the machine and its load, so compare protocols within one run). Without --load, each protocol's \
+saturation is found by a short doubling sweep.",
+    after_help = "Examples:\n  kairos bench micro\n  kairos bench micro --protocols tiga,tapir --load 2000,8000,32000\n  \
+kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
+)]
+pub struct MicroBenchArgs {
+    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir.
+    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir")]
+    pub protocols: Vec<String>,
+    /// Offered loads to run, txn/s, comma-separated; each protocol's maximum throughput is the best it sustained.
+    /// Without it, each protocol's saturation is found by a doubling sweep from --sweep-start.
+    #[arg(long, value_delimiter = ',')]
+    pub load: Vec<f64>,
+    /// First load of the saturation sweep, txn/s (doubled until throughput stops following the offered load).
+    #[arg(long, default_value_t = 2_000.0)]
+    pub sweep_start: f64,
+    /// Load at which latencies are compared, txn/s (default: half the smallest maximum throughput found).
+    #[arg(long)]
+    pub common_load: Option<f64>,
+    /// Zipf skew of MicroBench's key choice (paper: 0.5).
+    #[arg(long, default_value_t = 0.5)]
+    pub skew: f64,
+    /// Also run every protocol at these skews at --sweep-load and report latency per protocol per skew.
+    #[arg(long, value_delimiter = ',')]
+    pub skew_sweep: Vec<f64>,
+    /// Offered load of the skew sweep, txn/s (default: the common load).
+    #[arg(long)]
+    pub sweep_load: Option<f64>,
+    /// Clock preset of every node.
+    #[arg(long, value_enum, default_value_t = ClockArg::Chrony)]
+    pub clock: ClockArg,
+    /// Where shard leaders live: all in sc (co-located) or one per region (separated).
+    #[arg(long, value_enum, default_value_t = PlacementArg::CoLocated)]
+    pub placement: PlacementArg,
+    /// Virtual seconds of load per run; throughput counts commits after the first third.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration_s: f64,
+    /// Seed of every random choice (the same for every protocol).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Charge every handler this fixed CPU cost, µs, instead of its measured CPU time (deterministic runs;
+    /// throughput then reflects message counts, not code speed).
+    #[arg(long)]
+    pub cpu_us: Option<f64>,
+    /// Write one result object per protocol (its common-load run, with the sweeps in `extra`) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -89,6 +89,12 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "des", "--pending", "0"], "--pending"),
         (vec!["sim", "register", "--seeds", "x..y"], "--seeds"),
         (vec!["check", "f", "--model", "sequential"], "possible values"),
+        (vec!["bench", "micro", "--protocols", "tiga,janus"], "unknown protocol \"janus\""),
+        (vec!["bench", "micro", "--protocols", ""], "at least one protocol"),
+        (vec!["bench", "micro", "--protocols", " , "], "at least one protocol"),
+        (vec!["bench", "micro", "--load", "0"], "--load"),
+        (vec!["bench", "micro", "--load", "1000,-5"], "--load"),
+        (vec!["bench", "micro", "--skew-sweep", "0.5,9"], "skew"),
     ] {
         let o = kairos(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

@@ -4,6 +4,7 @@ mod bench;
 mod causal;
 mod check;
 mod demo;
+mod micro;
 mod serve;
 mod sim;
 mod tiga;
@@ -18,6 +19,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(BenchCommand::Tiga(a)) => tiga::bench(a),
+        Command::Bench(BenchCommand::Micro(a)) => micro::bench(a),
         Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),

@@ -1,0 +1,474 @@
+//! `kairos bench micro`: Tiga and its peers on identical MicroBench work, side by side.
+//!
+//! For each protocol: its maximum throughput (the best windowed throughput over the given
+//! loads, or over a doubling sweep that stops once throughput no longer follows the offered
+//! load), then a run at one common load for latency, then optionally a skew sweep. Every run's
+//! history is checked strictly serializable; the exit status is an anomaly if any run is
+//! invalid.
+
+use super::bench::verdict;
+use crate::cli::{MicroBenchArgs, PlacementArg};
+use crate::progress;
+use crate::result::{self, CheckResult, RunResult};
+use crate::stats::{self, Percentiles};
+use crate::CliError;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use kairos_check::{CheckReport, Model};
+use kairos_core::history::{HistoryRecord, OpType};
+use kairos_sim::CpuModel;
+use kairos_tiga::sim::Placement;
+use kairos_txn::deploy::DeployError;
+use kairos_txn::{Bench, Protocol, RunOutcome};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A sweep point stops the saturation search when its throughput falls below this share of
+/// the offered load.
+const SATURATED_SHARE: f64 = 0.85;
+/// Most points of one protocol's saturation sweep.
+const SWEEP_POINTS_MAX: usize = 8;
+/// Highest offered load the harness accepts, txn/s.
+const LOAD_MAX: f64 = 2_000_000.0;
+
+/// The verdict of one checked run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Valid,
+    /// Only reads of values no recorded transaction wrote, with transactions of unknown
+    /// outcome around (their increments are not in the history): not shown invalid.
+    Unverified,
+    Invalid,
+}
+
+impl Verdict {
+    fn of(report: &CheckReport, unknown: u64) -> Self {
+        if report.valid {
+            Verdict::Valid
+        } else if unknown > 0 && report.anomalies.iter().all(|a| a.name == "garbage-read") {
+            Verdict::Unverified
+        } else {
+            Verdict::Invalid
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Valid => "valid",
+            Verdict::Unverified => "unverified*",
+            Verdict::Invalid => "INVALID",
+        }
+    }
+}
+
+/// One checked run, summarized.
+pub struct Point {
+    pub protocol: Protocol,
+    pub offered_txn_per_s: f64,
+    pub skew: f64,
+    /// Commits completed in the measurement window, per second.
+    pub throughput_txn_per_s: f64,
+    pub latency_ms: Percentiles,
+    pub latency_ms_by_region: BTreeMap<String, Percentiles>,
+    pub commit_rate: f64,
+    pub verdict: Verdict,
+    pub result: RunResult,
+    report: CheckReport,
+}
+
+impl MicroBenchArgs {
+    /// Validates the flags: the protocols in order (each once) and the base bench.
+    pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
+        let mut protocols = Vec::new();
+        for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+            let p: Protocol =
+                name.parse().map_err(|e: kairos_txn::deploy::UnknownProtocol| CliError::Usage(e.to_string()))?;
+            if !protocols.contains(&p) {
+                protocols.push(p);
+            }
+        }
+        if protocols.is_empty() {
+            return Err(CliError::Usage(
+                "--protocols needs at least one protocol: tiga, 2pl-paxos, occ-paxos, tapir (comma-separated)".into(),
+            ));
+        }
+        let check_load = |flag: &str, l: f64| {
+            if l > 0.0 && l <= LOAD_MAX {
+                Ok(())
+            } else {
+                Err(CliError::Usage(format!(
+                    "{flag} takes offered loads in transactions per second, above 0 and at most {LOAD_MAX}, not {l}"
+                )))
+            }
+        };
+        for l in &self.load {
+            check_load("--load", *l)?;
+        }
+        check_load("--sweep-start", self.sweep_start)?;
+        if let Some(l) = self.common_load {
+            check_load("--common-load", l)?;
+        }
+        if let Some(l) = self.sweep_load {
+            check_load("--sweep-load", l)?;
+        }
+        for s in std::iter::once(&self.skew).chain(&self.skew_sweep) {
+            if !(0.0..=5.0).contains(s) {
+                return Err(CliError::Usage(format!("a skew is a Zipf exponent between 0 and 5, not {s}")));
+            }
+        }
+        if !(self.duration_s >= 0.5 && self.duration_s <= 600.0) {
+            return Err(CliError::Usage(format!(
+                "--duration-s must be between 0.5 and 600 virtual seconds, not {}",
+                self.duration_s
+            )));
+        }
+        let cpu = match self.cpu_us {
+            None => CpuModel::Measured { scale: 1.0, floor: Duration::ZERO },
+            Some(us) if (0.0..=1_000_000.0).contains(&us) => CpuModel::Fixed(Duration::from_secs_f64(us / 1e6)),
+            Some(us) => return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000, not {us}"))),
+        };
+        let bench = Bench {
+            seed: self.seed,
+            clock: self.clock.into(),
+            placement: match self.placement {
+                PlacementArg::CoLocated => Placement::CoLocated,
+                PlacementArg::Separated => Placement::Separated,
+            },
+            skew: self.skew,
+            duration: Duration::from_secs_f64(self.duration_s),
+            cpu,
+            ..Bench::default()
+        };
+        Ok((protocols, bench))
+    }
+}
+
+/// Runs `protocol` on `bench`.
+pub fn run_protocol(bench: &Bench, protocol: Protocol, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+    match protocol {
+        Protocol::Tiga => bench.run_tiga(progress),
+        p => Err(DeployError::Unavailable(p)),
+    }
+}
+
+/// Commits completed in `[duration/3, duration]` of virtual time, per second: the window
+/// skips the start (no commits before one wide-area round trip) and the drain after the load.
+pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
+    let (from, to) = (duration.as_nanos() as u64 / 3, duration.as_nanos() as u64);
+    let commits = history.iter().filter(|r| r.event.op_type == OpType::Ok && (from..=to).contains(&r.time)).count();
+    commits as f64 / ((to - from) as f64 / 1e9)
+}
+
+/// Runs one protocol at one load and skew, with a progress bar, and checks its history.
+pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
+    let bar = progress::bar(100, protocol.name());
+    bar.set_message(format!("{:.0} txn/s, skew {}", bench.load_txn_per_s, bench.skew));
+    let outcome = run_protocol(bench, protocol, |f| bar.set_position((f * 100.0) as u64))
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    bar.set_message(format!("checking {} transactions", outcome.history.len() / 2));
+    let report = kairos_check::check(&outcome.history, Model::StrictSerializable).map_err(|e| {
+        CliError::Runtime(format!("the simulator wrote a history the checker cannot read (a Kairos bug): {e}"))
+    })?;
+    bar.finish_and_clear();
+    let totals = outcome.totals();
+    let verdict = Verdict::of(&report, totals.unknown);
+    let result = run_result(bench, &outcome, &report);
+    progress::say(
+        &bar,
+        format!(
+            "{:>9} {:>8.0} txn/s offered → {:>8.0} txn/s, p50 {:>6.1} ms, commit rate {:.3}, {} ({:.1} s wall)",
+            protocol.name(),
+            bench.load_txn_per_s,
+            window_throughput(&outcome.history, bench.duration),
+            result.latency_ms.p50,
+            totals.commit_rate(),
+            verdict.label(),
+            outcome.wall.as_secs_f64(),
+        ),
+    );
+    Ok(Point {
+        protocol,
+        offered_txn_per_s: bench.load_txn_per_s,
+        skew: bench.skew,
+        throughput_txn_per_s: window_throughput(&outcome.history, bench.duration),
+        latency_ms: result.latency_ms.clone(),
+        latency_ms_by_region: result.latency_ms_by_region.clone(),
+        commit_rate: totals.commit_rate(),
+        verdict,
+        result,
+        report,
+    })
+}
+
+/// The result contract of one run.
+fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunResult {
+    let summary = stats::summarize(&outcome.history, |p| outcome.region_of_process(p).map(str::to_string));
+    let totals = outcome.totals();
+    let mut extra = BTreeMap::new();
+    extra.insert("commit_rate".into(), totals.commit_rate().into());
+    extra.insert("attempts".into(), totals.attempts.into());
+    extra.insert("aborted_attempts".into(), totals.aborted_attempts.into());
+    extra.insert("messages_sent".into(), outcome.stats.messages_sent.into());
+    extra.insert("events_handled".into(), outcome.stats.events_handled.into());
+    extra.insert("placement".into(), format!("{:?}", bench.placement).to_lowercase().into());
+    let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir);
+    RunResult {
+        system: "tiga".into(),
+        protocol: outcome.protocol.name().into(),
+        workload: serde_json::json!({ "name": "micro", "skew": bench.skew, "keys_per_shard": bench.keys_per_shard, "shards": bench.shards, "keys_per_txn": 3 }),
+        host: "sim".into(),
+        clock: bench.clock.to_string(),
+        seed: bench.seed,
+        duration_s: bench.duration.as_secs_f64(),
+        offered_ops_per_s: Some(bench.load_txn_per_s),
+        throughput_ops_per_s: window_throughput(&outcome.history, bench.duration),
+        latency_ms: summary.overall,
+        latency_ms_by_region: summary.by_group,
+        committed: summary.ok,
+        aborted: summary.failed,
+        unknown: summary.unknown,
+        fast_path_ratio: has_fast_path.then(|| {
+            if totals.committed == 0 {
+                0.0
+            } else {
+                totals.committed_fast as f64 / totals.committed as f64
+            }
+        }),
+        rollback_ratio: None,
+        round_trips: None,
+        check: CheckResult::from_report(report),
+        trace_hash: Some(format!("{:016x}", outcome.trace_hash)),
+        wall_s: outcome.wall.as_secs_f64(),
+        extra,
+    }
+}
+
+/// The points of one protocol's throughput search: the given loads, or a doubling sweep.
+fn saturation_points(args: &MicroBenchArgs, base: &Bench, protocol: Protocol) -> Result<Vec<Point>, CliError> {
+    let mut points = Vec::new();
+    if !args.load.is_empty() {
+        for &load in &args.load {
+            points.push(run_point(&Bench { load_txn_per_s: load, ..base.clone() }, protocol)?);
+        }
+        return Ok(points);
+    }
+    let mut load = args.sweep_start;
+    while points.len() < SWEEP_POINTS_MAX && load <= LOAD_MAX {
+        let p = run_point(&Bench { load_txn_per_s: load, ..base.clone() }, protocol)?;
+        let share = p.throughput_txn_per_s / load;
+        points.push(p);
+        if share < SATURATED_SHARE {
+            break;
+        }
+        // Double while throughput follows the load; approach the knee in smaller steps (an
+        // overloaded run costs far more wall time than it tells).
+        load *= if share >= 0.97 { 2.0 } else { 1.25 };
+    }
+    Ok(points)
+}
+
+fn max_throughput(points: &[Point]) -> f64 {
+    points.iter().map(|p| p.throughput_txn_per_s).fold(0.0, f64::max)
+}
+
+pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
+    let (protocols, base) = args.to_bench()?;
+    println!(
+        "MicroBench, skew {}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
+        base.skew,
+        base.clock,
+        if base.placement == Placement::CoLocated { "co-located" } else { "separated" },
+        base.seed,
+        base.duration.as_secs_f64(),
+        match &base.cpu {
+            CpuModel::Fixed(d) => format!("fixed {} µs per handler", d.as_secs_f64() * 1e6),
+            _ => "measured (compare within this run only)".into(),
+        }
+    );
+    let mut sweeps: Vec<(Protocol, Vec<Point>)> = Vec::new();
+    for &p in &protocols {
+        eprintln!("— {p}: maximum throughput");
+        sweeps.push((p, saturation_points(&args, &base, p)?));
+    }
+    let max_by_protocol: Vec<(Protocol, f64)> = sweeps.iter().map(|(p, pts)| (*p, max_throughput(pts))).collect();
+    let common_load = args.common_load.unwrap_or_else(|| {
+        let lowest = max_by_protocol.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min);
+        ((lowest / 2.0 / 100.0).floor() * 100.0).max(100.0)
+    });
+    let mut common = Vec::new();
+    for &p in &protocols {
+        eprintln!("— {p}: latency at the common load of {common_load:.0} txn/s");
+        common.push(run_point(&Bench { load_txn_per_s: common_load, ..base.clone() }, p)?);
+    }
+    let mut skew_points: Vec<Point> = Vec::new();
+    let sweep_load = args.sweep_load.unwrap_or(common_load);
+    for &skew in &args.skew_sweep {
+        for &p in &protocols {
+            eprintln!("— {p}: skew {skew} at {sweep_load:.0} txn/s");
+            skew_points.push(run_point(&Bench { load_txn_per_s: sweep_load, skew, ..base.clone() }, p)?);
+        }
+    }
+
+    print_sweeps(&sweeps);
+    let regions: Vec<String> = base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
+    print_comparison(&regions, &max_by_protocol, &common, common_load);
+    if !skew_points.is_empty() {
+        print_skew_sweep(&protocols, &args.skew_sweep, &skew_points, sweep_load);
+    }
+    let all_points = sweeps.iter().flat_map(|(_, pts)| pts).chain(&common).chain(&skew_points);
+    if all_points.clone().any(|p| p.verdict == Verdict::Unverified) {
+        println!(
+            "* unverified: the checker found only reads of values no recorded transaction wrote, and some \
+             transactions have unknown outcomes (given up beyond saturation); their increments are not in the \
+             history, so these runs are neither shown valid nor invalid."
+        );
+    }
+
+    if let Some(path) = &args.json {
+        let results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
+        result::write_json(path, &results)?;
+        println!("wrote {}", path.display());
+    }
+    let invalid: Vec<_> =
+        sweeps.iter().flat_map(|(_, pts)| pts).chain(&skew_points).filter(|p| p.verdict == Verdict::Invalid).collect();
+    if let Some(p) = invalid.first() {
+        verdict(&p.report, base.seed)?;
+    }
+    Ok(())
+}
+
+fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["protocol", "offered txn/s", "throughput txn/s", "p50 ms", "p90 ms", "commit rate", "check"]);
+    for (p, pts) in sweeps {
+        for pt in pts {
+            t.add_row([
+                p.name().to_string(),
+                format!("{:.0}", pt.offered_txn_per_s),
+                format!("{:.0}", pt.throughput_txn_per_s),
+                format!("{:.1}", pt.latency_ms.p50),
+                format!("{:.1}", pt.latency_ms.p90),
+                format!("{:.3}", pt.commit_rate),
+                pt.verdict.label().into(),
+            ]);
+        }
+    }
+    println!("\nThroughput search:\n{t}");
+}
+
+fn print_comparison(regions: &[String], max_by_protocol: &[(Protocol, f64)], common: &[Point], common_load: f64) {
+    let tiga_max = max_by_protocol.iter().find(|(p, _)| *p == Protocol::Tiga).map(|(_, t)| *t);
+    let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
+    let mut header: Vec<String> =
+        ["protocol", "max txn/s", "Tiga ×", "p50 ms", "p90 ms", "p50 / Tiga"].map(String::from).to_vec();
+    header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
+    header.extend(["commit rate".to_string(), "check".to_string()]);
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header);
+    for (pt, (_, max)) in common.iter().zip(max_by_protocol) {
+        let ratio = |num: Option<f64>, den: f64| match num {
+            Some(n) if den > 0.0 => format!("{:.2}", n / den),
+            _ => "-".into(),
+        };
+        let mut row = vec![
+            pt.protocol.name().to_string(),
+            format!("{max:.0}"),
+            ratio(tiga_max, *max),
+            format!("{:.1}", pt.latency_ms.p50),
+            format!("{:.1}", pt.latency_ms.p90),
+            match tiga_p50 {
+                Some(t) if t > 0.0 => format!("{:.2}", pt.latency_ms.p50 / t),
+                _ => "-".into(),
+            },
+        ];
+        for r in regions {
+            row.push(match pt.latency_ms_by_region.get(r) {
+                Some(l) => format!("{:.0} / {:.0}", l.p50, l.p90),
+                None => "-".into(),
+            });
+        }
+        row.push(format!("{:.3}", pt.commit_rate));
+        row.push(pt.verdict.label().into());
+        t.add_row(row);
+    }
+    println!(
+        "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
+         (Tiga ×: Tiga's maximum throughput over the protocol's):\n{t}"
+    );
+}
+
+fn print_skew_sweep(protocols: &[Protocol], skews: &[f64], points: &[Point], load: f64) {
+    let mut header = vec!["skew".to_string()];
+    for p in protocols {
+        header.push(format!("{p} p50/p90 ms"));
+        header.push(format!("{p} commit rate"));
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header);
+    for &skew in skews {
+        let mut row = vec![format!("{skew}")];
+        for &p in protocols {
+            match points.iter().find(|pt| pt.protocol == p && pt.skew == skew) {
+                Some(pt) => {
+                    row.push(format!(
+                        "{:.0} / {:.0}{}",
+                        pt.latency_ms.p50,
+                        pt.latency_ms.p90,
+                        if pt.verdict == Verdict::Valid { "" } else { " !" }
+                    ));
+                    row.push(format!("{:.3}", pt.commit_rate));
+                }
+                None => row.extend(["-".to_string(), "-".to_string()]),
+            }
+        }
+        t.add_row(row);
+    }
+    println!("\nSkew sweep at {load:.0} txn/s (! = not verified valid):\n{t}");
+}
+
+/// One result per protocol: its common-load run, with the maximum throughput, the ratios and
+/// both sweeps in `extra`.
+fn json_results(
+    sweeps: &[(Protocol, Vec<Point>)],
+    max_by_protocol: &[(Protocol, f64)],
+    common: Vec<Point>,
+    skew_points: &[Point],
+) -> Vec<RunResult> {
+    let tiga_max = max_by_protocol.iter().find(|(p, _)| *p == Protocol::Tiga).map(|(_, t)| *t);
+    let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
+    let brief = |pt: &Point| {
+        serde_json::json!({
+            "offered_txn_per_s": pt.offered_txn_per_s,
+            "skew": pt.skew,
+            "throughput_txn_per_s": pt.throughput_txn_per_s,
+            "latency_ms": pt.latency_ms,
+            "commit_rate": pt.commit_rate,
+            "verdict": pt.verdict.label().trim_end_matches('*'),
+        })
+    };
+    common
+        .into_iter()
+        .map(|pt| {
+            let mut r = pt.result;
+            let max = max_by_protocol.iter().find(|(p, _)| *p == pt.protocol).map_or(0.0, |(_, t)| *t);
+            r.extra.insert("max_throughput_txn_per_s".into(), max.into());
+            if let Some(t) = tiga_max.filter(|_| max > 0.0) {
+                r.extra.insert("tiga_throughput_ratio".into(), (t / max).into());
+            }
+            if let Some(t) = tiga_p50.filter(|t| *t > 0.0) {
+                r.extra.insert("p50_over_tiga".into(), (pt.latency_ms.p50 / t).into());
+            }
+            let sweep: Vec<_> =
+                sweeps.iter().filter(|(p, _)| *p == pt.protocol).flat_map(|(_, pts)| pts.iter().map(brief)).collect();
+            r.extra.insert("throughput_search".into(), sweep.into());
+            let skews: Vec<_> = skew_points.iter().filter(|p| p.protocol == pt.protocol).map(brief).collect();
+            if !skews.is_empty() {
+                r.extra.insert("skew_sweep".into(), skews.into());
+            }
+            r.extra.insert("verdict".into(), pt.verdict.label().trim_end_matches('*').into());
+            r
+        })
+        .collect()
+}
