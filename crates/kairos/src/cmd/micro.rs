@@ -70,6 +70,8 @@ pub struct Point {
     pub latency_ms: Percentiles,
     pub latency_ms_by_region: BTreeMap<String, Percentiles>,
     pub commit_rate: f64,
+    /// Messages sent in the whole run per committed transaction.
+    pub messages_per_commit: f64,
     pub verdict: Verdict,
     pub result: RunResult,
     report: CheckReport,
@@ -193,6 +195,7 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         latency_ms: result.latency_ms.clone(),
         latency_ms_by_region: result.latency_ms_by_region.clone(),
         commit_rate: totals.commit_rate(),
+        messages_per_commit: outcome.stats.messages_sent as f64 / totals.committed.max(1) as f64,
         verdict,
         result,
         report,
@@ -310,7 +313,7 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
 
     print_sweeps(&sweeps);
     let regions: Vec<String> = base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
-    print_comparison(&regions, &max_by_protocol, &common, common_load);
+    print_comparison(&regions, Some(&max_by_protocol), &common, common_load);
     if !skew_points.is_empty() {
         print_skew_sweep(&protocols, &args.skew_sweep, &skew_points, sweep_load);
     }
@@ -356,32 +359,38 @@ fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
     println!("\nThroughput search:\n{t}");
 }
 
-fn print_comparison(regions: &[String], max_by_protocol: &[(Protocol, f64)], common: &[Point], common_load: f64) {
-    let tiga_max = max_by_protocol.iter().find(|(p, _)| *p == Protocol::Tiga).map(|(_, t)| *t);
+/// The side-by-side table: per protocol, its maximum throughput and Tiga's ratio over it (when
+/// `max_by_protocol` is given), and its latency at the common load against Tiga's.
+pub fn print_comparison(
+    regions: &[String],
+    max_by_protocol: Option<&[(Protocol, f64)]>,
+    common: &[Point],
+    common_load: f64,
+) {
+    let max_of = |p: Protocol| max_by_protocol?.iter().find(|(q, _)| *q == p).map(|(_, t)| *t);
+    let tiga_max = max_of(Protocol::Tiga);
     let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
-    let mut header: Vec<String> =
-        ["protocol", "max txn/s", "Tiga ×", "p50 ms", "p90 ms", "p50 / Tiga"].map(String::from).to_vec();
+    let ratio = |num: f64, den: f64| if den > 0.0 { format!("{:.2}", num / den) } else { "-".into() };
+    let mut header = vec!["protocol".to_string()];
+    if max_by_protocol.is_some() {
+        header.extend(["max txn/s".to_string(), "Tiga ×".to_string()]);
+    }
+    header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
     header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
-    header.extend(["commit rate".to_string(), "check".to_string()]);
+    header.extend(["commit rate", "msgs / commit", "check"].map(String::from));
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header);
-    for (pt, (_, max)) in common.iter().zip(max_by_protocol) {
-        let ratio = |num: Option<f64>, den: f64| match num {
-            Some(n) if den > 0.0 => format!("{:.2}", n / den),
-            _ => "-".into(),
-        };
-        let mut row = vec![
-            pt.protocol.name().to_string(),
-            format!("{max:.0}"),
-            ratio(tiga_max, *max),
-            format!("{:.1}", pt.latency_ms.p50),
-            format!("{:.1}", pt.latency_ms.p90),
-            match tiga_p50 {
-                Some(t) if t > 0.0 => format!("{:.2}", pt.latency_ms.p50 / t),
-                _ => "-".into(),
-            },
-        ];
+    for pt in common {
+        let mut row = vec![pt.protocol.name().to_string()];
+        if max_by_protocol.is_some() {
+            let max = max_of(pt.protocol).unwrap_or(0.0);
+            row.push(format!("{max:.0}"));
+            row.push(tiga_max.map_or("-".into(), |t| ratio(t, max)));
+        }
+        row.push(format!("{:.1}", pt.latency_ms.p50));
+        row.push(format!("{:.1}", pt.latency_ms.p90));
+        row.push(tiga_p50.map_or("-".into(), |t| ratio(pt.latency_ms.p50, t)));
         for r in regions {
             row.push(match pt.latency_ms_by_region.get(r) {
                 Some(l) => format!("{:.0} / {:.0}", l.p50, l.p90),
@@ -389,13 +398,18 @@ fn print_comparison(regions: &[String], max_by_protocol: &[(Protocol, f64)], com
             });
         }
         row.push(format!("{:.3}", pt.commit_rate));
+        row.push(format!("{:.1}", pt.messages_per_commit));
         row.push(pt.verdict.label().into());
         t.add_row(row);
     }
-    println!(
-        "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
-         (Tiga ×: Tiga's maximum throughput over the protocol's):\n{t}"
-    );
+    if max_by_protocol.is_some() {
+        println!(
+            "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
+             (Tiga ×: Tiga's maximum throughput over the protocol's):\n{t}"
+        );
+    } else {
+        println!("\nSide by side at {common_load:.0} txn/s:\n{t}");
+    }
 }
 
 fn print_skew_sweep(protocols: &[Protocol], skews: &[f64], points: &[Point], load: f64) {
