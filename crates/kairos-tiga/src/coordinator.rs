@@ -87,6 +87,24 @@ pub struct OpenLoop {
     pub max_txns: Option<u64>,
 }
 
+impl OpenLoop {
+    /// Whether arrivals continue at local time `now`, `arrivals` after a start at `started_at`.
+    pub fn generating(&self, started_at: LocalTime, arrivals: u64, now: LocalTime) -> bool {
+        let rate = self.rate_per_s;
+        rate.is_finite()
+            && rate > 0.0
+            && self.max_txns.is_none_or(|m| arrivals < m)
+            && self.stop_after.is_none_or(|d| now.saturating_since(started_at) < d)
+    }
+
+    /// The gap to the next arrival (exponential), or `None` without a valid rate.
+    pub fn next_gap(&self, rng: &mut kairos_core::Rng) -> Option<Duration> {
+        let exp = Exp::new(self.rate_per_s).ok()?;
+        let gap_s: f64 = exp.sample(rng);
+        Some(Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX))
+    }
+}
+
 /// Counts for tests (the same events as the metrics).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct CoordinatorStats {
@@ -641,18 +659,13 @@ impl Coordinator {
     }
 
     fn generating(&self, now: LocalTime) -> bool {
-        let rate = self.load.rate_per_s;
-        rate.is_finite()
-            && rate > 0.0
-            && self.load.max_txns.is_none_or(|m| self.arrivals < m)
-            && self.load.stop_after.is_none_or(|d| now.saturating_since(self.started_at) < d)
+        self.load.generating(self.started_at, self.arrivals, now)
     }
 
     fn schedule_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let Ok(exp) = Exp::new(self.load.rate_per_s) else { return };
-        let gap_s: f64 = exp.sample(ctx.rng());
-        let gap = Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX);
-        ctx.set_timer(ARRIVAL_TIMER, gap);
+        if let Some(gap) = self.load.next_gap(ctx.rng()) {
+            ctx.set_timer(ARRIVAL_TIMER, gap);
+        }
     }
 
     fn on_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {

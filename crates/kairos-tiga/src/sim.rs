@@ -7,14 +7,14 @@
 //! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
 
 use crate::coordinator::{Coordinator, CoordinatorStats, OpenLoop};
-use crate::msg::TigaMsg;
+use crate::msg::{ShardId, TigaMsg};
 use crate::server::Server;
 use crate::topology::{TigaConfig, Topology};
 use crate::workload::MicroBench;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
-use kairos_core::{LatencyMatrix, NodeId, SimTime};
-use kairos_sim::{CpuModel, Sim, SimConfig, SimStats};
+use kairos_core::{LatencyMatrix, Message, NodeId, SimTime};
+use kairos_sim::{CpuModel, Role, Sim, SimConfig, SimStats};
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -117,6 +117,18 @@ impl Outcome {
     }
 }
 
+/// What a deployment gives one coordinator (see [`Deployment::build_with`]).
+#[derive(Clone, Debug)]
+pub struct CoordinatorSlot {
+    pub topology: Topology,
+    /// One-way delay from the coordinator's region to each (shard, replica), from the matrix.
+    pub owd: Vec<Vec<Duration>>,
+    /// The first of the coordinator's Jepsen process ids.
+    pub process_base: u64,
+    pub workload: MicroBench,
+    pub load: OpenLoop,
+}
+
 /// A built, not yet run, simulated deployment.
 pub struct World {
     pub sim: Sim<TigaMsg>,
@@ -139,6 +151,45 @@ pub enum DeployError {
 impl Deployment {
     /// Builds the simulated world (nothing has run yet).
     pub fn build(&self) -> Result<World, DeployError> {
+        let mut tiga_config = self.config.clone();
+        tiga_config.preventive = match self.mode {
+            Mode::Preventive => true,
+            Mode::Detective => false,
+            Mode::Auto => self.placement == Placement::CoLocated || self.shards == 1,
+        };
+        let c = tiga_config.clone();
+        let (sim, topology, process_regions) = self.build_with(
+            self.config.inflight_max as u64,
+            move |t, s, r| Box::new(Server::new(t.clone(), c.clone(), s, r)),
+            move |slot| {
+                Box::new(
+                    Coordinator::new(
+                        slot.topology.clone(),
+                        tiga_config.clone(),
+                        Box::new(slot.workload.clone()),
+                        slot.owd.clone(),
+                        slot.process_base,
+                    )
+                    .with_open_loop(slot.load.clone()),
+                )
+            },
+        )?;
+        Ok(World { sim, topology, process_regions })
+    }
+
+    /// Builds this deployment's nodes for any protocol: the servers of shard s are nodes
+    /// s·n … s·n + n − 1 in the placement's regions, then the coordinators region by region,
+    /// each node with its clock drawn from the preset in that order — so every protocol built
+    /// from the same deployment gets identical nodes, clocks and workloads. `server(topology,
+    /// shard, replica)` and `coordinator(slot)` make the roles (again after a crash);
+    /// coordinators get `processes_per_coordinator` Jepsen process ids each.
+    #[allow(clippy::type_complexity)]
+    pub fn build_with<M: Message>(
+        &self,
+        processes_per_coordinator: u64,
+        server: impl Fn(&Topology, ShardId, u32) -> Box<dyn Role<M>> + Clone + 'static,
+        coordinator: impl Fn(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
+    ) -> Result<(Sim<M>, Topology, Vec<(u64, u64, String)>), DeployError> {
         let matrix = LatencyMatrix::gcp();
         let n = self.server_regions.len();
         let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
@@ -154,12 +205,6 @@ impl Deployment {
             shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
             leader: vec![0; self.shards as usize],
         };
-        let mut tiga_config = self.config.clone();
-        tiga_config.preventive = match self.mode {
-            Mode::Preventive => true,
-            Mode::Detective => false,
-            Mode::Auto => self.placement == Placement::CoLocated || self.shards == 1,
-        };
         let mut config = SimConfig::new(self.seed);
         config.cpu = self.cpu.clone();
         config.network.loss = self.loss;
@@ -167,41 +212,35 @@ impl Deployment {
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
         for s in 0..self.shards as usize {
             for r in 0..n {
-                let (t, c) = (topology.clone(), tiga_config.clone());
+                let (t, make) = (topology.clone(), server.clone());
                 let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
-                    Box::new(Server::new(t.clone(), c.clone(), s as u32, r as u32))
+                    make(&t, s as ShardId, r as u32)
                 });
                 debug_assert_eq!(id, topology.shards[s][r]);
             }
         }
         let rate = self.load_txn_per_s / coordinators as f64;
         let mut process_regions = Vec::new();
-        let stop_after = self.duration;
         for (region_name, count) in &self.coordinator_regions {
             let region = matrix.region(region_name)?;
             for _ in 0..*count {
-                let owd: Vec<Vec<Duration>> = (0..self.shards as usize)
-                    .map(|s| (0..n).map(|r| matrix.one_way(region, region_of(s, r))).collect())
-                    .collect();
                 let index = (sim.node_count() - self.shards as usize * n) as u64;
-                let process_base = index * self.config.inflight_max as u64;
-                process_regions.push((
+                let process_base = index * processes_per_coordinator;
+                process_regions.push((process_base, process_base + processes_per_coordinator, region_name.clone()));
+                let slot = CoordinatorSlot {
+                    topology: topology.clone(),
+                    owd: (0..self.shards as usize)
+                        .map(|s| (0..n).map(|r| matrix.one_way(region, region_of(s, r))).collect())
+                        .collect(),
                     process_base,
-                    process_base + self.config.inflight_max as u64,
-                    region_name.clone(),
-                ));
-                let workload = MicroBench::new(self.keys_per_shard, self.shards, self.skew)?;
-                let (t, c) = (topology.clone(), tiga_config.clone());
-                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| {
-                    let load = OpenLoop { rate_per_s: rate, stop_after: Some(stop_after), max_txns: None };
-                    Box::new(
-                        Coordinator::new(t.clone(), c.clone(), Box::new(workload.clone()), owd.clone(), process_base)
-                            .with_open_loop(load),
-                    )
-                });
+                    workload: MicroBench::new(self.keys_per_shard, self.shards, self.skew)?,
+                    load: OpenLoop { rate_per_s: rate, stop_after: Some(self.duration), max_txns: None },
+                };
+                let make = coordinator.clone();
+                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| make(&slot));
             }
         }
-        Ok(World { sim, topology, process_regions })
+        Ok((sim, topology, process_regions))
     }
 
     /// Runs the load for `duration`, then lets in-flight transactions finish (up to the

@@ -16,14 +16,11 @@ use std::time::Duration;
 
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
-use kairos_core::{LatencyMatrix, Message, NodeId, Process, SimTime};
-use kairos_sim::{CpuModel, Sim, SimConfig, SimStats};
-use kairos_tiga::coordinator::OpenLoop;
+use kairos_core::{Message, NodeId, Process, SimTime};
+use kairos_sim::{CpuModel, Sim, SimStats};
 use kairos_tiga::msg::ShardId;
 use kairos_tiga::sim::{Deployment as TigaDeployment, Placement};
-use kairos_tiga::workload::MicroBench;
 use kairos_tiga::Topology;
-use rand::SeedableRng;
 
 use crate::shell::{ShellConfig, TxnShell, TxnStats};
 
@@ -120,12 +117,6 @@ impl Default for Bench {
 pub enum DeployError {
     #[error("{0}")]
     Tiga(#[from] kairos_tiga::sim::DeployError),
-    #[error("{0}")]
-    Region(#[from] kairos_core::CoreError),
-    #[error("{0}")]
-    Workload(#[from] kairos_tiga::workload::WorkloadError),
-    #[error("the deployment needs at least one shard, one server region and one coordinator")]
-    Empty,
     #[error("{0} is not available in this build")]
     Unavailable(Protocol),
 }
@@ -213,56 +204,20 @@ impl Bench {
         }
     }
 
-    /// Builds the simulated world of peer `P` (nothing has run yet).
+    /// Builds the simulated world of peer `P` (nothing has run yet), node for node and clock
+    /// for clock as Tiga's deployment builds Tiga's.
     pub fn build<P: Peer>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
-        let matrix = LatencyMatrix::gcp();
-        let n = self.server_regions.len();
-        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
-        if self.shards == 0 || n == 0 || coordinators == 0 {
-            return Err(DeployError::Empty);
-        }
-        let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
-        let region_of = |shard: usize, replica: usize| match self.placement {
-            Placement::CoLocated => regions[replica],
-            Placement::Separated => regions[(replica + shard) % n],
-        };
-        let topology = Topology {
-            shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
-            leader: vec![0; self.shards as usize],
-        };
-        let mut sim_config = SimConfig::new(self.seed);
-        sim_config.cpu = self.cpu.clone();
-        sim_config.network.loss = self.loss;
-        let mut sim = Sim::new(sim_config, matrix.clone());
-        // The same clock stream as Tiga's deployment, so both draw identical clocks.
-        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
-        for s in 0..self.shards as usize {
-            for r in 0..n {
-                let (t, c) = (topology.clone(), config.clone());
-                let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
-                    Box::new(P::server(&t, &c, s as ShardId, r as u32))
-                });
-                debug_assert_eq!(id, topology.shards[s][r]);
-            }
-        }
-        let rate = self.load_txn_per_s / coordinators as f64;
-        let inflight = self.shell.inflight_max as u64;
-        let mut process_regions = Vec::new();
-        for (region_name, count) in &self.coordinator_regions {
-            let region = matrix.region(region_name)?;
-            for _ in 0..*count {
-                let index = (sim.node_count() - self.shards as usize * n) as u64;
-                let process_base = index * inflight;
-                process_regions.push((process_base, process_base + inflight, region_name.clone()));
-                let workload = MicroBench::new(self.keys_per_shard, self.shards, self.skew)?;
-                let (t, c, shell) = (topology.clone(), config.clone(), self.shell.clone());
-                let load = OpenLoop { rate_per_s: rate, stop_after: Some(self.duration), max_txns: None };
-                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| {
-                    let shell = TxnShell::new(Box::new(workload.clone()), load.clone(), shell.clone(), process_base);
-                    Box::new(P::coordinator(&t, &c, shell))
-                });
-            }
-        }
+        let (c, s) = (config.clone(), config.clone());
+        let shell = self.shell.clone();
+        let (sim, topology, process_regions) = self.tiga().build_with(
+            self.shell.inflight_max as u64,
+            move |t, shard, replica| Box::new(P::server(t, &s, shard, replica)),
+            move |slot| {
+                let source = Box::new(slot.workload.clone());
+                let shell = TxnShell::new(source, slot.load.clone(), shell.clone(), slot.process_base);
+                Box::new(P::coordinator(&slot.topology, &c, shell))
+            },
+        )?;
         Ok(PeerWorld { sim, topology, process_regions })
     }
 

@@ -29,14 +29,11 @@ use kairos_tiga::coordinator::{write_placeholder, OpenLoop};
 use kairos_tiga::msg::{Key, TxnId, Value};
 use kairos_tiga::workload::TxnSource;
 use rand::Rng as _;
-use rand_distr::{Distribution, Exp};
 
 /// The timer of the next open-loop arrival.
 pub const ARRIVAL_TIMER: TimerId = TimerId(0);
 /// Retry-backoff timers are `SHELL_TIMER_BASE + seq`.
 pub const SHELL_TIMER_BASE: u64 = 1 << 40;
-/// Longest gap between arrivals (a tiny rate would otherwise overflow a `Duration`).
-const ARRIVAL_GAP_MAX: Duration = Duration::from_secs(24 * 3600);
 
 /// How the shell admits and retries transactions.
 #[derive(Clone, Debug, PartialEq)]
@@ -312,18 +309,13 @@ impl TxnShell {
     }
 
     fn generating(&self, now: LocalTime) -> bool {
-        let rate = self.load.rate_per_s;
-        rate.is_finite()
-            && rate > 0.0
-            && self.load.max_txns.is_none_or(|m| self.arrivals < m)
-            && self.load.stop_after.is_none_or(|d| now.saturating_since(self.started_at) < d)
+        self.load.generating(self.started_at, self.arrivals, now)
     }
 
     fn schedule_arrival<M>(&mut self, ctx: &mut Ctx<'_, M>) {
-        let Ok(exp) = Exp::new(self.load.rate_per_s) else { return };
-        let gap_s: f64 = exp.sample(ctx.rng());
-        let gap = Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX);
-        ctx.set_timer(ARRIVAL_TIMER, gap);
+        if let Some(gap) = self.load.next_gap(ctx.rng()) {
+            ctx.set_timer(ARRIVAL_TIMER, gap);
+        }
     }
 
     fn on_arrival<M>(&mut self, ctx: &mut Ctx<'_, M>) -> Option<Attempt> {
