@@ -1,0 +1,576 @@
+//! The Tapir coordinator (the paper's client library, co-located with the application): the
+//! execution phase (reads from the closest replica of each shard), the prepare as an IR
+//! consensus operation on every replica of every involved shard (fast or slow path per shard),
+//! RETRY rounds at a larger timestamp, the commit decision, and the asynchronous commit or
+//! abort as IR inconsistent operations.
+//!
+//! # Timestamps
+//! A prepare's timestamp is the coordinator's clock reading (loosely synchronized clocks:
+//! only performance depends on them), raised past every version read and past the previous
+//! timestamp this coordinator chose, so that a transaction is ordered after what it read. A
+//! RETRY round uses the largest timestamp the replicas suggested.
+//!
+//! # Timers
+//! Besides the shell's, each transaction in flight has one timer (`TXN_TIMER_BASE + seq`):
+//! in the read phase it resends unanswered reads to the next replica of the shard; in the
+//! prepare phase it first marks the end of the wait for a super quorum (then shards with
+//! f + 1 replies are decided on the slow path) and afterwards resends unanswered prepares and
+//! finalizes. Commits and aborts being delivered have their own (`FINISH_TIMER_BASE + seq`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
+use kairos_tiga::Topology;
+
+use super::ir::{Confirms, ConsensusQuorum};
+use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
+use super::TapirConfig;
+use crate::shell::{Attempt, TxnShell};
+
+/// Per-transaction timers are `TXN_TIMER_BASE + seq`.
+pub const TXN_TIMER_BASE: u64 = 1 << 32;
+/// Commit / abort delivery timers are `FINISH_TIMER_BASE + seq`.
+pub const FINISH_TIMER_BASE: u64 = 2 << 32;
+
+#[derive(Clone, Debug)]
+struct ShardPrepare {
+    quorum: ConsensusQuorum,
+    /// The shard's result once decided, and whether on the fast path.
+    decided: Option<(PrepareResult, bool)>,
+    /// Slow-path PREPARE-OK: replicas that confirmed the finalize (final at f + 1).
+    finalized: Confirms,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    /// Execution phase: shard → replica index the read went to.
+    Reading { asked: BTreeMap<ShardId, u32> },
+    /// Prepare round `round` at `ts`.
+    Preparing { round: u32, ts: Ts, shards: BTreeMap<ShardId, ShardPrepare>, waited: bool },
+}
+
+#[derive(Clone, Debug)]
+struct Txn {
+    attempt: u32,
+    /// Keys by shard (deduplicated, sorted).
+    keys: BTreeMap<ShardId, Vec<Key>>,
+    reads: BTreeMap<Key, ReadResult>,
+    phase: Phase,
+    /// Sends of the current phase's messages (first send included).
+    sends: u32,
+}
+
+/// Commit or abort of an operation being delivered to every replica of its shards.
+#[derive(Clone, Debug)]
+struct Finishing {
+    op: OpId,
+    msgs: BTreeMap<ShardId, (TapirMsg, Confirms)>,
+    sends: u32,
+}
+
+/// The coordinator's counters.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoordinatorStats {
+    /// Shard prepares decided on the fast path / the slow path.
+    pub shard_fast: u64,
+    pub shard_slow: u64,
+    /// Prepare rounds started again at a larger timestamp after RETRY.
+    pub retry_rounds: u64,
+    /// Attempts aborted: stale read, abstentions, too many rounds, no answers.
+    pub aborted: u64,
+    pub read_resends: u64,
+    pub prepare_resends: u64,
+    pub finish_resends: u64,
+}
+
+/// See the module docs.
+pub struct Coordinator {
+    topology: Topology,
+    config: TapirConfig,
+    shell: TxnShell,
+    /// Per shard: replica index → round-trip time measured by the start-up ping.
+    rtt: Vec<BTreeMap<u32, Duration>>,
+    /// Per shard: the closest replica (the first to answer the ping; replica 0 before).
+    closest: Vec<u32>,
+    started: LocalTime,
+    last_ts: Ts,
+    txns: BTreeMap<TxnId, Txn>,
+    finishing: BTreeMap<TxnId, Finishing>,
+    stats: CoordinatorStats,
+}
+
+impl Coordinator {
+    pub fn new(topology: &Topology, config: &TapirConfig, shell: TxnShell) -> Self {
+        let shards = topology.shard_count();
+        Coordinator {
+            topology: topology.clone(),
+            config: config.clone(),
+            shell,
+            rtt: vec![BTreeMap::new(); shards],
+            closest: vec![0; shards],
+            started: LocalTime::ZERO,
+            last_ts: 0,
+            txns: BTreeMap::new(),
+            finishing: BTreeMap::new(),
+            stats: CoordinatorStats::default(),
+        }
+    }
+
+    pub fn shell(&self) -> &TxnShell {
+        &self.shell
+    }
+
+    pub fn stats(&self) -> CoordinatorStats {
+        self.stats
+    }
+
+    /// Invokes a transaction on `keys` now (tests drive coordinators this way).
+    pub fn invoke(&mut self, ctx: &mut Ctx<'_, TapirMsg>, keys: Vec<Key>) -> bool {
+        match self.shell.invoke(ctx, keys) {
+            Some(a) => {
+                self.begin(ctx, a);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn replicas(&self, shard: ShardId) -> &[NodeId] {
+        self.topology.shards.get(shard as usize).map_or(&[], Vec::as_slice)
+    }
+
+    fn n(&self) -> usize {
+        self.topology.replicas_per_shard()
+    }
+
+    fn begin(&mut self, ctx: &mut Ctx<'_, TapirMsg>, a: Attempt) {
+        let mut keys: BTreeMap<ShardId, Vec<Key>> = BTreeMap::new();
+        for k in a.keys {
+            let v = keys.entry(self.topology.shard_of_key(k)).or_default();
+            if !v.contains(&k) {
+                v.push(k);
+            }
+        }
+        for v in keys.values_mut() {
+            v.sort_unstable();
+        }
+        let asked: BTreeMap<ShardId, u32> = keys.keys().map(|s| (*s, self.closest[*s as usize])).collect();
+        for (s, r) in &asked {
+            let msg = TapirMsg::Read { txn: a.txn, attempt: a.attempt, keys: keys[s].clone() };
+            ctx.send(self.replicas(*s)[*r as usize], msg);
+        }
+        let txn = Txn { attempt: a.attempt, keys, reads: BTreeMap::new(), phase: Phase::Reading { asked }, sends: 1 };
+        self.txns.insert(a.txn, txn);
+        ctx.set_timer(TimerId(TXN_TIMER_BASE + u64::from(a.txn.seq())), self.config.retry_interval);
+    }
+
+    fn on_read_reply(
+        &mut self,
+        ctx: &mut Ctx<'_, TapirMsg>,
+        txn_id: TxnId,
+        attempt: u32,
+        shard: ShardId,
+        values: Vec<ReadResult>,
+    ) {
+        let Some(txn) = self.txns.get_mut(&txn_id) else { return };
+        let Phase::Reading { asked } = &mut txn.phase else { return };
+        let Some(want) = txn.keys.get(&shard) else { return };
+        if txn.attempt != attempt || !asked.contains_key(&shard) {
+            return;
+        }
+        if values.len() != want.len() || !values.iter().all(|v| want.contains(&v.key)) {
+            ctx.metric("tapir.bad_reply", 1);
+            return;
+        }
+        asked.remove(&shard);
+        for v in values {
+            txn.reads.insert(v.key, v);
+        }
+        if asked.is_empty() {
+            let ts = self.next_ts(ctx, txn_id, 0);
+            self.start_round(ctx, txn_id, 1, ts);
+        }
+    }
+
+    /// A fresh timestamp: the local clock, past every version `txn` read, past `at_least` and
+    /// past this coordinator's previous timestamp.
+    fn next_ts(&mut self, ctx: &Ctx<'_, TapirMsg>, txn: TxnId, at_least: Ts) -> Ts {
+        let read_max = self.txns.get(&txn).and_then(|t| t.reads.values().map(|r| r.version).max()).unwrap_or(0);
+        let ts = ctx.now().0.max(read_max.saturating_add(1)).max(at_least).max(self.last_ts.saturating_add(1));
+        self.last_ts = ts;
+        ts
+    }
+
+    fn prepare_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
+        let keys = &txn.keys[&shard];
+        let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
+        TapirMsg::Prepare { op, shard, ts, reads, writes: keys.clone() }
+    }
+
+    fn start_round(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, round: u32, ts: Ts) {
+        let n = self.n();
+        let Some(txn) = self.txns.get(&txn_id) else { return };
+        let op = OpId { txn: txn_id, attempt: txn.attempt, round };
+        let mut shards = BTreeMap::new();
+        let mut wait = Duration::ZERO;
+        for &s in txn.keys.keys() {
+            ctx.send_all(self.replicas(s).iter().copied(), &Self::prepare_msg(txn, op, s, ts));
+            shards.insert(
+                s,
+                ShardPrepare { quorum: ConsensusQuorum::new(n), decided: None, finalized: Confirms::default() },
+            );
+            wait = wait.max(self.fast_path_wait(s));
+        }
+        let Some(txn) = self.txns.get_mut(&txn_id) else { return };
+        txn.phase = Phase::Preparing { round, ts, shards, waited: false };
+        txn.sends = 1;
+        ctx.set_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())), wait);
+    }
+
+    /// How long to wait for a super quorum of shard `s`: once every replica answered the
+    /// start-up ping, the largest round trip × 1.25 + `fast_path_slack`, at most
+    /// `fast_path_wait_max`; before that (or if a replica never answered), the maximum.
+    fn fast_path_wait(&self, s: ShardId) -> Duration {
+        match self.rtt.get(s as usize).filter(|m| m.len() == self.n()).and_then(|m| m.values().max()) {
+            Some(rtt) => (rtt.mul_f64(1.25) + self.config.fast_path_slack).min(self.config.fast_path_wait_max),
+            None => self.config.fast_path_wait_max,
+        }
+    }
+
+    fn on_prepare_reply(
+        &mut self,
+        ctx: &mut Ctx<'_, TapirMsg>,
+        op: OpId,
+        shard: ShardId,
+        replica: u32,
+        result: PrepareResult,
+    ) {
+        let Some(txn) = self.txns.get_mut(&op.txn) else { return };
+        let Phase::Preparing { round, shards, waited, .. } = &mut txn.phase else { return };
+        if txn.attempt != op.attempt || *round != op.round {
+            return;
+        }
+        let waited = *waited;
+        let Some(sp) = shards.get_mut(&shard) else { return };
+        if !sp.quorum.record(replica, result) || sp.decided.is_some() {
+            return;
+        }
+        self.try_decide(ctx, op, shard, waited);
+        self.advance(ctx, op.txn);
+    }
+
+    /// Decides shard `shard` of `op` if its replies allow: the fast path, a stale read, every
+    /// replica answered, or (after the wait for a super quorum) f + 1 replies.
+    fn try_decide(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, shard: ShardId, waited: bool) {
+        let Some(txn) = self.txns.get_mut(&op.txn) else { return };
+        let Phase::Preparing { ts, shards, .. } = &mut txn.phase else { return };
+        let Some(sp) = shards.get_mut(&shard) else { return };
+        if sp.decided.is_some() {
+            return;
+        }
+        if let Some(r) = sp.quorum.fast() {
+            sp.decided = Some((r, true));
+            self.stats.shard_fast += 1;
+            ctx.metric("tapir.shard_fast", 1);
+            return;
+        }
+        if !(sp.quorum.any_abort() || sp.quorum.complete() || waited) {
+            return;
+        }
+        let Some(r) = sp.quorum.decide() else { return };
+        sp.decided = Some((r, false));
+        self.stats.shard_slow += 1;
+        ctx.metric("tapir.shard_slow", 1);
+        ctx.metric(
+            if sp.quorum.complete() {
+                "tapir.shard_slow_disagreed"
+            } else if sp.quorum.any_abort() {
+                "tapir.shard_slow_stale"
+            } else {
+                "tapir.shard_slow_timeout"
+            },
+            1,
+        );
+        if r == PrepareResult::Ok {
+            let keys = &txn.keys[&shard];
+            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
+            let msg = TapirMsg::Finalize { op, shard, ts: *ts, reads, writes: keys.clone(), result: r };
+            let to = self.topology.shards[shard as usize].clone();
+            ctx.send_all(to, &msg);
+        }
+    }
+
+    fn on_finalize_reply(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, shard: ShardId, replica: u32) {
+        let Some(txn) = self.txns.get_mut(&op.txn) else { return };
+        let Phase::Preparing { round, shards, .. } = &mut txn.phase else { return };
+        if txn.attempt != op.attempt || *round != op.round {
+            return;
+        }
+        if let Some(sp) = shards.get_mut(&shard) {
+            if sp.decided.is_some() && sp.finalized.mark(replica) {
+                self.advance(ctx, op.txn);
+            }
+        }
+    }
+
+    /// Acts on the shards' decisions: abort as soon as one shard says so; once every shard is
+    /// final, commit if all prepared, else retry at the largest suggested timestamp.
+    fn advance(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
+        let f = self.topology.f();
+        let Some(txn) = self.txns.get(&txn_id) else { return };
+        let Phase::Preparing { round, shards, .. } = &txn.phase else { return };
+        let round = *round;
+        let mut all_final = true;
+        let mut all_fast = true;
+        let mut retry_at: Option<Ts> = None;
+        for sp in shards.values() {
+            match sp.decided {
+                None => all_final = false,
+                Some((PrepareResult::Abort | PrepareResult::Abstain, _)) => {
+                    return self.abort_attempt(ctx, txn_id, "tapir.abort_conflict");
+                }
+                Some((PrepareResult::Retry(at), _)) => retry_at = retry_at.max(Some(at)),
+                Some((PrepareResult::Ok, fast)) => {
+                    all_fast &= fast;
+                    if !fast && sp.finalized.count() < f + 1 {
+                        all_final = false;
+                    }
+                }
+            }
+        }
+        if !all_final {
+            return;
+        }
+        if let Some(at) = retry_at {
+            if round >= self.config.prepare_rounds_max {
+                return self.abort_attempt(ctx, txn_id, "tapir.abort_rounds");
+            }
+            self.stats.retry_rounds += 1;
+            ctx.metric("tapir.retry_rounds", 1);
+            let ts = self.next_ts(ctx, txn_id, at);
+            return self.start_round(ctx, txn_id, round + 1, ts);
+        }
+        self.commit(ctx, txn_id, all_fast);
+    }
+
+    fn commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, fast: bool) {
+        let Some(txn) = self.txns.remove(&txn_id) else { return };
+        let Phase::Preparing { round, ts, .. } = txn.phase else { return };
+        ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
+        let op = OpId { txn: txn_id, attempt: txn.attempt, round };
+        let reads: Vec<(Key, Value)> = txn.reads.values().map(|r| (r.key, r.value)).collect();
+        self.shell.committed(ctx, txn_id, &reads, fast);
+        let msgs = txn
+            .keys
+            .iter()
+            .map(|(&shard, keys)| {
+                let writes =
+                    keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.value).saturating_add(1))).collect();
+                (shard, TapirMsg::Commit { op, shard, ts, reads: keys.clone(), writes })
+            })
+            .collect();
+        self.finish(ctx, op, msgs);
+    }
+
+    /// Gives up on the current attempt (nothing committed: only this coordinator decides
+    /// commit) and tells the shell, which retries after a backoff or fails the transaction.
+    fn abort_attempt(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, why: &'static str) {
+        let Some(txn) = self.txns.remove(&txn_id) else { return };
+        ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
+        self.stats.aborted += 1;
+        ctx.metric(why, 1);
+        if let Phase::Preparing { round, .. } = txn.phase {
+            let op = OpId { txn: txn_id, attempt: txn.attempt, round };
+            let msgs = txn.keys.keys().map(|&shard| (shard, TapirMsg::Abort { op, shard })).collect();
+            self.finish(ctx, op, msgs);
+        }
+        self.shell.aborted(ctx, txn_id);
+    }
+
+    /// Delivers a commit or an abort (one message per shard) to every replica, retried until
+    /// each acknowledges or `finish_sends_max` sends.
+    fn finish(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, msgs: BTreeMap<ShardId, TapirMsg>) {
+        let mut tracked = BTreeMap::new();
+        for (shard, msg) in msgs {
+            ctx.send_all(self.replicas(shard).iter().copied(), &msg);
+            tracked.insert(shard, (msg, Confirms::default()));
+        }
+        self.finishing.insert(op.txn, Finishing { op, msgs: tracked, sends: 1 });
+        ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())), self.config.retry_interval);
+    }
+
+    fn on_done(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, shard: ShardId, replica: u32) {
+        let n = self.n();
+        let Some(fin) = self.finishing.get_mut(&op.txn) else { return };
+        if fin.op != op {
+            return;
+        }
+        if let Some((_, acks)) = fin.msgs.get_mut(&shard) {
+            acks.mark(replica);
+        }
+        if fin.msgs.values().all(|(_, acks)| acks.count() >= n) {
+            self.finishing.remove(&op.txn);
+            ctx.cancel_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())));
+        }
+    }
+
+    fn on_finish_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
+        let Some(fin) = self.finishing.get_mut(&txn_id) else { return };
+        if fin.sends >= self.config.finish_sends_max {
+            self.finishing.remove(&txn_id);
+            ctx.metric("tapir.finish_given_up", 1);
+            return;
+        }
+        fin.sends += 1;
+        for (&shard, (msg, acks)) in &fin.msgs {
+            for (r, node) in self.topology.shards[shard as usize].iter().enumerate() {
+                if !acks.has(r as u32) {
+                    ctx.send(*node, msg.clone());
+                    self.stats.finish_resends += 1;
+                }
+            }
+        }
+        ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())), self.config.retry_interval);
+    }
+
+    fn on_txn_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
+        let n = self.n() as u32;
+        let timer = TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq()));
+        let Some(txn) = self.txns.get_mut(&txn_id) else { return };
+        match &mut txn.phase {
+            Phase::Reading { asked } => {
+                if txn.sends >= self.config.read_sends_max {
+                    return self.abort_attempt(ctx, txn_id, "tapir.abort_unanswered");
+                }
+                txn.sends += 1;
+                // The replica asked may be down: ask the next one.
+                for (s, r) in asked.iter_mut() {
+                    *r = (*r + 1) % n.max(1);
+                    let msg = TapirMsg::Read { txn: txn_id, attempt: txn.attempt, keys: txn.keys[s].clone() };
+                    ctx.send(self.topology.shards[*s as usize][*r as usize], msg);
+                    self.stats.read_resends += 1;
+                    ctx.metric("tapir.read_resends", 1);
+                }
+                ctx.set_timer(timer, self.config.retry_interval);
+            }
+            Phase::Preparing { round, waited, shards, .. } => {
+                let op = OpId { txn: txn_id, attempt: txn.attempt, round: *round };
+                if !*waited {
+                    // The wait for a super quorum is over: decide from f + 1 replies.
+                    *waited = true;
+                    let undecided: Vec<ShardId> =
+                        shards.iter().filter(|(_, sp)| sp.decided.is_none()).map(|(s, _)| *s).collect();
+                    for s in undecided {
+                        self.try_decide(ctx, op, s, true);
+                    }
+                    self.advance(ctx, txn_id);
+                    if let Some(txn) = self.txns.get(&txn_id) {
+                        if txn.attempt == op.attempt
+                            && matches!(txn.phase, Phase::Preparing { round, .. } if round == op.round)
+                        {
+                            ctx.set_timer(timer, self.config.retry_interval);
+                        }
+                    }
+                    return;
+                }
+                if txn.sends >= self.config.prepare_sends_max {
+                    return self.abort_attempt(ctx, txn_id, "tapir.abort_unanswered");
+                }
+                txn.sends += 1;
+                let Phase::Preparing { ts, shards, .. } = &txn.phase else { return };
+                for (&s, sp) in shards {
+                    let replicas = &self.topology.shards[s as usize];
+                    let msg = match sp.decided {
+                        None => Self::prepare_msg(txn, op, s, *ts),
+                        Some((PrepareResult::Ok, false)) => {
+                            let keys = &txn.keys[&s];
+                            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
+                            TapirMsg::Finalize {
+                                op,
+                                shard: s,
+                                ts: *ts,
+                                reads,
+                                writes: keys.clone(),
+                                result: PrepareResult::Ok,
+                            }
+                        }
+                        Some(_) => continue,
+                    };
+                    for (r, node) in replicas.iter().enumerate() {
+                        let answered = if sp.decided.is_none() {
+                            sp.quorum.has_replied(r as u32)
+                        } else {
+                            sp.finalized.has(r as u32)
+                        };
+                        if !answered {
+                            ctx.send(*node, msg.clone());
+                            self.stats.prepare_resends += 1;
+                            ctx.metric("tapir.prepare_resends", 1);
+                        }
+                    }
+                }
+                ctx.set_timer(timer, self.config.retry_interval);
+            }
+        }
+    }
+
+    fn on_pong(&mut self, ctx: &Ctx<'_, TapirMsg>, shard: ShardId, replica: u32) {
+        let Some(m) = self.rtt.get_mut(shard as usize) else { return };
+        if replica as usize >= self.topology.replicas_per_shard() || m.contains_key(&replica) {
+            return;
+        }
+        if m.is_empty() {
+            // Every ping left at once: the first answer comes from the closest replica.
+            self.closest[shard as usize] = replica;
+        }
+        m.insert(replica, ctx.now().saturating_since(self.started));
+    }
+}
+
+impl Process for Coordinator {
+    type Msg = TapirMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
+        self.started = ctx.now();
+        let servers: BTreeSet<NodeId> = self.topology.shards.iter().flatten().copied().collect();
+        ctx.send_all(servers, &TapirMsg::Ping { nonce: 0 });
+        self.shell.start(ctx);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, _from: NodeId, msg: TapirMsg) {
+        match msg {
+            TapirMsg::Pong { shard, replica, .. } => self.on_pong(ctx, shard, replica),
+            TapirMsg::ReadReply { txn, attempt, shard, values, .. } => {
+                self.on_read_reply(ctx, txn, attempt, shard, values)
+            }
+            TapirMsg::PrepareReply { op, shard, replica, result } => {
+                self.on_prepare_reply(ctx, op, shard, replica, result)
+            }
+            TapirMsg::FinalizeReply { op, shard, replica } => self.on_finalize_reply(ctx, op, shard, replica),
+            TapirMsg::Done { op, shard, replica } => self.on_done(ctx, op, shard, replica),
+            TapirMsg::Ping { .. }
+            | TapirMsg::Read { .. }
+            | TapirMsg::Prepare { .. }
+            | TapirMsg::Finalize { .. }
+            | TapirMsg::Commit { .. }
+            | TapirMsg::Abort { .. } => ctx.metric("tapir.coordinator_ignored", 1),
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, timer: TimerId) {
+        if TxnShell::owns_timer(timer) {
+            if let Some(a) = self.shell.on_timer(ctx, timer) {
+                self.begin(ctx, a);
+            }
+            return;
+        }
+        let me = ctx.me();
+        if (FINISH_TIMER_BASE..FINISH_TIMER_BASE + (1 << 32)).contains(&timer.0) {
+            self.on_finish_timer(ctx, TxnId::new(me, (timer.0 - FINISH_TIMER_BASE) as u32));
+        } else if (TXN_TIMER_BASE..TXN_TIMER_BASE + (1 << 32)).contains(&timer.0) {
+            self.on_txn_timer(ctx, TxnId::new(me, (timer.0 - TXN_TIMER_BASE) as u32));
+        }
+    }
+}
