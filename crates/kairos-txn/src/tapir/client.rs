@@ -352,7 +352,8 @@ impl Coordinator {
             let ts = self.next_ts(ctx, txn_id, at);
             return self.start_round(ctx, txn_id, round + 1, ts);
         }
-        self.commit(ctx, txn_id, all_fast);
+        // "Fast": every shard on IR's fast path in the first round — one round trip to prepare.
+        self.commit(ctx, txn_id, all_fast && round == 1);
     }
 
     fn commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, fast: bool) {

@@ -351,3 +351,124 @@ impl Process for Replica {
 
     fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_core::{Effect, LocalTime, Rng};
+    use rand::SeedableRng;
+
+    const COORD: NodeId = NodeId(9);
+
+    fn replica(config: TapirConfig) -> Replica {
+        let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        Replica::new(&topology, &config, 0, 1)
+    }
+
+    fn deliver(r: &mut Replica, msg: TapirMsg) -> Vec<TapirMsg> {
+        let mut rng = Rng::seed_from_u64(1);
+        let mut effects = Vec::new();
+        r.on_message(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut effects), COORD, msg);
+        effects.into_iter().filter_map(|e| if let Effect::Send { msg, .. } = e { Some(msg) } else { None }).collect()
+    }
+
+    fn op(seq: u32, attempt: u32, round: u32) -> OpId {
+        OpId { txn: TxnId::new(COORD, seq), attempt, round }
+    }
+
+    fn prepare(r: &mut Replica, op: OpId, ts: Ts, reads: &[(Key, Ts)], writes: &[Key]) -> Option<PrepareResult> {
+        let msg = TapirMsg::Prepare { op, shard: 0, ts, reads: reads.to_vec(), writes: writes.to_vec() };
+        deliver(r, msg).into_iter().find_map(|m| {
+            if let TapirMsg::PrepareReply { result, .. } = m {
+                Some(result)
+            } else {
+                None
+            }
+        })
+    }
+
+    fn commit(r: &mut Replica, op: OpId, ts: Ts, key: Key, value: Value) {
+        deliver(r, TapirMsg::Commit { op, shard: 0, ts, reads: vec![key], writes: vec![(key, value)] });
+    }
+
+    #[test]
+    fn occ_check_returns_each_result_of_the_paper() {
+        let mut r = replica(TapirConfig::default());
+        commit(&mut r, op(1, 1, 1), 100, 3, 7);
+        assert_eq!(r.store().get(3).version, 100);
+        // A read of the version before 100 is stale.
+        assert_eq!(prepare(&mut r, op(2, 1, 1), 150, &[(3, 0)], &[3]), Some(PrepareResult::Abort));
+        // A write at a timestamp not past the committed read and version must retry later.
+        assert_eq!(prepare(&mut r, op(3, 1, 1), 90, &[(3, 100)], &[3]), Some(PrepareResult::Retry(101)));
+        // Valid: prepared.
+        assert_eq!(prepare(&mut r, op(4, 1, 1), 200, &[(3, 100)], &[3]), Some(PrepareResult::Ok));
+        assert_eq!(r.prepared_count(), 1);
+        // Another transaction reading key 3 meets the prepared write: abstain.
+        assert_eq!(prepare(&mut r, op(5, 1, 1), 300, &[(3, 100)], &[3]), Some(PrepareResult::Abstain));
+        // A blind write below the prepared read's timestamp must retry past it.
+        assert_eq!(prepare(&mut r, op(6, 1, 1), 150, &[], &[3]), Some(PrepareResult::Retry(201)));
+        // Keys of another shard, or messages for another shard, are ignored.
+        let mut two = {
+            let topology = Topology { shards: vec![vec![NodeId(0)], vec![NodeId(1)]], leader: vec![0, 0] };
+            Replica::new(&topology, &TapirConfig::default(), 0, 0)
+        };
+        assert_eq!(prepare(&mut two, op(7, 1, 1), 10, &[(1, 0)], &[1]), None);
+        assert_eq!(two.stats().ignored, 1);
+    }
+
+    #[test]
+    fn retransmissions_are_answered_from_the_record_and_finished_operations_are_ignored() {
+        let mut r = replica(TapirConfig::default());
+        let a = op(1, 1, 1);
+        assert_eq!(prepare(&mut r, a, 50, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        // A retransmission gets the recorded answer (no second validation against itself).
+        assert_eq!(prepare(&mut r, a, 50, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        assert_eq!(r.stats().prepare_ok, 1);
+        // A newer round replaces the entry; the older round is then ignored.
+        assert_eq!(prepare(&mut r, op(1, 1, 2), 60, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        assert_eq!(prepare(&mut r, a, 50, &[(4, 0)], &[4]), None);
+        assert_eq!(r.prepared_count(), 1);
+        // Abort drops it; a late prepare of the aborted operation does not bring it back.
+        let done = deliver(&mut r, TapirMsg::Abort { op: op(1, 1, 2), shard: 0 });
+        assert!(matches!(done[..], [TapirMsg::Done { .. }]));
+        assert_eq!(r.prepared_count(), 0);
+        assert_eq!(prepare(&mut r, op(1, 1, 2), 60, &[(4, 0)], &[4]), None);
+        assert_eq!(r.prepared_count(), 0);
+        // The next attempt is a new operation.
+        assert_eq!(prepare(&mut r, op(1, 2, 1), 70, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        // Commit applies at the timestamp and is idempotent.
+        commit(&mut r, op(1, 2, 1), 70, 4, 1);
+        commit(&mut r, op(1, 2, 1), 70, 4, 1);
+        assert_eq!((r.store().get(4).value, r.store().get(4).version, r.prepared_count()), (1, 70, 0));
+        assert_eq!(r.stats().commits, 1);
+    }
+
+    #[test]
+    fn a_finalized_prepare_ok_enters_the_prepared_list() {
+        let mut r = replica(TapirConfig::default());
+        assert_eq!(prepare(&mut r, op(1, 1, 1), 50, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        // Transaction 2 abstained here but was decided PREPARE-OK on the slow path elsewhere.
+        assert_eq!(prepare(&mut r, op(2, 1, 1), 40, &[(5, 0)], &[4]), Some(PrepareResult::Retry(51)));
+        let msg = TapirMsg::Finalize {
+            op: op(2, 1, 1),
+            shard: 0,
+            ts: 40,
+            reads: vec![(5, 0)],
+            writes: vec![4],
+            result: PrepareResult::Ok,
+        };
+        assert!(matches!(deliver(&mut r, msg)[..], [TapirMsg::FinalizeReply { .. }]));
+        assert_eq!(r.prepared_count(), 2);
+    }
+
+    #[test]
+    fn the_unsafe_switch_skips_the_prepared_checks() {
+        let mut r = replica(TapirConfig { unsafe_skip_prepared_check: true, ..TapirConfig::default() });
+        assert_eq!(prepare(&mut r, op(1, 1, 1), 50, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
+        assert_eq!(
+            prepare(&mut r, op(2, 1, 1), 60, &[(4, 0)], &[4]),
+            Some(PrepareResult::Ok),
+            "the conflict goes unseen"
+        );
+    }
+}
