@@ -540,7 +540,21 @@ impl Process for Coordinator {
         self.shell.start(ctx);
     }
 
-    fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, _from: NodeId, msg: TapirMsg) {
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, from: NodeId, msg: TapirMsg) {
+        // Replies must come from the replica they name.
+        let named = match &msg {
+            TapirMsg::Pong { shard, replica, .. }
+            | TapirMsg::ReadReply { shard, replica, .. }
+            | TapirMsg::PrepareReply { shard, replica, .. }
+            | TapirMsg::FinalizeReply { shard, replica, .. }
+            | TapirMsg::Done { shard, replica, .. } => Some((*shard, *replica)),
+            _ => None,
+        };
+        if let Some((shard, replica)) = named {
+            if self.replicas(shard).get(replica as usize) != Some(&from) {
+                return ctx.metric("tapir.coordinator_ignored", 1);
+            }
+        }
         match msg {
             TapirMsg::Pong { shard, replica, .. } => self.on_pong(ctx, shard, replica),
             TapirMsg::ReadReply { txn, attempt, shard, values, .. } => {

@@ -182,3 +182,86 @@ pub fn analytic_latency(bench: &Bench, region: &str) -> Result<Duration, DeployE
         .fold((Duration::ZERO, Duration::ZERO), |(a, b), (r, p)| (a.max(r), b.max(p)));
     Ok(read + prepare)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_tiga::coordinator::OpenLoop;
+    use kairos_tiga::msg::TxnId;
+    use kairos_tiga::workload::FixedKeys;
+    use rand::{Rng as _, SeedableRng};
+
+    fn random_msg(rng: &mut Rng) -> TapirMsg {
+        let txn = TxnId::new(NodeId(rng.random_range(0..12)), rng.random_range(0..4));
+        let op = OpId { txn, attempt: rng.random_range(0..3), round: rng.random_range(0..3) };
+        let shard = rng.random_range(0..4);
+        let replica = rng.random_range(0..5);
+        let keys: Vec<u64> = (0..rng.random_range(0..4)).map(|_| rng.random_range(0..9)).collect();
+        let ts = rng.random_range(0..1_000);
+        let result = match rng.random_range(0..4) {
+            0 => PrepareResult::Ok,
+            1 => PrepareResult::Abort,
+            2 => PrepareResult::Abstain,
+            _ => PrepareResult::Retry(ts),
+        };
+        let reads: Vec<(u64, u64)> = keys.iter().map(|k| (*k, ts / 2)).collect();
+        let values = keys.iter().map(|&key| msg::ReadResult { key, value: ts, version: ts }).collect();
+        match rng.random_range(0..12) {
+            0 => TapirMsg::Ping { nonce: ts },
+            1 => TapirMsg::Pong { nonce: ts, shard, replica },
+            2 => TapirMsg::Read { txn, attempt: op.attempt, keys },
+            3 => TapirMsg::ReadReply { txn, attempt: op.attempt, shard, replica, values },
+            4 => TapirMsg::Prepare { op, shard, ts, reads, writes: keys },
+            5 => TapirMsg::PrepareReply { op, shard, replica, result },
+            6 => TapirMsg::Finalize { op, shard, ts, reads, writes: keys, result },
+            7 => TapirMsg::FinalizeReply { op, shard, replica },
+            8 => TapirMsg::Commit { op, shard, ts, reads: keys.clone(), writes: reads },
+            9 => TapirMsg::Abort { op, shard },
+            _ => TapirMsg::Done { op, shard, replica },
+        }
+    }
+
+    /// No message a peer could send makes a role panic (and the roles stay usable).
+    #[test]
+    fn random_messages_and_timers_never_panic() {
+        let topology = Topology {
+            shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(),
+            leader: vec![0; 3],
+        };
+        let config = TapirConfig::default();
+        let mut replicas: Vec<Replica> = (0..9).map(|i| Replica::new(&topology, &config, i / 3, i % 3)).collect();
+        let shell = TxnShell::new(
+            Box::new(FixedKeys::new(vec![vec![1, 2, 3]])),
+            OpenLoop::default(),
+            crate::ShellConfig::default(),
+            0,
+        );
+        let mut coordinator = Coordinator::new(&topology, &config, shell);
+        let mut rng = Rng::seed_from_u64(7);
+        let mut role_rng = Rng::seed_from_u64(8);
+        let mut effects = Vec::new();
+        let me = NodeId(9);
+        coordinator.on_start(&mut Ctx::new(me, LocalTime::ZERO, &mut role_rng, &mut effects));
+        for i in 0..20_000u64 {
+            let now = LocalTime(i * 1_000_000);
+            let from = NodeId(rng.random_range(0..12));
+            let msg = random_msg(&mut rng);
+            let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
+            if i % 50 == 0 {
+                coordinator.invoke(&mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
+            }
+            if i % 7 == 0 {
+                let timer = [client::TXN_TIMER_BASE, client::FINISH_TIMER_BASE, 0, crate::shell::SHELL_TIMER_BASE]
+                    [rng.random_range(0..4)]
+                    + rng.random_range(0..4);
+                coordinator.on_timer(&mut ctx, TimerId(timer));
+            }
+            coordinator.on_message(&mut ctx, from, msg.clone());
+            let r = rng.random_range(0..9);
+            replicas[r].on_message(&mut Ctx::new(NodeId(r as u32), now, &mut role_rng, &mut effects), from, msg);
+            effects.clear();
+        }
+        assert!(replicas.iter().map(|r| r.stats().ignored).sum::<u64>() > 1_000);
+    }
+}
