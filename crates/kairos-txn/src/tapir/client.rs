@@ -15,7 +15,8 @@
 //! in the read phase it resends unanswered reads to the next replica of the shard; in the
 //! prepare phase it first marks the end of the wait for a super quorum (then shards with
 //! f + 1 replies are decided on the slow path) and afterwards resends unanswered prepares and
-//! finalizes. Commits and aborts being delivered have their own (`FINISH_TIMER_BASE + seq`).
+//! finalizes. Commits and aborts being delivered have their own (`FINISH_TIMER_BASE + seq`),
+//! and [`PING_TIMER`] re-pings every replica every `ping_interval`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -29,6 +30,8 @@ use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
 use super::TapirConfig;
 use crate::shell::{Attempt, TxnShell};
 
+/// The periodic ping that finds the closest replicas and measures round trips.
+pub const PING_TIMER: TimerId = TimerId(1);
 /// Per-transaction timers are `TXN_TIMER_BASE + seq`.
 pub const TXN_TIMER_BASE: u64 = 1 << 32;
 /// Commit / abort delivery timers are `FINISH_TIMER_BASE + seq`.
@@ -92,9 +95,13 @@ pub struct Coordinator {
     shell: TxnShell,
     /// Per shard: replica index → round-trip time measured by the start-up ping.
     rtt: Vec<BTreeMap<u32, Duration>>,
-    /// Per shard: the closest replica (the first to answer the ping; replica 0 before).
+    /// Per shard: the replica reads go to — the first to answer the latest ping round
+    /// (replica 0 before any answer), or the one that answered a read that timed out elsewhere.
     closest: Vec<u32>,
-    started: LocalTime,
+    /// The current ping round, when it was sent, and the shards that answered it.
+    ping_round: u64,
+    ping_sent: LocalTime,
+    ping_answered: BTreeSet<ShardId>,
     last_ts: Ts,
     txns: BTreeMap<TxnId, Txn>,
     finishing: BTreeMap<TxnId, Finishing>,
@@ -110,7 +117,9 @@ impl Coordinator {
             shell,
             rtt: vec![BTreeMap::new(); shards],
             closest: vec![0; shards],
-            started: LocalTime::ZERO,
+            ping_round: 0,
+            ping_sent: LocalTime::ZERO,
+            ping_answered: BTreeSet::new(),
             last_ts: 0,
             txns: BTreeMap::new(),
             finishing: BTreeMap::new(),
@@ -171,7 +180,7 @@ impl Coordinator {
         ctx: &mut Ctx<'_, TapirMsg>,
         txn_id: TxnId,
         attempt: u32,
-        shard: ShardId,
+        (shard, replica): (ShardId, u32),
         values: Vec<ReadResult>,
     ) {
         let Some(txn) = self.txns.get_mut(&txn_id) else { return };
@@ -187,6 +196,11 @@ impl Coordinator {
         asked.remove(&shard);
         for v in values {
             txn.reads.insert(v.key, v);
+        }
+        if txn.sends > 1 && replica != self.closest[shard as usize] {
+            // The closest replica did not answer in time (down?): read from this one until the
+            // next ping round says otherwise.
+            self.closest[shard as usize] = replica;
         }
         if asked.is_empty() {
             let ts = self.next_ts(ctx, txn_id, 0);
@@ -229,8 +243,7 @@ impl Coordinator {
         ctx.set_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())), wait);
     }
 
-    /// How long to wait for a super quorum of shard `s`: once every replica answered the
-    /// start-up ping, the largest round trip × 1.25 + `fast_path_slack`, at most
+    /// How long to wait for a super quorum of shard `s`: once every replica answered a ping, the largest round trip × 1.25 + `fast_path_slack`, at most
     /// `fast_path_wait_max`; before that (or if a replica never answered), the maximum.
     fn fast_path_wait(&self, s: ShardId) -> Duration {
         match self.rtt.get(s as usize).filter(|m| m.len() == self.n()).and_then(|m| m.values().max()) {
@@ -517,16 +530,26 @@ impl Coordinator {
         }
     }
 
-    fn on_pong(&mut self, ctx: &Ctx<'_, TapirMsg>, shard: ShardId, replica: u32) {
-        let Some(m) = self.rtt.get_mut(shard as usize) else { return };
-        if replica as usize >= self.topology.replicas_per_shard() || m.contains_key(&replica) {
+    fn on_pong(&mut self, ctx: &Ctx<'_, TapirMsg>, nonce: u64, shard: ShardId, replica: u32) {
+        if nonce != self.ping_round {
             return;
         }
-        if m.is_empty() {
-            // Every ping left at once: the first answer comes from the closest replica.
+        let Some(m) = self.rtt.get_mut(shard as usize) else { return };
+        if self.ping_answered.insert(shard) {
+            // Every ping of a round left at once: the first answer comes from the closest replica.
             self.closest[shard as usize] = replica;
         }
-        m.insert(replica, ctx.now().saturating_since(self.started));
+        m.insert(replica, ctx.now().saturating_since(self.ping_sent));
+    }
+
+    /// Pings every replica (a new round), and again after `ping_interval`.
+    fn ping(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
+        self.ping_round += 1;
+        self.ping_sent = ctx.now();
+        self.ping_answered.clear();
+        let servers: BTreeSet<NodeId> = self.topology.shards.iter().flatten().copied().collect();
+        ctx.send_all(servers, &TapirMsg::Ping { nonce: self.ping_round });
+        ctx.set_timer(PING_TIMER, self.config.ping_interval);
     }
 }
 
@@ -534,9 +557,7 @@ impl Process for Coordinator {
     type Msg = TapirMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
-        self.started = ctx.now();
-        let servers: BTreeSet<NodeId> = self.topology.shards.iter().flatten().copied().collect();
-        ctx.send_all(servers, &TapirMsg::Ping { nonce: 0 });
+        self.ping(ctx);
         self.shell.start(ctx);
     }
 
@@ -556,9 +577,9 @@ impl Process for Coordinator {
             }
         }
         match msg {
-            TapirMsg::Pong { shard, replica, .. } => self.on_pong(ctx, shard, replica),
-            TapirMsg::ReadReply { txn, attempt, shard, values, .. } => {
-                self.on_read_reply(ctx, txn, attempt, shard, values)
+            TapirMsg::Pong { nonce, shard, replica } => self.on_pong(ctx, nonce, shard, replica),
+            TapirMsg::ReadReply { txn, attempt, shard, replica, values } => {
+                self.on_read_reply(ctx, txn, attempt, (shard, replica), values)
             }
             TapirMsg::PrepareReply { op, shard, replica, result } => {
                 self.on_prepare_reply(ctx, op, shard, replica, result)
@@ -580,6 +601,9 @@ impl Process for Coordinator {
                 self.begin(ctx, a);
             }
             return;
+        }
+        if timer == PING_TIMER {
+            return self.ping(ctx);
         }
         let me = ctx.me();
         if (FINISH_TIMER_BASE..FINISH_TIMER_BASE + (1 << 32)).contains(&timer.0) {
