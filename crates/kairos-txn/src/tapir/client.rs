@@ -613,3 +613,149 @@ impl Process for Coordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_core::{Effect, HistoryEvent, OpType, Rng};
+    use kairos_tiga::coordinator::OpenLoop;
+    use kairos_tiga::workload::FixedKeys;
+    use rand::SeedableRng;
+
+    const ME: NodeId = NodeId(9);
+
+    /// A coordinator of one shard with three replicas (nodes 0, 1, 2), and a driver that
+    /// feeds it messages and collects what it sends, arms and records.
+    struct Harness {
+        c: Coordinator,
+        rng: Rng,
+        now: LocalTime,
+        sent: Vec<(NodeId, TapirMsg)>,
+        timers: Vec<(TimerId, Duration)>,
+        history: Vec<HistoryEvent>,
+    }
+
+    impl Harness {
+        fn new() -> Self {
+            let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+            let shell =
+                TxnShell::new(Box::new(FixedKeys::new(vec![])), OpenLoop::default(), crate::ShellConfig::default(), 0);
+            let c = Coordinator::new(&topology, &TapirConfig::default(), shell);
+            let mut h = Harness {
+                c,
+                rng: Rng::seed_from_u64(3),
+                now: LocalTime(1_000),
+                sent: vec![],
+                timers: vec![],
+                history: vec![],
+            };
+            h.with(|c, ctx| c.on_start(ctx));
+            h
+        }
+
+        fn with(&mut self, f: impl FnOnce(&mut Coordinator, &mut Ctx<'_, TapirMsg>)) {
+            let mut effects = Vec::new();
+            f(&mut self.c, &mut Ctx::new(ME, self.now, &mut self.rng, &mut effects));
+            for e in effects {
+                match e {
+                    Effect::Send { to, msg } => self.sent.push((to, msg)),
+                    Effect::SetTimer { id, after } => self.timers.push((id, after)),
+                    Effect::History(h) => self.history.push(h),
+                    _ => {}
+                }
+            }
+        }
+
+        fn deliver(&mut self, from: u32, msg: TapirMsg) {
+            self.with(|c, ctx| c.on_message(ctx, NodeId(from), msg));
+        }
+
+        fn take_sent(&mut self) -> Vec<(NodeId, TapirMsg)> {
+            std::mem::take(&mut self.sent)
+        }
+
+        /// Invokes an increment of key 3 and answers its read (value 5 at version 40).
+        fn read_done(&mut self) -> TxnId {
+            self.with(|c, ctx| assert!(c.invoke(ctx, vec![3])));
+            self.take_sent();
+            let txn = TxnId::new(ME, 0);
+            let values = vec![ReadResult { key: 3, value: 5, version: 40 }];
+            self.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
+            txn
+        }
+
+        fn prepares(&mut self) -> Vec<(OpId, Ts)> {
+            self.take_sent()
+                .into_iter()
+                .filter_map(|(_, m)| if let TapirMsg::Prepare { op, ts, .. } = m { Some((op, ts)) } else { None })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn fast_path_commits_and_sends_the_commit_to_every_replica() {
+        let mut h = Harness::new();
+        let txn = h.read_done();
+        let prepares = h.prepares();
+        assert_eq!(prepares.len(), 3);
+        let (op, ts) = prepares[0];
+        assert!(ts > 40, "the timestamp is past the version read");
+        for r in 0..3 {
+            h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Ok });
+        }
+        assert_eq!(h.history.last().unwrap().op_type, OpType::Ok);
+        let commits: Vec<_> = h.take_sent().into_iter().filter(|(_, m)| matches!(m, TapirMsg::Commit { .. })).collect();
+        assert_eq!(commits.len(), 3);
+        assert!(matches!(&commits[0].1, TapirMsg::Commit { writes, ts: t, .. } if writes == &vec![(3, 6)] && *t == ts));
+        assert_eq!((h.c.shell().stats().committed_fast, h.c.stats().shard_fast), (1, 1));
+        assert_eq!(op.txn, txn);
+    }
+
+    #[test]
+    fn slow_path_finalizes_at_f_plus_one_after_the_wait_for_a_super_quorum() {
+        let mut h = Harness::new();
+        let txn = h.read_done();
+        let (op, _) = h.prepares()[0];
+        h.deliver(0, TapirMsg::PrepareReply { op, shard: 0, replica: 0, result: PrepareResult::Ok });
+        h.deliver(1, TapirMsg::PrepareReply { op, shard: 0, replica: 1, result: PrepareResult::Ok });
+        // A reply naming a replica other than its sender is ignored.
+        h.deliver(0, TapirMsg::PrepareReply { op, shard: 0, replica: 2, result: PrepareResult::Ok });
+        assert!(h.take_sent().is_empty(), "waiting for the super quorum");
+        h.with(|c, ctx| c.on_timer(ctx, TimerId(TXN_TIMER_BASE + u64::from(txn.seq()))));
+        let finalizes = h.take_sent();
+        assert_eq!(finalizes.len(), 3);
+        assert!(finalizes.iter().all(|(_, m)| matches!(m, TapirMsg::Finalize { result: PrepareResult::Ok, .. })));
+        h.deliver(0, TapirMsg::FinalizeReply { op, shard: 0, replica: 0 });
+        assert!(h.history.iter().all(|e| e.op_type == OpType::Invoke), "final only at f + 1");
+        h.deliver(2, TapirMsg::FinalizeReply { op, shard: 0, replica: 2 });
+        assert_eq!(h.history.last().unwrap().op_type, OpType::Ok);
+        assert_eq!((h.c.shell().stats().committed_fast, h.c.stats().shard_slow), (0, 1));
+    }
+
+    #[test]
+    fn retry_prepares_again_at_the_suggested_timestamp_and_abstentions_abort() {
+        let mut h = Harness::new();
+        let txn = h.read_done();
+        let (op, _) = h.prepares()[0];
+        for (r, at) in [(0, 500), (1, 700), (2, 600)] {
+            h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Retry(at) });
+        }
+        let round2 = h.prepares();
+        assert_eq!(round2.len(), 3);
+        let (op2, ts2) = round2[0];
+        assert_eq!((op2.round, op2.attempt), (2, 1));
+        assert!(ts2 >= 700);
+        // Replies to the old round no longer count.
+        h.deliver(0, TapirMsg::PrepareReply { op, shard: 0, replica: 0, result: PrepareResult::Ok });
+        assert!(h.take_sent().is_empty());
+        for r in 0..2 {
+            h.deliver(r, TapirMsg::PrepareReply { op: op2, shard: 0, replica: r, result: PrepareResult::Abstain });
+        }
+        h.deliver(2, TapirMsg::PrepareReply { op: op2, shard: 0, replica: 2, result: PrepareResult::Ok });
+        let aborts = h.take_sent();
+        assert_eq!(aborts.len(), 3);
+        assert!(aborts.iter().all(|(_, m)| matches!(m, TapirMsg::Abort { op, .. } if *op == op2)));
+        assert_eq!(h.c.shell().attempt_of(txn), Some(1), "the shell retries after a backoff");
+        assert_eq!((h.c.stats().retry_rounds, h.c.stats().aborted), (1, 1));
+    }
+}
