@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kairos_core::OpType;
+use kairos_core::{NodeId, OpType, SimTime};
 use kairos_sim::CpuModel;
 use kairos_txn::deploy::RunOutcome;
 use kairos_txn::tapir::{analytic_latency, Tapir, TapirConfig};
@@ -56,7 +56,10 @@ fn pct(v: &[f64], p: f64) -> f64 {
 }
 
 fn saturation(loads: &[f64]) {
-    println!("load_txn_per_s,throughput_txn_per_s,commit_rate,fast_share,p50_ms,p90_ms,failed,dropped_overload,wall_s");
+    println!(
+        "load_txn_per_s,throughput_txn_per_s,commit_rate,fast_share,p50_ms,p90_ms,failed,\
+         replica_busy_max,coordinator_busy_max,wall_s"
+    );
     for &load in loads {
         let bench = Bench {
             load_txn_per_s: load,
@@ -66,6 +69,16 @@ fn saturation(loads: &[f64]) {
             ..Bench::default()
         };
         let out = bench.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
+        // Busy share of the loaded period (CPU time charged / duration), from a second,
+        // identical build: which role saturates first.
+        let (replica_busy, coordinator_busy) = {
+            let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
+            world.sim.run_until(SimTime::ZERO + bench.duration);
+            let servers = world.topology.shard_count() * world.topology.replicas_per_shard();
+            let busy = |n: usize| world.sim.busy_time(NodeId(n as u32)).as_secs_f64() / bench.duration.as_secs_f64();
+            let max = |r: std::ops::Range<usize>| r.map(busy).fold(0.0, f64::max);
+            (max(0..servers), max(servers..world.sim.node_count()))
+        };
         let (by_region, commits) = latencies(&out);
         let mut all: Vec<f64> = by_region.values().flatten().copied().collect();
         all.sort_by(f64::total_cmp);
@@ -74,14 +87,13 @@ fn saturation(loads: &[f64]) {
         let window = commits.iter().filter(|t| (from..to).contains(*t)).count() as f64;
         let t = out.totals();
         println!(
-            "{load},{:.0},{:.3},{:.3},{:.1},{:.1},{},{},{:.1}",
+            "{load},{:.0},{:.3},{:.3},{:.1},{:.1},{},{replica_busy:.2},{coordinator_busy:.2},{:.1}",
             window / ((to - from) as f64 / 1e9),
             t.commit_rate(),
             t.committed_fast as f64 / t.committed.max(1) as f64,
             pct(&all, 0.5),
             pct(&all, 0.9),
             t.failed,
-            out.stats.dropped_overload,
             out.wall.as_secs_f64()
         );
     }
