@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kairos_check::{check, CheckReport, Model};
+use kairos_clock::ClockPreset;
 use kairos_core::{OpType, SimTime};
 use kairos_sim::Fault;
 use kairos_txn::deploy::RunOutcome;
@@ -208,4 +209,34 @@ fn the_same_seed_gives_the_same_trace() {
     assert_eq!(a.history.len(), b.history.len());
     let c = Bench { seed: bench.seed + 1, ..bench }.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
     assert_ne!(a.trace_hash, c.trace_hash);
+}
+
+/// Contention, 3 % message loss, a replica crash at a seed-chosen time and, for odd seeds, the
+/// "bad" clock preset (62.55 ms error, with steps): every history stays strictly serializable
+/// (clocks only affect Tapir's performance) and transactions keep committing with f + 1
+/// replicas per shard left. (Swept over 120 seeds, including 300 keys per shard at skew 0.99,
+/// while developing; four stay here to keep the suite fast.)
+#[test]
+fn randomized_faults_never_break_strict_serializability() {
+    for seed in 1..=4u64 {
+        let bench = Bench {
+            seed,
+            clock: if seed % 2 == 1 { ClockPreset::Bad } else { ClockPreset::Chrony },
+            keys_per_shard: 2_000,
+            skew: 0.9,
+            loss: 0.03,
+            load_txn_per_s: 200.0,
+            duration: Duration::from_secs(2),
+            ..Bench::default()
+        };
+        let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
+        let shard = (seed % 3) as usize;
+        let replica = ((seed / 3 + seed) % 3) as usize;
+        let at = SimTime::from_millis(200 + 350 * seed);
+        world.sim.schedule(at, Fault::Crash(world.topology.shards[shard][replica]));
+        world.sim.run_until(SimTime::from_secs(15));
+        let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
+        assert!(report.valid, "seed {seed}: {report}");
+        assert!(world.sim.metric("txn.committed") > 200, "seed {seed}: {:?}", world.sim.metrics());
+    }
 }
