@@ -10,6 +10,12 @@
 //! floor: 0 }` (handlers cost their real CPU time): throughput, commit rate, fast share,
 //! median latency. `latency`: per-region median latency at 1,000 txn/s, Tapir vs Tiga, on the
 //! identical bench (default CPU model).
+//!
+//! On the shared 2-core development machine (so only indicative), MicroBench skew 0.5:
+//! throughput follows the offered load up to ~40k txn/s (offered 45k → 38.9k, 50k → 40.5k;
+//! the busiest replica's CPU ~0.7 busy, coordinators ~0.25), then collapses (60k → 30.6k,
+//! 80k → 23.9k, median latency ~1 s): queueing delays outlast the wait for a super quorum,
+//! shards fall to the slow path, whose finalize round adds load. Tiga's paper: Tapir 44.2k.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

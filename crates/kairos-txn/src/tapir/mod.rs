@@ -168,7 +168,9 @@ impl Peer for Tapir {
 /// Tapir's commit latency without conflicts for a coordinator in `region`, from the latency
 /// matrix: the round trip to the closest replica of each shard (reads) plus the round trip to
 /// the farthest member of each shard's closest super quorum (the prepare's fast path), each
-/// the largest over the shards a transaction touches (MicroBench touches all of them).
+/// the largest over all shards (with co-located placement every shard is placed alike, so a
+/// transaction touching fewer shards costs the same; with separated placement this is the
+/// bound for one touching every shard).
 pub fn analytic_latency(bench: &Bench, region: &str) -> Result<Duration, DeployError> {
     let matrix = LatencyMatrix::gcp();
     let c = matrix.region(region)?;
