@@ -1,1 +1,0 @@
-//! Tapir (see the crate docs).
