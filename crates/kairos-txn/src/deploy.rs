@@ -117,6 +117,10 @@ impl Default for Bench {
 pub enum DeployError {
     #[error("{0}")]
     Tiga(#[from] kairos_tiga::sim::DeployError),
+    #[error("{0}")]
+    Region(#[from] kairos_core::CoreError),
+    #[error("the deployment needs at least one shard, one server region and one coordinator")]
+    Empty,
     #[error("{0} is not available in this build")]
     Unavailable(Protocol),
 }
