@@ -179,6 +179,11 @@ pub trait Peer: 'static {
     type Config: Clone + 'static;
     const PROTOCOL: Protocol;
     fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
+    /// The server a crashed node restarts as (it lost its volatile state; a protocol that must
+    /// know this, e.g. to rejoin as a learner, overrides it). Defaults to [`Peer::server`].
+    fn restarted_server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server {
+        Self::server(topology, config, shard, replica)
+    }
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
@@ -237,8 +242,16 @@ impl Bench {
         for s in 0..self.shards as usize {
             for r in 0..n {
                 let (t, c) = (topology.clone(), config.clone());
+                let mut started = false;
                 let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
-                    Box::new(P::server(&t, &c, s as ShardId, r as u32))
+                    let (shard, replica) = (s as ShardId, r as u32);
+                    let server = if started {
+                        P::restarted_server(&t, &c, shard, replica)
+                    } else {
+                        P::server(&t, &c, shard, replica)
+                    };
+                    started = true;
+                    Box::new(server)
                 });
                 debug_assert_eq!(id, topology.shards[s][r]);
             }

@@ -1,0 +1,203 @@
+//! Two-phase commit over per-shard Multi-Paxos groups: what 2PL+Paxos ([`crate::tpl`]) and
+//! OCC+Paxos ([`crate::occ`]) share. They differ only in how a shard leader executes and
+//! validates ([`Cc`]); the messages, the log records, the coordinator and the server skeleton
+//! are one implementation.
+//!
+//! # The protocol (per attempt of a transaction)
+//! 1. **Execute** — the coordinator sends `Read` to the leader of every shard the transaction
+//!    touches. 2PL: the leader takes the keys' locks under wound-wait and answers with the
+//!    values once it holds them all. OCC: the leader answers at once with values and versions.
+//! 2. **Prepare** — with every shard's values, the coordinator computes the writes (`v + 1`) and
+//!    sends `Prepare` to every leader. 2PL: a leader still holding the attempt's locks, OCC: a
+//!    leader whose validation passes (the versions read are still the latest and no other
+//!    prepared transaction holds the keys), replicates a *prepare record* through its shard's
+//!    Multi-Paxos group and votes yes once it is committed in the log; otherwise it votes no.
+//! 3. **Decide** — all yes: the transaction is committed; the coordinator answers the client
+//!    at once (every prepare record is durable in a majority of each shard, so the decision
+//!    cannot be lost) and sends `Decide(commit)`; each leader replicates a *commit record*,
+//!    applies the writes when it is committed and releases the keys. Any no (or a wound): the
+//!    coordinator sends `Decide(abort)` (an abort record where a prepare record exists), and the
+//!    shell retries the transaction under the same id after a backoff.
+//!
+//! # Latency
+//! Execute is one wide-area round trip (WRTT) from the coordinator to the farthest involved
+//! leader; prepare is one more plus the leader's Paxos round (leader → nearest majority and
+//! back). With no contention the client-visible latency from region c is
+//!
+//! `max_s RTT(c, L_s) + max_s (RTT(c, L_s) + P_s)`,  `P_s = RTT(L_s, nearest follower of s)`
+//!
+//! (n = 3: the nearest follower completes the majority). The commit record's replication is
+//! off the client's path but holds the keys: 2PL holds locks for ≈ 1.5 WRTT + 2 Paxos rounds.
+//! [`analytic_latency`] evaluates the formula; `tests/classic.rs` asserts it.
+//!
+//! # Simplifications (honest list)
+//! - Every transaction runs the full protocol, single-shard ones included (no one-phase commit).
+//! - Reads and locks live on the leader only; they are volatile. A new leader rebuilds the
+//!   locks of prepared transactions from its log before serving (it is *ready* only once its
+//!   recovered log is committed); non-prepared attempts lose their locks and vote no.
+//! - The coordinator is the sole decider and keeps no durable state: it decides abort for an
+//!   attempt that has no decision after `attempt_timeout`. A coordinator crash after prepare
+//!   leaves prepared transactions holding keys (no cooperative termination).
+//! - Wound-wait ages are the coordinator's local clock at the first attempt (ties: txn id):
+//!   skewed clocks change who is older, never safety.
+
+pub mod coordinator;
+pub mod server;
+
+use crate::paxos::{PaxosConfig, PaxosMsg};
+use kairos_core::LatencyMatrix;
+use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One attempt of a transaction: the unit the servers lock, validate, prepare and decide.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnKey {
+    pub txn: TxnId,
+    pub attempt: u32,
+}
+
+/// How a shard leader executes and validates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cc {
+    /// Two-phase locking with wound-wait (2PL+Paxos).
+    Locking,
+    /// Optimistic: read without locks, validate versions at prepare (OCC+Paxos).
+    Optimistic,
+}
+
+/// A lock mode (2PL). MicroBench increments read and write every key: exclusive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMode {
+    Shared,
+    Exclusive,
+}
+
+/// A shard's log entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    /// The attempt is prepared here: it holds `keys` until decided, and writes `writes`.
+    Prepare {
+        tk: TxnKey,
+        keys: Vec<Key>,
+        writes: Vec<(Key, Value)>,
+    },
+    Commit {
+        tk: TxnKey,
+    },
+    Abort {
+        tk: TxnKey,
+    },
+}
+
+/// Everything on the wire of 2PL+Paxos and OCC+Paxos.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TxnMsg {
+    /// Among the replicas of a shard.
+    Paxos(PaxosMsg<Record>),
+    /// Coordinator → leader: read `keys` (2PL: lock them in the given mode first). `age_ns`:
+    /// the transaction's age for wound-wait (smaller is older).
+    Read {
+        tk: TxnKey,
+        age_ns: u64,
+        keys: Vec<(Key, LockMode)>,
+    },
+    /// Leader → coordinator: (key, value, version) of every key read.
+    ReadReply {
+        tk: TxnKey,
+        shard: ShardId,
+        values: Vec<(Key, Value, u64)>,
+    },
+    /// Leader → coordinator: this attempt is aborted here (wounded, refused, already decided).
+    Refused {
+        tk: TxnKey,
+        shard: ShardId,
+    },
+    /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read.
+    Prepare {
+        tk: TxnKey,
+        reads: Vec<(Key, u64)>,
+        writes: Vec<(Key, Value)>,
+    },
+    Vote {
+        tk: TxnKey,
+        shard: ShardId,
+        yes: bool,
+    },
+    /// Coordinator → leader: the decision.
+    Decide {
+        tk: TxnKey,
+        commit: bool,
+    },
+    /// Leader → coordinator: the decision is applied (its record committed) here.
+    DecideAck {
+        tk: TxnKey,
+        shard: ShardId,
+    },
+    /// A replica that does not lead its shard; `leader`: the replica it believes does.
+    NotLeader {
+        shard: ShardId,
+        leader: Option<u32>,
+    },
+}
+
+impl From<PaxosMsg<Record>> for TxnMsg {
+    fn from(m: PaxosMsg<Record>) -> Self {
+        TxnMsg::Paxos(m)
+    }
+}
+
+/// The knobs of 2PL+Paxos and OCC+Paxos (one struct; the `unsafe_…` switches say which
+/// protocol they apply to). The defaults are the correct protocols.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassicConfig {
+    pub paxos: PaxosConfig,
+    /// The coordinator resends a request unanswered for this long (and, when the shard's leader
+    /// has been silent that long, tries the next replica).
+    pub retry_timeout: Duration,
+    /// The coordinator aborts an attempt that has no decision after this long.
+    pub attempt_timeout: Duration,
+    /// Most keys in one request (longer requests are refused).
+    pub keys_per_request_max: usize,
+    /// Most attempts a leader tracks at once; beyond it new ones are refused.
+    pub active_max: usize,
+    /// Decided attempts a replica remembers (for at-most-once); the oldest are forgotten.
+    pub done_max: usize,
+    /// TEST ONLY, 2PL: release an attempt's locks as soon as its prepare record is durable
+    /// (before the commit applies its writes). Breaks strict serializability.
+    pub unsafe_early_release: bool,
+    /// TEST ONLY, OCC: skip validation at prepare. Breaks strict serializability.
+    pub unsafe_skip_validation: bool,
+}
+
+impl Default for ClassicConfig {
+    fn default() -> Self {
+        ClassicConfig {
+            paxos: PaxosConfig::default(),
+            retry_timeout: Duration::from_secs(1),
+            attempt_timeout: Duration::from_secs(5),
+            keys_per_request_max: 64,
+            active_max: 200_000,
+            done_max: 1_000_000,
+            unsafe_early_release: false,
+            unsafe_skip_validation: false,
+        }
+    }
+}
+
+/// The module docs' no-contention latency of a transaction from `region` touching every shard
+/// of a co-located deployment whose leaders are in `leader_region` and replicas in `replicas`
+/// (region names of [`LatencyMatrix::gcp`]).
+pub fn analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) -> Option<Duration> {
+    let m = LatencyMatrix::gcp();
+    let (c, l) = (m.region(region).ok()?, m.region(leader_region).ok()?);
+    let rtt = |a, b| m.one_way(a, b) + m.one_way(b, a);
+    let mut follower_rtts: Vec<Duration> =
+        replicas.iter().filter_map(|r| m.region(r).ok()).map(|f| rtt(l, f)).collect::<Vec<_>>();
+    follower_rtts.sort();
+    // The leader is one of the replicas (its own RTT is the smallest, 0 or local); the
+    // majority needs n/2 more.
+    let need = replicas.len() / 2;
+    let paxos = follower_rtts.get(need).copied()?;
+    Some(rtt(c, l) + rtt(c, l) + paxos)
+}
