@@ -124,6 +124,9 @@ struct Slot<E> {
     entry: Option<E>,
 }
 
+/// A promise's slots (slot, accepted ballot, entry) and the promiser's applied prefix.
+type Promised<E> = (Vec<(u64, Ballot, Option<E>)>, u64);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Role {
     Follower,
@@ -175,7 +178,7 @@ pub struct MultiPaxos<E> {
     election_after: Duration,
     progress: BTreeMap<u32, FollowerProgress>,
     /// Candidate: promises (replica → slots, applied) received for `promised`.
-    promises: BTreeMap<u32, (Vec<(u64, Ballot, Option<E>)>, u64)>,
+    promises: BTreeMap<u32, Promised<E>>,
     committed_out: Vec<(u64, E)>,
     stats: PaxosStats,
 }

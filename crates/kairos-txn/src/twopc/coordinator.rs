@@ -337,11 +337,9 @@ impl Process for TxnCoordinator {
         self.leaders[shard as usize] = replica as u32;
         match msg {
             TxnMsg::ReadReply { tk, shard, values } => self.on_values(ctx, tk, shard, values),
-            TxnMsg::Refused { tk, .. } => {
-                if self.run_of(tk).is_some() {
-                    self.stats.refused += 1;
-                    self.abort(ctx, tk);
-                }
+            TxnMsg::Refused { tk, .. } if self.run_of(tk).is_some() => {
+                self.stats.refused += 1;
+                self.abort(ctx, tk);
             }
             TxnMsg::Vote { tk, shard, yes } => self.on_vote(ctx, tk, shard, yes),
             TxnMsg::DecideAck { tk, shard } => {
