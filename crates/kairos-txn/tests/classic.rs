@@ -62,11 +62,17 @@ fn no_contention_latency_is_two_wide_area_round_trips_plus_one_paxos_round() {
         let (out, report) = out;
         eprintln!("{name} {:?} {:?}", out.totals(), out.metrics);
         assert!(report.valid, "{name}: {report}");
+        let t = out.totals();
+        assert!(t.committed > 900 && t.committed == t.invoked, "{name}: {t:?}");
+        if name == "2pl" {
+            assert_eq!(t.aborted_attempts, 0, "no contention, no wounds");
+        }
         for region in ["sc", "fi", "br", "hk"] {
             let median = median_latency_ms(&out, region);
             let analytic = kairos_txn::twopc::analytic_latency(region, "sc", &["sc", "fi", "br"]).unwrap();
             let analytic = analytic.as_secs_f64() * 1e3;
             eprintln!("{name} {region}: median {median:.1} ms, analytic {analytic:.1} ms");
+            assert!((median - analytic).abs() <= 0.10 * analytic, "{name} {region}: {median} vs {analytic} ms");
         }
     }
 }

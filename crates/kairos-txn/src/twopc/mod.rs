@@ -201,3 +201,91 @@ pub fn analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) ->
     let paxos = follower_rtts.get(need).copied()?;
     Some(rtt(c, l) + rtt(c, l) + paxos)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::coordinator::TxnCoordinator;
+    use super::server::TxnServer;
+    use super::*;
+    use crate::paxos::Ballot;
+    use crate::shell::{ShellConfig, TxnShell};
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_tiga::coordinator::OpenLoop;
+    use kairos_tiga::workload::FixedKeys;
+    use kairos_tiga::Topology;
+    use rand::SeedableRng;
+
+    fn topology() -> Topology {
+        Topology { shards: (0..2).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(), leader: vec![0, 0] }
+    }
+
+    fn garbage() -> Vec<TxnMsg> {
+        let tk = TxnKey { txn: TxnId::new(NodeId(6), 0), attempt: u32::MAX };
+        let tk0 = TxnKey { txn: TxnId::new(NodeId(99), 1), attempt: 0 };
+        let b = Ballot { round: u64::MAX, replica: u32::MAX };
+        vec![
+            TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
+            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![(0, LockMode::Shared); 1000] },
+            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![(1, LockMode::Exclusive), (0, LockMode::Shared)] },
+            TxnMsg::Prepare { tk: tk0, reads: vec![(u64::MAX, u64::MAX)], writes: vec![(0, u64::MAX)] },
+            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)] },
+            TxnMsg::Decide { tk: tk0, commit: true },
+            TxnMsg::Decide { tk, commit: false },
+            TxnMsg::ReadReply { tk, shard: u32::MAX, values: vec![(0, 0, 0)] },
+            TxnMsg::ReadReply { tk: tk0, shard: 0, values: vec![] },
+            TxnMsg::Refused { tk, shard: 7 },
+            TxnMsg::Vote { tk, shard: 1, yes: true },
+            TxnMsg::DecideAck { tk, shard: 0 },
+            TxnMsg::NotLeader { shard: 0, leader: Some(u32::MAX) },
+            TxnMsg::NotLeader { shard: u32::MAX, leader: None },
+            TxnMsg::Paxos(PaxosMsg::Prepare { ballot: b, from: u64::MAX }),
+            TxnMsg::Paxos(PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: 3 }),
+            TxnMsg::Paxos(PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![None], commit: 9, log_len: 1 }),
+        ]
+    }
+
+    #[test]
+    fn servers_and_coordinators_survive_garbage_from_anyone() {
+        let t = topology();
+        let config = ClassicConfig::default();
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            for (node, replica) in [(0u32, 0u32), (1, 1)] {
+                let mut s = TxnServer::new(cc, &t, &config, 0, replica, false);
+                let mut rng = Rng::seed_from_u64(1);
+                let mut fx = Vec::new();
+                s.on_start(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx));
+                for from in [0, 1, 3, 6, 99] {
+                    for m in garbage() {
+                        s.on_message(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+                    }
+                }
+                s.on_timer(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx), TimerId(77));
+            }
+        }
+        let shell =
+            TxnShell::new(Box::new(FixedKeys::new(vec![vec![0, 1]])), OpenLoop::default(), ShellConfig::default(), 0);
+        let mut c = TxnCoordinator::new(&t, &config, shell);
+        let mut rng = Rng::seed_from_u64(2);
+        let mut fx = Vec::new();
+        c.on_start(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx));
+        for from in [0, 1, 3, 6, 99] {
+            for m in garbage() {
+                c.on_message(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+            }
+        }
+        assert_eq!(c.txn_stats().committed, 0);
+    }
+
+    #[test]
+    fn analytic_latency_is_two_round_trips_to_the_leader_plus_its_nearest_follower() {
+        let m = LatencyMatrix::gcp();
+        let rtt = |a: &str, b: &str| {
+            let (a, b) = (m.region(a).unwrap(), m.region(b).unwrap());
+            m.one_way(a, b) + m.one_way(b, a)
+        };
+        let paxos = rtt("sc", "fi").min(rtt("sc", "br"));
+        let hk = analytic_latency("hk", "sc", &["sc", "fi", "br"]).unwrap();
+        assert_eq!(hk, rtt("hk", "sc") * 2 + paxos);
+        assert!(analytic_latency("nowhere", "sc", &["sc"]).is_none());
+    }
+}
