@@ -310,6 +310,7 @@ impl Process for TxnCoordinator {
         let shard = match &msg {
             TxnMsg::ReadReply { shard, .. }
             | TxnMsg::Refused { shard, .. }
+            | TxnMsg::Waiting { shard, .. }
             | TxnMsg::Vote { shard, .. }
             | TxnMsg::DecideAck { shard, .. }
             | TxnMsg::NotLeader { shard, .. } => *shard,

@@ -113,6 +113,12 @@ pub enum TxnMsg {
         tk: TxnKey,
         shard: ShardId,
     },
+    /// Leader → coordinator, answering a resent `Read` (2PL): still waiting for locks (so the
+    /// coordinator knows the leader is alive and does not look for another).
+    Waiting {
+        tk: TxnKey,
+        shard: ShardId,
+    },
     /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read.
     Prepare {
         tk: TxnKey,
@@ -234,6 +240,7 @@ mod tests {
             TxnMsg::ReadReply { tk, shard: u32::MAX, values: vec![(0, 0, 0)] },
             TxnMsg::ReadReply { tk: tk0, shard: 0, values: vec![] },
             TxnMsg::Refused { tk, shard: 7 },
+            TxnMsg::Waiting { tk, shard: 1 },
             TxnMsg::Vote { tk, shard: 1, yes: true },
             TxnMsg::DecideAck { tk, shard: 0 },
             TxnMsg::NotLeader { shard: 0, leader: Some(u32::MAX) },

@@ -331,9 +331,12 @@ impl TxnServer {
             return;
         }
         if let Some(a) = self.active.get(&tk) {
-            // A retransmission: answer again if the values were sent.
+            // A retransmission: answer again if the values were sent, or say it still waits.
             if matches!(a.state, State::Locked) || self.cc == Cc::Optimistic {
                 self.send_values(ctx, tk);
+            } else if matches!(a.state, State::Waiting { .. }) {
+                let shard = self.shard;
+                self.reply(ctx, tk, TxnMsg::Waiting { tk, shard });
             }
             return;
         }
@@ -557,6 +560,7 @@ impl Process for TxnServer {
             TxnMsg::Decide { tk, commit } => self.on_decide(ctx, tk, commit),
             TxnMsg::ReadReply { .. }
             | TxnMsg::Refused { .. }
+            | TxnMsg::Waiting { .. }
             | TxnMsg::Vote { .. }
             | TxnMsg::DecideAck { .. }
             | TxnMsg::NotLeader { .. } => ctx.metric("txn.server_unexpected", 1),
