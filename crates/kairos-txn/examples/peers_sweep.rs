@@ -7,8 +7,8 @@
 //!
 //! `sweep`: MicroBench (paper defaults: 1M keys per shard, skew 0.5) at each offered load
 //! under `CpuModel::Measured { scale: 1.0, floor: 0 }` (handlers cost their real CPU time, so
-//! numbers depend on this machine and its load); prints committed throughput over the load
-//! window, commit rate and per-region median latency. `latency`: the same at one load with
+//! numbers depend on this machine and its load); prints committed throughput over the second
+//! half of the load window, commit rate and per-region median latency. `latency`: the same at one load with
 //! free CPU, for 2PL+Paxos, OCC+Paxos and Tiga side by side.
 
 use kairos_core::OpType;
@@ -47,11 +47,11 @@ fn medians_ms(out: &RunOutcome) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// Commits whose ok falls inside the load window, per second of it.
+/// Commits per second over the second half of the load window (after the pipeline filled).
 fn throughput(out: &RunOutcome, duration: Duration) -> f64 {
-    let end = duration.as_nanos() as u64;
-    let ok = out.history.iter().filter(|r| r.event.op_type == OpType::Ok && r.time <= end).count();
-    ok as f64 / duration.as_secs_f64()
+    let (start, end) = ((duration / 2).as_nanos() as u64, duration.as_nanos() as u64);
+    let ok = out.history.iter().filter(|r| r.event.op_type == OpType::Ok && (start..end).contains(&r.time)).count();
+    ok as f64 / (duration / 2).as_secs_f64()
 }
 
 fn report(name: &str, load: f64, bench: &Bench, out: &RunOutcome) {
@@ -88,7 +88,7 @@ fn main() {
             for load in loads {
                 let bench = Bench {
                     load_txn_per_s: load,
-                    duration: Duration::from_secs(2),
+                    duration: Duration::from_secs(3),
                     drain: Duration::from_secs(3),
                     cpu: CpuModel::Measured { scale: 1.0, floor: Duration::ZERO },
                     ..Bench::default()
