@@ -3,13 +3,14 @@
 //! ```text
 //! cargo run --release -p kairos-txn --example peers_sweep -- sweep 1000 2000 4000 8000
 //! cargo run --release -p kairos-txn --example peers_sweep -- latency 1000
+//! cargo run --release -p kairos-txn --example peers_sweep -- sweep-tiga 32000 64000
 //! ```
 //!
 //! `sweep`: MicroBench (paper defaults: 1M keys per shard, skew 0.5) at each offered load
 //! under `CpuModel::Measured { scale: 1.0, floor: 0 }` (handlers cost their real CPU time, so
 //! numbers depend on this machine and its load); prints committed throughput over the second
 //! half of the load window, commit rate and per-region median latency. `latency`: the same at one load with
-//! free CPU, for 2PL+Paxos, OCC+Paxos and Tiga side by side.
+//! free CPU, for 2PL+Paxos, OCC+Paxos and Tiga side by side. `sweep-tiga`: the sweep for Tiga.
 
 use kairos_core::OpType;
 use kairos_sim::CpuModel;
@@ -93,8 +94,12 @@ fn main() {
                     cpu: CpuModel::Measured { scale: 1.0, floor: Duration::ZERO },
                     ..Bench::default()
                 };
-                report("2pl-paxos", load, &bench, &bench.run_peer::<TwoPlPaxos>(&config, |_| {}).unwrap());
-                report("occ-paxos", load, &bench, &bench.run_peer::<OccPaxos>(&config, |_| {}).unwrap());
+                if mode == "sweep-tiga" {
+                    report("tiga", load, &bench, &bench.run_tiga(|_| {}).unwrap());
+                } else {
+                    report("2pl-paxos", load, &bench, &bench.run_peer::<TwoPlPaxos>(&config, |_| {}).unwrap());
+                    report("occ-paxos", load, &bench, &bench.run_peer::<OccPaxos>(&config, |_| {}).unwrap());
+                }
             }
         }
     }
