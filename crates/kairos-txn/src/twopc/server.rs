@@ -7,6 +7,12 @@
 //! bounded `done` memory that makes requests at-most-once. Only the leader keeps `active`
 //! attempts and the lock table; it rebuilds them from `prepared` when it becomes ready and
 //! drops them when it loses leadership.
+//!
+//! Aborts need no log record while the shard has had one leader: an attempt the leader refuses
+//! or votes no on was never prepared. After a leadership change, an abort the leader decides
+//! alone is logged too (on the coordinator's `Decide(abort)`): an earlier leader may have
+//! proposed a prepare record for the attempt that a later election could still recover, and
+//! the abort record after it keeps every replica from holding the attempt prepared forever.
 
 use super::{Cc, ClassicConfig, LockMode, Record, TxnKey, TxnMsg};
 use crate::paxos::MultiPaxos;
@@ -47,6 +53,16 @@ struct KeyLock {
     waiters: BTreeMap<(u64, TxnKey), LockMode>,
 }
 
+/// How an attempt ended here.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    Committed,
+    /// `logged`: by an abort record in the log (else decided by this leader alone).
+    Aborted {
+        logged: bool,
+    },
+}
+
 #[derive(Clone, Debug)]
 struct Prepared {
     keys: Vec<Key>,
@@ -75,7 +91,7 @@ pub struct TxnServer {
     paxos: MultiPaxos<Record>,
     store: Store,
     prepared: BTreeMap<TxnKey, Prepared>,
-    done: BTreeMap<TxnKey, bool>,
+    done: BTreeMap<TxnKey, Outcome>,
     done_order: VecDeque<TxnKey>,
     leading: bool,
     active: BTreeMap<TxnKey, Active>,
@@ -134,8 +150,8 @@ impl TxnServer {
         self.shards > 0 && key % self.shards as u64 == u64::from(self.shard)
     }
 
-    fn remember_done(&mut self, tk: TxnKey, committed: bool) {
-        if self.done.insert(tk, committed).is_none() {
+    fn remember_done(&mut self, tk: TxnKey, outcome: Outcome) {
+        if self.done.insert(tk, outcome).is_none() {
             self.done_order.push_back(tk);
             while self.done_order.len() > self.config.done_max {
                 if let Some(old) = self.done_order.pop_front() {
@@ -219,14 +235,14 @@ impl TxnServer {
                         }
                         self.stats.committed += 1;
                     }
-                    self.remember_done(tk, true);
+                    self.remember_done(tk, Outcome::Committed);
                     self.finish(ctx, tk);
                 }
                 Record::Abort { tk } => {
                     if self.prepared.remove(&tk).is_some() {
                         self.stats.aborted += 1;
                     }
-                    self.remember_done(tk, false);
+                    self.remember_done(tk, Outcome::Aborted { logged: true });
                     self.finish(ctx, tk);
                 }
             }
@@ -298,7 +314,7 @@ impl TxnServer {
     /// coordinator.
     fn refuse(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
         self.release(ctx, tk, true);
-        self.remember_done(tk, false);
+        self.remember_done(tk, Outcome::Aborted { logged: false });
         self.stats.refused += 1;
         let shard = self.shard;
         self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
@@ -372,7 +388,7 @@ impl TxnServer {
             .collect();
         for t in older {
             self.release(ctx, t, true);
-            self.remember_done(t, false);
+            self.remember_done(t, Outcome::Aborted { logged: false });
         }
         let prio = (age_ns, tk);
         self.active.insert(tk, Active { prio, keys: keys.clone(), state: State::Waiting { missing: keys.len() } });
@@ -425,8 +441,8 @@ impl TxnServer {
     fn on_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, reads: Vec<(Key, u64)>, writes: Vec<(Key, Value)>) {
         let shard = self.shard;
         let vote = |yes| TxnMsg::Vote { tk, shard, yes };
-        if let Some(&committed) = self.done.get(&tk) {
-            self.reply(ctx, tk, vote(committed));
+        if let Some(&outcome) = self.done.get(&tk) {
+            self.reply(ctx, tk, vote(outcome == Outcome::Committed));
             return;
         }
         if writes.len() > self.config.keys_per_request_max
@@ -454,7 +470,7 @@ impl TxnServer {
             }
             None if self.cc == Cc::Optimistic => {
                 if self.superseded(tk) || self.active.len() >= self.config.active_max {
-                    self.remember_done(tk, false);
+                    self.remember_done(tk, Outcome::Aborted { logged: false });
                     self.reply(ctx, tk, vote(false));
                     return;
                 }
@@ -465,7 +481,7 @@ impl TxnServer {
                 if !valid {
                     self.stats.validation_failures += 1;
                     ctx.metric("txn.server_validation_failed", 1);
-                    self.remember_done(tk, false);
+                    self.remember_done(tk, Outcome::Aborted { logged: false });
                     self.reply(ctx, tk, vote(false));
                     return;
                 }
@@ -479,7 +495,7 @@ impl TxnServer {
             }
             None => {
                 // 2PL: the locks are gone (wounded, a new leader, or never taken).
-                self.remember_done(tk, false);
+                self.remember_done(tk, Outcome::Aborted { logged: false });
                 self.reply(ctx, tk, vote(false));
             }
         }
@@ -492,7 +508,7 @@ impl TxnServer {
         if !self.propose(ctx, Record::Prepare { tk, keys, writes }) {
             // The log refuses (overloaded): vote no.
             self.release(ctx, tk, true);
-            self.remember_done(tk, false);
+            self.remember_done(tk, Outcome::Aborted { logged: false });
             let shard = self.shard;
             self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: false });
         }
@@ -500,9 +516,16 @@ impl TxnServer {
 
     fn on_decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, commit: bool) {
         let shard = self.shard;
-        if self.done.contains_key(&tk) {
-            self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
-            return;
+        match self.done.get(&tk) {
+            Some(Outcome::Aborted { logged: false }) if !commit && self.stale_prepares_possible() => {
+                self.log_abort(ctx, tk);
+                return;
+            }
+            Some(_) => {
+                self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+                return;
+            }
+            None => {}
         }
         let state = self.active.get(&tk).map(|a| a.state.clone());
         match state {
@@ -519,19 +542,33 @@ impl TxnServer {
                     }
                 }
             }
-            Some(State::Waiting { .. }) | Some(State::Locked) if !commit => {
+            Some(State::Waiting { .. }) | Some(State::Locked) | None if !commit => {
                 self.release(ctx, tk, true);
-                self.remember_done(tk, false);
-                self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
-            }
-            None if !commit => {
-                self.remember_done(tk, false);
-                self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+                self.remember_done(tk, Outcome::Aborted { logged: false });
+                if self.stale_prepares_possible() {
+                    self.log_abort(ctx, tk);
+                } else {
+                    self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+                }
             }
             // A commit for an attempt this leader has not prepared: it cannot have been decided
             // (votes need a durable prepare record, which a ready leader holds), so ignore.
             _ => ctx.metric("txn.server_decide_ignored", 1),
         }
+    }
+
+    /// Whether the log may hold, or later recover, a prepare record this leader does not know:
+    /// one an earlier leader proposed but never got committed. Only once leadership changed.
+    /// Such a record may surface in a later election; an abort record after it keeps the
+    /// replicas from treating the attempt as prepared forever.
+    fn stale_prepares_possible(&self) -> bool {
+        self.paxos.ballot().round > 0
+    }
+
+    /// Records an abort decided without a log record in the log too (acknowledged on apply).
+    fn log_abort(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        ctx.metric("txn.server_abort_logged", 1);
+        self.propose(ctx, Record::Abort { tk });
     }
 }
 
