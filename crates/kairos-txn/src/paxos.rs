@@ -143,6 +143,8 @@ struct FollowerProgress {
     voter: bool,
     /// When `matched` last advanced (or nothing was outstanding): a stall re-sends from it.
     progressed_at: LocalTime,
+    /// The prefix last re-sent from because of a reported gap.
+    rewound_to: Option<u64>,
 }
 
 /// Counters of one replica's log.
@@ -346,6 +348,7 @@ impl<E: Clone> MultiPaxos<E> {
                         ctx.metric("paxos.entries_resent", p.next - p.matched);
                         p.next = p.matched;
                         p.progressed_at = now;
+                        p.rewound_to = None;
                     }
                     self.send_to(ctx, r, true);
                 }
@@ -503,10 +506,19 @@ impl<E: Clone> MultiPaxos<E> {
         if prefix > p.matched {
             p.matched = prefix;
             p.progressed_at = now;
+        } else if !voter && prefix < p.matched {
+            // A voter's prefix never shrinks within a ballot; a learner's does: it restarted
+            // empty. Start over from what it has.
+            p.matched = prefix;
+            p.next = prefix;
+            p.progressed_at = now;
         }
         p.voter = voter;
-        if gap && prefix < p.next {
+        // A gap: something sent before was lost. Resend from its prefix, once per prefix (later
+        // replies to messages already in flight report the same gap).
+        if gap && prefix < p.next && p.rewound_to != Some(prefix) {
             p.next = prefix;
+            p.rewound_to = Some(prefix);
         }
         p.next = p.next.max(p.matched);
         self.advance_leader_commit();
@@ -578,7 +590,10 @@ impl<E: Clone> MultiPaxos<E> {
         let others: Vec<u32> = self.others().collect();
         self.progress = others
             .into_iter()
-            .map(|r| (r, FollowerProgress { next: len.min(self.applied), matched: 0, voter: true, progressed_at: now }))
+            .map(|r| {
+                let next = len.min(self.applied);
+                (r, FollowerProgress { next, matched: 0, voter: true, progressed_at: now, rewound_to: None })
+            })
             .collect();
     }
 

@@ -159,6 +159,29 @@ fn a_crashed_leader_is_replaced_and_a_restarted_replica_catches_up() {
 }
 
 #[test]
+fn a_restarted_follower_rejoins_from_slot_zero_while_the_leader_keeps_committing() {
+    let mut sim = world(0.02, Duration::from_millis(10));
+    sim.schedule(SimTime::from_secs(1), Fault::Crash(NodeId(2)));
+    sim.schedule(SimTime::from_secs(2), Fault::Restart(NodeId(2)));
+    sim.run_until(SimTime::from_secs(5));
+    let (leader, back) = (node(&sim, 0), node(&sim, 2));
+    assert!(leader.paxos.is_leader(), "the leader never lost its majority");
+    assert_eq!(sim.metric("paxos.elections_started"), 0);
+    assert!(back.paxos.is_voter(), "the restarted follower caught up and votes again");
+    assert_eq!(back.applied.first().map(|e| e.0), Some(0), "it re-learned the log from slot 0");
+    assert!(back.applied.len() + 10 >= leader.applied.len(), "{} vs {}", back.applied.len(), leader.applied.len());
+    assert_prefix_consistent(&sim, &[0, 1, 2]);
+    assert_eq!(sim.metric("paxos.rejoined"), 1);
+    // Catch-up is not a resend storm: about one copy of the log went to the restarted follower.
+    let resent = sim.metric("paxos.entries_resent");
+    assert!(
+        resent < 2 * leader.applied.len() as u64,
+        "{resent} entries resent for a {}-entry log",
+        leader.applied.len()
+    );
+}
+
+#[test]
 fn a_partitioned_leader_cannot_commit_and_the_majority_side_moves_on() {
     let mut sim = world(0.02, Duration::from_millis(10));
     sim.schedule(SimTime::from_secs(1), Fault::Partition(vec![vec![NodeId(0)], vec![NodeId(1), NodeId(2)]]));
