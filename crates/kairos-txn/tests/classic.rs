@@ -215,9 +215,8 @@ fn fault_run_with(
 
 /// Randomized server faults (swarm testing: crashes and restarts, partitions, cut links,
 /// clock steps, loss), several seeds per protocol: every history strictly serializable, and the
-/// system commits again once the faults are over (seeds 1, 3 and 23: a cut link, a follower crash
-/// and restart,
-/// a partition that isolates a leader, a leader crash and restart).
+/// system commits again once the faults are over (seeds 1, 3 and 23: a cut link, a follower
+/// crash and restart, partitions that isolate a leader, a leader crash and restart).
 #[test]
 fn random_server_faults_keep_histories_strictly_serializable() {
     for seed in [1, 3, 23] {
