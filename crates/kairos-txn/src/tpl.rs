@@ -14,7 +14,10 @@
 //! Cost with no contention (coordinator in region c, leaders L_s): execute/lock 1 WRTT + prepare
 //! 1 WRTT + one Paxos round at each leader before the client's answer:
 //! `max_s RTT(c, L_s) + max_s (RTT(c, L_s) + P_s)` (see [`crate::twopc::analytic_latency`]);
-//! locks are held ≈ one more WRTT and Paxos round, until the commit record is applied.
+//! a key's lock is held from its grant until the commit record is applied: 2 RTT(c, L) + 2
+//! Paxos rounds (reply, prepare, Paxos, vote, decide, Paxos), the last one-way trip and Paxos
+//! round after the client already has its answer. That hold time, not CPU, bounds the
+//! throughput of a hot key.
 //!
 //! Test-only bug: [`ClassicConfig::unsafe_early_release`] releases the locks once the prepare
 //! record is durable, before the commit applies the writes: a waiter then reads the old value
