@@ -11,6 +11,7 @@
 //! numbers depend on this machine and its load); prints committed throughput over the second
 //! half of the load window, commit rate and per-region median latency. `latency`: the same at one load with
 //! free CPU, for 2PL+Paxos, OCC+Paxos and Tiga side by side. `sweep-tiga`: the sweep for Tiga.
+//! With `FREE_CPU=1` the sweeps run with free CPU (contention is then the only limit).
 
 use kairos_core::OpType;
 use kairos_sim::CpuModel;
@@ -91,7 +92,11 @@ fn main() {
                     load_txn_per_s: load,
                     duration: Duration::from_secs(3),
                     drain: Duration::from_secs(3),
-                    cpu: CpuModel::Measured { scale: 1.0, floor: Duration::ZERO },
+                    cpu: if std::env::var("FREE_CPU").is_ok() {
+                        CpuModel::Free
+                    } else {
+                        CpuModel::Measured { scale: 1.0, floor: Duration::ZERO }
+                    },
                     ..Bench::default()
                 };
                 if mode == "sweep-tiga" {
