@@ -24,9 +24,11 @@
 //!   leader; it is *ready* (serves its embedding server's clients) once everything it recovered
 //!   is committed, so the server never acts on state the log has not settled.
 //! - **Catch-up**: a follower whose prefix is behind (lost messages, a gap, a restart) says so
-//!   in `Accepted`; the leader resends from that prefix in batches of at most `batch_max`
-//!   entries, with at most `window_max` unacknowledged entries per follower; a follower whose
-//!   progress stalls for a heartbeat is re-sent from its acknowledged prefix.
+//!   in `Accepted`; the leader resends from that prefix (once per reported gap) in batches of at
+//!   most `batch_max` entries, with at most `window_max` unacknowledged entries per follower; a
+//!   follower whose progress stalls for `resend_after` is re-sent from its acknowledged prefix.
+//!   A voter's prefix never shrinks within a ballot; a rejoining learner's may (it restarted
+//!   empty), and the leader then starts over from it.
 //!
 //! # Simplifications (honest list)
 //! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
@@ -38,8 +40,10 @@
 //! - No snapshots or log compaction: the log is kept whole, and a rejoining replica re-learns
 //!   it from slot 0. Runs are seconds long.
 //! - A `Promise` carries every slot from the candidate's applied prefix on (unbatched).
-//! - No leader leases: reads are served by the embedding server at its leader through the
-//!   transaction protocol's locks/validation, not by Paxos.
+//! - No leader leases: a deposed leader that has not heard of its successor may still answer
+//!   the embedding server's reads. The transaction protocols use what they read only after a
+//!   prepare record is committed by the current leader, which validates (OCC) or holds the
+//!   locks (2PL) itself, so a stale read can only cause an abort.
 
 use kairos_core::{Ctx, LocalTime, NodeId, TimerId};
 use serde::{Deserialize, Serialize};
