@@ -36,6 +36,13 @@
 //! - Reads and locks live on the leader only; they are volatile. A new leader rebuilds the
 //!   locks of prepared transactions from its log before serving (it is *ready* only once its
 //!   recovered log is committed); non-prepared attempts lose their locks and vote no.
+//! - No leader leases: a deposed leader that does not know it yet may still lock, read and
+//!   propose a prepare record, which a later election can recover into the log. So a leader
+//!   votes yes only for a prepare record it proposed and saw committed in its own ballot; for
+//!   one it found in the log it votes no (the attempt aborts and retries). A commit decision
+//!   therefore always rests on records whose leader held the majority when it committed them,
+//!   i.e. no newer leader had committed anything its reads missed. The price: attempts in
+//!   flight across a leader change abort.
 //! - The coordinator is the sole decider and keeps no durable state: it decides abort for an
 //!   attempt that has no decision after `attempt_timeout`. A coordinator crash after prepare
 //!   leaves prepared transactions holding keys (no cooperative termination).

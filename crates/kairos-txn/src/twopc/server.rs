@@ -35,6 +35,11 @@ enum State {
     Preparing,
     /// The prepare record is committed (vote yes sent).
     Prepared,
+    /// Prepared in the log before this leader was ready (an earlier leader's record): it holds
+    /// its keys until decided, but this leader votes no for it — the record may come from a
+    /// deposed leader that locked or validated against stale state, and only a leader that
+    /// proposed and committed a record in its own ballot may vote yes for it.
+    Recovered,
     /// A commit / abort record is proposed.
     Deciding,
 }
@@ -193,7 +198,7 @@ impl TxnServer {
                 for (k, m) in &keys {
                     self.locks.entry(*k).or_default().holders.insert(tk, *m);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Prepared });
+                self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Recovered });
             }
         }
     }
@@ -456,6 +461,7 @@ impl TxnServer {
         match self.active.get(&tk).map(|a| a.state.clone()) {
             Some(State::Preparing) => {}
             Some(State::Prepared) | Some(State::Deciding) => self.reply(ctx, tk, vote(true)),
+            Some(State::Recovered) => self.reply(ctx, tk, vote(false)),
             Some(State::Waiting { .. }) => self.refuse(ctx, tk),
             Some(State::Locked) => {
                 // 2PL: every write must be under an exclusive lock this attempt holds.
@@ -530,7 +536,7 @@ impl TxnServer {
         let state = self.active.get(&tk).map(|a| a.state.clone());
         match state {
             Some(State::Deciding) => {}
-            Some(State::Preparing) | Some(State::Prepared) => {
+            Some(before @ (State::Preparing | State::Prepared | State::Recovered)) => {
                 if let Some(a) = self.active.get_mut(&tk) {
                     a.state = State::Deciding;
                 }
@@ -538,7 +544,7 @@ impl TxnServer {
                 if !self.propose(ctx, record) {
                     // Overloaded: the coordinator will resend the decision.
                     if let Some(a) = self.active.get_mut(&tk) {
-                        a.state = State::Prepared;
+                        a.state = before;
                     }
                 }
             }
