@@ -29,6 +29,10 @@
 //!   follower whose progress stalls for `resend_after` is re-sent from its acknowledged prefix.
 //!   A voter's prefix never shrinks within a ballot; a rejoining learner's may (it restarted
 //!   empty), and the leader then starts over from it.
+//! - **Check-quorum**: a leader that has heard from no majority for `election_timeout` steps
+//!   down (it keeps its ballot; a later `Accept` or election settles who leads). A leader cut
+//!   off from its followers thus stops serving its embedding server's clients within about an
+//!   election timeout instead of for as long as the partition lasts.
 //!
 //! # Simplifications (honest list)
 //! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
@@ -149,6 +153,8 @@ struct FollowerProgress {
     progressed_at: LocalTime,
     /// The prefix last re-sent from because of a reported gap.
     rewound_to: Option<u64>,
+    /// When this follower last answered (check-quorum).
+    replied_at: LocalTime,
 }
 
 /// Counters of one replica's log.
@@ -342,6 +348,22 @@ impl<E: Clone> MultiPaxos<E> {
         let now = ctx.now();
         match self.role.clone() {
             Role::Leader => {
+                // Check-quorum: a leader that has not heard from a majority for an election
+                // timeout has probably been replaced; it stops acting as leader (so its
+                // embedding server stops serving) rather than serve from a minority.
+                let heard = self
+                    .progress
+                    .values()
+                    .filter(|p| p.voter && now.saturating_since(p.replied_at) < self.config.election_timeout)
+                    .count();
+                if heard + 1 < self.majority() {
+                    ctx.metric("paxos.leader_stepped_down", 1);
+                    self.role = Role::Follower;
+                    self.leader_ballot = None;
+                    self.progress.clear();
+                    self.last_heard = now;
+                    return true;
+                }
                 for r in self.others().collect::<Vec<_>>() {
                     let p = self.progress.entry(r).or_default();
                     if p.next <= p.matched {
@@ -506,6 +528,7 @@ impl<E: Clone> MultiPaxos<E> {
         let len = self.log_len();
         let now = ctx.now();
         let p = self.progress.entry(sender).or_default();
+        p.replied_at = now;
         let prefix = prefix.min(len);
         if prefix > p.matched {
             p.matched = prefix;
@@ -596,7 +619,15 @@ impl<E: Clone> MultiPaxos<E> {
             .into_iter()
             .map(|r| {
                 let next = len.min(self.applied);
-                (r, FollowerProgress { next, matched: 0, voter: true, progressed_at: now, rewound_to: None })
+                let p = FollowerProgress {
+                    next,
+                    matched: 0,
+                    voter: true,
+                    progressed_at: now,
+                    rewound_to: None,
+                    replied_at: now,
+                };
+                (r, p)
             })
             .collect();
     }

@@ -326,9 +326,12 @@ impl Process for TxnCoordinator {
             return;
         };
         if let TxnMsg::NotLeader { leader, .. } = msg {
+            let n = self.topology.replicas_per_shard().max(1) as u32;
             match leader {
-                Some(l) if (l as usize) < self.topology.replicas_per_shard() && l as usize != replica => {
-                    self.leaders[shard as usize] = l;
+                Some(l) if l < n && l as usize != replica => self.leaders[shard as usize] = l,
+                // It knows no leader (e.g. it just stepped down): try the next replica.
+                _ if self.leaders[shard as usize] % n == replica as u32 => {
+                    self.leaders[shard as usize] = (replica as u32 + 1) % n;
                 }
                 _ => {}
             }
