@@ -181,13 +181,14 @@ impl Deployment {
     /// s·n … s·n + n − 1 in the placement's regions, then the coordinators region by region,
     /// each node with its clock drawn from the preset in that order — so every protocol built
     /// from the same deployment gets identical nodes, clocks and workloads. `server(topology,
-    /// shard, replica)` and `coordinator(slot)` make the roles (again after a crash);
+    /// shard, replica)` and `coordinator(slot)` make the roles (again after a crash; each
+    /// server node calls its own clone of `server`, so it may remember that it started);
     /// coordinators get `processes_per_coordinator` Jepsen process ids each.
     #[allow(clippy::type_complexity)]
     pub fn build_with<M: Message>(
         &self,
         processes_per_coordinator: u64,
-        server: impl Fn(&Topology, ShardId, u32) -> Box<dyn Role<M>> + Clone + 'static,
+        server: impl FnMut(&Topology, ShardId, u32) -> Box<dyn Role<M>> + Clone + 'static,
         coordinator: impl Fn(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
     ) -> Result<(Sim<M>, Topology, Vec<(u64, u64, String)>), DeployError> {
         let matrix = LatencyMatrix::gcp();
@@ -212,7 +213,7 @@ impl Deployment {
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
         for s in 0..self.shards as usize {
             for r in 0..n {
-                let (t, make) = (topology.clone(), server.clone());
+                let (t, mut make) = (topology.clone(), server.clone());
                 let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
                     make(&t, s as ShardId, r as u32)
                 });

@@ -14,6 +14,7 @@
 //! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
 //!   replicated through each shard's Multi-Paxos group).
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
+//! - [`twopc`]: what 2PL+Paxos and OCC+Paxos share (messages, log records, coordinator, server).
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
 
 pub mod deploy;
@@ -23,6 +24,7 @@ pub mod shell;
 pub mod store;
 pub mod tapir;
 pub mod tpl;
+pub mod twopc;
 
 pub use deploy::{Bench, Protocol, RunOutcome};
 pub use shell::{Attempt, ShellConfig, TxnShell, TxnStats};

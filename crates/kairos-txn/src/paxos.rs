@@ -1,1 +1,740 @@
-//! Multi-Paxos per shard (see the crate docs).
+//! Multi-Paxos for one shard: a replicated log embedded in the shard's server processes (it is
+//! a component, not a node). The embedding server routes [`PaxosMsg`]s and its tick timer to
+//! [`MultiPaxos`], proposes entries on the leader with [`MultiPaxos::propose`], and applies what
+//! [`MultiPaxos::take_committed`] hands back, in slot order, on every replica.
+//!
+//! # Protocol
+//! - **Ballots** `(round, replica)`, totally ordered. In the initial configuration replica
+//!   `initial_leader` leads ballot `(0, initial_leader)` without an election (all logs are
+//!   empty, so there is nothing to recover).
+//! - **Steady state** (phase 2): the leader appends an entry and sends `Accept` (the new
+//!   slots, its commit index and log length) to every follower at once; a follower that has not
+//!   promised a higher ballot stores them and answers `Accepted` with its *ballot prefix*: the
+//!   longest prefix of its log whose slots are committed or were accepted in the leader's
+//!   ballot. The leader's commit index is the largest prefix held by a majority (itself
+//!   included): **one round trip from the leader to the nearest majority** commits an entry.
+//!   Followers learn the commit index from the next `Accept` or heartbeat (every
+//!   `heartbeat_interval`) and apply up to it within their ballot prefix.
+//! - **Election** (phase 1): a follower that has heard nothing from a leader for
+//!   `election_timeout` (+ a random share of `election_jitter`) picks a higher round and sends
+//!   `Prepare(ballot, from = its applied prefix)`. Acceptors with a lower promise promise and
+//!   return every slot they hold from `from` on, with the ballot it was accepted in. With a
+//!   majority of promises the candidate takes, per slot, the value of the highest ballot (a
+//!   no-op where no promiser holds the slot), re-stamps all of them with its ballot and becomes
+//!   leader; it is *ready* (serves its embedding server's clients) once everything it recovered
+//!   is committed, so the server never acts on state the log has not settled.
+//! - **Catch-up**: a follower whose prefix is behind (lost messages, a gap, a restart) says so
+//!   in `Accepted`; the leader resends from that prefix (once per reported gap) in batches of at
+//!   most `batch_max` entries, with at most `window_max` unacknowledged entries per follower; a
+//!   follower whose progress stalls for `resend_after` is re-sent from its acknowledged prefix.
+//!   A voter's prefix never shrinks within a ballot; a rejoining learner's may (it restarted
+//!   empty), and the leader then starts over from it.
+//! - **Check-quorum**: a leader that has heard from no majority for `election_timeout` steps
+//!   down (it keeps its ballot; a later `Accept` or election settles who leads). A leader cut
+//!   off from its followers thus stops serving its embedding server's clients within about an
+//!   election timeout instead of for as long as the partition lasts.
+//!
+//! # Simplifications (honest list)
+//! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
+//!   *learner* (`rejoining = true`). It votes in no election and its acknowledgements do not
+//!   count towards a quorum until it has copied the leader's log up to the length the leader
+//!   announced. It has forgotten the promises it made before crashing, so safety assumes it was
+//!   not, at its crash, part of a promise majority of a candidate that has not yet contacted
+//!   it (durable promises would remove this window).
+//! - No snapshots or log compaction: the log is kept whole, and a rejoining replica re-learns
+//!   it from slot 0. Runs are seconds long.
+//! - A `Promise` carries every slot from the candidate's applied prefix on (unbatched).
+//! - No leader leases: a deposed leader that has not heard of its successor may still answer
+//!   the embedding server's reads. The transaction protocols use what they read only after a
+//!   prepare record is committed by the current leader, which validates (OCC) or holds the
+//!   locks (2PL) itself, so a stale read can only cause an abort.
+
+use kairos_core::{Ctx, LocalTime, NodeId, TimerId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Most slots beyond its applied prefix a new leader recovers (a bound against bogus promises).
+const RECOVER_SLOTS_MAX: u64 = 1 << 24;
+
+/// A Paxos ballot: rounds are ordered first, the proposing replica breaks ties.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Ballot {
+    pub round: u64,
+    pub replica: u32,
+}
+
+/// The Multi-Paxos messages among the replicas of one shard. `E` is the embedding protocol's
+/// log entry; a slot holding `None` is a no-op (filled in by a new leader).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PaxosMsg<E> {
+    /// Leader → follower: slots `first ..` accepted in `ballot` (empty: a heartbeat), the
+    /// leader's commit index and log length.
+    Accept { ballot: Ballot, first: u64, entries: Vec<Option<E>>, commit: u64, log_len: u64 },
+    /// Follower → leader: its ballot prefix; `gap`: the last `Accept` started beyond it;
+    /// `voter`: false while a rejoining replica is still catching up.
+    Accepted { ballot: Ballot, prefix: u64, gap: bool, voter: bool },
+    /// The receiver has promised `promised`, higher than the sender's ballot.
+    Reject { promised: Ballot },
+    /// Candidate → acceptors: promise `ballot`, return your slots from `from` on.
+    Prepare { ballot: Ballot, from: u64 },
+    /// Acceptor → candidate: every slot it holds from `from` on, with its accepted ballot, and
+    /// its applied (committed) prefix.
+    Promise { ballot: Ballot, slots: Vec<(u64, Ballot, Option<E>)>, applied: u64 },
+}
+
+/// Knobs of the replicated log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PaxosConfig {
+    /// Leader heartbeats (carrying the commit index) and everyone's tick, this often.
+    pub heartbeat_interval: Duration,
+    /// A follower that heard no leader for this long (+ jitter) starts an election; a
+    /// candidate that has no majority of promises after this long retries with a higher round.
+    pub election_timeout: Duration,
+    /// Uniform random extra added to each election timeout, so candidates rarely collide.
+    pub election_jitter: Duration,
+    /// Most entries in one `Accept`.
+    pub batch_max: usize,
+    /// Most entries sent to one follower and not yet acknowledged.
+    pub window_max: u64,
+    /// Most uncommitted entries at the leader; proposals beyond it are refused.
+    pub uncommitted_max: u64,
+    /// Entries sent to a follower and not acknowledged for this long are sent again.
+    pub resend_after: Duration,
+}
+
+impl Default for PaxosConfig {
+    fn default() -> Self {
+        PaxosConfig {
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout: Duration::from_millis(800),
+            election_jitter: Duration::from_millis(600),
+            batch_max: 512,
+            window_max: 8192,
+            uncommitted_max: 100_000,
+            resend_after: Duration::from_millis(600),
+        }
+    }
+}
+
+/// Why a proposal was refused.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ProposeError {
+    /// This replica does not lead (`leader`: the replica it believes does).
+    NotLeader { leader: Option<u32> },
+    /// `uncommitted_max` entries are waiting for a majority.
+    Busy,
+}
+
+#[derive(Clone, Debug)]
+struct Slot<E> {
+    ballot: Ballot,
+    entry: Option<E>,
+}
+
+/// A promise's slots (slot, accepted ballot, entry) and the promiser's applied prefix.
+type Promised<E> = (Vec<(u64, Ballot, Option<E>)>, u64);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Role {
+    Follower,
+    Candidate { since: LocalTime },
+    Leader,
+}
+
+#[derive(Clone, Debug, Default)]
+struct FollowerProgress {
+    /// Next slot to send.
+    next: u64,
+    /// Acknowledged ballot prefix.
+    matched: u64,
+    voter: bool,
+    /// When `matched` last advanced (or nothing was outstanding): a stall re-sends from it.
+    progressed_at: LocalTime,
+    /// The prefix last re-sent from because of a reported gap.
+    rewound_to: Option<u64>,
+    /// When this follower last answered (check-quorum).
+    replied_at: LocalTime,
+}
+
+/// Counters of one replica's log.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PaxosStats {
+    pub elections_started: u64,
+    pub elected: u64,
+    pub accepts_sent: u64,
+    pub entries_resent: u64,
+}
+
+/// One replica of a shard's Multi-Paxos log (see the module docs).
+pub struct MultiPaxos<E> {
+    config: PaxosConfig,
+    replicas: Vec<NodeId>,
+    me: u32,
+    timer: TimerId,
+    role: Role,
+    promised: Ballot,
+    /// The ballot whose leader this follower last accepted from (its prefix refers to it).
+    leader_ballot: Option<Ballot>,
+    log: Vec<Option<Slot<E>>>,
+    /// Slots below are committed and handed to the embedding server (or queued for it).
+    applied: u64,
+    /// Follower: slots `applied .. prefix` were accepted in `leader_ballot`.
+    prefix: u64,
+    /// Commit index: slots below are chosen (leader: computed; follower: as last told).
+    commit: u64,
+    /// Leader: the log length at its election; ready once `commit` reaches it.
+    recovered_len: u64,
+    voter: bool,
+    last_heard: LocalTime,
+    election_after: Duration,
+    progress: BTreeMap<u32, FollowerProgress>,
+    /// Candidate: promises (replica → slots, applied) received for `promised`.
+    promises: BTreeMap<u32, Promised<E>>,
+    committed_out: Vec<(u64, E)>,
+    stats: PaxosStats,
+}
+
+impl<E: Clone> MultiPaxos<E> {
+    /// Replica `me` of a shard replicated on `replicas`. `rejoining`: this replica restarted
+    /// and lost its state (see the module docs). `timer`: the tick timer id the embedding
+    /// server reserves for the log.
+    pub fn new(
+        config: PaxosConfig,
+        replicas: Vec<NodeId>,
+        me: u32,
+        initial_leader: u32,
+        rejoining: bool,
+        timer: TimerId,
+    ) -> Self {
+        let initial = Ballot { round: 0, replica: initial_leader };
+        let lead = !rejoining && me == initial_leader;
+        let mut p = MultiPaxos {
+            config,
+            replicas,
+            me,
+            timer,
+            role: if lead { Role::Leader } else { Role::Follower },
+            promised: if rejoining { Ballot::default() } else { initial },
+            leader_ballot: (!rejoining).then_some(initial),
+            log: Vec::new(),
+            applied: 0,
+            prefix: 0,
+            commit: 0,
+            recovered_len: 0,
+            voter: !rejoining,
+            last_heard: LocalTime::ZERO,
+            election_after: Duration::ZERO,
+            progress: BTreeMap::new(),
+            promises: BTreeMap::new(),
+            committed_out: Vec::new(),
+            stats: PaxosStats::default(),
+        };
+        if lead {
+            p.become_leader_progress(LocalTime::ZERO);
+        }
+        p
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.role == Role::Leader
+    }
+
+    /// Leader, and everything recovered at its election is committed (and handed out).
+    pub fn is_ready(&self) -> bool {
+        self.is_leader() && self.applied >= self.recovered_len
+    }
+
+    /// The replica believed to lead (this one included).
+    pub fn leader_hint(&self) -> Option<u32> {
+        match self.role {
+            Role::Leader => Some(self.me),
+            _ => self.leader_ballot.map(|b| b.replica),
+        }
+    }
+
+    pub fn ballot(&self) -> Ballot {
+        self.promised
+    }
+
+    /// Slots committed and handed out so far.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.commit
+    }
+
+    pub fn log_len(&self) -> u64 {
+        self.log.len() as u64
+    }
+
+    pub fn is_voter(&self) -> bool {
+        self.voter
+    }
+
+    pub fn stats(&self) -> PaxosStats {
+        self.stats
+    }
+
+    /// The entry in `slot`, if this replica holds one (a no-op reads `None`).
+    pub fn entry(&self, slot: u64) -> Option<&E> {
+        self.log.get(usize::try_from(slot).ok()?)?.as_ref()?.entry.as_ref()
+    }
+
+    /// Newly committed entries, in slot order (no-ops skipped). Call after every other call.
+    pub fn take_committed(&mut self) -> Vec<(u64, E)> {
+        std::mem::take(&mut self.committed_out)
+    }
+
+    fn majority(&self) -> usize {
+        self.replicas.len() / 2 + 1
+    }
+
+    fn others(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.replicas.len() as u32).filter(move |r| *r != self.me)
+    }
+
+    fn node(&self, replica: u32) -> NodeId {
+        self.replicas[replica as usize]
+    }
+
+    fn replica_of(&self, node: NodeId) -> Option<u32> {
+        self.replicas.iter().position(|n| *n == node).map(|r| r as u32)
+    }
+
+    /// Call from the embedding server's `on_start`.
+    pub fn start<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        self.last_heard = ctx.now();
+        self.draw_election_timeout(ctx);
+        if self.is_leader() {
+            self.become_leader_progress(ctx.now());
+        }
+        ctx.set_timer(self.timer, self.config.heartbeat_interval);
+    }
+
+    fn draw_election_timeout<M>(&mut self, ctx: &mut Ctx<'_, M>) {
+        use rand::Rng as _;
+        let jitter = self.config.election_jitter.as_nanos() as u64;
+        let extra = if jitter == 0 { 0 } else { ctx.rng().random_range(0..=jitter) };
+        self.election_after = self.config.election_timeout + Duration::from_nanos(extra);
+    }
+
+    /// Proposes `entry` (leader only). Returns its slot; it is committed once
+    /// [`MultiPaxos::take_committed`] hands it back.
+    pub fn propose<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, entry: E) -> Result<u64, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader { leader: self.leader_hint() });
+        }
+        if self.log_len().saturating_sub(self.commit) >= self.config.uncommitted_max {
+            return Err(ProposeError::Busy);
+        }
+        let slot = self.log_len();
+        self.log.push(Some(Slot { ballot: self.promised, entry: Some(entry) }));
+        for r in self.others().collect::<Vec<_>>() {
+            self.send_to(ctx, r, false);
+        }
+        self.advance_leader_commit();
+        Ok(slot)
+    }
+
+    /// A tick timer fired; returns false if `timer` is not the log's.
+    pub fn on_timer<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, timer: TimerId) -> bool {
+        if timer != self.timer {
+            return false;
+        }
+        ctx.set_timer(self.timer, self.config.heartbeat_interval);
+        let now = ctx.now();
+        match self.role.clone() {
+            Role::Leader => {
+                // Check-quorum: a leader that has not heard from a majority for an election
+                // timeout has probably been replaced; it stops acting as leader (so its
+                // embedding server stops serving) rather than serve from a minority.
+                let heard = self
+                    .progress
+                    .values()
+                    .filter(|p| p.voter && now.saturating_since(p.replied_at) < self.config.election_timeout)
+                    .count();
+                if heard + 1 < self.majority() {
+                    ctx.metric("paxos.leader_stepped_down", 1);
+                    self.role = Role::Follower;
+                    self.leader_ballot = None;
+                    self.progress.clear();
+                    self.last_heard = now;
+                    return true;
+                }
+                for r in self.others().collect::<Vec<_>>() {
+                    let p = self.progress.entry(r).or_default();
+                    if p.next <= p.matched {
+                        p.progressed_at = now;
+                    } else if now.saturating_since(p.progressed_at) >= self.config.resend_after {
+                        // Entries outstanding and no progress for a while: a batch was lost.
+                        self.stats.entries_resent += p.next - p.matched;
+                        ctx.metric("paxos.entries_resent", p.next - p.matched);
+                        p.next = p.matched;
+                        p.progressed_at = now;
+                        p.rewound_to = None;
+                    }
+                    self.send_to(ctx, r, true);
+                }
+            }
+            Role::Follower => {
+                if self.voter && now.saturating_since(self.last_heard) >= self.election_after {
+                    self.start_election(ctx);
+                }
+            }
+            Role::Candidate { since } => {
+                if now.saturating_since(since) >= self.election_after {
+                    self.start_election(ctx);
+                }
+            }
+        }
+        true
+    }
+
+    fn start_election<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        self.stats.elections_started += 1;
+        ctx.metric("paxos.elections_started", 1);
+        self.promised = Ballot { round: self.promised.round + 1, replica: self.me };
+        self.role = Role::Candidate { since: ctx.now() };
+        self.leader_ballot = None;
+        self.draw_election_timeout(ctx);
+        self.promises.clear();
+        let own = self.slots_from(self.applied);
+        self.promises.insert(self.me, (own, self.applied));
+        let msg = PaxosMsg::Prepare { ballot: self.promised, from: self.applied };
+        for r in self.others().collect::<Vec<_>>() {
+            ctx.send(self.node(r), msg.clone().into());
+        }
+        self.try_win(ctx);
+    }
+
+    fn slots_from(&self, from: u64) -> Vec<(u64, Ballot, Option<E>)> {
+        let from = usize::try_from(from).unwrap_or(usize::MAX).min(self.log.len());
+        self.log[from..]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| ((from + i) as u64, s.ballot, s.entry.clone())))
+            .collect()
+    }
+
+    /// A message from another replica of this shard (others are ignored).
+    pub fn on_message<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, from: NodeId, msg: PaxosMsg<E>) {
+        let Some(sender) = self.replica_of(from) else {
+            ctx.metric("paxos.ignored_foreign", 1);
+            return;
+        };
+        if sender == self.me {
+            return;
+        }
+        match msg {
+            PaxosMsg::Accept { ballot, first, entries, commit, log_len } => {
+                self.on_accept(ctx, sender, ballot, first, entries, commit, log_len)
+            }
+            PaxosMsg::Accepted { ballot, prefix, gap, voter } => {
+                if self.is_leader() && ballot == self.promised {
+                    self.on_accepted(ctx, sender, prefix, gap, voter);
+                }
+            }
+            PaxosMsg::Reject { promised } => {
+                if promised > self.promised {
+                    self.step_down(promised);
+                }
+            }
+            PaxosMsg::Prepare { ballot, from } => self.on_prepare(ctx, sender, ballot, from),
+            PaxosMsg::Promise { ballot, slots, applied } => {
+                if matches!(self.role, Role::Candidate { .. }) && ballot == self.promised {
+                    self.promises.insert(sender, (slots, applied));
+                    self.try_win(ctx);
+                }
+            }
+        }
+    }
+
+    fn step_down(&mut self, promised: Ballot) {
+        self.promised = promised;
+        self.role = Role::Follower;
+        self.leader_ballot = None;
+        self.progress.clear();
+        self.promises.clear();
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_accept<M: From<PaxosMsg<E>>>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        sender: u32,
+        ballot: Ballot,
+        first: u64,
+        entries: Vec<Option<E>>,
+        commit: u64,
+        log_len: u64,
+    ) {
+        if ballot < self.promised || ballot.replica != sender {
+            ctx.send(self.node(sender), PaxosMsg::Reject { promised: self.promised }.into());
+            return;
+        }
+        if ballot > self.promised || self.role != Role::Follower {
+            self.step_down(ballot);
+        }
+        self.promised = ballot;
+        self.last_heard = ctx.now();
+        if self.leader_ballot != Some(ballot) {
+            self.leader_ballot = Some(ballot);
+            self.prefix = self.applied;
+        }
+        let gap = !entries.is_empty() && first > self.prefix;
+        for (i, entry) in entries.into_iter().enumerate() {
+            let Some(slot) = first.checked_add(i as u64) else { break };
+            if slot < self.applied {
+                continue;
+            }
+            let Ok(index) = usize::try_from(slot) else { break };
+            // A leader never sends beyond its log; refuse absurd slot numbers from a faulty one.
+            if index > self.log.len() + self.config.window_max as usize + self.config.batch_max {
+                break;
+            }
+            if self.log.len() <= index {
+                self.log.resize_with(index + 1, || None);
+            }
+            self.log[index] = Some(Slot { ballot, entry });
+        }
+        self.prefix = self.prefix.max(self.applied);
+        while let Some(Some(s)) = self.log.get(self.prefix as usize) {
+            if s.ballot != ballot {
+                break;
+            }
+            self.prefix += 1;
+        }
+        self.commit = self.commit.max(commit);
+        self.apply_up_to(self.commit.min(self.prefix));
+        if !self.voter && self.prefix >= log_len {
+            self.voter = true;
+            ctx.metric("paxos.rejoined", 1);
+        }
+        let reply = PaxosMsg::Accepted { ballot, prefix: self.prefix, gap, voter: self.voter };
+        ctx.send(self.node(sender), reply.into());
+    }
+
+    fn on_accepted<M: From<PaxosMsg<E>>>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        sender: u32,
+        prefix: u64,
+        gap: bool,
+        voter: bool,
+    ) {
+        let len = self.log_len();
+        let now = ctx.now();
+        let p = self.progress.entry(sender).or_default();
+        p.replied_at = now;
+        let prefix = prefix.min(len);
+        if prefix > p.matched {
+            p.matched = prefix;
+            p.progressed_at = now;
+        } else if !voter && prefix < p.matched {
+            // A voter's prefix never shrinks within a ballot; a learner's does: it restarted
+            // empty. Start over from what it has.
+            p.matched = prefix;
+            p.next = prefix;
+            p.progressed_at = now;
+        }
+        p.voter = voter;
+        // A gap: something sent before was lost. Resend from its prefix, once per prefix (later
+        // replies to messages already in flight report the same gap).
+        if gap && prefix < p.next && p.rewound_to != Some(prefix) {
+            p.next = prefix;
+            p.rewound_to = Some(prefix);
+        }
+        p.next = p.next.max(p.matched);
+        self.advance_leader_commit();
+        self.send_to(ctx, sender, false);
+    }
+
+    fn on_prepare<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, sender: u32, ballot: Ballot, from: u64) {
+        let repeat = ballot == self.promised && ballot.replica == sender;
+        if !self.voter || ballot.replica != sender || (ballot <= self.promised && !repeat) {
+            ctx.send(self.node(sender), PaxosMsg::Reject { promised: self.promised }.into());
+            return;
+        }
+        self.step_down(ballot);
+        self.last_heard = ctx.now();
+        let reply = PaxosMsg::Promise { ballot, slots: self.slots_from(from), applied: self.applied };
+        ctx.send(self.node(sender), reply.into());
+    }
+
+    fn try_win<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        if self.promises.len() < self.majority() {
+            return;
+        }
+        let ballot = self.promised;
+        let from = self.applied;
+        // Per slot, the value accepted in the highest ballot among the promises.
+        let mut best: BTreeMap<u64, (Ballot, Option<E>)> = BTreeMap::new();
+        for (slots, _) in self.promises.values() {
+            for (slot, b, e) in slots {
+                // Slots a correct acceptor cannot hold are ignored (no overflow, no huge log).
+                if *slot < from || *slot - from > RECOVER_SLOTS_MAX {
+                    continue;
+                }
+                if best.get(slot).is_none_or(|(bb, _)| b > bb) {
+                    best.insert(*slot, (*b, e.clone()));
+                }
+            }
+        }
+        let end = best.keys().next_back().map_or(from, |s| s + 1);
+        let (Ok(from_i), Ok(end_i)) = (usize::try_from(from), usize::try_from(end)) else { return };
+        self.log.truncate(from_i);
+        self.log.resize_with(end_i, || None);
+        for i in from_i..end_i {
+            let entry = best.remove(&(i as u64)).and_then(|(_, e)| e);
+            self.log[i] = Some(Slot { ballot, entry });
+        }
+        self.recovered_len = end;
+        self.commit = from;
+        self.role = Role::Leader;
+        self.leader_ballot = Some(ballot);
+        self.stats.elected += 1;
+        ctx.metric("paxos.elected", 1);
+        let promises = std::mem::take(&mut self.promises);
+        self.become_leader_progress(ctx.now());
+        for (r, (_, applied)) in promises {
+            if let Some(p) = self.progress.get_mut(&r) {
+                p.matched = applied.min(end);
+                p.next = p.matched;
+                p.voter = true;
+            }
+        }
+        self.advance_leader_commit();
+        for r in self.others().collect::<Vec<_>>() {
+            self.send_to(ctx, r, true);
+        }
+    }
+
+    fn become_leader_progress(&mut self, now: LocalTime) {
+        let len = self.log_len();
+        let others: Vec<u32> = self.others().collect();
+        self.progress = others
+            .into_iter()
+            .map(|r| {
+                let next = len.min(self.applied);
+                let p = FollowerProgress {
+                    next,
+                    matched: 0,
+                    voter: true,
+                    progressed_at: now,
+                    rewound_to: None,
+                    replied_at: now,
+                };
+                (r, p)
+            })
+            .collect();
+    }
+
+    /// Sends follower `r` its next batch, if any is due and the window allows; with
+    /// `heartbeat`, sends an empty `Accept` when there is nothing else.
+    fn send_to<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, r: u32, heartbeat: bool) {
+        let len = self.log_len();
+        let (batch_max, window_max) = (self.config.batch_max.max(1) as u64, self.config.window_max.max(1));
+        let Some(p) = self.progress.get_mut(&r) else { return };
+        let (first, end) = if p.next < len && p.next - p.matched.min(p.next) < window_max {
+            (p.next, len.min(p.next + batch_max))
+        } else if heartbeat {
+            (len, len)
+        } else {
+            return;
+        };
+        if end > first {
+            p.next = end;
+        }
+        let entries: Vec<Option<E>> =
+            self.log[first as usize..end as usize].iter().map(|s| s.as_ref().and_then(|s| s.entry.clone())).collect();
+        let msg = PaxosMsg::Accept { ballot: self.promised, first, entries, commit: self.commit, log_len: len };
+        self.stats.accepts_sent += 1;
+        ctx.send(self.node(r), msg.into());
+    }
+
+    fn advance_leader_commit(&mut self) {
+        if !self.is_leader() {
+            return;
+        }
+        let mut held: Vec<u64> = self.progress.values().filter(|p| p.voter).map(|p| p.matched).collect();
+        held.push(self.log_len());
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        if let Some(&c) = held.get(self.majority() - 1) {
+            self.commit = self.commit.max(c);
+        }
+        self.apply_up_to(self.commit);
+    }
+
+    fn apply_up_to(&mut self, upto: u64) {
+        while self.applied < upto {
+            let Some(Some(slot)) = self.log.get(self.applied as usize) else { break };
+            if let Some(e) = &slot.entry {
+                self.committed_out.push((self.applied, e.clone()));
+            }
+            self.applied += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_core::{Effect, Rng};
+    use rand::SeedableRng;
+
+    type M = PaxosMsg<u32>;
+
+    fn replicas() -> Vec<NodeId> {
+        vec![NodeId(0), NodeId(1), NodeId(2)]
+    }
+
+    fn call<R>(me: u32, f: impl FnOnce(&mut Ctx<'_, M>) -> R) -> (R, Vec<(NodeId, M)>) {
+        let mut rng = Rng::seed_from_u64(u64::from(me));
+        let mut effects = Vec::new();
+        let r = f(&mut Ctx::new(NodeId(me), LocalTime::ZERO, &mut rng, &mut effects));
+        let sends =
+            effects.into_iter().filter_map(|e| if let Effect::Send { to, msg } = e { Some((to, msg)) } else { None });
+        (r, sends.collect())
+    }
+
+    #[test]
+    fn leader_commits_with_one_follower_and_followers_learn_the_commit() {
+        let mut p: Vec<_> = (0..3)
+            .map(|r| MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, false, TimerId(1)))
+            .collect();
+        let (slot, out) = call(0, |ctx| p[0].propose(ctx, 7));
+        assert_eq!(slot, Ok(0));
+        assert_eq!(out.len(), 2);
+        let (_, replies) = call(1, |ctx| p[1].on_message(ctx, NodeId(0), out[0].1.clone()));
+        assert!(p[0].take_committed().is_empty());
+        call(0, |ctx| p[0].on_message(ctx, NodeId(1), replies[0].1.clone()));
+        assert_eq!(p[0].take_committed(), vec![(0, 7)]);
+        // The follower learns the commit from the next heartbeat.
+        let (_, hb) = call(0, |ctx| p[0].on_timer(ctx, TimerId(1)));
+        call(1, |ctx| p[1].on_message(ctx, NodeId(0), hb[0].1.clone()));
+        assert_eq!(p[1].take_committed(), vec![(0, 7)]);
+        let (refused, _) = call(1, |ctx| p[1].propose(ctx, 1));
+        assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(0) }));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, false, TimerId(1));
+        let b = Ballot { round: 0, replica: 0 };
+        for msg in [
+            PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![Some(1)], commit: u64::MAX, log_len: 0 },
+            PaxosMsg::Accept { ballot: b, first: 1 << 40, entries: vec![Some(1)], commit: 3, log_len: 0 },
+            PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, voter: true },
+            PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: u64::MAX },
+            PaxosMsg::Prepare { ballot: Ballot { round: u64::MAX, replica: 9 }, from: u64::MAX },
+        ] {
+            call(1, |ctx| p.on_message(ctx, NodeId(0), msg.clone()));
+            call(1, |ctx| p.on_message(ctx, NodeId(2), msg.clone()));
+            call(1, |ctx| p.on_message(ctx, NodeId(99), msg));
+        }
+        assert!(p.take_committed().is_empty());
+    }
+}

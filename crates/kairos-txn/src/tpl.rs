@@ -1,1 +1,64 @@
-//! 2PL+Paxos (see the crate docs).
+//! 2PL+Paxos (Spanner-style): two-phase locking with **wound-wait** at the shard leaders, and
+//! two-phase commit whose prepare, commit and abort records are replicated through each
+//! shard's Multi-Paxos group ([`crate::paxos`]). The protocol, its latency formula and its
+//! simplifications are in [`crate::twopc`]; this module is the [`Peer`] binding.
+//!
+//! Locks: a `Read` takes every key's lock (MicroBench increments read and write each key, so
+//! exclusive). A requester **wounds** (aborts) every conflicting holder younger than itself
+//! that has not yet prepared, and **waits** for older or prepared holders; waiters are granted
+//! in age order. Waits therefore only point from younger to older (or to prepared
+//! transactions, which wait for nothing), so there are no deadlocks. A wounded attempt's
+//! coordinator hears `Refused`, aborts the attempt everywhere and retries it under the same
+//! transaction id — so it keeps its age and eventually becomes the oldest.
+//!
+//! Cost with no contention (coordinator in region c, leaders L_s): execute/lock 1 WRTT + prepare
+//! 1 WRTT + one Paxos round at each leader before the client's answer:
+//! `max_s RTT(c, L_s) + max_s (RTT(c, L_s) + P_s)` (see [`crate::twopc::analytic_latency`]);
+//! a key's lock is held from its grant until the commit record is applied: 2 RTT(c, L) + 2
+//! Paxos rounds (reply, prepare, Paxos, vote, decide, Paxos), the last one-way trip and Paxos
+//! round after the client already has its answer. That hold time, not CPU, bounds the
+//! throughput of a hot key.
+//!
+//! Test-only bug: [`ClassicConfig::unsafe_early_release`] releases the locks once the prepare
+//! record is durable, before the commit applies the writes: a waiter then reads the old value
+//! and the two increments collapse into one (a lost update the checker reports).
+
+use crate::deploy::{Peer, Protocol};
+use crate::shell::{TxnShell, TxnStats};
+use crate::twopc::coordinator::TxnCoordinator;
+use crate::twopc::server::TxnServer;
+pub use crate::twopc::ClassicConfig;
+use crate::twopc::{Cc, TxnMsg};
+use kairos_tiga::msg::ShardId;
+use kairos_tiga::Topology;
+
+/// The configuration of 2PL+Paxos (the shared [`ClassicConfig`]; `unsafe_skip_validation`
+/// does not apply).
+pub type TwoPlConfig = ClassicConfig;
+
+/// 2PL+Paxos as a [`Peer`] of the deployment.
+pub struct TwoPlPaxos;
+
+impl Peer for TwoPlPaxos {
+    type Msg = TxnMsg;
+    type Server = TxnServer;
+    type Coordinator = TxnCoordinator;
+    type Config = ClassicConfig;
+    const PROTOCOL: Protocol = Protocol::TwoPlPaxos;
+
+    fn server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
+        TxnServer::new(Cc::Locking, topology, config, shard, replica, false)
+    }
+
+    fn restarted_server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
+        TxnServer::new(Cc::Locking, topology, config, shard, replica, true)
+    }
+
+    fn coordinator(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> TxnCoordinator {
+        TxnCoordinator::new(topology, config, shell)
+    }
+
+    fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
+        c.txn_stats()
+    }
+}

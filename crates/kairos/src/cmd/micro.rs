@@ -148,8 +148,9 @@ impl MicroBenchArgs {
 pub fn run_protocol(bench: &Bench, protocol: Protocol, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
     match protocol {
         Protocol::Tiga => bench.run_tiga(progress),
+        Protocol::TwoPlPaxos => bench.run_peer::<kairos_txn::tpl::TwoPlPaxos>(&Default::default(), progress),
+        Protocol::OccPaxos => bench.run_peer::<kairos_txn::occ::OccPaxos>(&Default::default(), progress),
         Protocol::Tapir => bench.run_peer::<kairos_txn::tapir::Tapir>(&Default::default(), progress),
-        p => Err(DeployError::Unavailable(p)),
     }
 }
 

@@ -1,0 +1,370 @@
+//! The coordinator of 2PL+Paxos / OCC+Paxos: runs each attempt's execute and prepare phases
+//! against the shard leaders, decides, answers the client through its [`TxnShell`], and keeps
+//! resending the decision until every participant has applied it.
+//!
+//! Retransmission: a periodic tick resends every request unanswered for `retry_timeout` under
+//! the same attempt (servers are at-most-once per attempt). A shard whose presumed leader has
+//! said nothing at all for twice `retry_timeout` while requests are outstanding is tried at the
+//! next replica; a `NotLeader` answer
+//! names the leader directly. An attempt without a decision after `attempt_timeout` is
+//! aborted (the coordinator is the only one who can commit it, so this is always safe).
+
+use super::{ClassicConfig, LockMode, TxnKey, TxnMsg};
+use crate::shell::{Attempt, TxnShell, TxnStats};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
+use kairos_tiga::Topology;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// The coordinator's retransmission tick.
+pub const RETRY_TICK: TimerId = TimerId(1);
+/// Decisions waiting for acknowledgements, at most; the oldest are dropped beyond it.
+const DECISIONS_MAX: usize = 200_000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Reading,
+    Preparing,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Part {
+    keys: Vec<Key>,
+    values: Option<Vec<(Key, Value, u64)>>,
+    voted: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Run {
+    attempt: u32,
+    phase: Phase,
+    parts: BTreeMap<ShardId, Part>,
+    writes: BTreeMap<ShardId, Vec<(Key, Value)>>,
+    started_at: LocalTime,
+    sent_at: LocalTime,
+}
+
+#[derive(Clone, Debug)]
+struct Decision {
+    commit: bool,
+    waiting: BTreeSet<ShardId>,
+    sent_at: LocalTime,
+}
+
+/// Protocol counters of one coordinator (beyond the shell's).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoordinatorStats {
+    /// Requests sent again after `retry_timeout`.
+    pub resent: u64,
+    /// Attempts aborted because a shard refused them (2PL: wounded) or voted no.
+    pub refused: u64,
+    /// Attempts aborted after `attempt_timeout`.
+    pub timed_out: u64,
+    /// Client-visible commits.
+    pub commits: u64,
+}
+
+/// See the module docs.
+pub struct TxnCoordinator {
+    config: ClassicConfig,
+    topology: Topology,
+    shell: TxnShell,
+    leaders: Vec<u32>,
+    heard_from: Vec<LocalTime>,
+    runs: BTreeMap<TxnId, Run>,
+    ages: BTreeMap<TxnId, u64>,
+    decisions: BTreeMap<TxnKey, Decision>,
+    stats: CoordinatorStats,
+}
+
+impl TxnCoordinator {
+    pub fn new(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> Self {
+        TxnCoordinator {
+            config: config.clone(),
+            leaders: topology.leader.clone(),
+            heard_from: vec![LocalTime::ZERO; topology.shard_count()],
+            topology: topology.clone(),
+            shell,
+            runs: BTreeMap::new(),
+            ages: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            stats: CoordinatorStats::default(),
+        }
+    }
+
+    pub fn shell(&self) -> &TxnShell {
+        &self.shell
+    }
+
+    pub fn txn_stats(&self) -> TxnStats {
+        self.shell.stats()
+    }
+
+    pub fn stats(&self) -> CoordinatorStats {
+        self.stats
+    }
+
+    /// Decisions not yet acknowledged by every participant.
+    pub fn undecided_acks(&self) -> usize {
+        self.decisions.len()
+    }
+
+    fn tick_interval(&self) -> Duration {
+        (self.config.retry_timeout / 4).max(Duration::from_millis(5))
+    }
+
+    fn leader(&self, shard: ShardId) -> NodeId {
+        let replicas = &self.topology.shards[shard as usize];
+        replicas[self.leaders[shard as usize] as usize % replicas.len()]
+    }
+
+    /// Runs attempt `a` (a new transaction or a retry).
+    fn start(&mut self, ctx: &mut Ctx<'_, TxnMsg>, a: Attempt) {
+        let now = ctx.now();
+        self.ages.entry(a.txn).or_insert(now.as_nanos());
+        let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
+        for &k in &a.keys {
+            let part = parts.entry(self.topology.shard_of_key(k)).or_default();
+            if !part.keys.contains(&k) {
+                part.keys.push(k);
+            }
+        }
+        let run = Run {
+            attempt: a.attempt,
+            phase: Phase::Reading,
+            parts,
+            writes: BTreeMap::new(),
+            started_at: now,
+            sent_at: now,
+        };
+        let tk = TxnKey { txn: a.txn, attempt: a.attempt };
+        for (shard, part) in &run.parts {
+            self.send_read(ctx, tk, *shard, &part.keys);
+        }
+        self.runs.insert(a.txn, run);
+    }
+
+    fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, keys: &[Key]) {
+        let age_ns = self.ages.get(&tk.txn).copied().unwrap_or(0);
+        let keys = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
+        ctx.send(self.leader(shard), TxnMsg::Read { tk, age_ns, keys });
+    }
+
+    fn send_prepare(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
+        let reads = run.parts[&shard].values.iter().flatten().map(|(k, _, ver)| (*k, *ver)).collect();
+        let writes = run.writes.get(&shard).cloned().unwrap_or_default();
+        ctx.send(self.leader(shard), TxnMsg::Prepare { tk, reads, writes });
+    }
+
+    /// The current run of `tk`, if `tk` is its attempt.
+    fn run_of(&mut self, tk: TxnKey) -> Option<&mut Run> {
+        self.runs.get_mut(&tk.txn).filter(|r| r.attempt == tk.attempt)
+    }
+
+    fn on_values(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, values: Vec<(Key, Value, u64)>) {
+        let Some(run) = self.run_of(tk) else { return };
+        if run.phase != Phase::Reading {
+            return;
+        }
+        let Some(part) = run.parts.get_mut(&shard) else { return };
+        // Exactly the keys asked for.
+        let mut got: Vec<Key> = values.iter().map(|(k, _, _)| *k).collect();
+        got.sort_unstable();
+        let mut want = part.keys.clone();
+        want.sort_unstable();
+        if got != want {
+            ctx.metric("txn.coordinator_bad_reply", 1);
+            return;
+        }
+        part.values = Some(values);
+        if run.parts.values().any(|p| p.values.is_none()) {
+            return;
+        }
+        // Every shard answered: compute the increments and prepare.
+        run.phase = Phase::Preparing;
+        run.sent_at = ctx.now();
+        run.writes = run
+            .parts
+            .iter()
+            .map(|(s, p)| (*s, p.values.iter().flatten().map(|(k, v, _)| (*k, v.saturating_add(1))).collect()))
+            .collect();
+        let run = run.clone();
+        for shard in run.parts.keys() {
+            self.send_prepare(ctx, tk, *shard, &run);
+        }
+    }
+
+    fn on_vote(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, yes: bool) {
+        let Some(run) = self.run_of(tk) else { return };
+        if run.phase != Phase::Preparing {
+            return;
+        }
+        if !yes {
+            self.stats.refused += 1;
+            self.abort(ctx, tk);
+            return;
+        }
+        let Some(part) = run.parts.get_mut(&shard) else { return };
+        part.voted = true;
+        if run.parts.values().all(|p| p.voted) {
+            let Some(run) = self.runs.remove(&tk.txn) else { return };
+            let reads: Vec<(Key, Value)> =
+                run.parts.values().flat_map(|p| p.values.iter().flatten().map(|(k, v, _)| (*k, *v))).collect();
+            self.decide(ctx, tk, run.parts.keys().copied().collect(), true);
+            self.ages.remove(&tk.txn);
+            self.stats.commits += 1;
+            self.shell.committed(ctx, tk.txn, &reads, false);
+        }
+    }
+
+    /// Aborts the current attempt `tk`: tells every participant, and lets the shell retry.
+    fn abort(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        let Some(run) = self.runs.remove(&tk.txn) else { return };
+        self.decide(ctx, tk, run.parts.keys().copied().collect(), false);
+        self.shell.aborted(ctx, tk.txn);
+        if self.shell.attempt_of(tk.txn).is_none() {
+            self.ages.remove(&tk.txn);
+        }
+    }
+
+    fn decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shards: BTreeSet<ShardId>, commit: bool) {
+        for s in &shards {
+            ctx.send(self.leader(*s), TxnMsg::Decide { tk, commit });
+        }
+        if self.decisions.len() >= DECISIONS_MAX {
+            ctx.metric("txn.coordinator_decisions_dropped", 1);
+            self.decisions.pop_first();
+        }
+        self.decisions.insert(tk, Decision { commit, waiting: shards, sent_at: ctx.now() });
+    }
+
+    fn on_tick(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
+        ctx.set_timer(RETRY_TICK, self.tick_interval());
+        let now = ctx.now();
+        let retry = self.config.retry_timeout;
+        // Shards whose presumed leader has been silent: try the next replica.
+        for s in 0..self.leaders.len() {
+            // Twice the retry timeout: under lock contention a live leader may be silent a while.
+            let silent = now.saturating_since(self.heard_from[s]) >= retry * 2;
+            let waiting = self.runs.values().any(|r| r.parts.contains_key(&(s as ShardId)))
+                || self.decisions.values().any(|d| d.waiting.contains(&(s as ShardId)));
+            if silent && waiting {
+                self.leaders[s] = self.leaders[s].wrapping_add(1) % self.topology.replicas_per_shard().max(1) as u32;
+                self.heard_from[s] = now;
+                ctx.metric("txn.coordinator_leader_rotations", 1);
+            }
+        }
+        let expired: Vec<TxnKey> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| now.saturating_since(r.started_at) >= self.config.attempt_timeout)
+            .map(|(t, r)| TxnKey { txn: *t, attempt: r.attempt })
+            .collect();
+        for tk in expired {
+            self.stats.timed_out += 1;
+            ctx.metric("txn.coordinator_attempt_timeouts", 1);
+            self.abort(ctx, tk);
+        }
+        let stale: Vec<TxnId> =
+            self.runs.iter().filter(|(_, r)| now.saturating_since(r.sent_at) >= retry).map(|(t, _)| *t).collect();
+        for txn in stale {
+            let Some(run) = self.runs.get_mut(&txn) else { continue };
+            run.sent_at = now;
+            let run = run.clone();
+            let tk = TxnKey { txn, attempt: run.attempt };
+            for (shard, part) in &run.parts {
+                match run.phase {
+                    Phase::Reading if part.values.is_none() => self.send_read(ctx, tk, *shard, &part.keys),
+                    Phase::Preparing if !part.voted => self.send_prepare(ctx, tk, *shard, &run),
+                    _ => continue,
+                }
+                self.stats.resent += 1;
+                ctx.metric("txn.coordinator_resent", 1);
+            }
+        }
+        let mut resend = Vec::new();
+        for (tk, d) in self.decisions.iter_mut().filter(|(_, d)| now.saturating_since(d.sent_at) >= retry) {
+            d.sent_at = now;
+            resend.extend(d.waiting.iter().map(|s| (*tk, *s, d.commit)));
+        }
+        for (tk, shard, commit) in resend {
+            self.stats.resent += 1;
+            ctx.metric("txn.coordinator_resent", 1);
+            ctx.send(self.leader(shard), TxnMsg::Decide { tk, commit });
+        }
+    }
+}
+
+impl Process for TxnCoordinator {
+    type Msg = TxnMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
+        let now = ctx.now();
+        self.heard_from.iter_mut().for_each(|t| *t = now);
+        self.shell.start(ctx);
+        ctx.set_timer(RETRY_TICK, self.tick_interval());
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TxnMsg>, from: NodeId, msg: TxnMsg) {
+        let shard = match &msg {
+            TxnMsg::ReadReply { shard, .. }
+            | TxnMsg::Refused { shard, .. }
+            | TxnMsg::Waiting { shard, .. }
+            | TxnMsg::Vote { shard, .. }
+            | TxnMsg::DecideAck { shard, .. }
+            | TxnMsg::NotLeader { shard, .. } => *shard,
+            _ => {
+                ctx.metric("txn.coordinator_unexpected", 1);
+                return;
+            }
+        };
+        // Only the replicas of the named shard speak for it.
+        let Some(replica) = self.topology.shards.get(shard as usize).and_then(|rs| rs.iter().position(|n| *n == from))
+        else {
+            ctx.metric("txn.coordinator_unexpected", 1);
+            return;
+        };
+        if let TxnMsg::NotLeader { leader, .. } = msg {
+            let n = self.topology.replicas_per_shard().max(1) as u32;
+            match leader {
+                Some(l) if l < n && l as usize != replica => self.leaders[shard as usize] = l,
+                // It knows no leader (e.g. it just stepped down): try the next replica.
+                _ if self.leaders[shard as usize] % n == replica as u32 => {
+                    self.leaders[shard as usize] = (replica as u32 + 1) % n;
+                }
+                _ => {}
+            }
+            return;
+        }
+        self.heard_from[shard as usize] = ctx.now();
+        self.leaders[shard as usize] = replica as u32;
+        match msg {
+            TxnMsg::ReadReply { tk, shard, values } => self.on_values(ctx, tk, shard, values),
+            TxnMsg::Refused { tk, .. } if self.run_of(tk).is_some() => {
+                self.stats.refused += 1;
+                self.abort(ctx, tk);
+            }
+            TxnMsg::Vote { tk, shard, yes } => self.on_vote(ctx, tk, shard, yes),
+            TxnMsg::DecideAck { tk, shard } => {
+                if let Some(d) = self.decisions.get_mut(&tk) {
+                    d.waiting.remove(&shard);
+                    if d.waiting.is_empty() {
+                        self.decisions.remove(&tk);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, TxnMsg>, timer: TimerId) {
+        if TxnShell::owns_timer(timer) {
+            if let Some(a) = self.shell.on_timer(ctx, timer) {
+                self.start(ctx, a);
+            }
+        } else if timer == RETRY_TICK {
+            self.on_tick(ctx);
+        }
+    }
+}

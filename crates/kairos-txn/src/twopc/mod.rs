@@ -1,0 +1,348 @@
+//! Two-phase commit over per-shard Multi-Paxos groups: what 2PL+Paxos ([`crate::tpl`]) and
+//! OCC+Paxos ([`crate::occ`]) share. They differ only in how a shard leader executes and
+//! validates ([`Cc`]); the messages, the log records, the coordinator and the server skeleton
+//! are one implementation.
+//!
+//! # The protocol (per attempt of a transaction)
+//! 1. **Execute** — the coordinator sends `Read` to the leader of every shard the transaction
+//!    touches. 2PL: the leader takes the keys' locks under wound-wait and answers with the
+//!    values once it holds them all. OCC: the leader answers at once with values and versions.
+//! 2. **Prepare** — with every shard's values, the coordinator computes the writes (`v + 1`) and
+//!    sends `Prepare` to every leader. 2PL: a leader still holding the attempt's locks, OCC: a
+//!    leader whose validation passes (the versions read are still the latest and no other
+//!    prepared transaction holds the keys), replicates a *prepare record* through its shard's
+//!    Multi-Paxos group and votes yes once it is committed in the log; otherwise it votes no.
+//! 3. **Decide** — all yes: the transaction is committed; the coordinator answers the client
+//!    at once (every prepare record is durable in a majority of each shard, so the decision
+//!    cannot be lost) and sends `Decide(commit)`; each leader replicates a *commit record*,
+//!    applies the writes when it is committed and releases the keys. Any no (or a wound): the
+//!    coordinator sends `Decide(abort)` (an abort record where a prepare record exists), and the
+//!    shell retries the transaction under the same id after a backoff.
+//!
+//! # Latency
+//! Execute is one wide-area round trip (WRTT) from the coordinator to the farthest involved
+//! leader; prepare is one more plus the leader's Paxos round (leader → nearest majority and
+//! back). With no contention the client-visible latency from region c is
+//!
+//! `max_s RTT(c, L_s) + max_s (RTT(c, L_s) + P_s)`,  `P_s = RTT(L_s, nearest follower of s)`
+//!
+//! (n = 3: the nearest follower completes the majority). The commit record's replication is
+//! off the client's path but holds the keys: 2PL holds a lock for 2 RTT(c, L) + 2 Paxos rounds
+//! from its grant; OCC holds its keys from validation to the commit for 1 RTT(c, L) + 2 rounds.
+//! [`analytic_latency`] evaluates the formula; `tests/classic.rs` asserts it.
+//!
+//! # Simplifications (honest list)
+//! - Every transaction runs the full protocol, single-shard ones included (no one-phase commit).
+//! - Reads and locks live on the leader only; they are volatile. A new leader rebuilds the
+//!   locks of prepared transactions from its log before serving (it is *ready* only once its
+//!   recovered log is committed); non-prepared attempts lose their locks and vote no.
+//! - No leader leases: a deposed leader that does not know it yet may still lock, read and
+//!   propose a prepare record, which a later election can recover into the log. So a leader
+//!   votes yes only for a prepare record it proposed and saw committed in its own ballot; for
+//!   one it found in the log it votes no (the attempt aborts and retries). A commit decision
+//!   therefore always rests on records whose leader held the majority when it committed them,
+//!   i.e. no newer leader had committed anything its reads missed. The price: attempts in
+//!   flight across a leader change abort.
+//! - The coordinator is the sole decider and keeps no durable state: it decides abort for an
+//!   attempt that has no decision after `attempt_timeout`. A coordinator crash after prepare
+//!   leaves prepared transactions holding keys (no cooperative termination).
+//! - Wound-wait ages are the coordinator's local clock at the first attempt (ties: txn id):
+//!   skewed clocks change who is older, never safety.
+
+pub mod coordinator;
+pub mod server;
+
+use crate::paxos::{PaxosConfig, PaxosMsg};
+use kairos_core::LatencyMatrix;
+use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One attempt of a transaction: the unit the servers lock, validate, prepare and decide.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TxnKey {
+    pub txn: TxnId,
+    pub attempt: u32,
+}
+
+/// How a shard leader executes and validates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cc {
+    /// Two-phase locking with wound-wait (2PL+Paxos).
+    Locking,
+    /// Optimistic: read without locks, validate versions at prepare (OCC+Paxos).
+    Optimistic,
+}
+
+/// A lock mode (2PL). MicroBench increments read and write every key: exclusive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMode {
+    Shared,
+    Exclusive,
+}
+
+/// A shard's log entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    /// The attempt is prepared here: it holds `keys` until decided, and writes `writes`.
+    Prepare {
+        tk: TxnKey,
+        keys: Vec<Key>,
+        writes: Vec<(Key, Value)>,
+    },
+    Commit {
+        tk: TxnKey,
+    },
+    Abort {
+        tk: TxnKey,
+    },
+}
+
+/// Everything on the wire of 2PL+Paxos and OCC+Paxos.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TxnMsg {
+    /// Among the replicas of a shard.
+    Paxos(PaxosMsg<Record>),
+    /// Coordinator → leader: read `keys` (2PL: lock them in the given mode first). `age_ns`:
+    /// the transaction's age for wound-wait (smaller is older).
+    Read {
+        tk: TxnKey,
+        age_ns: u64,
+        keys: Vec<(Key, LockMode)>,
+    },
+    /// Leader → coordinator: (key, value, version) of every key read.
+    ReadReply {
+        tk: TxnKey,
+        shard: ShardId,
+        values: Vec<(Key, Value, u64)>,
+    },
+    /// Leader → coordinator: this attempt is aborted here (wounded, refused, already decided).
+    Refused {
+        tk: TxnKey,
+        shard: ShardId,
+    },
+    /// Leader → coordinator, answering a resent `Read` (2PL): still waiting for locks (so the
+    /// coordinator knows the leader is alive and does not look for another).
+    Waiting {
+        tk: TxnKey,
+        shard: ShardId,
+    },
+    /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read.
+    Prepare {
+        tk: TxnKey,
+        reads: Vec<(Key, u64)>,
+        writes: Vec<(Key, Value)>,
+    },
+    Vote {
+        tk: TxnKey,
+        shard: ShardId,
+        yes: bool,
+    },
+    /// Coordinator → leader: the decision.
+    Decide {
+        tk: TxnKey,
+        commit: bool,
+    },
+    /// Leader → coordinator: the decision is applied (its record committed) here.
+    DecideAck {
+        tk: TxnKey,
+        shard: ShardId,
+    },
+    /// A replica that does not lead its shard; `leader`: the replica it believes does.
+    NotLeader {
+        shard: ShardId,
+        leader: Option<u32>,
+    },
+}
+
+impl From<PaxosMsg<Record>> for TxnMsg {
+    fn from(m: PaxosMsg<Record>) -> Self {
+        TxnMsg::Paxos(m)
+    }
+}
+
+/// The knobs of 2PL+Paxos and OCC+Paxos (one struct; the `unsafe_…` switches say which
+/// protocol they apply to). The defaults are the correct protocols.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassicConfig {
+    pub paxos: PaxosConfig,
+    /// The coordinator resends a request unanswered for this long (and, when the shard's leader
+    /// has been silent that long, tries the next replica).
+    pub retry_timeout: Duration,
+    /// The coordinator aborts an attempt that has no decision after this long.
+    pub attempt_timeout: Duration,
+    /// Most keys in one request (longer requests are refused).
+    pub keys_per_request_max: usize,
+    /// Most attempts a leader tracks at once; beyond it new ones are refused.
+    pub active_max: usize,
+    /// Decided attempts a replica remembers (for at-most-once); the oldest are forgotten.
+    pub done_max: usize,
+    /// TEST ONLY, 2PL: release an attempt's locks as soon as its prepare record is durable
+    /// (before the commit applies its writes). Breaks strict serializability.
+    pub unsafe_early_release: bool,
+    /// TEST ONLY, OCC: skip validation at prepare. Breaks strict serializability.
+    pub unsafe_skip_validation: bool,
+}
+
+impl Default for ClassicConfig {
+    fn default() -> Self {
+        ClassicConfig {
+            paxos: PaxosConfig::default(),
+            retry_timeout: Duration::from_secs(1),
+            attempt_timeout: Duration::from_secs(5),
+            keys_per_request_max: 64,
+            active_max: 200_000,
+            done_max: 1_000_000,
+            unsafe_early_release: false,
+            unsafe_skip_validation: false,
+        }
+    }
+}
+
+/// The module docs' no-contention latency of a transaction from `region` touching every shard
+/// of a co-located deployment whose leaders are in `leader_region` and replicas in `replicas`
+/// (region names of [`LatencyMatrix::gcp`]).
+pub fn analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) -> Option<Duration> {
+    let m = LatencyMatrix::gcp();
+    let (c, l) = (m.region(region).ok()?, m.region(leader_region).ok()?);
+    let rtt = |a, b| m.one_way(a, b) + m.one_way(b, a);
+    let mut follower_rtts: Vec<Duration> =
+        replicas.iter().filter_map(|r| m.region(r).ok()).map(|f| rtt(l, f)).collect::<Vec<_>>();
+    follower_rtts.sort();
+    // The leader is one of the replicas (its own RTT is the smallest, 0 or local); the
+    // majority needs n/2 more.
+    let need = replicas.len() / 2;
+    let paxos = follower_rtts.get(need).copied()?;
+    Some(rtt(c, l) + rtt(c, l) + paxos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coordinator::TxnCoordinator;
+    use super::server::TxnServer;
+    use super::*;
+    use crate::paxos::Ballot;
+    use crate::shell::{ShellConfig, TxnShell};
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_tiga::coordinator::OpenLoop;
+    use kairos_tiga::workload::FixedKeys;
+    use kairos_tiga::Topology;
+    use rand::SeedableRng;
+
+    fn topology() -> Topology {
+        Topology { shards: (0..2).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(), leader: vec![0, 0] }
+    }
+
+    fn garbage() -> Vec<TxnMsg> {
+        let tk = TxnKey { txn: TxnId::new(NodeId(6), 0), attempt: u32::MAX };
+        let tk0 = TxnKey { txn: TxnId::new(NodeId(99), 1), attempt: 0 };
+        let b = Ballot { round: u64::MAX, replica: u32::MAX };
+        vec![
+            TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
+            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![(0, LockMode::Shared); 1000] },
+            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![(1, LockMode::Exclusive), (0, LockMode::Shared)] },
+            TxnMsg::Prepare { tk: tk0, reads: vec![(u64::MAX, u64::MAX)], writes: vec![(0, u64::MAX)] },
+            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)] },
+            TxnMsg::Decide { tk: tk0, commit: true },
+            TxnMsg::Decide { tk, commit: false },
+            TxnMsg::ReadReply { tk, shard: u32::MAX, values: vec![(0, 0, 0)] },
+            TxnMsg::ReadReply { tk: tk0, shard: 0, values: vec![] },
+            TxnMsg::Refused { tk, shard: 7 },
+            TxnMsg::Waiting { tk, shard: 1 },
+            TxnMsg::Vote { tk, shard: 1, yes: true },
+            TxnMsg::DecideAck { tk, shard: 0 },
+            TxnMsg::NotLeader { shard: 0, leader: Some(u32::MAX) },
+            TxnMsg::NotLeader { shard: u32::MAX, leader: None },
+            TxnMsg::Paxos(PaxosMsg::Prepare { ballot: b, from: u64::MAX }),
+            TxnMsg::Paxos(PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: 3 }),
+            TxnMsg::Paxos(PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![None], commit: 9, log_len: 1 }),
+        ]
+    }
+
+    #[test]
+    fn servers_and_coordinators_survive_garbage_from_anyone() {
+        let t = topology();
+        let config = ClassicConfig::default();
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            for (node, replica) in [(0u32, 0u32), (1, 1)] {
+                let mut s = TxnServer::new(cc, &t, &config, 0, replica, false);
+                let mut rng = Rng::seed_from_u64(1);
+                let mut fx = Vec::new();
+                s.on_start(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx));
+                for from in [0, 1, 3, 6, 99] {
+                    for m in garbage() {
+                        s.on_message(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+                    }
+                }
+                s.on_timer(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx), TimerId(77));
+            }
+        }
+        let shell =
+            TxnShell::new(Box::new(FixedKeys::new(vec![vec![0, 1]])), OpenLoop::default(), ShellConfig::default(), 0);
+        let mut c = TxnCoordinator::new(&t, &config, shell);
+        let mut rng = Rng::seed_from_u64(2);
+        let mut fx = Vec::new();
+        c.on_start(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx));
+        for from in [0, 1, 3, 6, 99] {
+            for m in garbage() {
+                c.on_message(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+            }
+        }
+        assert_eq!(c.txn_stats().committed, 0);
+    }
+
+    /// Sends `msg` to a one-shard leader and returns the messages it sends to coordinators.
+    fn deliver(s: &mut TxnServer, msg: TxnMsg) -> Vec<(NodeId, TxnMsg)> {
+        let mut rng = Rng::seed_from_u64(3);
+        let mut fx = Vec::new();
+        s.on_message(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut fx), NodeId(10), msg);
+        fx.into_iter()
+            .filter_map(|e| match e {
+                kairos_core::Effect::Send { to, msg: TxnMsg::Paxos(_) } if to.0 < 3 => None,
+                kairos_core::Effect::Send { to, msg } => Some((to, msg)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn wound_wait_older_wounds_younger_holders_and_younger_waits() {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0, false);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
+        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![(7, LockMode::Exclusive)] };
+        let (young, old, younger) = (tk(10, 1), tk(11, 1), tk(12, 1));
+        // The young one gets the lock and its value.
+        let out = deliver(&mut s, read(young, 10));
+        assert!(matches!(&out[..], [(NodeId(10), TxnMsg::ReadReply { .. })]), "{out:?}");
+        // An older one wounds it and takes the lock.
+        let out = deliver(&mut s, read(old, 5));
+        assert!(out.iter().any(|(to, m)| *to == NodeId(10) && matches!(m, TxnMsg::Refused { tk, .. } if *tk == young)));
+        assert!(out.iter().any(|(to, m)| *to == NodeId(11) && matches!(m, TxnMsg::ReadReply { .. })));
+        // A younger one waits (a resent Read says so) ...
+        assert!(deliver(&mut s, read(younger, 20)).is_empty());
+        assert!(matches!(&deliver(&mut s, read(younger, 20))[..], [(_, TxnMsg::Waiting { .. })]));
+        // ... and gets the lock when the older one aborts; the wounded attempt stays refused.
+        let out = deliver(&mut s, TxnMsg::Decide { tk: old, commit: false });
+        assert!(out.iter().any(|(to, m)| *to == NodeId(12) && matches!(m, TxnMsg::ReadReply { .. })));
+        assert!(out.iter().any(|(to, m)| *to == NodeId(11) && matches!(m, TxnMsg::DecideAck { .. })));
+        let out = deliver(&mut s, TxnMsg::Prepare { tk: young, reads: vec![], writes: vec![(7, 1)] });
+        assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
+        assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
+    }
+
+    #[test]
+    fn analytic_latency_is_two_round_trips_to_the_leader_plus_its_nearest_follower() {
+        let m = LatencyMatrix::gcp();
+        let rtt = |a: &str, b: &str| {
+            let (a, b) = (m.region(a).unwrap(), m.region(b).unwrap());
+            m.one_way(a, b) + m.one_way(b, a)
+        };
+        let paxos = rtt("sc", "fi").min(rtt("sc", "br"));
+        let hk = analytic_latency("hk", "sc", &["sc", "fi", "br"]).unwrap();
+        assert_eq!(hk, rtt("hk", "sc") * 2 + paxos);
+        assert!(analytic_latency("nowhere", "sc", &["sc"]).is_none());
+    }
+}

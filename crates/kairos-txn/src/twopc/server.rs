@@ -1,0 +1,619 @@
+//! A shard replica of 2PL+Paxos / OCC+Paxos: a Multi-Paxos log replica, the shard store
+//! applied from it, and — on the ready leader — the concurrency control (see the parent
+//! module's docs).
+//!
+//! Every replica applies the committed log: prepare records enter `prepared`, commit records
+//! apply their writes (version = slot + 1) and, like abort records, move the attempt to the
+//! bounded `done` memory that makes requests at-most-once. Only the leader keeps `active`
+//! attempts and the lock table; it rebuilds them from `prepared` when it becomes ready and
+//! drops them when it loses leadership.
+//!
+//! Aborts need no log record while the shard has had one leader: an attempt the leader refuses
+//! or votes no on was never prepared. After a leadership change, an abort the leader decides
+//! alone is logged too (on the coordinator's `Decide(abort)`): an earlier leader may have
+//! proposed a prepare record for the attempt that a later election could still recover, and
+//! the abort record after it keeps every replica from holding the attempt prepared forever.
+
+use super::{Cc, ClassicConfig, LockMode, Record, TxnKey, TxnMsg};
+use crate::paxos::MultiPaxos;
+use crate::store::Store;
+use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_tiga::msg::{Key, ShardId, Value};
+use kairos_tiga::Topology;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// The Multi-Paxos tick.
+pub const PAXOS_TICK: TimerId = TimerId(1);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// 2PL: waiting for `missing` more locks.
+    Waiting { missing: usize },
+    /// 2PL: holds its locks; values sent.
+    Locked,
+    /// The prepare record is proposed, not yet committed.
+    Preparing,
+    /// The prepare record is committed (vote yes sent).
+    Prepared,
+    /// Prepared in the log before this leader was ready (an earlier leader's record): it holds
+    /// its keys until decided, but this leader votes no for it — the record may come from a
+    /// deposed leader that locked or validated against stale state, and only a leader that
+    /// proposed and committed a record in its own ballot may vote yes for it.
+    Recovered,
+    /// A commit / abort record is proposed.
+    Deciding,
+}
+
+#[derive(Clone, Debug)]
+struct Active {
+    /// (age, attempt): smaller is older.
+    prio: (u64, TxnKey),
+    keys: Vec<(Key, LockMode)>,
+    state: State,
+}
+
+#[derive(Clone, Debug, Default)]
+struct KeyLock {
+    holders: BTreeMap<TxnKey, LockMode>,
+    waiters: BTreeMap<(u64, TxnKey), LockMode>,
+}
+
+/// How an attempt ended here.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    Committed,
+    /// `logged`: by an abort record in the log (else decided by this leader alone).
+    Aborted {
+        logged: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Prepared {
+    keys: Vec<Key>,
+    writes: Vec<(Key, Value)>,
+}
+
+/// Counters of one replica.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub reads: u64,
+    pub wounded: u64,
+    pub lock_waits: u64,
+    pub validation_failures: u64,
+    pub prepared: u64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub refused: u64,
+}
+
+/// See the module docs.
+pub struct TxnServer {
+    cc: Cc,
+    config: ClassicConfig,
+    shard: ShardId,
+    shards: usize,
+    paxos: MultiPaxos<Record>,
+    store: Store,
+    prepared: BTreeMap<TxnKey, Prepared>,
+    done: BTreeMap<TxnKey, Outcome>,
+    done_order: VecDeque<TxnKey>,
+    leading: bool,
+    active: BTreeMap<TxnKey, Active>,
+    locks: BTreeMap<Key, KeyLock>,
+    stats: ServerStats,
+}
+
+impl TxnServer {
+    /// Replica `replica` of `shard`. `rejoining`: restarted after a crash (see
+    /// [`crate::paxos`]).
+    pub fn new(
+        cc: Cc,
+        topology: &Topology,
+        config: &ClassicConfig,
+        shard: ShardId,
+        replica: u32,
+        rejoining: bool,
+    ) -> Self {
+        let replicas = topology.shards.get(shard as usize).cloned().unwrap_or_default();
+        let leader = topology.leader.get(shard as usize).copied().unwrap_or(0);
+        TxnServer {
+            cc,
+            config: config.clone(),
+            shard,
+            shards: topology.shard_count(),
+            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, rejoining, PAXOS_TICK),
+            store: Store::default(),
+            prepared: BTreeMap::new(),
+            done: BTreeMap::new(),
+            done_order: VecDeque::new(),
+            leading: false,
+            active: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            stats: ServerStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    pub fn paxos(&self) -> &MultiPaxos<Record> {
+        &self.paxos
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Attempts prepared and not yet decided in the applied log.
+    pub fn prepared_count(&self) -> usize {
+        self.prepared.len()
+    }
+
+    fn mine(&self, key: Key) -> bool {
+        self.shards > 0 && key % self.shards as u64 == u64::from(self.shard)
+    }
+
+    fn remember_done(&mut self, tk: TxnKey, outcome: Outcome) {
+        if self.done.insert(tk, outcome).is_none() {
+            self.done_order.push_back(tk);
+            while self.done_order.len() > self.config.done_max {
+                if let Some(old) = self.done_order.pop_front() {
+                    self.done.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Whether a newer attempt of the same transaction is known here (the request is stale).
+    fn superseded(&self, tk: TxnKey) -> bool {
+        let newer = TxnKey { txn: tk.txn, attempt: tk.attempt.saturating_add(1) };
+        let last = TxnKey { txn: tk.txn, attempt: u32::MAX };
+        tk.attempt == u32::MAX
+            || self.active.range(newer..=last).next().is_some()
+            || self.done.range(newer..=last).next().is_some()
+    }
+
+    fn reply(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, msg: TxnMsg) {
+        ctx.send(tk.txn.coordinator(), msg);
+    }
+
+    // ---------------------------------------------------------------- leadership
+
+    /// Rebuild or drop the leader's volatile state when readiness changes.
+    fn sync_leadership(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
+        let ready = self.paxos.is_ready();
+        if ready == self.leading {
+            return;
+        }
+        self.leading = ready;
+        self.active.clear();
+        self.locks.clear();
+        if ready {
+            ctx.metric("txn.server_became_leader", 1);
+            let prepared: Vec<(TxnKey, Vec<Key>)> = self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone())).collect();
+            for (tk, keys) in prepared {
+                let keys: Vec<(Key, LockMode)> = keys.into_iter().map(|k| (k, LockMode::Exclusive)).collect();
+                for (k, m) in &keys {
+                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                }
+                self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Recovered });
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- the log
+
+    fn propose(&mut self, ctx: &mut Ctx<'_, TxnMsg>, record: Record) -> bool {
+        let ok = self.paxos.propose(ctx, record).is_ok();
+        self.apply_committed(ctx);
+        ok
+    }
+
+    fn apply_committed(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
+        for (slot, record) in self.paxos.take_committed() {
+            match record {
+                Record::Prepare { tk, keys, writes } => {
+                    if self.done.contains_key(&tk) {
+                        continue;
+                    }
+                    self.prepared.insert(tk, Prepared { keys, writes });
+                    if self.leading {
+                        if let Some(a) = self.active.get_mut(&tk) {
+                            if a.state == State::Preparing {
+                                a.state = State::Prepared;
+                                self.stats.prepared += 1;
+                                let shard = self.shard;
+                                self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: true });
+                                if self.cc == Cc::Locking && self.config.unsafe_early_release {
+                                    self.release(ctx, tk, false);
+                                }
+                            }
+                        }
+                    }
+                }
+                Record::Commit { tk } => {
+                    if let Some(p) = self.prepared.remove(&tk) {
+                        for (k, v) in p.writes {
+                            self.store.put(k, v, slot + 1);
+                        }
+                        self.stats.committed += 1;
+                    }
+                    self.remember_done(tk, Outcome::Committed);
+                    self.finish(ctx, tk);
+                }
+                Record::Abort { tk } => {
+                    if self.prepared.remove(&tk).is_some() {
+                        self.stats.aborted += 1;
+                    }
+                    self.remember_done(tk, Outcome::Aborted { logged: true });
+                    self.finish(ctx, tk);
+                }
+            }
+        }
+    }
+
+    /// A decision record of `tk` is applied: the leader releases and acknowledges.
+    fn finish(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        if !self.leading {
+            return;
+        }
+        self.release(ctx, tk, true);
+        let shard = self.shard;
+        self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+    }
+
+    // ---------------------------------------------------------------- locks
+
+    fn conflicts(a: LockMode, b: LockMode) -> bool {
+        a == LockMode::Exclusive || b == LockMode::Exclusive
+    }
+
+    /// Releases `tk`'s locks (and wait positions) and grants waiters; with `forget`, drops
+    /// its active state too.
+    fn release(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, forget: bool) {
+        let Some(a) = self.active.get(&tk) else { return };
+        let (prio, keys) = (a.prio, a.keys.clone());
+        if forget {
+            self.active.remove(&tk);
+        }
+        for (k, _) in keys {
+            if let Some(l) = self.locks.get_mut(&k) {
+                l.holders.remove(&tk);
+                l.waiters.remove(&prio);
+            }
+            self.grant(ctx, k);
+        }
+    }
+
+    /// Grants waiters of `key` in age order while they are compatible with the holders.
+    fn grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
+        let mut ready = Vec::new();
+        if let Some(l) = self.locks.get_mut(&key) {
+            while let Some((&(age, tk), &mode)) = l.waiters.first_key_value() {
+                if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, mode)) {
+                    break;
+                }
+                l.waiters.remove(&(age, tk));
+                l.holders.insert(tk, mode);
+                ready.push(tk);
+            }
+            if l.holders.is_empty() && l.waiters.is_empty() {
+                self.locks.remove(&key);
+            }
+        }
+        for tk in ready {
+            let Some(a) = self.active.get_mut(&tk) else { continue };
+            if let State::Waiting { missing } = &mut a.state {
+                *missing = missing.saturating_sub(1);
+                if *missing == 0 {
+                    a.state = State::Locked;
+                    self.send_values(ctx, tk);
+                }
+            }
+        }
+    }
+
+    /// Aborts attempt `tk` here (it is not prepared): releases it, remembers it, tells its
+    /// coordinator.
+    fn refuse(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        self.release(ctx, tk, true);
+        self.remember_done(tk, Outcome::Aborted { logged: false });
+        self.stats.refused += 1;
+        let shard = self.shard;
+        self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
+    }
+
+    fn send_values(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        let Some(a) = self.active.get(&tk) else { return };
+        let values = a
+            .keys
+            .iter()
+            .map(|(k, _)| {
+                let v = self.store.get(*k);
+                (*k, v.value, v.version)
+            })
+            .collect();
+        let shard = self.shard;
+        self.reply(ctx, tk, TxnMsg::ReadReply { tk, shard, values });
+    }
+
+    // ---------------------------------------------------------------- requests
+
+    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<(Key, LockMode)>) {
+        self.stats.reads += 1;
+        let mut keys = keys;
+        keys.sort_by_key(|(k, _)| *k);
+        keys.dedup_by_key(|(k, _)| *k);
+        if keys.is_empty() || keys.len() > self.config.keys_per_request_max || !keys.iter().all(|(k, _)| self.mine(*k))
+        {
+            ctx.metric("txn.server_bad_request", 1);
+            return;
+        }
+        if let Some(a) = self.active.get(&tk) {
+            // A retransmission: answer again if the values were sent, or say it still waits.
+            if matches!(a.state, State::Locked) || self.cc == Cc::Optimistic {
+                self.send_values(ctx, tk);
+            } else if matches!(a.state, State::Waiting { .. }) {
+                let shard = self.shard;
+                self.reply(ctx, tk, TxnMsg::Waiting { tk, shard });
+            }
+            return;
+        }
+        if self.done.contains_key(&tk) || self.superseded(tk) {
+            let shard = self.shard;
+            self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
+            return;
+        }
+        if self.cc == Cc::Optimistic {
+            let values = keys
+                .iter()
+                .map(|(k, _)| {
+                    let v = self.store.get(*k);
+                    (*k, v.value, v.version)
+                })
+                .collect();
+            let shard = self.shard;
+            self.reply(ctx, tk, TxnMsg::ReadReply { tk, shard, values });
+            return;
+        }
+        if self.active.len() >= self.config.active_max {
+            self.stats.refused += 1;
+            let shard = self.shard;
+            self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
+            return;
+        }
+        // An older attempt of the same transaction that still holds locks is over.
+        let older: Vec<TxnKey> = self
+            .active
+            .range(TxnKey { txn: tk.txn, attempt: 0 }..tk)
+            .filter(|(_, a)| matches!(a.state, State::Waiting { .. } | State::Locked))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in older {
+            self.release(ctx, t, true);
+            self.remember_done(t, Outcome::Aborted { logged: false });
+        }
+        let prio = (age_ns, tk);
+        self.active.insert(tk, Active { prio, keys: keys.clone(), state: State::Waiting { missing: keys.len() } });
+        for (k, mode) in &keys {
+            // Wound every younger, unprepared holder that conflicts (again after each round:
+            // releasing a victim may grant the key to another younger waiter).
+            loop {
+                let victims: Vec<TxnKey> = self.locks.get(k).map_or_else(Vec::new, |l| {
+                    l.holders
+                        .iter()
+                        .filter(|(h, m)| **h != tk && Self::conflicts(**m, *mode))
+                        .filter(|(h, _)| {
+                            self.active.get(h).is_some_and(|a| {
+                                a.prio > prio && matches!(a.state, State::Waiting { .. } | State::Locked)
+                            })
+                        })
+                        .map(|(h, _)| *h)
+                        .collect()
+                });
+                if victims.is_empty() {
+                    break;
+                }
+                for v in victims {
+                    self.stats.wounded += 1;
+                    ctx.metric("txn.server_wounded", 1);
+                    self.refuse(ctx, v);
+                }
+            }
+            let l = self.locks.entry(*k).or_default();
+            if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, *mode)) {
+                l.waiters.insert(prio, *mode);
+                self.stats.lock_waits += 1;
+            } else {
+                l.holders.insert(tk, *mode);
+            }
+        }
+        // Count at the end: a wound above may have granted a key `tk` was waiting for.
+        let missing =
+            keys.iter().filter(|(k, _)| !self.locks.get(k).is_some_and(|l| l.holders.contains_key(&tk))).count();
+        if let Some(a) = self.active.get_mut(&tk) {
+            if missing == 0 {
+                a.state = State::Locked;
+                self.send_values(ctx, tk);
+            } else {
+                a.state = State::Waiting { missing };
+            }
+        }
+    }
+
+    fn on_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, reads: Vec<(Key, u64)>, writes: Vec<(Key, Value)>) {
+        let shard = self.shard;
+        let vote = |yes| TxnMsg::Vote { tk, shard, yes };
+        if let Some(&outcome) = self.done.get(&tk) {
+            self.reply(ctx, tk, vote(outcome == Outcome::Committed));
+            return;
+        }
+        if writes.len() > self.config.keys_per_request_max
+            || reads.len() > self.config.keys_per_request_max
+            || !writes.iter().all(|(k, _)| self.mine(*k))
+            || !reads.iter().all(|(k, _)| self.mine(*k))
+        {
+            ctx.metric("txn.server_bad_request", 1);
+            return;
+        }
+        match self.active.get(&tk).map(|a| a.state.clone()) {
+            Some(State::Preparing) => {}
+            Some(State::Prepared) | Some(State::Deciding) => self.reply(ctx, tk, vote(true)),
+            Some(State::Recovered) => self.reply(ctx, tk, vote(false)),
+            Some(State::Waiting { .. }) => self.refuse(ctx, tk),
+            Some(State::Locked) => {
+                // 2PL: every write must be under an exclusive lock this attempt holds.
+                let a = &self.active[&tk];
+                let covered = writes.iter().all(|(k, _)| a.keys.contains(&(*k, LockMode::Exclusive)));
+                if !covered {
+                    self.refuse(ctx, tk);
+                    return;
+                }
+                let keys = a.keys.iter().map(|(k, _)| *k).collect();
+                self.start_prepare(ctx, tk, keys, writes);
+            }
+            None if self.cc == Cc::Optimistic => {
+                if self.superseded(tk) || self.active.len() >= self.config.active_max {
+                    self.remember_done(tk, Outcome::Aborted { logged: false });
+                    self.reply(ctx, tk, vote(false));
+                    return;
+                }
+                let keys: BTreeSet<Key> = reads.iter().map(|(k, _)| *k).chain(writes.iter().map(|(k, _)| *k)).collect();
+                let valid = self.config.unsafe_skip_validation
+                    || (reads.iter().all(|(k, ver)| self.store.get(*k).version == *ver)
+                        && keys.iter().all(|k| self.locks.get(k).is_none_or(|l| l.holders.is_empty())));
+                if !valid {
+                    self.stats.validation_failures += 1;
+                    ctx.metric("txn.server_validation_failed", 1);
+                    self.remember_done(tk, Outcome::Aborted { logged: false });
+                    self.reply(ctx, tk, vote(false));
+                    return;
+                }
+                let keys: Vec<Key> = keys.into_iter().collect();
+                let locked: Vec<(Key, LockMode)> = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
+                for (k, m) in &locked {
+                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                }
+                self.active.insert(tk, Active { prio: (0, tk), keys: locked, state: State::Locked });
+                self.start_prepare(ctx, tk, keys, writes);
+            }
+            None => {
+                // 2PL: the locks are gone (wounded, a new leader, or never taken).
+                self.remember_done(tk, Outcome::Aborted { logged: false });
+                self.reply(ctx, tk, vote(false));
+            }
+        }
+    }
+
+    fn start_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, keys: Vec<Key>, writes: Vec<(Key, Value)>) {
+        if let Some(a) = self.active.get_mut(&tk) {
+            a.state = State::Preparing;
+        }
+        if !self.propose(ctx, Record::Prepare { tk, keys, writes }) {
+            // The log refuses (overloaded): vote no.
+            self.release(ctx, tk, true);
+            self.remember_done(tk, Outcome::Aborted { logged: false });
+            let shard = self.shard;
+            self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: false });
+        }
+    }
+
+    fn on_decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, commit: bool) {
+        let shard = self.shard;
+        match self.done.get(&tk) {
+            Some(Outcome::Aborted { logged: false }) if !commit && self.stale_prepares_possible() => {
+                self.log_abort(ctx, tk);
+                return;
+            }
+            Some(_) => {
+                self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+                return;
+            }
+            None => {}
+        }
+        let state = self.active.get(&tk).map(|a| a.state.clone());
+        match state {
+            Some(State::Deciding) => {}
+            Some(before @ (State::Preparing | State::Prepared | State::Recovered)) => {
+                if let Some(a) = self.active.get_mut(&tk) {
+                    a.state = State::Deciding;
+                }
+                let record = if commit { Record::Commit { tk } } else { Record::Abort { tk } };
+                if !self.propose(ctx, record) {
+                    // Overloaded: the coordinator will resend the decision.
+                    if let Some(a) = self.active.get_mut(&tk) {
+                        a.state = before;
+                    }
+                }
+            }
+            Some(State::Waiting { .. }) | Some(State::Locked) | None if !commit => {
+                self.release(ctx, tk, true);
+                self.remember_done(tk, Outcome::Aborted { logged: false });
+                if self.stale_prepares_possible() {
+                    self.log_abort(ctx, tk);
+                } else {
+                    self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+                }
+            }
+            // A commit for an attempt this leader has not prepared: it cannot have been decided
+            // (votes need a durable prepare record, which a ready leader holds), so ignore.
+            _ => ctx.metric("txn.server_decide_ignored", 1),
+        }
+    }
+
+    /// Whether the log may hold, or later recover, a prepare record this leader does not know:
+    /// one an earlier leader proposed but never got committed. Only once leadership changed.
+    /// Such a record may surface in a later election; an abort record after it keeps the
+    /// replicas from treating the attempt as prepared forever.
+    fn stale_prepares_possible(&self) -> bool {
+        self.paxos.ballot().round > 0
+    }
+
+    /// Records an abort decided without a log record in the log too (acknowledged on apply).
+    fn log_abort(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        ctx.metric("txn.server_abort_logged", 1);
+        self.propose(ctx, Record::Abort { tk });
+    }
+}
+
+impl Process for TxnServer {
+    type Msg = TxnMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
+        self.paxos.start(ctx);
+        self.sync_leadership(ctx);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, TxnMsg>, from: NodeId, msg: TxnMsg) {
+        match msg {
+            TxnMsg::Paxos(m) => {
+                self.paxos.on_message(ctx, from, m);
+                self.apply_committed(ctx);
+            }
+            TxnMsg::Read { .. } | TxnMsg::Prepare { .. } | TxnMsg::Decide { .. } if !self.paxos.is_ready() => {
+                if !self.paxos.is_leader() {
+                    let reply = TxnMsg::NotLeader { shard: self.shard, leader: self.paxos.leader_hint() };
+                    ctx.send(from, reply);
+                }
+            }
+            TxnMsg::Read { tk, age_ns, keys } => self.on_read(ctx, tk, age_ns, keys),
+            TxnMsg::Prepare { tk, reads, writes } => self.on_prepare(ctx, tk, reads, writes),
+            TxnMsg::Decide { tk, commit } => self.on_decide(ctx, tk, commit),
+            TxnMsg::ReadReply { .. }
+            | TxnMsg::Refused { .. }
+            | TxnMsg::Waiting { .. }
+            | TxnMsg::Vote { .. }
+            | TxnMsg::DecideAck { .. }
+            | TxnMsg::NotLeader { .. } => ctx.metric("txn.server_unexpected", 1),
+        }
+        self.sync_leadership(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, TxnMsg>, timer: TimerId) {
+        self.paxos.on_timer(ctx, timer);
+        self.apply_committed(ctx);
+        self.sync_leadership(ctx);
+    }
+}
