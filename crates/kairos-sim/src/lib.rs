@@ -31,6 +31,7 @@ mod queue;
 mod trace;
 mod world;
 
+mod cpu_clock;
 pub use config::{CpuModel, Limits, NetworkConfig, SimConfig};
 pub use fault::{Fault, FaultRates, ScheduledFault};
 pub use trace::{TraceEntry, TraceKind};

@@ -300,9 +300,8 @@ impl<M: Message> Sim<M> {
         );
         let measure = matches!(self.config.cpu, CpuModel::Measured { .. });
         // The measured-CPU model charges a handler its real CPU time: the one place the
-        // simulator reads the real clock, and why that mode is not bit-for-bit reproducible.
-        #[allow(clippy::disallowed_methods)]
-        let started = if measure { Some(std::time::Instant::now()) } else { None };
+        // simulator reads a real clock, and why that mode is not bit-for-bit reproducible.
+        let started = if measure { Some(crate::cpu_clock::now()) } else { None };
         {
             let mut ctx = Ctx::new(node, local, &mut n.rng, &mut effects);
             match work {
@@ -315,7 +314,7 @@ impl<M: Message> Sim<M> {
             CpuModel::Free => Duration::ZERO,
             CpuModel::Fixed(d) => *d,
             CpuModel::Measured { scale, floor } => {
-                let spent = started.map(|s| s.elapsed()).unwrap_or_default();
+                let spent = started.map(|s| crate::cpu_clock::now().saturating_sub(s)).unwrap_or_default();
                 spent.mul_f64(*scale) + *floor
             }
         };
