@@ -10,5 +10,15 @@
 //! * [`layout`]: where keys, metadata words, buffers, in-place copies and locks live in a node.
 
 pub mod client;
+pub mod direct;
+pub mod dm_abd;
+pub mod engine;
+pub mod index;
 pub mod layout;
+pub mod meta;
+pub mod pool;
+pub mod raw;
+pub mod safe_guess;
+pub mod sim;
 pub mod verbs;
+pub mod ycsb;
