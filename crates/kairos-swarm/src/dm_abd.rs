@@ -140,8 +140,9 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
         }
         let expected = c.my_word(slot, node);
+        let new = if meta::id(expected) >= meta::id(op.tuple) { expected } else { op.tuple };
         let cas = verbs.len();
-        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new: op.tuple });
+        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
         chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), ..Shape::default() }));
     }
     let need = c.majority();

@@ -135,6 +135,8 @@ pub(crate) struct Op {
     pub observed: BTreeMap<MemNodeId, Vec<u64>>,
     pub target: u64,
     pub value: Option<Vec<u8>>,
+    /// The tuple's timestamp is above everything read after the op began: no staleness check.
+    pub fresh: bool,
     pub done: bool,
 }
 
@@ -327,6 +329,11 @@ impl Client {
         let tag = self.next_tag;
         self.next_tag += 1;
         let deadline = now + self.cfg.chain_timeout;
+        if let Some((_, slot, _, new)) = cas_my {
+            // Chains on one connection run in order: predict that this CAS succeeds; a failure
+            // reply corrects the prediction.
+            self.my_words.insert((slot, node), new);
+        }
         self.chains.insert(tag, ChainInfo { op, round, node, deadline, cas_my });
         self.bump("chains");
         out.issue(tag, Chain { node, verbs });
@@ -549,6 +556,7 @@ impl KvClient for Client {
             observed: BTreeMap::new(),
             target: 0,
             value: None,
+            fresh: false,
             done: false,
         };
         let q = self.key_queue.entry(key).or_default();
@@ -569,10 +577,11 @@ impl KvClient for Client {
         out: &mut Outbox,
     ) {
         let Some(info) = self.chains.remove(&tag) else { return };
-        if let (Some((i, slot, expected, new)), Ok(outs)) = (info.cas_my, &reply) {
+        if let (Some((i, slot, expected, _)), Ok(outs)) = (info.cas_my, &reply) {
             if let Some(VerbOutcome::Cas { previous }) = outs.get(i) {
-                let seen = if *previous == expected { new } else { *previous };
-                self.my_words.insert((slot, info.node), seen);
+                if *previous != expected {
+                    self.my_words.insert((slot, info.node), *previous);
+                }
             }
         }
         match &reply {

@@ -9,7 +9,9 @@
 //! above what it saw, and: if `T` was the maximum on no replied node, no reader can ever choose it
 //! and the writer rewrites under a fresh timestamp (same buffer); else it races readers for `T`'s
 //! timestamp lock — winning on a majority means no reader returns `T` and it rewrites; losing
-//! means a reader judged `T` fresh, and the write is complete.
+//! means a reader judged `T` fresh, and the write is complete. A rewrite's timestamp is above
+//! everything read since the operation began, so it completes once it is on a majority (≤ 3
+//! round trips without failures).
 //!
 //! **Read** (get). Iterations of one round trip each: read every writer's word on a majority
 //! (and the in-place copy on the primary); with `X` the maximum:
@@ -71,8 +73,10 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
         }
         let expected = c.my_word(slot, node);
+        // CAS-emulated max: never lower the word (e.g. below this writer's own deletion).
+        let new = if meta::id(expected) >= meta::id(op.tuple) { expected } else { op.tuple };
         let cas = verbs.len();
-        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new: op.tuple });
+        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
         let words = verbs.len();
         verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
         chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), words: Some(words), ..Shape::default() }));
@@ -144,7 +148,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         c.bump("write_retries");
         return write_round(c, op, now, out);
     }
-    if max_other < t || c.cfg.unsafe_switch == UnsafeSwitch::TrustGuess {
+    if op.fresh || max_other < t || c.cfg.unsafe_switch == UnsafeSwitch::TrustGuess {
         if op.rtt == 1 {
             c.bump("write_fast_path");
         }
@@ -201,8 +205,11 @@ fn after_writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
     }
 }
 
+/// Writes again above every timestamp read since the operation began (after `resync`): like an
+/// ABD write, this one is complete once it is on a majority, whatever it reads.
 fn rewrite(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     c.bump("rewrites");
+    op.fresh = true;
     match c.guess_ts(now) {
         Ok(ts) => op.tuple = meta::pack(ts, op.buf.unwrap_or(0), c.cfg.writer, false),
         Err(e) => return c.finish(op, Err(e), now, out),
