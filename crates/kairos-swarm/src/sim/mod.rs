@@ -142,7 +142,8 @@ pub struct Outcome {
     pub round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
     /// Node memory per key the layout allocates (all nodes).
     pub memory_bytes_per_key: f64,
-    /// Memory per key actually touched (slots, directory and the buffers ever used).
+    /// Memory per key actually touched (slots, directory and the buffers ever used, on every
+    /// replica; RAW: its single copy).
     pub memory_bytes_per_key_used: f64,
     /// Client counters summed (maxima for `*_max`).
     pub metrics: BTreeMap<String, u64>,
@@ -337,8 +338,14 @@ impl SwarmRun {
         }
         let history = sim.take_history();
         let latency_us = latencies(&history);
-        let fixed = layout.buffers_base as f64 * f64::from(m);
-        let used_buffers = buffers_touched as f64 * layout.buffer_bytes as f64 * f64::from(m);
+        // RAW keeps one in-place copy per key on one node and no buffers.
+        let copies = if self.protocol == Protocol::Raw { 1.0 } else { f64::from(m) };
+        let fixed = layout.buffers_base as f64 * copies;
+        let used_buffers = if self.protocol == Protocol::Raw {
+            0.0
+        } else {
+            buffers_touched as f64 * layout.buffer_bytes as f64 * copies
+        };
         let mut outcome = Outcome {
             latency_us,
             round_trips,
