@@ -74,6 +74,9 @@ pub struct SwarmBenchArgs {
     /// Skip the linearizability check.
     #[arg(long)]
     pub no_check: bool,
+    /// Never reuse out-of-place buffers (to measure what memory recycling saves).
+    #[arg(long)]
+    pub no_recycling: bool,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write the result contract JSON (one object per protocol) to this file.
@@ -129,6 +132,7 @@ impl SwarmBenchArgs {
                 single_key_contention: self.contention_one_key,
                 seed: self.seed,
                 check: !self.no_check,
+                recycling: !self.no_recycling,
                 ..SwarmRun::default()
             });
         }
@@ -282,6 +286,7 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
             "warmup": run.warmup,
             "clock_offset_max_us": run.clock_offset_max.as_secs_f64() * 1e6,
             "single_key_contention": run.single_key_contention,
+            "recycling": run.recycling,
             "zipf": kairos_swarm::ycsb::ZIPF_THETA,
         }),
         host: "sim".into(),
