@@ -350,6 +350,10 @@ impl SwarmRun {
             }
         }
         let history = sim.take_history();
+        // The measured phase ends with the last completion (finer than the 200 µs run slices).
+        if let Some(last) = history.iter().map(|r| r.time).max() {
+            end = SimTime(last);
+        }
         let latency_us = latencies(&history);
         // RAW keeps one in-place copy per key on one node and no buffers.
         let copies = if self.protocol == Protocol::Raw { 1.0 } else { f64::from(m) };
