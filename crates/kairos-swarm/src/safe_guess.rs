@@ -437,7 +437,20 @@ fn fetch(c: &mut Client, op: &mut Op, x: u64, then_read: bool, now: LocalTime, o
 
 fn after_fetch(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     match find_value(c, op, op.target) {
-        Some(v) => c.finish(op, Ok(Some(v)), now, out),
+        Some(v) => {
+            if meta::is_verified(op.target) {
+                // The in-place copy missed a VERIFIED maximum (e.g. the primary changed after a
+                // crash): repair it in the background so the next reads take one round trip.
+                let slot = op.slot.unwrap_or(0);
+                if let Some(primary) = c.primary(slot) {
+                    let data = meta::encode_copy(op.target, &v);
+                    let addr = c.cfg.layout.inplace(slot);
+                    c.bump("inplace_repairs");
+                    c.send_background(primary, vec![Verb::Write { addr, data }], None, now, out);
+                }
+            }
+            c.finish(op, Ok(Some(v)), now, out)
+        }
         None => {
             // Torn, not there yet, or recycled: read again.
             c.bump("fetch_misses");

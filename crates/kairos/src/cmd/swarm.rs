@@ -74,6 +74,9 @@ pub struct SwarmBenchArgs {
     /// Skip the linearizability check.
     #[arg(long)]
     pub no_check: bool,
+    /// Crash memory node 0 this many µs (virtual) into the measured phase.
+    #[arg(long)]
+    pub crash_node_at_us: Option<u64>,
     /// Never reuse out-of-place buffers (to measure what memory recycling saves).
     #[arg(long)]
     pub no_recycling: bool,
@@ -133,6 +136,7 @@ impl SwarmBenchArgs {
                 seed: self.seed,
                 check: !self.no_check,
                 recycling: !self.no_recycling,
+                crash_node_at: self.crash_node_at_us.map(|us| (0, Duration::from_micros(us))),
                 ..SwarmRun::default()
             });
         }
@@ -261,7 +265,7 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
         .latency_us
         .iter()
         .map(|(k, l)| {
-            (k.name(), serde_json::json!({"p1": l.p1, "p50": l.p50, "p90": l.p90, "p99": l.p99, "count": l.count}))
+            (k.name(), serde_json::json!({"p1": l.p1, "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max, "count": l.count}))
         })
         .collect();
     extra.insert("latency_us".into(), serde_json::json!(lat));
@@ -287,6 +291,7 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
             "clock_offset_max_us": run.clock_offset_max.as_secs_f64() * 1e6,
             "single_key_contention": run.single_key_contention,
             "recycling": run.recycling,
+            "crash_node_at_us": run.crash_node_at.map(|(_, t)| t.as_micros() as u64),
             "zipf": kairos_swarm::ycsb::ZIPF_THETA,
         }),
         host: "sim".into(),
