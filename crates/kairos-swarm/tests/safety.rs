@@ -127,6 +127,7 @@ fn torn_reads_of_large_values_are_caught_by_the_hash() {
     let o = run.run().unwrap();
     assert_linearizable(&o, "4 KiB values");
     println!("4 KiB: {:?} {:?}", o.round_trips, o.metrics);
+    assert!(metric(&o, "torn_copies") > 0, "some copies were read while being written: {:?}", o.metrics);
     assert!(metric(&o, "fetches") > 0, "some in-place copies were torn or stale and the pointer was followed");
 }
 

@@ -10,7 +10,7 @@
 pub mod client_node;
 pub mod memory_node;
 
-use crate::client::{KvClient, KvOp, OpKind};
+use crate::client::{KvOp, OpKind};
 use crate::direct::DirectMemory;
 use crate::engine::{Client, ClientConfig, Protocol, UnsafeSwitch};
 use crate::index;
@@ -287,7 +287,7 @@ impl SwarmRun {
             let crash = self.crash_client_after.filter(|(ci, _)| *ci as usize == i).map(|(_, n)| n);
             let mut node = Some(ClientNode::new(
                 i as u32,
-                c,
+                Box::new(c),
                 ycsb.clone(),
                 value_size,
                 self.ops,
