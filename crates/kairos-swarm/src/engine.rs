@@ -3,7 +3,7 @@
 //! The protocol decisions live in [`crate::safe_guess`] (SWARM-KV), [`crate::dm_abd`] and
 //! [`crate::raw`]; this file only moves operations from round to round.
 
-use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, OpKind, Outbox, CHAIN_TIMEOUT_DEFAULT};
+use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, Outbox, CHAIN_TIMEOUT_DEFAULT};
 use crate::index::{self, IndexCache};
 use crate::layout::Layout;
 use crate::meta;
@@ -698,9 +698,4 @@ impl KvClient for Client {
         v.push(("buffers_touched", u64::from(self.pool.touched())));
         v
     }
-}
-
-/// The kind of an operation (for statistics).
-pub fn kind_of(op: &KvOp) -> OpKind {
-    op.kind()
 }
