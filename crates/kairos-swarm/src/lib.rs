@@ -31,7 +31,9 @@
 //! rewrite above what was seen, after winning the tuple's **timestamp lock** against readers when
 //! a reader might have chosen it). A read fetches all words and the in-place copy in one round
 //! trip and returns a VERIFIED maximum at once; a GUESSED one is returned only after locking it
-//! (seen twice in a row) or after seeing its writer move on (see [`safe_guess`]). DM-ABD does the
+//! (seen twice in a row) or after seeing its writer move on (see [`safe_guess`]); a reader that
+//! had to follow the pointer to a VERIFIED value repairs the in-place copy in the background (after
+//! a primary crash the next replica's copy is stale until then). DM-ABD does the
 //! same in two round trips with timestamps from a read phase; RAW is one unreplicated copy.
 //!
 //! ## Memory recycling (designed here; the paper describes but does not implement it)
