@@ -7,6 +7,7 @@ mod demo;
 mod micro;
 mod serve;
 mod sim;
+pub mod swarm;
 mod tiga;
 
 use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
@@ -23,6 +24,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
+        Command::Bench(BenchCommand::Swarm(a)) => swarm::bench(a),
         Command::Sim(SimCommand::Register(a)) => sim::register(a),
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),
