@@ -303,26 +303,3 @@ fn the_injected_bugs_are_caught_by_the_checker() {
     eprintln!("occ without validation: {report}");
     assert!(!report.valid, "OCC without validation must be caught");
 }
-
-#[test]
-#[ignore]
-fn explore() {
-    let args: Vec<f64> = std::env::var("EXPLORE").unwrap().split(',').map(|s| s.parse().unwrap()).collect();
-    let bench = Bench {
-        load_txn_per_s: args[0],
-        keys_per_shard: args[1] as u64,
-        skew: args[2],
-        duration: Duration::from_secs_f64(args[3]),
-        drain: Duration::from_secs_f64(args[4]),
-        ..Bench::default()
-    };
-    for p in ["2pl", "occ"] {
-        let (out, report) = if p == "2pl" {
-            run::<TwoPlPaxos>(&bench, &ClassicConfig::default())
-        } else {
-            run::<OccPaxos>(&bench, &ClassicConfig::default())
-        };
-        let t = out.totals();
-        eprintln!("{p}: valid {} {t:?}\n   {:?}", report.valid, out.metrics);
-    }
-}
