@@ -104,7 +104,8 @@ impl Default for Bench {
             skew: t.skew,
             keys_per_shard: t.keys_per_shard,
             duration: t.duration,
-            drain: Duration::from_secs(7),
+            // Tiga's own drain (its coordinators' give-up time + 1 s), so both drain alike.
+            drain: t.config.retry_timeout * t.config.max_sends + Duration::from_secs(1),
             loss: t.loss,
             cpu: t.cpu,
             shell: ShellConfig::default(),
@@ -275,7 +276,8 @@ impl Bench {
             .coordinators
             .iter()
             .map(|(region, s)| {
-                // Tiga never aborts: every transaction it finished was one attempt.
+                // Tiga never aborts: every transaction it finished was one attempt. (Those
+                // still in flight at the end are in neither count; the history has them.)
                 let finished = s.committed + s.info;
                 let stats = TxnStats {
                     invoked: finished,
