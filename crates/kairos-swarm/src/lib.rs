@@ -6,3 +6,5 @@
 //! the key-value store — runs in clients.
 
 pub mod verbs;
+
+pub mod backend;
