@@ -6,6 +6,7 @@ mod check;
 mod demo;
 mod serve;
 mod sim;
+mod swarm_memory;
 mod tiga;
 
 use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
