@@ -4,7 +4,13 @@
 //! write, 64-bit compare-and-swap, and ordered chains of verbs on one connection (applied in
 //! order, never atomically as a group). Everything else — replication, concurrency control,
 //! the key-value store — runs in clients.
+//!
+//! * [`client`]: the sans-IO client interface ([`client::KvClient`]) that SWARM-KV, DM-ABD and
+//!   RAW implement and that every backend drives;
+//! * [`layout`]: where keys, metadata words, buffers, in-place copies and locks live in a node.
 
+pub mod client;
+pub mod layout;
 pub mod verbs;
 
 pub mod backend;
