@@ -14,3 +14,4 @@ pub mod layout;
 pub mod verbs;
 
 pub mod backend;
+pub mod driver;
