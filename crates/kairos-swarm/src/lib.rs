@@ -3,15 +3,78 @@
 //! Memory nodes are byte arrays that execute one-sided **verbs** only ([`verbs`]): read,
 //! write, 64-bit compare-and-swap, and ordered chains of verbs on one connection (applied in
 //! order, never atomically as a group). Everything else — replication, concurrency control,
-//! the key-value store — runs in clients.
+//! the key-value store — runs in clients, as sans-IO state machines behind one interface
+//! ([`client::KvClient`]) that every backend drives.
 //!
-//! * [`client`]: the sans-IO client interface ([`client::KvClient`]) that SWARM-KV, DM-ABD and
-//!   RAW implement and that every backend drives;
-//! * [`layout`]: where keys, metadata words, buffers, in-place copies and locks live in a node.
+//! | file | what it holds |
+//! |---|---|
+//! | [`verbs`] | verbs, chains, outcomes, [`verbs::MemoryImage`] (the reference semantics) |
+//! | [`client`] | the sans-IO client interface: [`client::KvOp`], [`client::Outbox`], [`client::KvError`], membership |
+//! | [`layout`] | where the directory, slots (key, metadata words, in-place copy) and buffer pools live |
+//! | [`meta`] | In-n-Out's metadata and lock words, hashed copies (xxHash3 over tuple + value) |
+//! | [`index`] | the replica-location index (shared directory + client cache), the bulk loader |
+//! | [`pool`] | memory recycling of out-of-place buffers |
+//! | [`engine`] | [`engine::Client`]: rounds of chains, timeouts, membership, per-key ordering |
+//! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
+//! | [`dm_abd`], [`raw`] | the baselines on the same layout and verbs |
+//! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
+//! | [`direct`] | synchronous backend (warm-up, unit tests) |
+//! | [`ycsb`] | YCSB A / B with scrambled Zipf 0.99 |
+//!
+//! ## The protocol in one paragraph
+//! Every key has, on each of its replicas, one 8-byte metadata word **per writer** (packing
+//! timestamp, buffer, writer, VERIFIED flag so integer order is timestamp order), an in-place copy
+//! of the latest value, and out-of-place buffers in each writer's pool. A write **guesses** its
+//! timestamp from the local clock and, in one round trip to a majority, fills a buffer, CASes its
+//! own word and reads everyone's words; if nothing newer was read it is done, and the VERIFIED flag
+//! and in-place copy follow in the background. A stale guess is repaired (clock resync, then a
+//! rewrite above what was seen, after winning the tuple's **timestamp lock** against readers when
+//! a reader might have chosen it). A read fetches all words and the in-place copy in one round
+//! trip and returns a VERIFIED maximum at once; a GUESSED one is returned only after locking it
+//! (seen twice in a row) or after seeing its writer move on (see [`safe_guess`]). DM-ABD does the
+//! same in two round trips with timestamps from a read phase; RAW is one unreplicated copy.
+//!
+//! ## Memory recycling (designed here; the paper describes but does not implement it)
+//! Per-writer buffer pools; a buffer is retired when its tuple can no longer be a key's maximum
+//! (the writer wrote or deleted the key again, or saw a newer VERIFIED tuple of another writer)
+//! and reused after a grace period ≥ the longest operation (default 1 ms). Copies carry their
+//! tuple word and a hash over it, so a reader that follows a stale pointer into a reused buffer
+//! detects it and retries: **safety does not depend on timing**; the grace period assumes eventual
+//! synchrony (bounded operation time and clock rate after some point) only for liveness. Memory
+//! per writer is bounded by one current buffer per key plus the buffers retired within one grace
+//! period ([`pool`]).
+//!
+//! ## Simplifications (be aware)
+//! * Membership is a per-client suspicion list (a node that misses a 2 ms deadline is skipped),
+//!   not uKharon; memory nodes never restart (a restarted node would be an empty replica).
+//! * The in-place copy is kept on every replica's slot but written and read on the first alive
+//!   replica only (the layout reserves it everywhere for uniform addresses).
+//! * Inserting a *new* key costs one extra round trip (directory entry + window read) before the
+//!   1-round-trip write; known keys (the client's index cache) go straight to the replicas.
+//!   40-bit key fingerprints must be unique; concurrent inserts of the same new key by two clients
+//!   may each succeed in their own slot (readers use the lowest).
+//! * A deleted key's slot is never reused; timestamps are 35 bits of 16 ns (~9 minutes of clock)
+//!   — past that, writes fail with [`client::KvError::TimestampExhausted`].
+//! * One operation per key at a time *per client* (later ones queue in the client); any number of
+//!   keys in flight.
+//! * A reader writes a locked GUESSED tuple back into its writer's word where missing; a reader
+//!   that returns a VERIFIED tuple does not write back (VERIFIED means "on a majority").
+//! * Latency is measured from invocation to completion in true simulated time; background
+//!   verification and in-place refresh are not on the critical path (as in the paper).
 
 pub mod client;
+pub mod direct;
+pub mod dm_abd;
+pub mod engine;
+pub mod index;
 pub mod layout;
+pub mod meta;
+pub mod pool;
+pub mod raw;
+pub mod safe_guess;
+pub mod sim;
 pub mod verbs;
+pub mod ycsb;
 
 pub mod backend;
 pub mod driver;

@@ -55,6 +55,8 @@ pub enum BenchCommand {
     Register(RegisterBenchArgs),
     /// Events per second of the bare simulator on a ping-pong workload, by pending events.
     Des(DesBenchArgs),
+    /// SWARM-KV against DM-ABD and RAW over passive memory nodes (YCSB A/B, checked linearizable).
+    Swarm(crate::cmd::swarm::SwarmBenchArgs),
 }
 
 #[derive(Args, Debug, Clone)]

@@ -6,6 +6,7 @@ mod check;
 mod demo;
 mod serve;
 mod sim;
+pub mod swarm;
 mod swarm_memory;
 mod tiga;
 
@@ -22,6 +23,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
+        Command::Bench(BenchCommand::Swarm(a)) => swarm::bench(a),
         Command::Sim(SimCommand::Register(a)) => sim::register(a),
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),

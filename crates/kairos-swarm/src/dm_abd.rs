@@ -1,0 +1,203 @@
+//! DM-ABD: ABD over passive memory with out-of-place updates — the classic two-round-trip
+//! baseline, on the same layout and verbs as SWARM-KV.
+//!
+//! * update: read every writer's word on a majority (round 1); fill a buffer and CAS this
+//!   writer's word to `(max ts + 1)` VERIFIED on a majority (round 2).
+//! * get: read the words and the in-place copy (round 1); write the maximum back into its
+//!   writer's word on a majority — with its value where a node lacks it — and fetch the value if
+//!   the in-place copy did not hold it (round 2).
+
+use crate::client::{KvError, KvOp, Outbox};
+use crate::engine::{Client, Op, Shape, Stage};
+use crate::meta;
+use crate::verbs::{MemNodeId, Verb, VerbOutcome};
+use kairos_core::LocalTime;
+use std::collections::BTreeMap;
+
+pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let slot = op.slot.unwrap_or(0);
+    let primary = c.primary(slot);
+    let get = matches!(op.op, KvOp::Get { .. });
+    let l = &c.cfg.layout;
+    let chains = c
+        .alive_replicas(slot)
+        .into_iter()
+        .map(|node| {
+            let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
+            let mut shape = Shape { words: Some(0), ..Shape::default() };
+            if get && Some(node) == primary {
+                verbs.push(Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() });
+                shape.inplace = Some(1);
+            }
+            (node, verbs, shape)
+        })
+        .collect();
+    let need = c.majority();
+    c.send_round(op, Stage::AbdRead, chains, need, now, out);
+}
+
+fn words_by_node(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
+    let mut m = BTreeMap::new();
+    for (node, outs) in &op.replies {
+        let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
+        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+            m.insert(*node, meta::words(bytes));
+        }
+    }
+    m
+}
+
+fn copy_value(c: &Client, op: &Op, target: u64) -> Option<Vec<u8>> {
+    let max = c.cfg.layout.config.value_size as usize;
+    op.replies
+        .iter()
+        .find_map(|(node, outs)| {
+            let shape = op.shapes.get(node)?;
+            [shape.inplace, shape.copy].into_iter().flatten().find_map(|i| match outs.get(i) {
+                Some(VerbOutcome::Read(b)) => {
+                    meta::decode_copy(b, max).filter(|(t, _)| meta::id(*t) == meta::id(target))
+                }
+                _ => None,
+            })
+        })
+        .map(|(_, v)| v)
+}
+
+fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let words = words_by_node(op);
+    let x = words.values().flatten().copied().max().unwrap_or(0);
+    let slot = op.slot.unwrap_or(0);
+    let l = c.cfg.layout.clone();
+    let w = c.cfg.writer;
+    let value = match &op.op {
+        KvOp::Get { .. } => {
+            if x == 0 {
+                return c.finish(op, Ok(None), now, out);
+            }
+            if meta::is_deleted(x) {
+                return c.finish(op, Err(KvError::Deleted), now, out);
+            }
+            // Round 2: write back, and fetch the value if the in-place copy did not hold it.
+            let v = copy_value(c, op, x);
+            let (xw, xb) = (meta::writer(x), meta::buf(x));
+            let mut chains = Vec::new();
+            for node in c.alive_replicas(slot) {
+                let mut verbs = Vec::new();
+                let mut shape = Shape::default();
+                let o = words.get(&node).and_then(|ws| ws.get(xw as usize)).copied();
+                match (o, &v) {
+                    (Some(o), _) if meta::id(o) >= meta::id(x) => {
+                        verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: o });
+                    }
+                    (o, Some(v)) => {
+                        verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, v) });
+                        verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o.unwrap_or(0), new: x });
+                    }
+                    (_, None) => {}
+                }
+                if v.is_none() {
+                    shape.copy = Some(verbs.len());
+                    verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
+                }
+                chains.push((node, verbs, shape));
+            }
+            op.target = x;
+            op.value = v;
+            let need = c.majority();
+            return c.send_round(op, Stage::AbdBack, chains, need, now, out);
+        }
+        KvOp::Delete { .. } => None,
+        KvOp::Update { value, .. } | KvOp::Insert { value, .. } => Some(value.clone()),
+    };
+    if meta::is_deleted(x) {
+        return c.finish(op, Err(KvError::Deleted), now, out);
+    }
+    let tuple = match &value {
+        None => meta::pack(meta::DELETED_TS, 0, w, true),
+        Some(_) => {
+            let Some(buf) = op.buf.or_else(|| c.pool.allocate(now)) else {
+                return c.finish(op, Err(KvError::OutOfBuffers), now, out);
+            };
+            op.buf = Some(buf);
+            meta::pack(meta::ts(x) + 1, buf, w, true)
+        }
+    };
+    op.tuple = tuple;
+    op.value = value;
+    write_round(c, op, now, out);
+}
+
+fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let slot = op.slot.unwrap_or(0);
+    let l = c.cfg.layout.clone();
+    let w = c.cfg.writer;
+    let mut chains = Vec::new();
+    for node in c.alive_replicas(slot) {
+        let mut verbs = Vec::new();
+        if let (Some(buf), Some(v)) = (op.buf, &op.value) {
+            let mut data = meta::lock(op.tuple, meta::LOCK_FREE).to_le_bytes().to_vec();
+            data.extend_from_slice(&meta::encode_copy(op.tuple, v));
+            verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
+        }
+        let expected = c.my_word(slot, node);
+        let new = if meta::id(expected) >= meta::id(op.tuple) { expected } else { op.tuple };
+        let cas = verbs.len();
+        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
+        chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), ..Shape::default() }));
+    }
+    let need = c.majority();
+    c.send_round(op, Stage::AbdWrite, chains, need, now, out);
+}
+
+fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let t = meta::id(op.tuple);
+    let written = op
+        .replies
+        .iter()
+        .filter(|(node, outs)| {
+            let Some((i, expected)) = op.shapes.get(node).and_then(|s| s.cas_my) else { return false };
+            matches!(outs.get(i), Some(VerbOutcome::Cas { previous }) if *previous == expected || meta::id(*previous) >= t)
+        })
+        .count();
+    if written < c.majority() {
+        c.bump("write_retries");
+        return write_round(c, op, now, out);
+    }
+    let slot = op.slot.unwrap_or(0);
+    match op.buf.take() {
+        Some(buf) => {
+            c.pool.commit(slot, buf, now);
+            if let (Some(primary), Some(v)) = (c.primary(slot), &op.value) {
+                let data = meta::encode_copy(op.tuple, v);
+                let addr = c.cfg.layout.inplace(slot);
+                c.send_background(primary, vec![Verb::Write { addr, data }], None, now, out);
+            }
+        }
+        None => c.pool.supersede(slot, now),
+    }
+    c.finish(op, Ok(None), now, out)
+}
+
+fn after_back(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let x = op.target;
+    if meta::writer(x) != c.cfg.writer {
+        c.pool.supersede(op.slot.unwrap_or(0), now);
+    }
+    match op.value.take().or_else(|| copy_value(c, op, x)) {
+        Some(v) => c.finish(op, Ok(Some(v)), now, out),
+        None => {
+            // The buffer was torn or recycled under us: start over.
+            c.bump("fetch_misses");
+            begin(c, op, now, out)
+        }
+    }
+}
+
+pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    match op.stage {
+        Stage::AbdRead => after_read(c, op, now, out),
+        Stage::AbdWrite => after_write(c, op, now, out),
+        Stage::AbdBack => after_back(c, op, now, out),
+        _ => {}
+    }
+}

@@ -1,0 +1,658 @@
+//! The client core shared by SWARM-KV, DM-ABD and RAW: operation bookkeeping, rounds of chains
+//! to replicas, timeouts and membership, the index, buffer pools and this writer's word cache.
+//! The protocol decisions live in [`crate::safe_guess`] (SWARM-KV), [`crate::dm_abd`] and
+//! [`crate::raw`]; this file only moves operations from round to round.
+
+use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, OpKind, Outbox, CHAIN_TIMEOUT_DEFAULT};
+use crate::index::{self, IndexCache};
+use crate::layout::Layout;
+use crate::meta;
+use crate::pool::Pool;
+use crate::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome};
+use kairos_core::LocalTime;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+/// Which protocol a [`Client`] runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Protocol {
+    /// SWARM-KV: Safe-Guess + timestamp locks + In-n-Out; 1 round trip in the common case.
+    SwarmKv,
+    /// ABD with out-of-place updates: 2 round trips for get and update.
+    DmAbd,
+    /// One node, no replication, no concurrency control: 1 round trip (a lower bound).
+    Raw,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Raw];
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::SwarmKv => "swarm-kv",
+            Protocol::DmAbd => "dm-abd",
+            Protocol::Raw => "raw",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// Test-only switches that break SWARM-KV on purpose, to show that the checker catches it.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnsafeSwitch {
+    #[default]
+    Off,
+    /// A writer trusts every guessed timestamp (no verification, no lock, no rewrite).
+    TrustGuess,
+    /// A reader returns GUESSED tuples as if they were VERIFIED (no lock).
+    ReadGuessed,
+}
+
+/// Everything a client needs besides its memory nodes.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub protocol: Protocol,
+    /// This client's writer id (`0..layout.config.writers`).
+    pub writer: u32,
+    pub layout: Layout,
+    /// A chain unanswered this long gets its node suspected.
+    pub chain_timeout: Duration,
+    /// An operation unfinished this long completes with [`KvError::Timeout`].
+    pub op_timeout: Duration,
+    /// How long a retired buffer waits before reuse (see [`crate::pool`]).
+    pub grace: Duration,
+    /// Local time that timestamp 0 stands for.
+    pub ts_epoch: LocalTime,
+    pub inflight_max: usize,
+    pub unsafe_switch: UnsafeSwitch,
+}
+
+impl ClientConfig {
+    pub fn new(protocol: Protocol, writer: u32, layout: Layout, ts_epoch: LocalTime) -> Self {
+        ClientConfig {
+            protocol,
+            writer,
+            layout,
+            chain_timeout: CHAIN_TIMEOUT_DEFAULT,
+            op_timeout: Duration::from_millis(50),
+            grace: Duration::from_millis(1),
+            ts_epoch,
+            inflight_max: 64,
+            unsafe_switch: UnsafeSwitch::Off,
+        }
+    }
+}
+
+/// Where the interesting outcomes of a chain sit.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Shape {
+    pub cas_my: Option<(usize, u64)>,
+    pub cas_other: Option<(usize, u64)>,
+    pub words: Option<usize>,
+    pub inplace: Option<usize>,
+    pub window: Option<usize>,
+    pub copy: Option<usize>,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Queued,
+    Lookup,
+    Create,
+    Write,
+    WriterLock,
+    Read,
+    ReaderLock,
+    Fetch { then_read: bool },
+    AbdRead,
+    AbdWrite,
+    AbdBack,
+    RawRead,
+    RawWrite,
+}
+
+pub(crate) struct Op {
+    pub id: OpId,
+    pub op: KvOp,
+    pub slot: Option<u64>,
+    pub started: LocalTime,
+    pub rtt: u32,
+    pub round: u32,
+    pub stage: Stage,
+    pub nodes: Vec<MemNodeId>,
+    pub need: usize,
+    pub replies: BTreeMap<MemNodeId, Vec<VerbOutcome>>,
+    pub failed: usize,
+    pub failed_nodes: Vec<MemNodeId>,
+    pub shapes: BTreeMap<MemNodeId, Shape>,
+    pub tuple: u64,
+    pub buf: Option<u32>,
+    pub seen: BTreeMap<u32, u64>,
+    pub prev_max: u64,
+    pub iterations: u32,
+    pub observed: BTreeMap<MemNodeId, Vec<u64>>,
+    pub target: u64,
+    pub value: Option<Vec<u8>>,
+    /// The tuple's timestamp is above everything read after the op began: no staleness check.
+    pub fresh: bool,
+    pub done: bool,
+}
+
+struct ChainInfo {
+    op: Option<OpId>,
+    round: u32,
+    node: MemNodeId,
+    deadline: LocalTime,
+    /// CASes of this writer's own metadata words: (verb index, slot, expected, new).
+    cas_my: Option<(usize, u64, u64, u64)>,
+}
+
+/// A SWARM-side key-value client (SWARM-KV, DM-ABD or RAW, per [`ClientConfig::protocol`]).
+pub struct Client {
+    pub(crate) cfg: ClientConfig,
+    pub(crate) members: Membership,
+    pub(crate) index: IndexCache,
+    pub(crate) pool: Pool,
+    ops: BTreeMap<OpId, Op>,
+    chains: BTreeMap<ChainTag, ChainInfo>,
+    next_tag: ChainTag,
+    /// This writer's metadata word per (slot, node), as last seen.
+    pub(crate) my_words: BTreeMap<(u64, MemNodeId), u64>,
+    /// Operations per key, the running one first (one operation per key at a time per client).
+    key_queue: BTreeMap<Vec<u8>, VecDeque<OpId>>,
+    pub(crate) ts_adjust: u64,
+    pub(crate) last_ts: u64,
+    pub(crate) counters: BTreeMap<&'static str, u64>,
+}
+
+impl Client {
+    pub fn new(cfg: ClientConfig) -> Self {
+        let members = Membership::new(cfg.layout.config.memory_nodes);
+        let pool = Pool::new(cfg.layout.config.buffers_per_writer, cfg.grace);
+        Client {
+            cfg,
+            members,
+            index: IndexCache::default(),
+            pool,
+            ops: BTreeMap::new(),
+            chains: BTreeMap::new(),
+            next_tag: 1,
+            my_words: BTreeMap::new(),
+            key_queue: BTreeMap::new(),
+            ts_adjust: 0,
+            last_ts: 0,
+            counters: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+    pub fn membership(&self) -> &Membership {
+        &self.members
+    }
+
+    /// Takes over this writer's part of a bulk load (index cache, loaded buffers and words).
+    pub fn absorb_load(&mut self, load: &index::BulkLoad) {
+        let w = self.cfg.writer as usize;
+        if let Some(cache) = load.caches.get(w) {
+            self.index = cache.clone();
+        }
+        for &(slot, tuple) in load.tuples.get(w).map(|v| v.as_slice()).unwrap_or(&[]) {
+            self.pool.absorb(slot, meta::buf(tuple));
+            for node in self.cfg.layout.replicas_of(slot) {
+                self.my_words.insert((slot, node), tuple);
+            }
+            self.last_ts = self.last_ts.max(meta::ts(tuple));
+        }
+    }
+
+    pub(crate) fn bump(&mut self, name: &'static str) {
+        *self.counters.entry(name).or_insert(0) += 1;
+    }
+    pub(crate) fn note_max(&mut self, name: &'static str, v: u64) {
+        let e = self.counters.entry(name).or_insert(0);
+        *e = (*e).max(v);
+    }
+
+    // ----- timestamps -----
+
+    fn clock_ts(&self, now: LocalTime) -> u64 {
+        now.as_nanos().saturating_sub(self.cfg.ts_epoch.as_nanos()) / meta::TS_UNIT_NS
+    }
+    /// A guessed timestamp from the local clock (strictly above this client's previous one).
+    pub(crate) fn guess_ts(&mut self, now: LocalTime) -> Result<u64, KvError> {
+        let t = (self.clock_ts(now) + self.ts_adjust).max(self.last_ts + 1);
+        if t >= meta::DELETED_TS {
+            return Err(KvError::TimestampExhausted);
+        }
+        self.last_ts = t;
+        Ok(t)
+    }
+    /// After a stale guess: move the clock's reading above `seen_ts`.
+    pub(crate) fn resync(&mut self, seen_ts: u64, now: LocalTime) {
+        let clock = self.clock_ts(now);
+        if seen_ts < meta::DELETED_TS && seen_ts + 1 > clock + self.ts_adjust {
+            self.ts_adjust = seen_ts + 1 - clock;
+            self.bump("resyncs");
+        }
+        if seen_ts < meta::DELETED_TS {
+            self.last_ts = self.last_ts.max(seen_ts);
+        }
+    }
+
+    // ----- nodes -----
+
+    pub(crate) fn majority(&self) -> usize {
+        self.cfg.layout.majority()
+    }
+    pub(crate) fn dir_quorum(&self) -> usize {
+        self.cfg.layout.config.memory_nodes as usize / 2 + 1
+    }
+    pub(crate) fn alive_replicas(&self, slot: u64) -> Vec<MemNodeId> {
+        self.cfg.layout.replicas_of(slot).into_iter().filter(|n| self.members.is_alive(*n)).collect()
+    }
+    pub(crate) fn alive_nodes(&self) -> Vec<MemNodeId> {
+        (0..self.cfg.layout.config.memory_nodes).filter(|n| self.members.is_alive(*n)).collect()
+    }
+    /// The replica that keeps the in-place copy: the first alive one.
+    pub(crate) fn primary(&self, slot: u64) -> Option<MemNodeId> {
+        self.alive_replicas(slot).first().copied()
+    }
+    pub(crate) fn my_word(&self, slot: u64, node: MemNodeId) -> u64 {
+        self.my_words.get(&(slot, node)).copied().unwrap_or(0)
+    }
+
+    // ----- rounds -----
+
+    /// Sends one chain per node as the op's next round; the op advances when `need` replied.
+    pub(crate) fn send_round(
+        &mut self,
+        op: &mut Op,
+        stage: Stage,
+        chains: Vec<(MemNodeId, Vec<Verb>, Shape)>,
+        need: usize,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        op.round += 1;
+        op.rtt += 1;
+        op.stage = stage;
+        op.replies.clear();
+        op.failed = 0;
+        op.failed_nodes.clear();
+        op.shapes.clear();
+        op.nodes.clear();
+        op.need = need;
+        if chains.len() < need {
+            let alive = chains.len();
+            self.finish(op, Err(KvError::Unavailable { alive, needed: need }), now, out);
+            return;
+        }
+        for (node, verbs, shape) in chains {
+            let slot = op.slot.unwrap_or(0);
+            let cas_my = shape.cas_my.map(|(i, expected)| match &verbs[i] {
+                Verb::Cas { new, .. } => (i, slot, expected, *new),
+                _ => (i, slot, expected, expected),
+            });
+            op.nodes.push(node);
+            op.shapes.insert(node, shape);
+            self.issue(Some(op.id), op.round, node, verbs, cas_my, now, out);
+        }
+    }
+
+    /// Background chain (no operation waits for it).
+    pub(crate) fn send_background(
+        &mut self,
+        node: MemNodeId,
+        verbs: Vec<Verb>,
+        cas_my: Option<(usize, u64, u64, u64)>,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        self.issue(None, 0, node, verbs, cas_my, now, out);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &mut self,
+        op: Option<OpId>,
+        round: u32,
+        node: MemNodeId,
+        verbs: Vec<Verb>,
+        cas_my: Option<(usize, u64, u64, u64)>,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let deadline = now + self.cfg.chain_timeout;
+        if let Some((_, slot, _, new)) = cas_my {
+            // Chains on one connection run in order: predict that this CAS succeeds; a failure
+            // reply corrects the prediction.
+            self.my_words.insert((slot, node), new);
+        }
+        self.chains.insert(tag, ChainInfo { op, round, node, deadline, cas_my });
+        self.bump("chains");
+        out.issue(tag, Chain { node, verbs });
+    }
+
+    /// Completes `op` (and starts the next queued operation on its key).
+    pub(crate) fn finish(
+        &mut self,
+        op: &mut Op,
+        result: Result<Option<Vec<u8>>, KvError>,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        if op.done {
+            return;
+        }
+        op.done = true;
+        if let Some(buf) = op.buf.take() {
+            // A write that did not commit its buffer gives it back (after the grace period).
+            self.pool.abandon(buf, now);
+        }
+        self.bump(if result.is_ok() { "ops_ok" } else { "ops_err" });
+        let key = op.op.key().to_vec();
+        out.complete(op.id, result, op.rtt);
+        if let Some(q) = self.key_queue.get_mut(&key) {
+            q.retain(|id| *id != op.id);
+            if let Some(&next) = q.front() {
+                if let Some(mut next_op) = self.ops.remove(&next) {
+                    self.start(&mut next_op, now, out);
+                    if !next_op.done {
+                        self.ops.insert(next, next_op);
+                    }
+                }
+            } else {
+                self.key_queue.remove(&key);
+            }
+        }
+    }
+
+    /// Starts an operation whose key is free.
+    fn start(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        let key = op.op.key().to_vec();
+        let fp = index::fingerprint(&key);
+        match (self.index.get(&key), &op.op) {
+            (Some(slot), _) => {
+                op.slot = Some(slot);
+                self.begin(op, now, out);
+            }
+            (None, KvOp::Insert { .. }) => {
+                let Some(slot) = self.index.allocate_slot(&self.cfg.layout, self.cfg.writer) else {
+                    return self.finish(op, Err(KvError::IndexFull), now, out);
+                };
+                let Some((bucket, e)) = self.index.allocate_entry(&self.cfg.layout, fp) else {
+                    return self.finish(op, Err(KvError::IndexFull), now, out);
+                };
+                op.slot = Some(slot);
+                let l = &self.cfg.layout;
+                let (first, probe) = index::window(l, fp);
+                let replicas = l.replicas_of(slot);
+                let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
+                key_area.extend_from_slice(&key);
+                let mut chains = Vec::new();
+                for node in self.alive_nodes() {
+                    let mut verbs = Vec::new();
+                    if replicas.contains(&node) {
+                        verbs.push(Verb::Write { addr: l.key_area(slot), data: key_area.clone() });
+                    }
+                    verbs.push(Verb::Write {
+                        addr: l.dir_entry(bucket, self.cfg.writer, e),
+                        data: index::entry(fp, slot).to_le_bytes().to_vec(),
+                    });
+                    let window = verbs.len();
+                    verbs.push(Verb::Read { addr: l.dir_entry(first, 0, 0), len: (probe * l.bucket_bytes()) as u32 });
+                    chains.push((node, verbs, Shape { window: Some(window), ..Shape::default() }));
+                }
+                let need = self.dir_quorum();
+                self.send_round(op, Stage::Create, chains, need, now, out);
+            }
+            (None, _) => {
+                let l = &self.cfg.layout;
+                let (first, probe) = index::window(l, fp);
+                let len = (probe * l.bucket_bytes()) as u32;
+                let chains = self
+                    .alive_nodes()
+                    .into_iter()
+                    .map(|n| {
+                        let verbs = vec![Verb::Read { addr: l.dir_entry(first, 0, 0), len }];
+                        (n, verbs, Shape { window: Some(0), ..Shape::default() })
+                    })
+                    .collect();
+                let need = self.dir_quorum();
+                self.send_round(op, Stage::Lookup, chains, need, now, out);
+            }
+        }
+    }
+
+    /// The slot is known: run the protocol.
+    fn begin(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        match self.cfg.protocol {
+            Protocol::SwarmKv => crate::safe_guess::begin(self, op, now, out),
+            Protocol::DmAbd => crate::dm_abd::begin(self, op, now, out),
+            Protocol::Raw => crate::raw::begin(self, op, now, out),
+        }
+    }
+
+    fn advance(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        match op.stage {
+            Stage::Lookup | Stage::Create => {
+                let fp = index::fingerprint(op.op.key());
+                let mut slots = Vec::new();
+                for (node, outs) in &op.replies {
+                    let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
+                    if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+                        slots.extend(index::slots_in_window(&self.cfg.layout, &meta::words(bytes), fp));
+                    }
+                }
+                slots.sort_unstable();
+                if op.stage == Stage::Create {
+                    // Another client's earlier slot for the same key wins.
+                    if let (Some(&lowest), Some(mine)) = (slots.first(), op.slot) {
+                        op.slot = Some(lowest.min(mine));
+                    }
+                } else {
+                    op.slot = slots.first().copied();
+                }
+                match op.slot {
+                    Some(slot) => {
+                        self.index.insert(op.op.key().to_vec(), slot);
+                        self.begin(op, now, out);
+                    }
+                    None => self.finish(op, Err(KvError::UnknownKey), now, out),
+                }
+            }
+            _ => match self.cfg.protocol {
+                Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
+                Protocol::DmAbd => crate::dm_abd::advance(self, op, now, out),
+                Protocol::Raw => crate::raw::advance(self, op, now, out),
+            },
+        }
+    }
+
+    fn with_op(
+        &mut self,
+        id: OpId,
+        now: LocalTime,
+        out: &mut Outbox,
+        f: impl FnOnce(&mut Self, &mut Op, LocalTime, &mut Outbox),
+    ) {
+        if let Some(mut op) = self.ops.remove(&id) {
+            f(self, &mut op, now, out);
+            if !op.done {
+                self.ops.insert(id, op);
+            }
+        }
+    }
+
+    fn check_round(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        // The node holding the in-place copy is waited for unless it failed.
+        let waiting = op
+            .shapes
+            .iter()
+            .any(|(n, s)| s.inplace.is_some() && !op.replies.contains_key(n) && !op.failed_nodes.contains(n));
+        if op.replies.len() >= op.need && !waiting {
+            self.advance(op, now, out);
+        } else if op.nodes.len() - op.failed < op.need {
+            let alive = op.nodes.len() - op.failed;
+            self.finish(op, Err(KvError::Unavailable { alive, needed: op.need }), now, out);
+        }
+    }
+
+    fn validate(&self, op: &KvOp) -> Result<(), KvError> {
+        let c = &self.cfg.layout.config;
+        let key = op.key();
+        if key.is_empty() {
+            return Err(KvError::EmptyKey);
+        }
+        if key.len() > c.key_size as usize {
+            return Err(KvError::KeyTooLong { len: key.len(), max: c.key_size as usize });
+        }
+        if let KvOp::Update { value, .. } | KvOp::Insert { value, .. } = op {
+            if value.len() > c.value_size as usize {
+                return Err(KvError::ValueTooLong { len: value.len(), max: c.value_size as usize });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl KvClient for Client {
+    fn invoke(&mut self, op_id: OpId, kv: KvOp, now: LocalTime, out: &mut Outbox) {
+        if let Err(e) = self.validate(&kv) {
+            self.bump("ops_err");
+            out.complete(op_id, Err(e), 0);
+            return;
+        }
+        if self.ops.len() >= self.cfg.inflight_max {
+            out.complete(op_id, Err(KvError::Busy(self.ops.len())), 0);
+            return;
+        }
+        let key = kv.key().to_vec();
+        let mut op = Op {
+            id: op_id,
+            op: kv,
+            slot: None,
+            started: now,
+            rtt: 0,
+            round: 0,
+            stage: Stage::Queued,
+            nodes: Vec::new(),
+            need: 0,
+            replies: BTreeMap::new(),
+            failed: 0,
+            failed_nodes: Vec::new(),
+            shapes: BTreeMap::new(),
+            tuple: 0,
+            buf: None,
+            seen: BTreeMap::new(),
+            prev_max: 0,
+            iterations: 0,
+            observed: BTreeMap::new(),
+            target: 0,
+            value: None,
+            fresh: false,
+            done: false,
+        };
+        let q = self.key_queue.entry(key).or_default();
+        q.push_back(op_id);
+        if q.len() == 1 {
+            self.start(&mut op, now, out);
+        }
+        if !op.done {
+            self.ops.insert(op_id, op);
+        }
+    }
+
+    fn on_reply(
+        &mut self,
+        tag: ChainTag,
+        reply: Result<Vec<VerbOutcome>, VerbError>,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        let Some(info) = self.chains.remove(&tag) else { return };
+        if let (Some((i, slot, expected, _)), Ok(outs)) = (info.cas_my, &reply) {
+            if let Some(VerbOutcome::Cas { previous }) = outs.get(i) {
+                if *previous != expected {
+                    self.my_words.insert((slot, info.node), *previous);
+                }
+            }
+        }
+        match &reply {
+            Err(VerbError::NodeCrashed(_)) => self.members.suspect(info.node),
+            Ok(_) => self.members.restore(info.node),
+            Err(_) => {}
+        }
+        let Some(id) = info.op else { return };
+        self.with_op(id, now, out, |c, op, now, out| {
+            if op.round != info.round || op.nodes.is_empty() {
+                return;
+            }
+            match reply {
+                Ok(outs) => {
+                    op.replies.insert(info.node, outs);
+                }
+                Err(_) => {
+                    op.failed += 1;
+                    op.failed_nodes.push(info.node);
+                }
+            }
+            c.check_round(op, now, out);
+        });
+    }
+
+    fn on_tick(&mut self, now: LocalTime, out: &mut Outbox) {
+        let expired: Vec<ChainTag> = self.chains.iter().filter(|(_, c)| c.deadline <= now).map(|(t, _)| *t).collect();
+        for tag in expired {
+            let Some(info) = self.chains.remove(&tag) else { continue };
+            self.members.suspect(info.node);
+            self.bump("chain_timeouts");
+            if let Some(id) = info.op {
+                self.with_op(id, now, out, |c, op, now, out| {
+                    if op.round == info.round && !op.replies.contains_key(&info.node) {
+                        op.failed += 1;
+                        op.failed_nodes.push(info.node);
+                        c.check_round(op, now, out);
+                    }
+                });
+            }
+        }
+        let late: Vec<OpId> = self
+            .ops
+            .values()
+            .filter(|o| now.saturating_since(o.started) >= self.cfg.op_timeout)
+            .map(|o| o.id)
+            .collect();
+        for id in late {
+            self.bump("op_timeouts");
+            self.with_op(id, now, out, |c, op, now, out| c.finish(op, Err(KvError::Timeout), now, out));
+        }
+    }
+
+    fn tick_interval(&self) -> Duration {
+        self.cfg.chain_timeout / 4
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = self.counters.iter().map(|(k, v)| (*k, *v)).collect();
+        v.push(("buffers_in_use", u64::from(self.pool.in_use())));
+        v.push(("buffers_in_use_max", u64::from(self.pool.in_use_max())));
+        v.push(("buffers_touched", u64::from(self.pool.touched())));
+        v
+    }
+}
+
+/// The kind of an operation (for statistics).
+pub fn kind_of(op: &KvOp) -> OpKind {
+    op.kind()
+}

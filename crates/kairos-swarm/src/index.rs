@@ -1,0 +1,168 @@
+//! The replica-location index: which slot holds a key.
+//!
+//! The shared part lives in memory nodes (the directory of [`crate::layout`]): a key's
+//! fingerprint picks a window of [`DIR_PROBE`] buckets; every writer appends
+//! `fingerprint:40 | slot:24` entries to **its own column** of a bucket, so inserts by different
+//! writers never conflict. Each writer allocates slots from its own residue class
+//! (`slot % writers == writer`). Clients cache `key → slot` ([`IndexCache`], the paper's
+//! ~24-byte-per-key index), so gets and updates of known keys go straight to the replicas.
+//!
+//! Simplifications: two distinct keys with the same 40-bit fingerprint are not supported (the
+//! later insert would alias the earlier key), and two clients inserting the *same new* key at the
+//! same time may both succeed in different slots (readers then use the lowest slot).
+
+use crate::layout::{Layout, DIR_ENTRIES, DIR_PROBE};
+use crate::meta;
+use crate::verbs::MemoryImage;
+use std::collections::{BTreeMap, BTreeSet};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// A key's 40-bit fingerprint (never 0).
+pub fn fingerprint(key: &[u8]) -> u64 {
+    (xxh3_64(key) >> 24).max(1)
+}
+
+pub fn entry(fp: u64, slot: u64) -> u64 {
+    (fp << 24) | (slot & 0xFF_FFFF)
+}
+pub fn entry_fp(e: u64) -> u64 {
+    e >> 24
+}
+pub fn entry_slot(e: u64) -> u64 {
+    e & 0xFF_FFFF
+}
+
+/// The first bucket of a key's window and the window's length.
+pub fn window(layout: &Layout, fp: u64) -> (u64, u64) {
+    let probe = DIR_PROBE.min(layout.buckets);
+    (fp % (layout.buckets - probe + 1), probe)
+}
+
+/// The slots a directory window names for `fp` (lowest first).
+pub fn slots_in_window(layout: &Layout, window_words: &[u64], fp: u64) -> Vec<u64> {
+    let mut out: Vec<u64> = window_words
+        .iter()
+        .filter(|e| **e != 0 && entry_fp(**e) == fp && entry_slot(**e) < layout.config.keys)
+        .map(|e| entry_slot(*e))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A client's cache of `key → slot`, and its own allocations (slots and directory entries).
+#[derive(Clone, Debug, Default)]
+pub struct IndexCache {
+    slots: BTreeMap<Vec<u8>, u64>,
+    next_slot: u64,
+    used_slots: BTreeSet<u64>,
+    used_entries: BTreeSet<(u64, u64)>,
+}
+
+impl IndexCache {
+    pub fn get(&self, key: &[u8]) -> Option<u64> {
+        self.slots.get(key).copied()
+    }
+    pub fn insert(&mut self, key: Vec<u8>, slot: u64) {
+        self.slots.insert(key, slot);
+    }
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+    /// A fresh slot of `writer`'s residue class.
+    pub fn allocate_slot(&mut self, layout: &Layout, writer: u32) -> Option<u64> {
+        let w = u64::from(layout.config.writers);
+        loop {
+            let slot = self.next_slot * w + u64::from(writer);
+            if slot >= layout.config.keys {
+                return None;
+            }
+            self.next_slot += 1;
+            if self.used_slots.insert(slot) {
+                return Some(slot);
+            }
+        }
+    }
+    /// A free entry of `writer`'s column in the key's window: `(bucket, entry)`.
+    pub fn allocate_entry(&mut self, layout: &Layout, fp: u64) -> Option<(u64, u64)> {
+        let (first, probe) = window(layout, fp);
+        for b in first..first + probe {
+            for e in 0..DIR_ENTRIES {
+                if self.used_entries.insert((b, e)) {
+                    return Some((b, e));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Loads keys straight into node images (the benchmark's load phase, before any client runs):
+/// writer `slot % writers` owns each key, as if it had inserted it. Returns each writer's
+/// cache and the `(slot, buffer)` it holds, for [`crate::engine::Client::absorb_load`].
+pub struct BulkLoad {
+    pub caches: Vec<IndexCache>,
+    /// Per writer: `(slot, tuple word)` of the loaded values.
+    pub tuples: Vec<Vec<(u64, u64)>>,
+}
+
+/// Writes `keys` (each with `value`) into every node image of `layout`. `ts` is the timestamp
+/// of the loaded tuples (below any guess a client will make).
+pub fn bulk_load(
+    layout: &Layout,
+    images: &mut [MemoryImage],
+    keys: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+    ts: u64,
+) -> Result<BulkLoad, crate::client::KvError> {
+    use crate::client::KvError;
+    let writers = layout.config.writers;
+    let mut caches = vec![IndexCache::default(); writers as usize];
+    let mut tuples = vec![Vec::new(); writers as usize];
+    let mut next_writer = 0u32;
+    for (key, value) in keys {
+        if key.len() > layout.config.key_size as usize {
+            return Err(KvError::KeyTooLong { len: key.len(), max: layout.config.key_size as usize });
+        }
+        if value.len() > layout.config.value_size as usize {
+            return Err(KvError::ValueTooLong { len: value.len(), max: layout.config.value_size as usize });
+        }
+        let w = next_writer;
+        next_writer = (next_writer + 1) % writers;
+        let slot = caches[w as usize].allocate_slot(layout, w).ok_or(KvError::IndexFull)?;
+        let fp = fingerprint(&key);
+        let (bucket, e) = caches[w as usize].allocate_entry(layout, fp).ok_or(KvError::IndexFull)?;
+        let buf = tuples[w as usize].len() as u32;
+        if buf >= layout.config.buffers_per_writer {
+            return Err(KvError::OutOfBuffers);
+        }
+        let tuple = meta::pack(ts, buf, w, true);
+        let copy = meta::encode_copy(tuple, &value);
+        let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
+        key_area.extend_from_slice(&key);
+        for node in layout.replicas_of(slot) {
+            let Some(img) = images.get_mut(node as usize) else { continue };
+            img.write(layout.key_area(slot), &key_area);
+            img.write(layout.meta_word(slot, w), &tuple.to_le_bytes());
+            img.write(layout.buffer_lock(w, buf), &meta::lock(tuple, meta::LOCK_FREE).to_le_bytes());
+            img.write(layout.buffer_copy(w, buf), &copy);
+            img.write(layout.inplace(slot), &copy);
+        }
+        // The directory is on every node.
+        for img in images.iter_mut() {
+            img.write(layout.dir_entry(bucket, w, e), &entry(fp, slot).to_le_bytes());
+        }
+        caches[w as usize].insert(key, slot);
+        tuples[w as usize].push((slot, tuple));
+    }
+    // Every client knows every loaded key (the index cache is warm after the load phase).
+    let all: Vec<(Vec<u8>, u64)> = caches.iter().flat_map(|c| c.slots.iter().map(|(k, s)| (k.clone(), *s))).collect();
+    for c in &mut caches {
+        for (k, s) in &all {
+            c.slots.insert(k.clone(), *s);
+        }
+    }
+    Ok(BulkLoad { caches, tuples })
+}

@@ -1,0 +1,185 @@
+//! A client machine in the simulator: a [`KvClient`] driven by a YCSB generator with a fixed
+//! number of operations in flight, recording the Jepsen history of its operations.
+
+use super::SwarmMsg;
+use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
+use crate::engine::Client;
+use crate::ycsb::{self, Ycsb};
+use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
+use kairos_core::{Ctx, NodeId, Process, TimerId};
+use rand::Rng as _;
+use std::collections::BTreeMap;
+
+const TICK: TimerId = TimerId(1);
+
+struct Pending {
+    process: u64,
+    slot: usize,
+    key: u64,
+    kind: OpKind,
+    value_id: u64,
+}
+
+pub struct ClientNode {
+    pub index: u32,
+    pub client: Client,
+    ycsb: Ycsb,
+    value_size: u32,
+    pub ops_left: u64,
+    inflight: usize,
+    single_key: bool,
+    pending: BTreeMap<OpId, Pending>,
+    next_op: OpId,
+    /// Round trips per operation kind: `kind → (round trips → count)`.
+    pub round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
+    pub errors: BTreeMap<String, u64>,
+    pub completed: u64,
+    /// Crash after issuing this many operations, leaving a prefix of each chain in flight applied.
+    pub crash_after_ops: Option<u64>,
+    pub crashed: bool,
+    issued: u64,
+}
+
+impl ClientNode {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        index: u32,
+        client: Client,
+        ycsb: Ycsb,
+        value_size: u32,
+        ops: u64,
+        inflight: usize,
+        single_key: bool,
+        crash_after_ops: Option<u64>,
+    ) -> Self {
+        ClientNode {
+            index,
+            client,
+            ycsb,
+            value_size,
+            ops_left: ops,
+            inflight: inflight.max(1),
+            single_key,
+            pending: BTreeMap::new(),
+            next_op: 1,
+            round_trips: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            completed: 0,
+            crash_after_ops,
+            crashed: false,
+            issued: 0,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.crashed || (self.ops_left == 0 && self.pending.is_empty())
+    }
+
+    fn start_op(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, slot: usize, out: &mut Outbox) {
+        if self.ops_left == 0 || self.crashed {
+            return;
+        }
+        self.ops_left -= 1;
+        let y = self.ycsb.next(ctx.rng());
+        let key = if self.single_key { 0 } else { y.key };
+        let id = self.next_op;
+        self.next_op += 1;
+        let process = u64::from(self.index) * self.inflight as u64 + slot as u64;
+        let key_bytes = self.ycsb.key_bytes(key);
+        let (op, kind, value_id, micro) = if y.update {
+            let vid = (u64::from(self.index) + 1) << 40 | id;
+            let value = ycsb::value_bytes(vid, self.value_size);
+            (KvOp::Update { key: key_bytes, value }, OpKind::Update, vid, MicroOp::Write { key, value: vid })
+        } else {
+            (KvOp::Get { key: key_bytes }, OpKind::Get, 0, MicroOp::Read { key, value: None })
+        };
+        let f = if y.update { "write" } else { "read" };
+        ctx.record(HistoryEvent::new(OpType::Invoke, process, f, vec![micro]));
+        self.pending.insert(id, Pending { process, slot, key, kind, value_id });
+        self.issued += 1;
+        self.client.invoke(id, op, ctx.now(), out);
+    }
+
+    fn drain(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, mut out: Outbox) {
+        loop {
+            let crash_now = self.crash_after_ops.is_some_and(|n| self.issued >= n);
+            for issue in std::mem::take(&mut out.issues) {
+                let prefix = if crash_now { Some(ctx.rng().random_range(0..=issue.chain.verbs.len())) } else { None };
+                ctx.send(NodeId(issue.chain.node), SwarmMsg::Chain { tag: issue.tag, chain: issue.chain, prefix });
+            }
+            if crash_now {
+                // The client dies with these chains partly applied; its open operations stay unknown.
+                self.crashed = true;
+                ctx.metric("swarm.client_crashes", 1);
+                return;
+            }
+            let completions = std::mem::take(&mut out.completions);
+            if completions.is_empty() {
+                return;
+            }
+            for c in completions {
+                let Some(p) = self.pending.remove(&c.op_id) else { continue };
+                self.completed += 1;
+                *self.round_trips.entry(p.kind).or_default().entry(c.round_trips).or_insert(0) += 1;
+                let (op_type, f, micro) = match (&c.result, p.kind) {
+                    (Ok(v), OpKind::Get) => {
+                        let value = v.as_deref().and_then(ycsb::value_id).filter(|id| *id != 0).map(ReadValue::Int);
+                        (OpType::Ok, "read", MicroOp::Read { key: p.key, value })
+                    }
+                    (Ok(_), _) => (OpType::Ok, "write", MicroOp::Write { key: p.key, value: p.value_id }),
+                    (Err(e), OpKind::Get) => {
+                        *self.errors.entry(e.to_string()).or_insert(0) += 1;
+                        (OpType::Fail, "read", MicroOp::Read { key: p.key, value: None })
+                    }
+                    (Err(e), _) => {
+                        *self.errors.entry(e.to_string()).or_insert(0) += 1;
+                        let t = if e.is_unknown_outcome() || matches!(e, KvError::Timeout) {
+                            OpType::Info
+                        } else {
+                            OpType::Fail
+                        };
+                        (t, "write", MicroOp::Write { key: p.key, value: p.value_id })
+                    }
+                };
+                ctx.record(HistoryEvent::new(op_type, p.process, f, vec![micro]));
+                self.start_op(ctx, p.slot, &mut out);
+            }
+        }
+    }
+}
+
+impl Process for ClientNode {
+    type Msg = SwarmMsg;
+
+    fn on_start(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
+        ctx.set_timer(TICK, self.client.tick_interval());
+        let mut out = Outbox::new();
+        for slot in 0..self.inflight {
+            self.start_op(ctx, slot, &mut out);
+        }
+        self.drain(ctx, out);
+    }
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, _from: NodeId, msg: SwarmMsg) {
+        if self.crashed {
+            return;
+        }
+        if let SwarmMsg::Reply { tag, reply } = msg {
+            let mut out = Outbox::new();
+            self.client.on_reply(tag, reply, ctx.now(), &mut out);
+            self.drain(ctx, out);
+        }
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, _timer: TimerId) {
+        if self.crashed {
+            return;
+        }
+        let mut out = Outbox::new();
+        self.client.on_tick(ctx.now(), &mut out);
+        self.drain(ctx, out);
+        if !self.is_done() || self.client.in_flight() > 0 {
+            ctx.set_timer(TICK, self.client.tick_interval());
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! A memory node in the simulator: a byte array that executes chains verb by verb.
+//!
+//! Adversarial but seeded: at each step the node picks a random connection (client) with work
+//! and executes the next *piece* of its head chain — a whole 8-byte-or-smaller read/write or a
+//! CAS, or the next aligned 8-byte piece of a larger read or write — so pieces of different
+//! chains interleave and large reads tear. Chains on one connection run in FIFO order. A crashed
+//! node (`Fault::Crash`) completes nothing. A chain marked `prefix` (a client crashing mid-chain)
+//! applies only that many verbs and gets no reply.
+
+use super::SwarmMsg;
+use crate::verbs::{MemoryImage, Verb, VerbOutcome, CHAIN_VERBS_MAX};
+use kairos_core::{Ctx, NodeId, Process, TimerId};
+use rand::Rng as _;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+struct Running {
+    tag: u64,
+    verbs: Vec<Verb>,
+    prefix: Option<usize>,
+    next: usize,
+    /// Bytes of the current large verb already done.
+    done_bytes: u64,
+    partial: Vec<u8>,
+    outcomes: Vec<VerbOutcome>,
+}
+
+pub struct MemoryNode {
+    pub image: MemoryImage,
+    queues: BTreeMap<NodeId, VecDeque<Running>>,
+    armed: bool,
+    /// Longest pause between two pieces (ns); each pause is uniform in `0..=piece_ns_max`.
+    pub piece_ns_max: u64,
+    pub pieces: u64,
+}
+
+const STEP: TimerId = TimerId(1);
+
+impl MemoryNode {
+    pub fn new(image: MemoryImage, piece_ns_max: u64) -> Self {
+        MemoryNode { image, queues: BTreeMap::new(), armed: false, piece_ns_max, pieces: 0 }
+    }
+
+    fn arm(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
+        if !self.armed && self.queues.values().any(|q| !q.is_empty()) {
+            self.armed = true;
+            let ns = ctx.rng().random_range(0..=self.piece_ns_max);
+            ctx.set_timer(STEP, Duration::from_nanos(ns));
+        }
+    }
+
+    /// Executes one piece of `r`'s current verb; returns `Err` if the verb is refused.
+    fn piece(&mut self, r: &mut Running) -> Result<(), crate::verbs::VerbError> {
+        let verb = &r.verbs[r.next];
+        self.image.check(verb)?;
+        let finished = match verb {
+            Verb::Cas { .. } => {
+                let out = self.image.apply(verb)?;
+                r.outcomes.push(out);
+                true
+            }
+            Verb::Read { addr, len } => {
+                let (start, end) = (addr + r.done_bytes, addr + u64::from(*len));
+                let stop = ((start / 8 + 1) * 8).min(end);
+                r.partial.extend(self.image.read(start, (stop - start) as usize));
+                r.done_bytes += stop - start;
+                if start + (stop - start) >= end {
+                    r.outcomes.push(VerbOutcome::Read(std::mem::take(&mut r.partial)));
+                    true
+                } else {
+                    false
+                }
+            }
+            Verb::Write { addr, data } => {
+                let end = addr + data.len() as u64;
+                let start = addr + r.done_bytes;
+                let stop = ((start / 8 + 1) * 8).min(end);
+                let from = r.done_bytes as usize;
+                let to = from + (stop - start) as usize;
+                self.image.write(start, &data[from..to]);
+                r.done_bytes = to as u64;
+                if stop >= end {
+                    r.outcomes.push(VerbOutcome::Written);
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if finished {
+            r.next += 1;
+            r.done_bytes = 0;
+        }
+        Ok(())
+    }
+}
+
+impl Process for MemoryNode {
+    type Msg = SwarmMsg;
+
+    fn on_start(&mut self, _ctx: &mut Ctx<'_, SwarmMsg>) {}
+
+    fn on_message(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, from: NodeId, msg: SwarmMsg) {
+        let SwarmMsg::Chain { tag, chain, prefix } = msg else { return };
+        if chain.verbs.len() > CHAIN_VERBS_MAX {
+            let e = crate::verbs::VerbError::ChainTooLong(chain.verbs.len());
+            ctx.send(from, SwarmMsg::Reply { tag, reply: Err(e) });
+            return;
+        }
+        let r = Running {
+            tag,
+            verbs: chain.verbs,
+            prefix,
+            next: 0,
+            done_bytes: 0,
+            partial: Vec::new(),
+            outcomes: Vec::new(),
+        };
+        self.queues.entry(from).or_default().push_back(r);
+        self.arm(ctx);
+    }
+
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, _timer: TimerId) {
+        self.armed = false;
+        let busy: Vec<NodeId> = self.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(n, _)| *n).collect();
+        if !busy.is_empty() {
+            let who = busy[ctx.rng().random_range(0..busy.len())];
+            let mut r = self.queues.get_mut(&who).and_then(|q| q.pop_front()).expect("busy queue has a chain");
+            self.pieces += 1;
+            let limit = r.prefix.unwrap_or(usize::MAX).min(r.verbs.len());
+            let result = if r.next < limit { self.piece(&mut r) } else { Ok(()) };
+            match result {
+                Err(e) => ctx.send(who, SwarmMsg::Reply { tag: r.tag, reply: Err(e) }),
+                Ok(()) if r.next >= limit => {
+                    if r.prefix.is_none() {
+                        ctx.send(who, SwarmMsg::Reply { tag: r.tag, reply: Ok(r.outcomes) });
+                    }
+                }
+                Ok(()) => self.queues.entry(who).or_default().push_front(r),
+            }
+        }
+        self.arm(ctx);
+    }
+}

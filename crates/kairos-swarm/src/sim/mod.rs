@@ -1,0 +1,424 @@
+//! The simulator backend and the simulated run API ([`SwarmRun`]).
+//!
+//! Memory nodes ([`memory_node::MemoryNode`]) and client machines ([`client_node::ClientNode`])
+//! are `kairos-sim` processes on one rack: one-way delay 0.7 µs ± jitter, FIFO per (client,
+//! node) link, per-client clock offset and drift. The load phase writes every key straight into
+//! the node images; the warm-up runs through the real clients on the synchronous
+//! [`crate::direct`] backend (cheap, not recorded except for each key's final value, written to
+//! the history as one synthetic write so the checker knows the starting state).
+
+pub mod client_node;
+pub mod memory_node;
+
+use crate::client::{KvClient, KvOp, OpKind};
+use crate::direct::DirectMemory;
+use crate::engine::{Client, ClientConfig, Protocol, UnsafeSwitch};
+use crate::index;
+use crate::layout::{Layout, LayoutConfig};
+use crate::verbs::{Chain, MemoryImage, VerbError, VerbOutcome};
+use crate::ycsb::{self, Workload, Ycsb};
+use client_node::ClientNode;
+use kairos_check::{check, Model};
+use kairos_clock::{SimClock, SIM_EPOCH_NS};
+use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType};
+use kairos_core::{LatencyMatrix, LocalTime, NodeId, RegionId, SimTime};
+use kairos_sim::{Fault, Sim, SimConfig};
+use memory_node::MemoryNode;
+use rand::{Rng as _, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What travels between clients and memory nodes in the simulator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum SwarmMsg {
+    /// Execute `chain`; `prefix` (a crashing client) applies only that many verbs and never replies.
+    Chain {
+        tag: u64,
+        chain: Chain,
+        prefix: Option<usize>,
+    },
+    Reply {
+        tag: u64,
+        reply: Result<Vec<VerbOutcome>, VerbError>,
+    },
+}
+
+/// One simulated run.
+#[derive(Clone, Debug)]
+pub struct SwarmRun {
+    pub protocol: Protocol,
+    pub workload: Workload,
+    pub clients: u32,
+    /// Measured operations per client.
+    pub ops: u64,
+    /// Operations in flight per client.
+    pub inflight: usize,
+    pub keys: u64,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub replicas: u32,
+    /// Warm-up operations (all clients together), run cheaply and not measured.
+    pub warmup: u64,
+    /// Each client's clock offset is uniform in `[0, clock_offset_max]`.
+    pub clock_offset_max: Duration,
+    /// Each client's clock drift is uniform in `±clock_drift_ppm_max`.
+    pub clock_drift_ppm_max: i64,
+    /// Every operation targets key 0.
+    pub single_key_contention: bool,
+    /// Crash memory node `n` at true time `t` after the start of the measured phase.
+    pub crash_node_at: Option<(u32, Duration)>,
+    /// Client `i` crashes after issuing `n` operations, leaving prefixes of its chains applied.
+    pub crash_client_after: Option<(u32, u64)>,
+    pub one_way: Duration,
+    pub jitter_ratio: f64,
+    /// Longest pause between two verb pieces on a memory node (interleaving granularity).
+    pub piece_ns_max: u64,
+    pub seed: u64,
+    /// Check the history for linearizability (per key).
+    pub check: bool,
+    pub unsafe_switch: UnsafeSwitch,
+}
+
+impl Default for SwarmRun {
+    /// The paper's defaults (YCSB B, 100 000 keys of 24 B, 64 B values, 3 replicas, 4 clients),
+    /// with a shorter warm-up and run than the paper's 1 M operations.
+    fn default() -> Self {
+        SwarmRun {
+            protocol: Protocol::SwarmKv,
+            workload: Workload::YcsbB,
+            clients: 4,
+            ops: 10_000,
+            inflight: 1,
+            keys: 100_000,
+            key_size: 24,
+            value_size: 64,
+            replicas: 3,
+            warmup: 100_000,
+            clock_offset_max: Duration::from_micros(1),
+            clock_drift_ppm_max: 10,
+            single_key_contention: false,
+            crash_node_at: None,
+            crash_client_after: None,
+            one_way: Duration::from_nanos(700),
+            jitter_ratio: 0.1,
+            piece_ns_max: 10,
+            seed: 1,
+            check: true,
+            unsafe_switch: UnsafeSwitch::Off,
+        }
+    }
+}
+
+/// Percentiles of a sample, in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyUs {
+    pub count: u64,
+    pub p1: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl LatencyUs {
+    pub fn of(mut ns: Vec<u64>) -> LatencyUs {
+        if ns.is_empty() {
+            return LatencyUs::default();
+        }
+        ns.sort_unstable();
+        let at = |q: f64| ns[((ns.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
+        LatencyUs { count: ns.len() as u64, p1: at(0.01), p50: at(0.5), p90: at(0.9), p99: at(0.99), max: at(1.0) }
+    }
+}
+
+/// What a run produced.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub history: Vec<HistoryRecord>,
+    /// Latency per operation type (true time, invocation to completion).
+    pub latency_us: BTreeMap<OpKind, LatencyUs>,
+    /// Round trips per operation type: `round trips → count`.
+    pub round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
+    /// Node memory per key the layout allocates (all nodes).
+    pub memory_bytes_per_key: f64,
+    /// Memory per key actually touched (slots, directory and the buffers ever used, on every
+    /// replica; RAW: its single copy).
+    pub memory_bytes_per_key_used: f64,
+    /// Client counters summed (maxima for `*_max`).
+    pub metrics: BTreeMap<String, u64>,
+    pub errors: BTreeMap<String, u64>,
+    pub completed: u64,
+    /// True time of the measured phase.
+    pub duration: Duration,
+    /// `Some(valid)` if checked.
+    pub linearizable: Option<bool>,
+    pub check_report: String,
+    pub checked_keys: usize,
+    pub trace_hash: u64,
+}
+
+impl Outcome {
+    /// Share of operations of `kind` that took exactly `n` round trips.
+    pub fn share(&self, kind: OpKind, n: u32) -> f64 {
+        let Some(h) = self.round_trips.get(&kind) else { return 0.0 };
+        let total: u64 = h.values().sum();
+        if total == 0 {
+            return 0.0;
+        }
+        *h.get(&n).unwrap_or(&0) as f64 / total as f64
+    }
+    pub fn throughput_ops_per_s(&self) -> f64 {
+        self.completed as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Layout(#[from] crate::layout::LayoutError),
+    #[error("{0}")]
+    Ycsb(#[from] crate::ycsb::YcsbError),
+    #[error("load phase: {0}")]
+    Load(crate::client::KvError),
+    #[error("bad run: {0}")]
+    Bad(String),
+}
+
+/// The history's key for a key number, and the synthetic "loader" process.
+const LOADER_PROCESS: u64 = u64::MAX >> 1;
+
+impl SwarmRun {
+    pub fn layout(&self) -> Result<Layout, RunError> {
+        let cfg = LayoutConfig {
+            keys: self.keys,
+            key_size: self.key_size,
+            value_size: self.value_size.max(8),
+            replicas: self.replicas,
+            memory_nodes: self.replicas,
+            writers: self.clients,
+            buffers_per_writer: 0,
+        }
+        .with_default_buffers();
+        Ok(Layout::new(cfg)?)
+    }
+
+    pub fn run(&self) -> Result<Outcome, RunError> {
+        if self.clients == 0 || self.inflight == 0 {
+            return Err(RunError::Bad("need at least one client and one operation in flight".into()));
+        }
+        let layout = self.layout()?;
+        let ycsb = Ycsb::new(self.workload, self.keys, self.key_size)?;
+        let value_size = layout.config.value_size;
+        let ts_epoch = LocalTime(SIM_EPOCH_NS - 10_000_000_000);
+        // Load: every key gets an initial value (value id 0 stands for "initial" = nil).
+        let mut images: Vec<MemoryImage> =
+            (0..layout.config.memory_nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
+        let keys = (0..self.keys).map(|k| (ycsb.key_bytes(k), ycsb::value_bytes(0, value_size)));
+        let load = index::bulk_load(&layout, &mut images, keys, 1).map_err(RunError::Load)?;
+        let mut clients: Vec<Client> = (0..self.clients)
+            .map(|w| {
+                let mut cfg = ClientConfig::new(self.protocol, w, layout.clone(), ts_epoch);
+                cfg.unsafe_switch = self.unsafe_switch;
+                cfg.inflight_max = self.inflight.max(1) * 2;
+                let mut c = Client::new(cfg);
+                c.absorb_load(&load);
+                c
+            })
+            .collect();
+        // Warm-up on the direct backend.
+        let mut direct = DirectMemory::new(images);
+        let mut warm_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7761_726d);
+        let mut now = LocalTime(ts_epoch.as_nanos() + 1_000_000);
+        let mut last_value: BTreeMap<u64, u64> = BTreeMap::new();
+        for i in 0..self.warmup {
+            let y = ycsb.next(&mut warm_rng);
+            let key = if self.single_key_contention { 0 } else { y.key };
+            let c = &mut clients[(i % u64::from(self.clients)) as usize];
+            let op = if y.update {
+                let vid = (1 << 62) | (i + 1);
+                last_value.insert(key, vid);
+                KvOp::Update { key: ycsb.key_bytes(key), value: ycsb::value_bytes(vid, value_size) }
+            } else {
+                KvOp::Get { key: ycsb.key_bytes(key) }
+            };
+            let done = direct.run_op(c, i, op, &mut now);
+            if let Err(e) = done.result {
+                return Err(RunError::Bad(format!("warm-up operation {i} failed: {e}")));
+            }
+        }
+        if now.as_nanos() >= SIM_EPOCH_NS - 1_000_000_000 {
+            return Err(RunError::Bad("warm-up too long for the timestamp epoch; lower --warmup".into()));
+        }
+        // The simulated measured phase.
+        let mut config = SimConfig::new(self.seed);
+        config.network.jitter_ratio = self.jitter_ratio;
+        let matrix = LatencyMatrix::single("rack", self.one_way);
+        let mut sim: Sim<SwarmMsg> = Sim::new(config, matrix);
+        let rack = RegionId(0);
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0xc10c);
+        for img in std::mem::take(&mut direct.images) {
+            let mut img = Some(img);
+            let (len, piece) = (layout.node_bytes(), self.piece_ns_max);
+            sim.add_node(rack, SimClock::perfect(), move |_| {
+                let image = img.take().unwrap_or_else(|| MemoryImage::new(len));
+                Box::new(MemoryNode::new(image, piece))
+            });
+        }
+        let m = layout.config.memory_nodes;
+        for (i, c) in clients.into_iter().enumerate() {
+            let offset_max = kairos_core::duration_nanos(self.clock_offset_max) as i64;
+            let offset = if offset_max > 0 { clock_rng.random_range(0..=offset_max) } else { 0 };
+            let drift_max = self.clock_drift_ppm_max.max(0) * 1000;
+            let drift = if drift_max > 0 { clock_rng.random_range(-drift_max..=drift_max) } else { 0 };
+            let crash = self.crash_client_after.filter(|(ci, _)| *ci as usize == i).map(|(_, n)| n);
+            let mut node = Some(ClientNode::new(
+                i as u32,
+                c,
+                ycsb.clone(),
+                value_size,
+                self.ops,
+                self.inflight,
+                self.single_key_contention,
+                crash,
+            ));
+            sim.add_node(rack, SimClock::new(offset, drift, 0), move |_| {
+                Box::new(node.take().expect("simulated clients are never restarted"))
+            });
+        }
+        if let Some((n, at)) = self.crash_node_at {
+            sim.schedule(SimTime::ZERO + at, Fault::Crash(NodeId(n)));
+        }
+        let client_ids: Vec<NodeId> = (m..m + self.clients).map(NodeId).collect();
+        let deadline = SimTime::from_secs(3600);
+        let mut end = SimTime::ZERO;
+        loop {
+            let next = sim.now() + Duration::from_micros(200);
+            sim.run_until(next);
+            let all_done = client_ids.iter().all(|id| sim.role::<ClientNode>(*id).is_none_or(|c| c.is_done()));
+            if all_done {
+                end = sim.now();
+                break;
+            }
+            if sim.pending_events() == 0 || sim.now() >= deadline {
+                break;
+            }
+        }
+        if end == SimTime::ZERO {
+            end = sim.now();
+        }
+        // Collect.
+        let mut round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>> = BTreeMap::new();
+        let mut metrics: BTreeMap<String, u64> = BTreeMap::new();
+        let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+        let mut completed = 0;
+        let mut buffers_touched = 0u64;
+        for id in &client_ids {
+            let Some(c) = sim.role::<ClientNode>(*id) else { continue };
+            completed += c.completed;
+            for (k, h) in &c.round_trips {
+                for (n, count) in h {
+                    *round_trips.entry(*k).or_default().entry(*n).or_insert(0) += count;
+                }
+            }
+            for (k, v) in c.client.counters() {
+                let e = metrics.entry(k.to_string()).or_insert(0);
+                if k.ends_with("_max") {
+                    *e = (*e).max(v);
+                } else {
+                    *e += v;
+                }
+                if k == "buffers_touched" {
+                    buffers_touched += v;
+                }
+            }
+            for (k, v) in &c.errors {
+                *errors.entry(k.clone()).or_insert(0) += v;
+            }
+        }
+        let history = sim.take_history();
+        let latency_us = latencies(&history);
+        // RAW keeps one in-place copy per key on one node and no buffers.
+        let copies = if self.protocol == Protocol::Raw { 1.0 } else { f64::from(m) };
+        let fixed = layout.buffers_base as f64 * copies;
+        let used_buffers = if self.protocol == Protocol::Raw {
+            0.0
+        } else {
+            buffers_touched as f64 * layout.buffer_bytes as f64 * copies
+        };
+        let mut outcome = Outcome {
+            latency_us,
+            round_trips,
+            memory_bytes_per_key: layout.bytes_per_key(),
+            memory_bytes_per_key_used: (fixed + used_buffers) / self.keys as f64,
+            metrics,
+            errors,
+            completed,
+            duration: end.saturating_since(SimTime::ZERO),
+            linearizable: None,
+            check_report: String::new(),
+            checked_keys: 0,
+            trace_hash: sim.trace_hash(),
+            history,
+        };
+        if self.check {
+            let (valid, report, keys) = check_per_key(&outcome.history, &last_value);
+            outcome.linearizable = Some(valid);
+            outcome.check_report = report;
+            outcome.checked_keys = keys;
+        }
+        Ok(outcome)
+    }
+}
+
+/// Latency per kind from the history (one operation at a time per process).
+fn latencies(history: &[HistoryRecord]) -> BTreeMap<OpKind, LatencyUs> {
+    let mut open: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut ns: BTreeMap<OpKind, Vec<u64>> = BTreeMap::new();
+    for r in history {
+        match r.event.op_type {
+            OpType::Invoke => {
+                open.insert(r.event.process, r.time);
+            }
+            OpType::Ok => {
+                if let Some(t0) = open.remove(&r.event.process) {
+                    let kind = if r.event.f == "read" { OpKind::Get } else { OpKind::Update };
+                    ns.entry(kind).or_default().push(r.time - t0);
+                }
+            }
+            _ => {
+                open.remove(&r.event.process);
+            }
+        }
+    }
+    ns.into_iter().map(|(k, v)| (k, LatencyUs::of(v))).collect()
+}
+
+/// Checks linearizability key by key; the warm-up's final values enter as synthetic writes.
+pub fn check_per_key(history: &[HistoryRecord], warm: &BTreeMap<u64, u64>) -> (bool, String, usize) {
+    let mut by_key: BTreeMap<u64, Vec<HistoryRecord>> = BTreeMap::new();
+    for r in history {
+        if let Some(m) = r.event.value.first() {
+            by_key.entry(m.key()).or_default().push(r.clone());
+        }
+    }
+    let keys = by_key.len();
+    for (key, recs) in by_key {
+        let mut h = Vec::with_capacity(recs.len() + 2);
+        if let Some(&v) = warm.get(&key) {
+            for t in [OpType::Invoke, OpType::Ok] {
+                let ev = HistoryEvent::new(t, LOADER_PROCESS, "write", vec![MicroOp::Write { key, value: v }]);
+                h.push(HistoryRecord { index: h.len() as u64, time: 0, event: ev });
+            }
+        }
+        for r in recs {
+            h.push(HistoryRecord { index: h.len() as u64, time: r.time, event: r.event });
+        }
+        match check(&h, Model::Linearizable) {
+            Ok(rep) if rep.valid => {}
+            Ok(rep) => return (false, format!("key {key}: {rep}"), keys),
+            Err(e) => return (false, format!("key {key}: cannot check: {e}"), keys),
+        }
+    }
+    (true, format!("linearizable ({keys} keys)"), keys)
+}

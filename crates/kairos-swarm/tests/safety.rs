@@ -1,0 +1,170 @@
+//! Checked histories: every run below is linearizable per key (kairos-check: our WGL and
+//! todc-utils), under contention, clock skew, crashes and torn reads — and the checker does catch
+//! a deliberately broken SWARM-KV.
+
+use kairos_swarm::client::OpKind;
+use kairos_swarm::engine::{Protocol, UnsafeSwitch};
+use kairos_swarm::sim::{Outcome, SwarmRun};
+use kairos_swarm::ycsb::Workload;
+use std::time::Duration;
+
+fn small() -> SwarmRun {
+    SwarmRun { keys: 64, warmup: 500, ops: 300, workload: Workload::YcsbA, ..SwarmRun::default() }
+}
+
+fn assert_linearizable(o: &Outcome, what: &str) {
+    assert_eq!(o.linearizable, Some(true), "{what}: {}\nmetrics {:?}", o.check_report, o.metrics);
+}
+
+fn metric(o: &Outcome, name: &str) -> u64 {
+    o.metrics.get(name).copied().unwrap_or(0)
+}
+
+#[test]
+fn sixteen_clients_on_one_key_stay_linearizable() {
+    // The checker's cost grows exponentially with concurrency on a key: a few short runs.
+    for seed in 1..=2 {
+        let run = SwarmRun {
+            clients: 16,
+            ops: 5,
+            single_key_contention: true,
+            clock_offset_max: Duration::from_micros(10),
+            seed,
+            ..small()
+        };
+        let o = run.run().unwrap();
+        assert_linearizable(&o, &format!("16 clients on one key, seed {seed}"));
+        assert_eq!(o.completed, 80);
+    }
+}
+
+#[test]
+fn under_contention_reads_take_at_most_two_per_writer_plus_one_iterations() {
+    let run = SwarmRun {
+        clients: 16,
+        ops: 100,
+        single_key_contention: true,
+        clock_offset_max: Duration::from_micros(10),
+        check: false,
+        ..small()
+    };
+    let o = run.run().unwrap();
+    println!("contention round trips: {:?}\nmetrics: {:?}", o.round_trips, o.metrics);
+    assert_eq!(o.completed, 1600);
+    // The lock and repair paths ran.
+    assert!(metric(&o, "stale_guesses") > 0 && metric(&o, "rewrites") > 0);
+    // Safe-Guess's bound: a read takes at most 2 × writers + 1 iterations.
+    let bound = 2 * u64::from(run.clients) + 1;
+    let seen = metric(&o, "read_iterations_max");
+    assert!(seen > 1 && seen <= bound, "read iterations {seen}, bound {bound}");
+    // A rewrite is above everything read: updates take at most 3 round trips without failures.
+    assert!(o.round_trips[&OpKind::Update].keys().all(|n| *n <= 3), "{:?}", o.round_trips);
+}
+
+#[test]
+fn clock_offsets_up_to_one_millisecond_stay_linearizable() {
+    for seed in 1..=3 {
+        let run = SwarmRun {
+            clients: 8,
+            keys: 8,
+            clock_offset_max: Duration::from_millis(1),
+            clock_drift_ppm_max: 50,
+            seed,
+            ..small()
+        };
+        let o = run.run().unwrap();
+        assert_linearizable(&o, &format!("1 ms skew, seed {seed}"));
+        assert!(metric(&o, "stale_guesses") > 0, "skew makes guesses stale");
+        assert!(metric(&o, "resyncs") > 0);
+    }
+}
+
+#[test]
+fn a_memory_node_crash_mid_run_does_not_stop_service() {
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd] {
+        let run = SwarmRun {
+            protocol,
+            crash_node_at: Some((0, Duration::from_micros(150))),
+            clock_offset_max: Duration::from_micros(20),
+            ..small()
+        };
+        let o = run.run().unwrap();
+        assert_linearizable(&o, "memory-node crash");
+        assert_eq!(o.completed, 4 * 300, "every operation completed: errors {:?}", o.errors);
+        assert!(o.errors.is_empty(), "{:?}", o.errors);
+        assert!(metric(&o, "chain_timeouts") > 0, "the crash was detected by timeout");
+    }
+}
+
+#[test]
+fn a_client_crashing_mid_chain_leaves_a_linearizable_history() {
+    for seed in 1..=3 {
+        let run = SwarmRun {
+            clients: 4,
+            keys: 4,
+            crash_client_after: Some((1, 40)),
+            clock_offset_max: Duration::from_micros(50),
+            seed,
+            ..small()
+        };
+        let o = run.run().unwrap();
+        assert_linearizable(&o, &format!("client crash, seed {seed}"));
+        assert!(o.completed >= 3 * 300, "the other clients finished");
+    }
+}
+
+#[test]
+fn torn_reads_of_large_values_are_caught_by_the_hash() {
+    let run = SwarmRun {
+        clients: 6,
+        keys: 2,
+        value_size: 4096,
+        ops: 150,
+        piece_ns_max: 40,
+        clock_offset_max: Duration::from_micros(20),
+        ..small()
+    };
+    let o = run.run().unwrap();
+    assert_linearizable(&o, "4 KiB values");
+    println!("4 KiB: {:?} {:?}", o.round_trips, o.metrics);
+    assert!(metric(&o, "fetches") > 0, "some in-place copies were torn or stale and the pointer was followed");
+}
+
+#[test]
+fn the_checker_catches_a_swarm_that_trusts_stale_guesses() {
+    let mut caught = false;
+    for seed in 1..=4 {
+        let run = SwarmRun {
+            clients: 8,
+            keys: 2,
+            clock_offset_max: Duration::from_millis(1),
+            unsafe_switch: UnsafeSwitch::TrustGuess,
+            seed,
+            ..small()
+        };
+        let o = run.run().unwrap();
+        if o.linearizable == Some(false) {
+            caught = true;
+            println!("caught: {}", o.check_report);
+            break;
+        }
+    }
+    assert!(caught, "trusting stale guesses must produce a stale read the checker finds");
+}
+
+#[test]
+fn same_seed_same_trace() {
+    let run = SwarmRun { check: false, ..small() };
+    assert_eq!(run.run().unwrap().trace_hash, run.run().unwrap().trace_hash);
+    let other = SwarmRun { seed: 2, ..run.clone() };
+    assert_ne!(run.run().unwrap().trace_hash, other.run().unwrap().trace_hash);
+}
+
+#[test]
+fn dm_abd_and_raw_histories_are_checked_too() {
+    for protocol in [Protocol::DmAbd, Protocol::Raw] {
+        let o = SwarmRun { protocol, ..small() }.run().unwrap();
+        assert_linearizable(&o, protocol.name());
+        assert!(o.share(OpKind::Get, if protocol == Protocol::Raw { 1 } else { 2 }) > 0.99);
+    }
+}
