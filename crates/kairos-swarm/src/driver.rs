@@ -10,8 +10,8 @@
 //!
 //! Clocks: all clients read one monotonic host clock (perfectly shared, as on one CXL host),
 //! shifted by a per-client offset ([`DriverConfig::clock_offsets_ns`]) so that the protocols'
-//! stale-guess and lock paths run. The local clock starts at [`LOCAL_CLOCK_BASE_NS`] so that a
-//! negative offset stays positive.
+//! stale-guess and lock paths run. The local clock starts at [`DriverConfig::local_clock_base_ns`]
+//! (default [`LOCAL_CLOCK_BASE_NS`]) so that a negative offset stays positive.
 //!
 //! History: every operation runs in one of `in_flight_per_client` Jepsen *processes* of its
 //! client (`client × 2^32 + slot`), so a process never has two operations open; an operation
@@ -50,12 +50,13 @@ impl<F: FnMut() -> Option<KvOp> + Send> OpSource for F {
 pub trait HistoryCodec: Sync {
     /// The register a key is.
     fn key(&self, key: &[u8]) -> u64;
-    /// The integer a value stands for (values are unique per write in a checked run).
-    fn value(&self, value: &[u8]) -> u64;
+    /// The integer a value stands for (values are unique per write in a checked run), or
+    /// `None` for the initial value.
+    fn value(&self, value: &[u8]) -> Option<u64>;
 }
 
 /// Keys and values whose first 8 bytes are a little-endian integer (shorter ones are
-/// zero-padded).
+/// zero-padded); value 0 is the initial value.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LeU64Codec;
 
@@ -63,8 +64,8 @@ impl HistoryCodec for LeU64Codec {
     fn key(&self, key: &[u8]) -> u64 {
         le_u64(key)
     }
-    fn value(&self, value: &[u8]) -> u64 {
-        le_u64(value)
+    fn value(&self, value: &[u8]) -> Option<u64> {
+        Some(le_u64(value)).filter(|v| *v != 0)
     }
 }
 
@@ -93,6 +94,8 @@ pub struct DriverConfig {
     pub clock_offsets_ns: Vec<i64>,
     /// Record the history (costs memory and a little time per operation).
     pub record_history: bool,
+    /// Local clocks read true time plus this (plus the client's offset), ns.
+    pub local_clock_base_ns: u64,
 }
 
 impl Default for DriverConfig {
@@ -105,6 +108,7 @@ impl Default for DriverConfig {
             op_timeout: Duration::from_secs(5),
             clock_offsets_ns: Vec::new(),
             record_history: true,
+            local_clock_base_ns: LOCAL_CLOCK_BASE_NS,
         }
     }
 }
@@ -121,13 +125,13 @@ pub struct DriverReport {
     pub unknown: u64,
     /// Latency of each successful operation by kind, ns, sorted.
     pub latency_ns: BTreeMap<OpKind, Vec<u64>>,
-    /// Round trips on the critical path → operations.
-    pub round_trips: BTreeMap<u32, u64>,
+    /// Round trips on the critical path → operations, by kind of operation.
+    pub round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
     /// Errors by message → count.
     pub errors: BTreeMap<String, u64>,
     /// Chains the backend refused to take (counted, then left to the client's timeouts).
     pub submit_errors: u64,
-    /// The clients' counters, summed.
+    /// The clients' counters, summed (`*_max` counters: the maximum).
     pub counters: BTreeMap<&'static str, u64>,
     /// Wall time from the first invocation to the last client stopping.
     pub wall: Duration,
@@ -163,14 +167,17 @@ impl DriverReport {
         for (k, mut v) in other.latency_ns {
             self.latency_ns.entry(k).or_default().append(&mut v);
         }
-        for (k, v) in other.round_trips {
-            *self.round_trips.entry(k).or_default() += v;
+        for (k, h) in other.round_trips {
+            for (n, c) in h {
+                *self.round_trips.entry(k).or_default().entry(n).or_default() += c;
+            }
         }
         for (k, v) in other.errors {
             *self.errors.entry(k).or_default() += v;
         }
         for (k, v) in other.counters {
-            *self.counters.entry(k).or_default() += v;
+            let e = self.counters.entry(k).or_default();
+            *e = if k.ends_with("_max") { (*e).max(v) } else { *e + v };
         }
         self.submit_errors += other.submit_errors;
     }
@@ -182,7 +189,7 @@ struct ClientOutcome {
     failed: u64,
     unknown: u64,
     latency_ns: BTreeMap<OpKind, Vec<u64>>,
-    round_trips: BTreeMap<u32, u64>,
+    round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
     errors: BTreeMap<String, u64>,
     counters: Vec<(&'static str, u64)>,
     submit_errors: u64,
@@ -194,6 +201,7 @@ struct ClientOutcome {
 #[derive(Clone, Copy, Debug)]
 struct HostClock {
     epoch: Instant,
+    base_ns: u64,
     offset_ns: i64,
 }
 
@@ -205,7 +213,7 @@ impl HostClock {
     }
 
     fn local(&self, true_ns: u64) -> LocalTime {
-        LocalTime((true_ns + LOCAL_CLOCK_BASE_NS).saturating_add_signed(self.offset_ns))
+        LocalTime(true_ns.saturating_add(self.base_ns).saturating_add_signed(self.offset_ns))
     }
 }
 
@@ -237,7 +245,8 @@ pub fn run<C: KvClient + Send>(
             .zip(ports)
             .enumerate()
             .map(|(i, ((client, ops), port))| {
-                let clock = HostClock { epoch, offset_ns: config.clock_offsets_ns.get(i).copied().unwrap_or(0) };
+                let offset_ns = config.clock_offsets_ns.get(i).copied().unwrap_or(0);
+                let clock = HostClock { epoch, base_ns: config.local_clock_base_ns, offset_ns };
                 std::thread::Builder::new()
                     .name(format!("swarm-client-{i}"))
                     .spawn_scoped(s, move || run_client(i as u64, client, ops, port, clock, codec, config))
@@ -259,7 +268,7 @@ pub fn run<C: KvClient + Send>(
             })
             .collect()
     });
-    let wall = HostClock { epoch, offset_ns: 0 }.true_ns();
+    let wall = HostClock { epoch, base_ns: 0, offset_ns: 0 }.true_ns();
     let mut report = DriverReport { clients: n, wall: Duration::from_nanos(wall), ..Default::default() };
     let mut events = Vec::new();
     for mut o in outcomes {
@@ -290,7 +299,7 @@ fn history_invoke(codec: &dyn HistoryCodec, op: &KvOp) -> (&'static str, Vec<Mic
     match op {
         KvOp::Get { .. } => ("read", vec![MicroOp::Read { key, value: None }]),
         KvOp::Update { value, .. } | KvOp::Insert { value, .. } => {
-            ("write", vec![MicroOp::Write { key, value: codec.value(value) }])
+            ("write", vec![MicroOp::Write { key, value: codec.value(value).unwrap_or(0) }])
         }
         // A delete makes the key unusable; as a register it is a write of a value nobody reads.
         KvOp::Delete { .. } => ("write", vec![MicroOp::Write { key, value: u64::MAX }]),
@@ -439,9 +448,9 @@ fn flush(
             Ok(got) => {
                 out.ok += 1;
                 out.latency_ns.entry(p.op.kind()).or_default().push(now_ns.saturating_sub(p.invoked_ns));
-                *out.round_trips.entry(c.round_trips).or_default() += 1;
+                *out.round_trips.entry(p.op.kind()).or_default().entry(c.round_trips).or_default() += 1;
                 if let (Some(MicroOp::Read { value: v, .. }), Some(bytes)) = (value.first_mut(), got) {
-                    *v = Some(ReadValue::Int(codec.value(bytes)));
+                    *v = codec.value(bytes).map(ReadValue::Int);
                 }
                 OpType::Ok
             }

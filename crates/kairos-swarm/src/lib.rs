@@ -78,3 +78,4 @@ pub mod ycsb;
 
 pub mod backend;
 pub mod driver;
+pub mod real;
