@@ -1,0 +1,33 @@
+//! `kairos bench swarm --backend shm|tcp`: one protocol run on fresh real memory nodes.
+//!
+//! `shm` creates one region per node in /dev/shm (removed after the run); `tcp` starts one
+//! memory server per node on 127.0.0.1 in this process (the same server as
+//! `kairos serve swarm-memory`), stopped after the run. Client threads share the machine's
+//! cores with the memory servers: on a small machine, latency and throughput measure the
+//! machine as much as the protocol.
+
+use kairos_swarm::backend::shm::ShmCluster;
+use kairos_swarm::backend::tcp::TcpCluster;
+use kairos_swarm::real::RealRun;
+use kairos_swarm::sim::{Outcome, SwarmRun};
+
+use super::swarm::BackendArg;
+use crate::CliError;
+
+pub fn run(backend: BackendArg, run: &SwarmRun) -> Result<Outcome, CliError> {
+    let real = RealRun::new(run.clone());
+    let layout = real.layout().map_err(|e| CliError::Usage(e.to_string()))?;
+    let (nodes, bytes) = (layout.config.memory_nodes, layout.node_bytes());
+    let outcome = match backend {
+        BackendArg::Shm => {
+            let shm = ShmCluster::create(run.seed, nodes, bytes).map_err(|e| CliError::Io(e.to_string()))?;
+            real.run_on(&shm, None)
+        }
+        BackendArg::Tcp => {
+            let tcp = TcpCluster::start_loopback(nodes, bytes).map_err(|e| CliError::Io(e.to_string()))?;
+            real.run_on(tcp.backend(), None)
+        }
+        BackendArg::Sim => run.run(),
+    };
+    outcome.map_err(|e| CliError::Runtime(format!("{} backend: {e}", format!("{backend:?}").to_lowercase())))
+}
