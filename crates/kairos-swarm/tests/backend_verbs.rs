@@ -336,3 +336,17 @@ fn tcp_connections_are_bounded() {
     assert!(closed_by_server(&mut c), "a third connection is refused");
     assert_eq!(server.stats().connections_refused.load(Ordering::Relaxed), 1);
 }
+
+#[test]
+fn regions_of_dead_processes_are_removed() {
+    let dir = std::env::temp_dir().join(format!("kairos-swarm-stale-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // No process has pid 4_000_000_000 (Linux caps pids at 2^22).
+    let stale = dir.join("kairos-swarm-4000000000-1-0-node0");
+    std::fs::write(&stale, b"left behind").unwrap();
+    let mine = ShmCluster::create_in(&dir, 14, 1, 64).unwrap();
+    assert!(!stale.exists(), "a dead process's region is removed");
+    assert!(mine.paths()[0].exists(), "a live process's region stays");
+    drop(mine);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,6 +19,8 @@
 //! Names are `kairos-swarm-<pid>-<seed>-<n>-node<i>` (n counts clusters created by this
 //! process), so concurrent runs never share a region by accident. The creator removes the
 //! files when its [`ShmCluster`] is dropped; processes that [`ShmCluster::open`] them do not.
+//! Regions of processes that died without cleaning up are removed by the next
+//! [`ShmCluster::create`] ([`remove_stale_regions`]).
 //! Whoever truncates a mapped file makes every user fault (SIGBUS): do not touch the files
 //! while a run uses them.
 
@@ -172,6 +174,29 @@ pub fn default_shm_dir() -> PathBuf {
     }
 }
 
+/// Removes regions left behind by processes that no longer exist (a run killed before it
+/// could clean up), so that /dev/shm does not fill up. Needs `/proc` (Linux); elsewhere it
+/// does nothing.
+pub fn remove_stale_regions(dir: &Path) -> usize {
+    if !Path::new("/proc/self").exists() {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("kairos-swarm-")).and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// The memory nodes of one run, as shared-memory regions.
 #[derive(Clone)]
 pub struct ShmCluster {
@@ -190,6 +215,7 @@ impl ShmCluster {
         if nodes == 0 || nodes > 1024 {
             return Err(BackendError::Config(format!("{nodes} memory nodes: use 1 to 1024")));
         }
+        remove_stale_regions(dir);
         let n = CLUSTERS_CREATED.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("kairos-swarm-{}-{seed}-{n}", std::process::id());
         let regions = (0..nodes)
