@@ -66,8 +66,6 @@ fn copy_value(c: &Client, op: &Op, target: u64) -> Option<Vec<u8>> {
 fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let words = words_by_node(op);
     let x = words.values().flatten().copied().max().unwrap_or(0);
-    let slot = op.slot.unwrap_or(0);
-    let l = c.cfg.layout.clone();
     let w = c.cfg.writer;
     let value = match &op.op {
         KvOp::Get { .. } => {
@@ -78,33 +76,10 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 return c.finish(op, Err(KvError::Deleted), now, out);
             }
             // Round 2: write back, and fetch the value if the in-place copy did not hold it.
-            let v = copy_value(c, op, x);
-            let (xw, xb) = (meta::writer(x), meta::buf(x));
-            let mut chains = Vec::new();
-            for node in c.alive_replicas(slot) {
-                let mut verbs = Vec::new();
-                let mut shape = Shape::default();
-                let o = words.get(&node).and_then(|ws| ws.get(xw as usize)).copied();
-                match (o, &v) {
-                    (Some(o), _) if meta::id(o) >= meta::id(x) => {
-                        verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: o });
-                    }
-                    (o, Some(v)) => {
-                        verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, v) });
-                        verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o.unwrap_or(0), new: x });
-                    }
-                    (_, None) => {}
-                }
-                if v.is_none() {
-                    shape.copy = Some(verbs.len());
-                    verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
-                }
-                chains.push((node, verbs, shape));
-            }
             op.target = x;
-            op.value = v;
-            let need = c.majority();
-            return c.send_round(op, Stage::AbdBack, chains, need, now, out);
+            op.value = copy_value(c, op, x);
+            op.observed = words;
+            return back_round(c, op, now, out);
         }
         KvOp::Delete { .. } => None,
         KvOp::Update { value, .. } | KvOp::Insert { value, .. } => Some(value.clone()),
@@ -125,6 +100,37 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     op.tuple = tuple;
     op.value = value;
     write_round(c, op, now, out);
+}
+
+/// Writes `op.target` back into its writer's word on every replica that had an older one (with
+/// its value, when known), and reads the value where it is missing.
+fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let (x, slot) = (op.target, op.slot.unwrap_or(0));
+    let l = c.cfg.layout.clone();
+    let (xw, xb) = (meta::writer(x), meta::buf(x));
+    let mut chains = Vec::new();
+    for node in c.alive_replicas(slot) {
+        let mut verbs = Vec::new();
+        let mut shape = Shape::default();
+        let o = op.observed.get(&node).and_then(|ws| ws.get(xw as usize)).copied();
+        match (o, &op.value) {
+            (Some(o), _) if meta::id(o) >= meta::id(x) => {
+                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: o });
+            }
+            (Some(o), Some(v)) => {
+                verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, v) });
+                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: x });
+            }
+            _ => {}
+        }
+        if op.value.is_none() {
+            shape.copy = Some(verbs.len());
+            verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
+        }
+        chains.push((node, verbs, shape));
+    }
+    let need = c.majority();
+    c.send_round(op, Stage::AbdBack, chains, need, now, out);
 }
 
 fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
@@ -183,13 +189,26 @@ fn after_back(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     if meta::writer(x) != c.cfg.writer {
         c.pool.supersede(op.slot.unwrap_or(0), now);
     }
-    match op.value.take().or_else(|| copy_value(c, op, x)) {
-        Some(v) => c.finish(op, Ok(Some(v)), now, out),
-        None => {
-            // The buffer was torn or recycled under us: start over.
-            c.bump("fetch_misses");
-            begin(c, op, now, out)
+    let xw = meta::writer(x) as usize;
+    let had = op.observed.values().filter(|ws| ws.get(xw).is_some_and(|o| meta::id(*o) >= meta::id(x))).count();
+    match &op.value {
+        Some(v) => {
+            let v = v.clone();
+            c.finish(op, Ok(Some(v)), now, out)
         }
+        None => match copy_value(c, op, x) {
+            // The value was fetched in this round, so the write-back could not carry it yet.
+            Some(v) if had < c.majority() => {
+                op.value = Some(v);
+                back_round(c, op, now, out)
+            }
+            Some(v) => c.finish(op, Ok(Some(v)), now, out),
+            None => {
+                // The buffer was torn or recycled under us: start over.
+                c.bump("fetch_misses");
+                begin(c, op, now, out)
+            }
+        },
     }
 }
 

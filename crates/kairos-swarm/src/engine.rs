@@ -231,16 +231,20 @@ impl Client {
         self.last_ts = t;
         Ok(t)
     }
-    /// After a stale guess: move the clock's reading above `seen_ts`.
-    pub(crate) fn resync(&mut self, seen_ts: u64, now: LocalTime) {
+    /// After a stale guess: move the clock's reading above `seen_ts`. The writer of `seen_ts`
+    /// guessed it up to `lag` ago (the age of our operation), so its clock is now about `lag`
+    /// further: adding it keeps this client from trailing by one operation after every resync.
+    pub(crate) fn resync(&mut self, seen_ts: u64, lag: Duration, now: LocalTime) {
+        if seen_ts >= meta::DELETED_TS {
+            return;
+        }
         let clock = self.clock_ts(now);
-        if seen_ts < meta::DELETED_TS && seen_ts + 1 > clock + self.ts_adjust {
-            self.ts_adjust = seen_ts + 1 - clock;
+        let target = seen_ts + 1 + kairos_core::duration_nanos(lag) / meta::TS_UNIT_NS;
+        if target > clock + self.ts_adjust {
+            self.ts_adjust = target - clock;
             self.bump("resyncs");
         }
-        if seen_ts < meta::DELETED_TS {
-            self.last_ts = self.last_ts.max(seen_ts);
-        }
+        self.last_ts = self.last_ts.max(seen_ts);
     }
 
     // ----- nodes -----
@@ -390,13 +394,20 @@ impl Client {
                     return self.finish(op, Err(KvError::IndexFull), now, out);
                 };
                 op.slot = Some(slot);
-                let l = &self.cfg.layout;
-                let (first, probe) = index::window(l, fp);
-                let replicas = l.replicas_of(slot);
+                // SWARM-KV writes the value in the same round trip as the directory entry.
+                let swarm = self.cfg.protocol == Protocol::SwarmKv;
+                if swarm {
+                    if let Err(e) = crate::safe_guess::prepare_write(self, op, now) {
+                        return self.finish(op, Err(e), now, out);
+                    }
+                }
+                let (first, probe) = index::window(&self.cfg.layout, fp);
+                let replicas = self.cfg.layout.replicas_of(slot);
                 let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
                 key_area.extend_from_slice(&key);
                 let mut chains = Vec::new();
                 for node in self.alive_nodes() {
+                    let l = &self.cfg.layout;
                     let mut verbs = Vec::new();
                     if replicas.contains(&node) {
                         verbs.push(Verb::Write { addr: l.key_area(slot), data: key_area.clone() });
@@ -407,7 +418,15 @@ impl Client {
                     });
                     let window = verbs.len();
                     verbs.push(Verb::Read { addr: l.dir_entry(first, 0, 0), len: (probe * l.bucket_bytes()) as u32 });
-                    chains.push((node, verbs, Shape { window: Some(window), ..Shape::default() }));
+                    let mut shape = Shape { window: Some(window), ..Shape::default() };
+                    if swarm && replicas.contains(&node) {
+                        let (more, s) = crate::safe_guess::write_verbs(self, op, node);
+                        let base = verbs.len();
+                        verbs.extend(more);
+                        shape.cas_my = s.cas_my.map(|(i, e)| (i + base, e));
+                        shape.words = s.words.map(|i| i + base);
+                    }
+                    chains.push((node, verbs, shape));
                 }
                 let need = self.dir_quorum();
                 self.send_round(op, Stage::Create, chains, need, now, out);
@@ -441,6 +460,7 @@ impl Client {
 
     fn advance(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         match op.stage {
+            Stage::Create if self.cfg.protocol == Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
             Stage::Lookup | Stage::Create => {
                 let fp = index::fingerprint(op.op.key());
                 let mut slots = Vec::new();

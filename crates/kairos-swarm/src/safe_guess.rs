@@ -33,24 +33,28 @@ use kairos_core::LocalTime;
 use std::collections::BTreeMap;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
-    match &op.op {
-        KvOp::Get { .. } => read_round(c, op, now, out),
-        KvOp::Delete { .. } => {
-            op.tuple = meta::pack(meta::DELETED_TS, 0, c.cfg.writer, true);
-            write_round(c, op, now, out);
-        }
-        KvOp::Update { .. } | KvOp::Insert { .. } => {
-            let Some(buf) = c.pool.allocate(now) else {
-                return c.finish(op, Err(KvError::OutOfBuffers), now, out);
-            };
-            op.buf = Some(buf);
-            match c.guess_ts(now) {
-                Ok(ts) => op.tuple = meta::pack(ts, buf, c.cfg.writer, false),
-                Err(e) => return c.finish(op, Err(e), now, out),
-            }
-            write_round(c, op, now, out);
-        }
+    if let KvOp::Get { .. } = op.op {
+        return read_round(c, op, now, out);
     }
+    match prepare_write(c, op, now) {
+        Ok(()) => write_round(c, op, now, out),
+        Err(e) => c.finish(op, Err(e), now, out),
+    }
+}
+
+/// Picks the write's buffer and guessed tuple (a deletion: the maximal tuple, no buffer).
+pub(crate) fn prepare_write(c: &mut Client, op: &mut Op, now: LocalTime) -> Result<(), KvError> {
+    if let KvOp::Delete { .. } = op.op {
+        op.tuple = meta::pack(meta::DELETED_TS, 0, c.cfg.writer, true);
+        return Ok(());
+    }
+    let buf = match op.buf {
+        Some(b) => b,
+        None => c.pool.allocate(now).ok_or(KvError::OutOfBuffers)?,
+    };
+    op.buf = Some(buf);
+    op.tuple = meta::pack(c.guess_ts(now)?, buf, c.cfg.writer, false);
+    Ok(())
 }
 
 fn value_of(op: &Op) -> &[u8] {
@@ -60,29 +64,72 @@ fn value_of(op: &Op) -> &[u8] {
     }
 }
 
-fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+/// The write's verbs for one replica: fill the buffer, CAS this writer's word, read all words.
+pub(crate) fn write_verbs(c: &Client, op: &Op, node: MemNodeId) -> (Vec<Verb>, Shape) {
     let slot = op.slot.unwrap_or(0);
     let l = &c.cfg.layout;
     let w = c.cfg.writer;
-    let mut chains = Vec::new();
-    for node in c.alive_replicas(slot) {
-        let mut verbs = Vec::new();
-        if let Some(buf) = op.buf {
-            let mut data = meta::lock(op.tuple, meta::LOCK_FREE).to_le_bytes().to_vec();
-            data.extend_from_slice(&meta::encode_copy(op.tuple, value_of(op)));
-            verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
-        }
-        let expected = c.my_word(slot, node);
-        // CAS-emulated max: never lower the word (e.g. below this writer's own deletion).
-        let new = if meta::id(expected) >= meta::id(op.tuple) { expected } else { op.tuple };
-        let cas = verbs.len();
-        verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
-        let words = verbs.len();
-        verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
-        chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), words: Some(words), ..Shape::default() }));
+    let mut verbs = Vec::new();
+    if let Some(buf) = op.buf {
+        let mut data = meta::lock(op.tuple, meta::LOCK_FREE).to_le_bytes().to_vec();
+        data.extend_from_slice(&meta::encode_copy(op.tuple, value_of(op)));
+        verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
     }
+    let expected = c.my_word(slot, node);
+    // CAS-emulated max: never lower the word (e.g. below this writer's own deletion).
+    let new = if meta::id(expected) >= meta::id(op.tuple) { expected } else { op.tuple };
+    let cas = verbs.len();
+    verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
+    let words = verbs.len();
+    verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
+    (verbs, Shape { cas_my: Some((cas, expected)), words: Some(words), ..Shape::default() })
+}
+
+fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let slot = op.slot.unwrap_or(0);
+    let chains = c
+        .alive_replicas(slot)
+        .into_iter()
+        .map(|node| {
+            let (verbs, shape) = write_verbs(c, op, node);
+            (node, verbs, shape)
+        })
+        .collect();
     let need = c.majority();
     c.send_round(op, Stage::Write, chains, need, now, out);
+}
+
+/// A new key's directory entry and first value went out together: if another client's slot
+/// for the same key is lower, write there instead; otherwise this is an ordinary write.
+fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let fp = crate::index::fingerprint(op.op.key());
+    let mut lowest = op.slot;
+    for (node, outs) in &op.replies {
+        let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
+        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+            if let Some(&s) = crate::index::slots_in_window(&c.cfg.layout, &meta::words(bytes), fp).first() {
+                lowest = Some(lowest.map_or(s, |l| l.min(s)));
+            }
+        }
+    }
+    let key = op.op.key().to_vec();
+    match lowest {
+        Some(s) if Some(s) != op.slot => {
+            c.bump("insert_redirects");
+            op.slot = Some(s);
+            c.index.insert(key, s);
+            match prepare_write(c, op, now) {
+                Ok(()) => write_round(c, op, now, out),
+                Err(e) => c.finish(op, Err(e), now, out),
+            }
+        }
+        _ => {
+            if let Some(s) = op.slot {
+                c.index.insert(key, s);
+            }
+            after_write(c, op, now, out)
+        }
+    }
 }
 
 /// Every replied node's metadata words, read by the verb at `shape.words`.
@@ -155,7 +202,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         return commit(c, op, now, out);
     }
     c.bump("stale_guesses");
-    c.resync(meta::ts(max_other), now);
+    c.resync(meta::ts(max_other), now.saturating_since(op.started), now);
     if !t_max_somewhere {
         return rewrite(c, op, now, out);
     }
@@ -193,7 +240,7 @@ fn after_writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
         .count();
     let max_seen = words_by_node(op).values().flatten().map(|w| meta::ts(*w)).filter(|t| *t < meta::DELETED_TS).max();
     if let Some(ts) = max_seen {
-        c.resync(ts, now);
+        c.resync(ts, now.saturating_since(op.started), now);
     }
     if won >= c.majority() {
         c.bump("writer_lock_won");
@@ -403,6 +450,7 @@ fn after_fetch(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     match op.stage {
         Stage::Write => after_write(c, op, now, out),
+        Stage::Create => after_create(c, op, now, out),
         Stage::WriterLock => after_writer_lock(c, op, now, out),
         Stage::Read => after_read(c, op, now, out),
         Stage::ReaderLock => after_reader_lock(c, op, now, out),

@@ -61,10 +61,8 @@ fn a_second_client_finds_an_inserted_key_through_the_directory() {
     let (mut mem, mut c, layout) = setup(Protocol::SwarmKv);
     let mut other = Client::new(ClientConfig::new(Protocol::SwarmKv, 1, layout, LocalTime::ZERO));
     let mut now = LocalTime::from_secs(1);
-    assert_eq!(
-        mem.run_op(&mut c, 1, KvOp::Insert { key: b"k".to_vec(), value: b"v".to_vec() }, &mut now).result,
-        Ok(None)
-    );
+    let ins = mem.run_op(&mut c, 1, KvOp::Insert { key: b"k".to_vec(), value: b"v".to_vec() }, &mut now);
+    assert_eq!((ins.result, ins.round_trips), (Ok(None), 1), "a new key's insert takes one round trip");
     let got = mem.run_op(&mut other, 1, KvOp::Get { key: b"k".to_vec() }, &mut now);
     assert_eq!(got.result, Ok(Some(b"v".to_vec())));
     assert_eq!(got.round_trips, 2, "index lookup, then the get");

@@ -27,7 +27,8 @@ fn ycsb_b_round_trips_per_protocol() {
                 assert!(upd1 >= 0.99, "SWARM-KV updates in 1 RTT: {upd1}");
             }
             Protocol::DmAbd => {
-                assert_eq!(o.share(OpKind::Get, 2), 1.0);
+                // A get whose in-place copy was stale fetches the value, then writes it back: 3.
+                assert!(o.share(OpKind::Get, 2) >= 0.99 && o.share(OpKind::Get, 1) == 0.0);
                 assert_eq!(o.share(OpKind::Update, 2), 1.0);
             }
             Protocol::Raw => {

@@ -168,3 +168,20 @@ fn dm_abd_and_raw_histories_are_checked_too() {
         assert!(o.share(OpKind::Get, if protocol == Protocol::Raw { 1 } else { 2 }) > 0.99);
     }
 }
+
+#[test]
+fn several_operations_in_flight_per_client_stay_linearizable() {
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd] {
+        let run = SwarmRun {
+            protocol,
+            inflight: 4,
+            keys: 32,
+            ops: 200,
+            clock_offset_max: Duration::from_micros(30),
+            ..small()
+        };
+        let o = run.run().unwrap();
+        assert_linearizable(&o, &format!("{} with 4 in flight", protocol.name()));
+        assert_eq!(o.completed, 4 * 200);
+    }
+}
