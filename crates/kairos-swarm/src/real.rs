@@ -51,6 +51,10 @@ pub struct RealRun {
     pub grace: Duration,
     /// After the last invocation, how long the driver waits for operations in flight.
     pub drain_timeout: Duration,
+    /// Writer slots in the layout (metadata words per key, directory columns, buffer pools);
+    /// `None` = one per client. More slots than clients keeps one layout across client counts
+    /// (a scaling experiment), and avoids the directory overflowing with 1–2 writers.
+    pub layout_writers: Option<u32>,
 }
 
 impl RealRun {
@@ -62,13 +66,23 @@ impl RealRun {
             op_timeout: Duration::from_secs(1),
             grace: Duration::from_millis(10),
             drain_timeout: Duration::from_secs(3),
+            layout_writers: None,
         }
     }
 
     /// The node layout; a backend needs `layout()?.node_bytes()` bytes per node and
     /// `layout()?.config.memory_nodes` nodes.
     pub fn layout(&self) -> Result<Layout, RunError> {
-        self.run.layout()
+        let Some(writers) = self.layout_writers else { return self.run.layout() };
+        if writers < self.run.clients {
+            return Err(RunError::Bad(format!(
+                "{writers} layout writers cannot serve {} clients: give at least one per client",
+                self.run.clients
+            )));
+        }
+        let mut config = self.run.layout()?.config;
+        config.writers = writers;
+        Ok(Layout::new(config.with_default_buffers())?)
     }
 
     /// Runs on `backend` (whose nodes must be zeroed and sized from [`RealRun::layout`]).

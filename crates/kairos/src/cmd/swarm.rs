@@ -70,6 +70,10 @@ pub struct SwarmBenchArgs {
     /// Largest client clock offset, µs (each client's offset is uniform in [0, this]).
     #[arg(long, default_value_t = 1.0)]
     pub clock_skew_us: f64,
+    /// shm/tcp only: writer slots in the memory layout (default: one per client). Fix it (e.g. 8)
+    /// to compare client counts on one layout.
+    #[arg(long)]
+    pub layout_writers: Option<u32>,
     /// Every operation on one key (the contention experiment).
     #[arg(long)]
     pub contention_one_key: bool,
@@ -86,6 +90,9 @@ pub struct SwarmBenchArgs {
 impl SwarmBenchArgs {
     pub fn runs(&self) -> Result<Vec<SwarmRun>, CliError> {
         let bad = |m: String| Err(CliError::Usage(m));
+        if self.layout_writers.is_some() && self.backend == BackendArg::Sim {
+            return bad("--layout-writers applies to --backend shm and tcp only".into());
+        }
         if self.clients == 0 || self.clients > 127 {
             return bad(format!("--clients must be 1..=127 (writers fit in 7 bits), not {}", self.clients));
         }
@@ -169,7 +176,7 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
         let started = Instant::now();
         let o = match a.backend {
             BackendArg::Sim => run.run().map_err(|e| CliError::Usage(e.to_string()))?,
-            BackendArg::Shm | BackendArg::Tcp => super::swarm_real::run(a.backend, run)?,
+            BackendArg::Shm | BackendArg::Tcp => super::swarm_real::run(a.backend, run, a.layout_writers)?,
         };
         let wall = started.elapsed();
         print_table_on(run, &o, a.backend);

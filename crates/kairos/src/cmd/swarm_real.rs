@@ -14,8 +14,9 @@ use kairos_swarm::sim::{Outcome, SwarmRun};
 use super::swarm::BackendArg;
 use crate::CliError;
 
-pub fn run(backend: BackendArg, run: &SwarmRun) -> Result<Outcome, CliError> {
-    let real = RealRun::new(run.clone());
+pub fn run(backend: BackendArg, run: &SwarmRun, layout_writers: Option<u32>) -> Result<Outcome, CliError> {
+    let mut real = RealRun::new(run.clone());
+    real.layout_writers = layout_writers;
     let layout = real.layout().map_err(|e| CliError::Usage(e.to_string()))?;
     let (nodes, bytes) = (layout.config.memory_nodes, layout.node_bytes());
     let outcome = match backend {
