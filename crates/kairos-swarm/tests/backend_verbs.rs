@@ -285,7 +285,14 @@ fn tcp_malformed_frames_close_only_their_connection() {
         MEM_FRAME_BYTES_MAX,
     )
     .unwrap();
-    let cases: [(&str, Vec<u8>); 6] = [
+    let too_long = encode(
+        FrameKind::Msg,
+        &ChainRequest { tag: 1, verbs: vec![Verb::Read { addr: 0, len: 1 }; CHAIN_VERBS_MAX + 1] },
+        MEM_FRAME_BYTES_MAX,
+    )
+    .unwrap();
+    let cases: [(&str, Vec<u8>); 7] = [
+        ("more verbs than a chain may hold", too_long),
         ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
         ("bad checksum", bad_sum),
         ("oversized length", oversized),

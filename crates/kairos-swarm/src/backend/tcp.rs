@@ -14,9 +14,11 @@
 //! them in order. The server applies a chain's verbs one at a time to memory shared by all its
 //! connections ([`AtomicWords`]), never holding a lock across a chain, so verbs of different
 //! connections interleave inside chains exactly as the verb contract allows. A frame that is
-//! not a well-formed `ChainRequest` (bad magic, checksum, kind, payload, or a chain whose reply
-//! would not fit a frame) closes that connection only; a well-formed request that a node
-//! refuses (out of bounds, misaligned, too long a chain) gets its [`VerbError`] back.
+//! not a well-formed `ChainRequest` (bad magic, checksum, kind, payload, more than
+//! `CHAIN_VERBS_MAX` verbs, or a chain whose reply would not fit a frame) closes that connection
+//! only; a well-formed request that a node refuses (out of bounds, misaligned) gets its
+//! [`VerbError`] back. (The client port refuses too long a chain itself with
+//! `VerbError::ChainTooLong`, like every backend.)
 //!
 //! Limits: frame payloads up to [`MEM_FRAME_BYTES_MAX`], chains up to `CHAIN_VERBS_MAX` verbs,
 //! at most [`MemoryServerConfig::connections_max`] connections (extra ones are closed at once),
@@ -52,7 +54,31 @@ pub const SERVER_NODE_BYTES_MAX: u64 = 1 << 36;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainRequest {
     pub tag: u64,
+    /// At most `CHAIN_VERBS_MAX` (decoding stops at the first verb beyond, so a hostile count
+    /// costs no memory).
+    #[serde(deserialize_with = "bounded_verbs")]
     pub verbs: Vec<Verb>,
+}
+
+fn bounded_verbs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Verb>, D::Error> {
+    struct Bounded;
+    impl<'de> serde::de::Visitor<'de> for Bounded {
+        type Value = Vec<Verb>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a chain of at most {CHAIN_VERBS_MAX} verbs")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Verb>, A::Error> {
+            let mut verbs = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(CHAIN_VERBS_MAX));
+            while let Some(v) = seq.next_element()? {
+                if verbs.len() == CHAIN_VERBS_MAX {
+                    return Err(serde::de::Error::custom(format!("more than {CHAIN_VERBS_MAX} verbs in a chain")));
+                }
+                verbs.push(v);
+            }
+            Ok(verbs)
+        }
+    }
+    d.deserialize_seq(Bounded)
 }
 
 /// A memory server's answer to one [`ChainRequest`].
@@ -404,6 +430,8 @@ struct NodeConn {
 pub struct TcpPort {
     conns: Vec<NodeConn>,
     done: Receiver<Completion>,
+    /// Completions the port makes itself (chains refused before sending).
+    refused: std::collections::VecDeque<Completion>,
 }
 
 impl TcpPort {
@@ -413,7 +441,7 @@ impl TcpPort {
         for (node, addr) in backend.addrs.iter().enumerate() {
             conns.push(connect_node(node as MemNodeId, *addr, backend, tx.clone()));
         }
-        Ok(TcpPort { conns, done: rx })
+        Ok(TcpPort { conns, done: rx, refused: std::collections::VecDeque::new() })
     }
 
     /// Whether this port still believes `node` is up.
@@ -494,6 +522,14 @@ impl MemoryPort for TcpPort {
         let node = chain.node;
         let conn = self.conns.get_mut(node as usize).ok_or(BackendError::NoSuchNode { node, nodes })?;
         let verbs = chain.verbs.len();
+        if verbs > CHAIN_VERBS_MAX {
+            // Refused here, as every backend refuses it (the server would close the connection).
+            if self.refused.len() >= PORT_IN_FLIGHT_MAX {
+                return Err(BackendError::TooManyInFlight { node, in_flight: self.refused.len() });
+            }
+            self.refused.push_back(Completion { tag, node, result: Err(VerbError::ChainTooLong(verbs)) });
+            return Ok(());
+        }
         let reply_bytes = reply_bytes_bound(&chain.verbs);
         if reply_bytes > u64::from(MEM_FRAME_BYTES_MAX) {
             return Err(BackendError::ChainTooLarge { verbs, bytes: reply_bytes, max: MEM_FRAME_BYTES_MAX });
@@ -524,6 +560,9 @@ impl MemoryPort for TcpPort {
     }
 
     fn poll(&mut self, timeout: Duration) -> Option<Completion> {
+        if let Some(c) = self.refused.pop_front() {
+            return Some(c);
+        }
         if timeout.is_zero() {
             self.done.try_recv().ok()
         } else {
