@@ -61,6 +61,9 @@ pub struct ClientConfig {
     pub chain_timeout: Duration,
     /// An operation unfinished this long completes with [`KvError::Timeout`].
     pub op_timeout: Duration,
+    /// A suspected node is tried again after this long (a slow node is not lost for good; a
+    /// crashed one costs one chain timeout per period).
+    pub retry_suspected_after: Duration,
     /// How long a retired buffer waits before reuse (see [`crate::pool`]).
     pub grace: Duration,
     /// Local time that timestamp 0 stands for.
@@ -77,6 +80,7 @@ impl ClientConfig {
             layout,
             chain_timeout: CHAIN_TIMEOUT_DEFAULT,
             op_timeout: Duration::from_millis(50),
+            retry_suspected_after: Duration::from_millis(100),
             grace: Duration::from_millis(1),
             ts_epoch,
             inflight_max: 64,
@@ -165,6 +169,7 @@ pub struct Client {
     pub(crate) ts_adjust: u64,
     pub(crate) last_ts: u64,
     pub(crate) counters: BTreeMap<&'static str, u64>,
+    suspected_at: BTreeMap<MemNodeId, LocalTime>,
 }
 
 impl Client {
@@ -184,6 +189,7 @@ impl Client {
             ts_adjust: 0,
             last_ts: 0,
             counters: BTreeMap::new(),
+            suspected_at: BTreeMap::new(),
         }
     }
 
@@ -206,6 +212,14 @@ impl Client {
                 self.my_words.insert((slot, node), tuple);
             }
             self.last_ts = self.last_ts.max(meta::ts(tuple));
+        }
+    }
+
+    fn suspect(&mut self, node: MemNodeId, now: LocalTime) {
+        if self.members.is_alive(node) {
+            self.members.suspect(node);
+            self.suspected_at.insert(node, now);
+            self.bump("suspicions");
         }
     }
 
@@ -605,8 +619,11 @@ impl KvClient for Client {
             }
         }
         match &reply {
-            Err(VerbError::NodeCrashed(_)) => self.members.suspect(info.node),
-            Ok(_) => self.members.restore(info.node),
+            Err(VerbError::NodeCrashed(_)) => self.suspect(info.node, now),
+            Ok(_) => {
+                self.members.restore(info.node);
+                self.suspected_at.remove(&info.node);
+            }
             Err(_) => {}
         }
         let Some(id) = info.op else { return };
@@ -631,7 +648,7 @@ impl KvClient for Client {
         let expired: Vec<ChainTag> = self.chains.iter().filter(|(_, c)| c.deadline <= now).map(|(t, _)| *t).collect();
         for tag in expired {
             let Some(info) = self.chains.remove(&tag) else { continue };
-            self.members.suspect(info.node);
+            self.suspect(info.node, now);
             self.bump("chain_timeouts");
             if let Some(id) = info.op {
                 self.with_op(id, now, out, |c, op, now, out| {
@@ -642,6 +659,17 @@ impl KvClient for Client {
                     }
                 });
             }
+        }
+        let retry: Vec<MemNodeId> = self
+            .suspected_at
+            .iter()
+            .filter(|(_, at)| now.saturating_since(**at) >= self.cfg.retry_suspected_after)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in retry {
+            self.suspected_at.remove(&n);
+            self.members.restore(n);
+            self.bump("suspects_retried");
         }
         let late: Vec<OpId> = self
             .ops

@@ -2,7 +2,7 @@
 //! keys, garbage in memory.
 
 use kairos_core::LocalTime;
-use kairos_swarm::client::{KvError, KvOp};
+use kairos_swarm::client::{KvClient, KvError, KvOp};
 use kairos_swarm::direct::DirectMemory;
 use kairos_swarm::engine::{Client, ClientConfig, Protocol};
 use kairos_swarm::index::bulk_load;
@@ -107,4 +107,23 @@ fn a_crashed_node_is_suspected_and_the_majority_serves() {
     mem.crashed[2] = true;
     let r = mem.run_op(&mut c, 3, KvOp::Get { key: b"a".to_vec() }, &mut now).result;
     assert!(matches!(r, Err(KvError::Unavailable { .. }) | Err(KvError::Timeout)), "{r:?}");
+}
+
+#[test]
+fn a_slow_node_that_was_suspected_is_tried_again_later() {
+    let (mut mem, mut c, _) = setup(Protocol::SwarmKv);
+    let mut now = LocalTime::from_secs(1);
+    mem.crashed[2] = true;
+    assert_eq!(mem.run_op(&mut c, 1, KvOp::Get { key: b"a".to_vec() }, &mut now).result, Ok(Some(b"1".to_vec())));
+    // Let the chain to node 2 time out.
+    now = now + std::time::Duration::from_millis(3);
+    c.on_tick(now, &mut kairos_swarm::client::Outbox::new());
+    assert!(!c.membership().is_alive(2), "node 2 is suspected");
+    mem.crashed[2] = false;
+    now = now + std::time::Duration::from_millis(200);
+    c.on_tick(now, &mut kairos_swarm::client::Outbox::new());
+    for _ in 0..3 {
+        let _ = mem.run_op(&mut c, 3, KvOp::Get { key: b"a".to_vec() }, &mut now);
+    }
+    assert!(c.membership().is_alive(2), "node 2 answers again and is back in the view");
 }
