@@ -238,8 +238,9 @@ fn shm_is_shared_with_other_processes() {
     let shm = ShmCluster::create(13, 1, 64).unwrap();
     let paths: Vec<String> = shm.paths().iter().map(|p| p.display().to_string()).collect();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "shm_is_shared_with_other_processes", "--nocapture"])
+        .args(["--exact", "shm_is_shared_with_other_processes", "--quiet"])
         .env(CHILD_ENV, paths.join(","))
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let parent_total = cas_increments(&shm, 2, 5_000);
