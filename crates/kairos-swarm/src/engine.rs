@@ -3,7 +3,7 @@
 //! The protocol decisions live in [`crate::safe_guess`] (SWARM-KV), [`crate::dm_abd`] and
 //! [`crate::raw`]; this file only moves operations from round to round.
 
-use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, OpKind, Outbox, CHAIN_TIMEOUT_DEFAULT};
+use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, Outbox, CHAIN_TIMEOUT_DEFAULT};
 use crate::index::{self, IndexCache};
 use crate::layout::Layout;
 use crate::meta;
@@ -400,51 +400,6 @@ impl Client {
                 op.slot = Some(slot);
                 self.begin(op, now, out);
             }
-            (None, KvOp::Insert { .. }) => {
-                let Some(slot) = self.index.allocate_slot(&self.cfg.layout, self.cfg.writer) else {
-                    return self.finish(op, Err(KvError::IndexFull), now, out);
-                };
-                let Some((bucket, e)) = self.index.allocate_entry(&self.cfg.layout, fp) else {
-                    return self.finish(op, Err(KvError::IndexFull), now, out);
-                };
-                op.slot = Some(slot);
-                // SWARM-KV writes the value in the same round trip as the directory entry.
-                let swarm = self.cfg.protocol == Protocol::SwarmKv;
-                if swarm {
-                    if let Err(e) = crate::safe_guess::prepare_write(self, op, now) {
-                        return self.finish(op, Err(e), now, out);
-                    }
-                }
-                let (first, probe) = index::window(&self.cfg.layout, fp);
-                let replicas = self.cfg.layout.replicas_of(slot);
-                let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
-                key_area.extend_from_slice(&key);
-                let mut chains = Vec::new();
-                for node in self.alive_nodes() {
-                    let l = &self.cfg.layout;
-                    let mut verbs = Vec::new();
-                    if replicas.contains(&node) {
-                        verbs.push(Verb::Write { addr: l.key_area(slot), data: key_area.clone() });
-                    }
-                    verbs.push(Verb::Write {
-                        addr: l.dir_entry(bucket, self.cfg.writer, e),
-                        data: index::entry(fp, slot).to_le_bytes().to_vec(),
-                    });
-                    let window = verbs.len();
-                    verbs.push(Verb::Read { addr: l.dir_entry(first, 0, 0), len: (probe * l.bucket_bytes()) as u32 });
-                    let mut shape = Shape { window: Some(window), ..Shape::default() };
-                    if swarm && replicas.contains(&node) {
-                        let (more, s) = crate::safe_guess::write_verbs(self, op, node);
-                        let base = verbs.len();
-                        verbs.extend(more);
-                        shape.cas_my = s.cas_my.map(|(i, e)| (i + base, e));
-                        shape.words = s.words.map(|i| i + base);
-                    }
-                    chains.push((node, verbs, shape));
-                }
-                let need = self.dir_quorum();
-                self.send_round(op, Stage::Create, chains, need, now, out);
-            }
             (None, _) => {
                 let l = &self.cfg.layout;
                 let (first, probe) = index::window(l, fp);
@@ -461,6 +416,56 @@ impl Client {
                 self.send_round(op, Stage::Lookup, chains, need, now, out);
             }
         }
+    }
+
+    /// A key no directory entry names yet: allocate a slot, write its directory entry (and, for
+    /// SWARM-KV, its first value) and read the key's window in one round trip.
+    fn create(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        let key = op.op.key().to_vec();
+        let fp = index::fingerprint(&key);
+        let Some(slot) = self.index.allocate_slot(&self.cfg.layout, self.cfg.writer) else {
+            return self.finish(op, Err(KvError::IndexFull), now, out);
+        };
+        let Some((bucket, e)) = self.index.allocate_entry(&self.cfg.layout, fp) else {
+            return self.finish(op, Err(KvError::IndexFull), now, out);
+        };
+        op.slot = Some(slot);
+        // SWARM-KV writes the value in the same round trip as the directory entry.
+        let swarm = self.cfg.protocol == Protocol::SwarmKv;
+        if swarm {
+            if let Err(e) = crate::safe_guess::prepare_write(self, op, now) {
+                return self.finish(op, Err(e), now, out);
+            }
+        }
+        let (first, probe) = index::window(&self.cfg.layout, fp);
+        let replicas = self.cfg.layout.replicas_of(slot);
+        let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
+        key_area.extend_from_slice(&key);
+        let mut chains = Vec::new();
+        for node in self.alive_nodes() {
+            let l = &self.cfg.layout;
+            let mut verbs = Vec::new();
+            if replicas.contains(&node) {
+                verbs.push(Verb::Write { addr: l.key_area(slot), data: key_area.clone() });
+            }
+            verbs.push(Verb::Write {
+                addr: l.dir_entry(bucket, self.cfg.writer, e),
+                data: index::entry(fp, slot).to_le_bytes().to_vec(),
+            });
+            let window = verbs.len();
+            verbs.push(Verb::Read { addr: l.dir_entry(first, 0, 0), len: (probe * l.bucket_bytes()) as u32 });
+            let mut shape = Shape { window: Some(window), ..Shape::default() };
+            if swarm && replicas.contains(&node) {
+                let (more, s) = crate::safe_guess::write_verbs(self, op, node);
+                let base = verbs.len();
+                verbs.extend(more);
+                shape.cas_my = s.cas_my.map(|(i, e)| (i + base, e));
+                shape.words = s.words.map(|i| i + base);
+            }
+            chains.push((node, verbs, shape));
+        }
+        let need = self.dir_quorum();
+        self.send_round(op, Stage::Create, chains, need, now, out);
     }
 
     /// The slot is known: run the protocol.
@@ -497,6 +502,10 @@ impl Client {
                     Some(slot) => {
                         self.index.insert(op.op.key().to_vec(), slot);
                         self.begin(op, now, out);
+                    }
+                    // An insert of a key nobody has: create it.
+                    None if op.stage == Stage::Lookup && matches!(op.op, KvOp::Insert { .. }) => {
+                        self.create(op, now, out)
                     }
                     None => self.finish(op, Err(KvError::UnknownKey), now, out),
                 }
@@ -698,9 +707,4 @@ impl KvClient for Client {
         v.push(("buffers_touched", u64::from(self.pool.touched())));
         v
     }
-}
-
-/// The kind of an operation (for statistics).
-pub fn kind_of(op: &KvOp) -> OpKind {
-    op.kind()
 }

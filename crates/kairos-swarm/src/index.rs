@@ -7,9 +7,12 @@
 //! (`slot % writers == writer`). Clients cache `key → slot` ([`IndexCache`], the paper's
 //! ~24-byte-per-key index), so gets and updates of known keys go straight to the replicas.
 //!
-//! Simplifications: two distinct keys with the same 40-bit fingerprint are not supported (the
-//! later insert would alias the earlier key), and two clients inserting the *same new* key at the
-//! same time may both succeed in different slots (readers then use the lowest slot).
+//! An insert of a key the client does not know looks it up first (an existing key is updated in
+//! place); a key nobody has is created with its directory entry and first value in one round
+//! trip, and the lowest slot named for a key wins. Simplifications: two distinct keys with the
+//! same 40-bit fingerprint are not supported (the later insert would alias the earlier key), and
+//! two clients *concurrently* creating the same new key may each keep using their own slot if
+//! only one of them sees the other's entry.
 
 use crate::layout::{Layout, DIR_ENTRIES, DIR_PROBE};
 use crate::meta;

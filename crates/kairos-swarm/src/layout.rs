@@ -29,7 +29,7 @@ use thiserror::Error;
 pub const DIR_ENTRIES: u64 = 2;
 /// Consecutive buckets a key may land in (its home bucket and the next ones).
 pub const DIR_PROBE: u64 = 4;
-/// Bytes of a buffer's or in-place copy's header: [meta][hash][len] (+ the lock word for buffers).
+/// Bytes of a buffer's or in-place copy's header: `[meta][hash][len]` (+ the lock word for buffers).
 pub const COPY_HEADER_BYTES: u64 = 24;
 /// Most writers the metadata word can name (7 bits).
 pub const WRITERS_MAX: u32 = 127;
@@ -214,7 +214,7 @@ impl Layout {
     pub fn inplace(&self, slot: u64) -> Addr {
         self.slot_base(slot) + self.inplace_offset
     }
-    /// Bytes of a copy with its header ([meta][hash][len][value]) for `value_len` bytes of value.
+    /// Bytes of a copy with its header (`[meta][hash][len][value]`) for `value_len` bytes of value.
     pub fn copy_bytes(&self, value_len: usize) -> u32 {
         (COPY_HEADER_BYTES + pad8(value_len as u64)) as u32
     }

@@ -34,7 +34,9 @@
 //! rewrite above what was seen, after winning the tuple's **timestamp lock** against readers when
 //! a reader might have chosen it). A read fetches all words and the in-place copy in one round
 //! trip and returns a VERIFIED maximum at once; a GUESSED one is returned only after locking it
-//! (seen twice in a row) or after seeing its writer move on (see [`safe_guess`]). DM-ABD does the
+//! (seen twice in a row) or after seeing its writer move on (see [`safe_guess`]); a reader that
+//! had to follow the pointer to a VERIFIED value repairs the in-place copy in the background (after
+//! a primary crash the next replica's copy is stale until then). DM-ABD does the
 //! same in two round trips with timestamps from a read phase; RAW is one unreplicated copy.
 //!
 //! ## Memory recycling (designed here; the paper describes but does not implement it)
@@ -52,10 +54,11 @@
 //!   not uKharon; memory nodes never restart (a restarted node would be an empty replica).
 //! * The in-place copy is kept on every replica's slot but written and read on the first alive
 //!   replica only (the layout reserves it everywhere for uniform addresses).
-//! * Inserting a *new* key costs one extra round trip (directory entry + window read) before the
-//!   1-round-trip write; known keys (the client's index cache) go straight to the replicas.
-//!   40-bit key fingerprints must be unique; concurrent inserts of the same new key by two clients
-//!   may each succeed in their own slot (readers use the lowest).
+//! * Inserting a key the client does not know costs an index lookup first (2 round trips: lookup,
+//!   then directory entry + first value together, or an update if the key exists); known keys (the
+//!   client's index cache, warm after the load phase) take 1. 40-bit key fingerprints must be
+//!   unique; two clients *concurrently* creating the same new key may each keep their own slot
+//!   (see [`index`]).
 //! * A deleted key's slot is never reused; timestamps are 35 bits of 16 ns (~9 minutes of clock)
 //!   — past that, writes fail with [`client::KvError::TimestampExhausted`].
 //! * One operation per key at a time *per client* (later ones queue in the client); any number of

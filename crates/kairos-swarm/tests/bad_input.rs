@@ -62,7 +62,7 @@ fn a_second_client_finds_an_inserted_key_through_the_directory() {
     let mut other = Client::new(ClientConfig::new(Protocol::SwarmKv, 1, layout, LocalTime::ZERO));
     let mut now = LocalTime::from_secs(1);
     let ins = mem.run_op(&mut c, 1, KvOp::Insert { key: b"k".to_vec(), value: b"v".to_vec() }, &mut now);
-    assert_eq!((ins.result, ins.round_trips), (Ok(None), 1), "a new key's insert takes one round trip");
+    assert_eq!((ins.result, ins.round_trips), (Ok(None), 2), "a new key: index lookup, then entry and value");
     let got = mem.run_op(&mut other, 1, KvOp::Get { key: b"k".to_vec() }, &mut now);
     assert_eq!(got.result, Ok(Some(b"v".to_vec())));
     assert_eq!(got.round_trips, 2, "index lookup, then the get");
@@ -126,4 +126,26 @@ fn a_slow_node_that_was_suspected_is_tried_again_later() {
         let _ = mem.run_op(&mut c, 3, KvOp::Get { key: b"a".to_vec() }, &mut now);
     }
     assert!(c.membership().is_alive(2), "node 2 answers again and is back in the view");
+}
+
+#[test]
+fn inserting_a_key_another_client_created_updates_it_in_place() {
+    // Writer 1 creates "k" in its slot 1; writer 0, whose next slot (0) is lower, inserts "k"
+    // again: it must find and update slot 1, not create a second copy.
+    let (mut mem, mut w0, layout) = setup(Protocol::SwarmKv);
+    let mut w1 = Client::new(ClientConfig::new(Protocol::SwarmKv, 1, layout, LocalTime::ZERO));
+    let mut now = LocalTime::from_secs(1);
+    let key = b"k".to_vec();
+    assert_eq!(
+        mem.run_op(&mut w1, 1, KvOp::Insert { key: key.clone(), value: b"one".to_vec() }, &mut now).result,
+        Ok(None)
+    );
+    assert_eq!(
+        mem.run_op(&mut w0, 1, KvOp::Insert { key: key.clone(), value: b"two".to_vec() }, &mut now).result,
+        Ok(None)
+    );
+    assert_eq!(mem.run_op(&mut w1, 2, KvOp::Get { key: key.clone() }, &mut now).result, Ok(Some(b"two".to_vec())));
+    let cached = mem.run_op(&mut w0, 2, KvOp::Insert { key: key.clone(), value: b"three".to_vec() }, &mut now);
+    assert_eq!((cached.result, cached.round_trips), (Ok(None), 1), "a known key's insert is a 1-RTT write");
+    assert_eq!(mem.run_op(&mut w1, 3, KvOp::Get { key }, &mut now).result, Ok(Some(b"three".to_vec())));
 }

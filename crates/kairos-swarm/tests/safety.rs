@@ -127,6 +127,7 @@ fn torn_reads_of_large_values_are_caught_by_the_hash() {
     let o = run.run().unwrap();
     assert_linearizable(&o, "4 KiB values");
     println!("4 KiB: {:?} {:?}", o.round_trips, o.metrics);
+    assert!(metric(&o, "torn_copies") > 0, "some copies were read while being written: {:?}", o.metrics);
     assert!(metric(&o, "fetches") > 0, "some in-place copies were torn or stale and the pointer was followed");
 }
 
@@ -146,6 +147,9 @@ fn the_checker_catches_a_swarm_that_trusts_stale_guesses() {
         if o.linearizable == Some(false) {
             caught = true;
             println!("caught: {}", o.check_report);
+            // Control: the same run with verification is linearizable.
+            let safe = SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }.run().unwrap();
+            assert_linearizable(&safe, &format!("control run, seed {seed}"));
             break;
         }
     }
@@ -184,4 +188,30 @@ fn several_operations_in_flight_per_client_stay_linearizable() {
         assert_linearizable(&o, &format!("{} with 4 in flight", protocol.name()));
         assert_eq!(o.completed, 4 * 200);
     }
+}
+
+#[test]
+fn the_checker_catches_a_swarm_whose_readers_skip_the_lock() {
+    let mut caught = false;
+    for seed in 1..=40 {
+        let run = SwarmRun {
+            clients: 8,
+            keys: 1,
+            ops: 40,
+            clock_offset_max: Duration::from_millis(1),
+            unsafe_switch: UnsafeSwitch::ReadGuessed,
+            seed,
+            ..small()
+        };
+        let o = run.run().unwrap();
+        if o.linearizable == Some(false) {
+            caught = true;
+            println!("caught at seed {seed}: {}", o.check_report.lines().next().unwrap_or(""));
+            // Control: the same run with the lock is linearizable.
+            let safe = SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }.run().unwrap();
+            assert_linearizable(&safe, &format!("control run, seed {seed}"));
+            break;
+        }
+    }
+    assert!(caught, "returning GUESSED tuples without the lock must produce a violation the checker finds");
 }

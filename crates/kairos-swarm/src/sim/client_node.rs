@@ -3,7 +3,6 @@
 
 use super::SwarmMsg;
 use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
-use crate::engine::Client;
 use crate::ycsb::{self, Ycsb};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::{Ctx, NodeId, Process, TimerId};
@@ -22,7 +21,8 @@ struct Pending {
 
 pub struct ClientNode {
     pub index: u32,
-    pub client: Client,
+    /// Any protocol behind the sans-IO interface.
+    pub client: Box<dyn KvClient>,
     ycsb: Ycsb,
     value_size: u32,
     pub ops_left: u64,
@@ -44,7 +44,7 @@ impl ClientNode {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: u32,
-        client: Client,
+        client: Box<dyn KvClient>,
         ycsb: Ycsb,
         value_size: u32,
         ops: u64,

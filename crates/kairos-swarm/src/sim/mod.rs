@@ -10,7 +10,7 @@
 pub mod client_node;
 pub mod memory_node;
 
-use crate::client::{KvClient, KvOp, OpKind};
+use crate::client::{KvOp, OpKind};
 use crate::direct::DirectMemory;
 use crate::engine::{Client, ClientConfig, Protocol, UnsafeSwitch};
 use crate::index;
@@ -78,6 +78,8 @@ pub struct SwarmRun {
     /// Check the history for linearizability (per key).
     pub check: bool,
     pub unsafe_switch: UnsafeSwitch,
+    /// Reuse retired buffers (off: every write takes a fresh buffer, to measure what recycling saves).
+    pub recycling: bool,
 }
 
 impl Default for SwarmRun {
@@ -106,6 +108,7 @@ impl Default for SwarmRun {
             seed: 1,
             check: true,
             unsafe_switch: UnsafeSwitch::Off,
+            recycling: true,
         }
     }
 }
@@ -200,6 +203,13 @@ impl SwarmRun {
             buffers_per_writer: 0,
         }
         .with_default_buffers();
+        let mut cfg = cfg;
+        if !self.recycling {
+            // Room for every write of the run (and the warm-up) in fresh buffers.
+            let writes = self.ops * u64::from(self.clients) + self.warmup;
+            let per_writer = (self.keys + writes).div_ceil(u64::from(self.clients.max(1))) + 4096;
+            cfg.buffers_per_writer = per_writer.min(u64::from(crate::layout::BUFFERS_PER_WRITER_MAX)) as u32;
+        }
         Ok(Layout::new(cfg)?)
     }
 
@@ -221,6 +231,9 @@ impl SwarmRun {
                 let mut cfg = ClientConfig::new(self.protocol, w, layout.clone(), ts_epoch);
                 cfg.unsafe_switch = self.unsafe_switch;
                 cfg.inflight_max = self.inflight.max(1) * 2;
+                if !self.recycling {
+                    cfg.grace = Duration::MAX;
+                }
                 let mut c = Client::new(cfg);
                 c.absorb_load(&load);
                 c
@@ -274,7 +287,7 @@ impl SwarmRun {
             let crash = self.crash_client_after.filter(|(ci, _)| *ci as usize == i).map(|(_, n)| n);
             let mut node = Some(ClientNode::new(
                 i as u32,
-                c,
+                Box::new(c),
                 ycsb.clone(),
                 value_size,
                 self.ops,
@@ -337,6 +350,10 @@ impl SwarmRun {
             }
         }
         let history = sim.take_history();
+        // The measured phase ends with the last completion (finer than the 200 µs run slices).
+        if let Some(last) = history.iter().map(|r| r.time).max() {
+            end = SimTime(last);
+        }
         let latency_us = latencies(&history);
         // RAW keeps one in-place copy per key on one node and no buffers.
         let copies = if self.protocol == Protocol::Raw { 1.0 } else { f64::from(m) };

@@ -80,6 +80,12 @@ pub struct SwarmBenchArgs {
     /// Skip the linearizability check.
     #[arg(long)]
     pub no_check: bool,
+    /// Crash memory node 0 this many µs (virtual) into the measured phase.
+    #[arg(long)]
+    pub crash_node_at_us: Option<u64>,
+    /// Never reuse out-of-place buffers (to measure what memory recycling saves).
+    #[arg(long)]
+    pub no_recycling: bool,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write the result contract JSON (one object per protocol) to this file.
@@ -131,6 +137,8 @@ impl SwarmBenchArgs {
                 single_key_contention: self.contention_one_key,
                 seed: self.seed,
                 check: !self.no_check,
+                recycling: !self.no_recycling,
+                crash_node_at: self.crash_node_at_us.map(|us| (0, Duration::from_micros(us))),
                 ..SwarmRun::default()
             });
         }
@@ -276,7 +284,7 @@ pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: Bac
         .latency_us
         .iter()
         .map(|(k, l)| {
-            (k.name(), serde_json::json!({"p1": l.p1, "p50": l.p50, "p90": l.p90, "p99": l.p99, "count": l.count}))
+            (k.name(), serde_json::json!({"p1": l.p1, "p50": l.p50, "p90": l.p90, "p99": l.p99, "max": l.max, "count": l.count}))
         })
         .collect();
     extra.insert("latency_us".into(), serde_json::json!(lat));
@@ -301,6 +309,8 @@ pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: Bac
             "warmup": run.warmup,
             "clock_offset_max_us": run.clock_offset_max.as_secs_f64() * 1e6,
             "single_key_contention": run.single_key_contention,
+            "recycling": run.recycling,
+            "crash_node_at_us": run.crash_node_at.map(|(_, t)| t.as_micros() as u64),
             "zipf": kairos_swarm::ycsb::ZIPF_THETA,
         }),
         host: match backend {
