@@ -40,8 +40,9 @@ const LOAD_CHUNK_BYTES: usize = 1 << 20;
 /// A run on a real backend: a [`SwarmRun`]'s parameters plus real-host timeouts.
 #[derive(Clone, Debug)]
 pub struct RealRun {
-    /// Protocol, workload, sizes, clients, operations, warm-up, clock offsets, seed, check.
-    /// (Simulator-only fields — delays, drift, interleaving, crashes — are ignored.)
+    /// Protocol, workload, sizes, clients, operations, warm-up, clock offsets, seed, check,
+    /// recycling. (Simulator-only fields — delays, drift, interleaving, client crashes — are
+    /// ignored; a memory-node crash is the caller's `crash` hook of [`RealRun::run_on`].)
     pub run: SwarmRun,
     /// A chain unanswered this long makes the client suspect its node.
     pub chain_timeout: Duration,
@@ -82,7 +83,7 @@ impl RealRun {
         }
         let mut config = self.run.layout()?.config;
         config.writers = writers;
-        Ok(Layout::new(config.with_default_buffers())?)
+        Ok(Layout::new(config)?)
     }
 
     /// Runs on `backend` (whose nodes must be zeroed and sized from [`RealRun::layout`]).
@@ -120,7 +121,7 @@ impl RealRun {
                 cfg.inflight_max = r.inflight.max(1) * 2;
                 cfg.chain_timeout = self.chain_timeout;
                 cfg.op_timeout = self.op_timeout;
-                cfg.grace = self.grace;
+                cfg.grace = if r.recycling { self.grace } else { Duration::MAX };
                 let mut c = Client::new(cfg);
                 c.absorb_load(&load);
                 c
