@@ -164,8 +164,12 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
          warm-up {}, client clock offsets up to {} µs, seed {}{}",
         match a.backend {
             BackendArg::Sim => "the simulator".to_string(),
-            BackendArg::Shm => format!("shared memory (/dev/shm, {} client threads)", a.clients),
-            BackendArg::Tcp => format!("TCP memory servers on loopback ({} client threads)", a.clients),
+            BackendArg::Shm => format!("shared memory (/dev/shm, {} client threads on {} cores)", a.clients, cores()),
+            BackendArg::Tcp => format!(
+                "TCP memory servers on loopback ({} client threads and the servers' threads on {} cores)",
+                a.clients,
+                cores()
+            ),
         },
         a.clients,
         a.ops,
@@ -266,6 +270,11 @@ pub fn print_table_on(run: &SwarmRun, o: &Outcome, backend: BackendArg) {
     );
 }
 
+/// CPU cores this process may use (real backends share them between clients and memory).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
     swarm_result_on(run, o, wall, BackendArg::Sim)
 }
@@ -292,6 +301,9 @@ pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: Bac
         o.round_trips.iter().map(|(k, h)| (k.name(), h.iter().map(|(n, c)| (n.to_string(), *c)).collect())).collect();
     extra.insert("round_trips_by_op".into(), serde_json::json!(by_op));
     extra.insert("memory_bytes_per_key".into(), o.memory_bytes_per_key.into());
+    if backend != BackendArg::Sim {
+        extra.insert("host_cores".into(), cores().into());
+    }
     extra.insert("memory_bytes_per_key_used".into(), o.memory_bytes_per_key_used.into());
     extra.insert("metrics".into(), serde_json::json!(o.metrics));
     RunResult {
