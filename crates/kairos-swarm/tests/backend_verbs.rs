@@ -358,3 +358,27 @@ fn regions_of_dead_processes_are_removed() {
     drop(mine);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn ports_bound_chains_in_flight_and_drop_cleanly_with_replies_unread() {
+    use kairos_swarm::backend::{BackendError, PORT_IN_FLIGHT_MAX};
+    let shm = ShmCluster::create(15, 1, 64).unwrap();
+    let tcp = TcpCluster::start_loopback(1, 64).unwrap();
+    for mut port in [shm.connect(0).unwrap(), tcp.backend().connect(0).unwrap()] {
+        let chain = || Chain { node: 0, verbs: vec![Verb::Read { addr: 0, len: 8 }] };
+        let mut refused = None;
+        for tag in 0..(2 * PORT_IN_FLIGHT_MAX as u64) {
+            if let Err(e) = port.submit(tag, chain()) {
+                refused = Some((tag, e));
+                break;
+            }
+        }
+        let (tag, e) = refused.expect("the port refuses chains past its limit");
+        assert_eq!(tag, PORT_IN_FLIGHT_MAX as u64);
+        assert!(matches!(e, BackendError::TooManyInFlight { .. }), "{e}");
+        // One completion handed out makes room for one more chain.
+        assert!(port.poll(WAIT).is_some());
+        port.submit(9999, chain()).unwrap();
+        drop(port); // with ~1000 replies unread: must not hang
+    }
+}

@@ -422,7 +422,9 @@ struct NodeConn {
     /// The write half; `None` once the node is known crashed.
     stream: Option<TcpStream>,
     alive: Arc<AtomicBool>,
-    in_flight: Arc<AtomicUsize>,
+    /// Chains submitted and not yet handed out by `poll` (so the reply channel, sized for
+    /// `PORT_IN_FLIGHT_MAX` per node, never fills and a reader thread never blocks on it).
+    in_flight: usize,
     reader: Option<JoinHandle<()>>,
 }
 
@@ -452,8 +454,7 @@ impl TcpPort {
 
 fn connect_node(node: MemNodeId, addr: SocketAddr, backend: &TcpBackend, tx: SyncSender<Completion>) -> NodeConn {
     let alive = Arc::new(AtomicBool::new(false));
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let dead = NodeConn { stream: None, alive: alive.clone(), in_flight: in_flight.clone(), reader: None };
+    let dead = NodeConn { stream: None, alive: alive.clone(), in_flight: 0, reader: None };
     let Ok(stream) = TcpStream::connect_timeout(&addr, backend.connect_timeout) else {
         tracing::warn!("memory node {node} at {addr} is unreachable: treating it as crashed");
         return dead;
@@ -462,26 +463,20 @@ fn connect_node(node: MemNodeId, addr: SocketAddr, backend: &TcpBackend, tx: Syn
     let _ = stream.set_write_timeout(Some(backend.write_timeout));
     let Ok(read_half) = stream.try_clone() else { return dead };
     alive.store(true, Ordering::Release);
-    let (a, f) = (alive.clone(), in_flight.clone());
+    let a = alive.clone();
     let reader = std::thread::Builder::new()
         .name(format!("swarm-port-node{node}"))
-        .spawn(move || read_replies(node, read_half, a, f, tx))
+        .spawn(move || read_replies(node, read_half, a, tx))
         .ok();
     if reader.is_none() {
         alive.store(false, Ordering::Release);
         let _ = stream.shutdown(Shutdown::Both);
         return dead;
     }
-    NodeConn { stream: Some(stream), alive, in_flight, reader }
+    NodeConn { stream: Some(stream), alive, in_flight: 0, reader }
 }
 
-fn read_replies(
-    node: MemNodeId,
-    stream: TcpStream,
-    alive: Arc<AtomicBool>,
-    in_flight: Arc<AtomicUsize>,
-    tx: SyncSender<Completion>,
-) {
+fn read_replies(node: MemNodeId, stream: TcpStream, alive: Arc<AtomicBool>, tx: SyncSender<Completion>) {
     let mut reader = BufReader::with_capacity(64 * 1024, &stream);
     loop {
         let frame = match read_frame_blocking(&mut reader, MEM_FRAME_BYTES_MAX) {
@@ -503,7 +498,6 @@ fn read_replies(
                 break;
             }
         };
-        let _ = in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         if tx.send(Completion { tag: reply.tag, node, result: reply.result }).is_err() {
             break; // the port is gone
         }
@@ -545,11 +539,10 @@ impl MemoryPort for TcpPort {
         let Some(stream) = conn.stream.as_mut() else {
             return Ok(()); // a crashed node: the chain never completes
         };
-        let in_flight = conn.in_flight.load(Ordering::Acquire);
-        if in_flight >= PORT_IN_FLIGHT_MAX {
-            return Err(BackendError::TooManyInFlight { node, in_flight });
+        if conn.in_flight >= PORT_IN_FLIGHT_MAX {
+            return Err(BackendError::TooManyInFlight { node, in_flight: conn.in_flight });
         }
-        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        conn.in_flight += 1;
         if stream.write_all(&frame).is_err() {
             // Dead or stuck server: from now on it is crashed for this port.
             let _ = stream.shutdown(Shutdown::Both);
@@ -563,16 +556,18 @@ impl MemoryPort for TcpPort {
         if let Some(c) = self.refused.pop_front() {
             return Some(c);
         }
-        if timeout.is_zero() {
-            self.done.try_recv().ok()
-        } else {
-            self.done.recv_timeout(timeout).ok()
+        let c = if timeout.is_zero() { self.done.try_recv().ok() } else { self.done.recv_timeout(timeout).ok() }?;
+        if let Some(conn) = self.conns.get_mut(c.node as usize) {
+            conn.in_flight = conn.in_flight.saturating_sub(1);
         }
+        Some(c)
     }
 }
 
 impl Drop for TcpPort {
     fn drop(&mut self) {
+        // Drop the receiver first, so that no reader thread can stay blocked sending to it.
+        drop(std::mem::replace(&mut self.done, sync_channel(1).1));
         for c in &mut self.conns {
             if let Some(s) = c.stream.take() {
                 let _ = s.shutdown(Shutdown::Both);
