@@ -90,12 +90,18 @@ pub struct DriverConfig {
     /// An operation pending this long is abandoned: recorded as unknown (`info`), and its
     /// history process is retired (a later completion of it is ignored).
     pub op_timeout: Duration,
-    /// Offset of each client's clock from the shared host clock, ns (missing = 0).
+    /// Offset of each client's clock from the shared host clock, ns, by client number (missing = 0).
     pub clock_offsets_ns: Vec<i64>,
     /// Record the history (costs memory and a little time per operation).
     pub record_history: bool,
     /// Local clocks read true time plus this (plus the client's offset), ns.
     pub local_clock_base_ns: u64,
+    /// The first client's number (clients of one run split over several processes each take
+    /// their own range).
+    pub first_client: u32,
+    /// Count true time from this Unix time (ns) instead of from this process's start, so that
+    /// processes sharing a run share one time line (histories merge, clocks agree).
+    pub shared_epoch_unix_ns: Option<u64>,
 }
 
 impl Default for DriverConfig {
@@ -109,6 +115,8 @@ impl Default for DriverConfig {
             clock_offsets_ns: Vec::new(),
             record_history: true,
             local_clock_base_ns: LOCAL_CLOCK_BASE_NS,
+            first_client: 0,
+            shared_epoch_unix_ns: None,
         }
     }
 }
@@ -197,19 +205,31 @@ struct ClientOutcome {
     events: Vec<(u64, HistoryEvent)>,
 }
 
+/// Where true time counts from.
+#[derive(Clone, Copy, Debug)]
+enum Epoch {
+    /// This process's monotonic clock when the run began.
+    Local(Instant),
+    /// A Unix time in ns that several processes agreed on (they share the system clock).
+    Unix(u64),
+}
+
 /// The host clock as the driver reads it.
 #[derive(Clone, Copy, Debug)]
 struct HostClock {
-    epoch: Instant,
+    epoch: Epoch,
     base_ns: u64,
     offset_ns: i64,
 }
 
 impl HostClock {
-    /// True time: ns since the run began.
+    /// True time: ns since the epoch.
     #[allow(clippy::disallowed_methods)] // the driver is a host: it reads the real clock
     fn true_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+        match self.epoch {
+            Epoch::Local(at) => at.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64,
+            Epoch::Unix(at) => unix_now_ns().saturating_sub(at),
+        }
     }
 
     fn local(&self, true_ns: u64) -> LocalTime {
@@ -217,8 +237,16 @@ impl HostClock {
     }
 }
 
+/// The system clock in ns since the Unix epoch (shared by every process on the host).
+#[allow(clippy::disallowed_methods)] // host code: processes that share a run agree on this clock
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
 /// Runs one thread per client until every client is done, and merges what they saw.
-/// `clients[i]` connects to `backend` as client `i`.
+/// `clients[i]` is client `config.first_client + i` (its port, clock offset, history processes).
 pub fn run<C: KvClient + Send>(
     backend: &dyn MemoryBackend,
     clients: Vec<(C, Box<dyn OpSource>)>,
@@ -234,10 +262,16 @@ pub fn run<C: KvClient + Send>(
     if config.drain_timeout > Duration::from_secs(600) {
         return Err(BackendError::Config("drain timeout over 10 minutes: use a shorter one".into()));
     }
-    let ports =
-        (0..clients.len()).map(|i| backend.connect(i as u32)).collect::<Result<Vec<Box<dyn MemoryPort>>, _>>()?;
+    let first = config.first_client;
+    let ports = (0..clients.len())
+        .map(|i| backend.connect(first + i as u32))
+        .collect::<Result<Vec<Box<dyn MemoryPort>>, _>>()?;
     #[allow(clippy::disallowed_methods)] // the driver is a host: it reads the real clock
-    let epoch = Instant::now();
+    let epoch = match config.shared_epoch_unix_ns {
+        Some(at) => Epoch::Unix(at),
+        None => Epoch::Local(Instant::now()),
+    };
+    let start_ns = HostClock { epoch, base_ns: 0, offset_ns: 0 }.true_ns();
     let n = clients.len();
     let outcomes: Vec<ClientOutcome> = std::thread::scope(|s| {
         let handles: Vec<_> = clients
@@ -245,11 +279,12 @@ pub fn run<C: KvClient + Send>(
             .zip(ports)
             .enumerate()
             .map(|(i, ((client, ops), port))| {
-                let offset_ns = config.clock_offsets_ns.get(i).copied().unwrap_or(0);
+                let id = u64::from(first) + i as u64;
+                let offset_ns = config.clock_offsets_ns.get(id as usize).copied().unwrap_or(0);
                 let clock = HostClock { epoch, base_ns: config.local_clock_base_ns, offset_ns };
                 std::thread::Builder::new()
                     .name(format!("swarm-client-{i}"))
-                    .spawn_scoped(s, move || run_client(i as u64, client, ops, port, clock, codec, config))
+                    .spawn_scoped(s, move || run_client(id, client, ops, port, clock, codec, config))
             })
             .collect();
         handles
@@ -268,7 +303,7 @@ pub fn run<C: KvClient + Send>(
             })
             .collect()
     });
-    let wall = HostClock { epoch, base_ns: 0, offset_ns: 0 }.true_ns();
+    let wall = HostClock { epoch, base_ns: 0, offset_ns: 0 }.true_ns().saturating_sub(start_ns);
     let mut report = DriverReport { clients: n, wall: Duration::from_nanos(wall), ..Default::default() };
     let mut events = Vec::new();
     for mut o in outcomes {

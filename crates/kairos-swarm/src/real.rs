@@ -26,7 +26,7 @@ use rand::{Rng as _, SeedableRng};
 use crate::backend::{BackendError, MemoryBackend};
 use crate::client::{KvOp, OpKind};
 use crate::direct::DirectMemory;
-use crate::driver::{self, DriverConfig, HistoryCodec, OpSource};
+use crate::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
 use crate::engine::{Client, ClientConfig, Protocol};
 use crate::index;
 use crate::layout::Layout;
@@ -94,21 +94,24 @@ impl RealRun {
         backend: &dyn MemoryBackend,
         crash: Option<(Duration, Box<dyn FnOnce() + Send + '_>)>,
     ) -> Result<Outcome, RunError> {
+        let prepared = self.prepare()?;
+        self.load(&prepared, backend)?;
+        let (layout, last_value) = (prepared.layout.clone(), prepared.last_value.clone());
+        let report = self.measure(prepared, backend, 0..self.run.clients, None, crash)?;
+        Ok(self.outcome(&layout, report, &last_value))
+    }
+
+    /// Phase 1: loads every key and runs the warm-up through the clients on node images.
+    /// Deterministic: every process that prepares the same run gets the same images, clients
+    /// and warm-up values (so clients of one run can be split over processes).
+    pub fn prepare(&self) -> Result<Prepared, RunError> {
         let r = &self.run;
         if r.clients == 0 || r.inflight == 0 {
             return Err(RunError::Bad("need at least one client and one operation in flight".into()));
         }
         let layout = self.layout()?;
-        if backend.nodes() != layout.config.memory_nodes {
-            return Err(RunError::Bad(format!(
-                "the backend has {} memory nodes, the layout needs {}",
-                backend.nodes(),
-                layout.config.memory_nodes
-            )));
-        }
         let ycsb = Ycsb::new(r.workload, r.keys, r.key_size)?;
         let value_size = layout.config.value_size;
-        // (1) Load and warm up on node images.
         let ts_epoch = LocalTime(0);
         let mut images: Vec<MemoryImage> =
             (0..layout.config.memory_nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
@@ -150,10 +153,42 @@ impl RealRun {
         if now.as_nanos() > 60_000_000_000 {
             return Err(RunError::Bad("warm-up too long for the timestamp epoch; lower --warmup".into()));
         }
-        // (2) Copy the images into the backend.
-        load_images(backend, &direct.images).map_err(|e| RunError::Bad(format!("loading the backend: {e}")))?;
-        drop(direct);
-        // (3) The measured phase.
+        Ok(Prepared {
+            layout,
+            ycsb,
+            images: std::mem::take(&mut direct.images),
+            clients,
+            last_value,
+            local_clock_base_ns: now.as_nanos() + 1_000_000_000,
+        })
+    }
+
+    /// Phase 2: copies the prepared node images into `backend` (zeroed nodes of the layout's size).
+    pub fn load(&self, prepared: &Prepared, backend: &dyn MemoryBackend) -> Result<(), RunError> {
+        if backend.nodes() != prepared.layout.config.memory_nodes {
+            return Err(RunError::Bad(format!(
+                "the backend has {} memory nodes, the layout needs {}",
+                backend.nodes(),
+                prepared.layout.config.memory_nodes
+            )));
+        }
+        load_images(backend, &prepared.images).map_err(|e| RunError::Bad(format!("loading the backend: {e}")))
+    }
+
+    /// Phase 3: the measured phase for clients `clients` (a sub-range when the run's clients are
+    /// split over processes, which then pass the same `shared_epoch_unix_ns`).
+    pub fn measure(
+        &self,
+        prepared: Prepared,
+        backend: &dyn MemoryBackend,
+        clients: std::ops::Range<u32>,
+        shared_epoch_unix_ns: Option<u64>,
+        crash: Option<(Duration, Box<dyn FnOnce() + Send + '_>)>,
+    ) -> Result<DriverReport, RunError> {
+        let r = &self.run;
+        if clients.is_empty() || clients.end > r.clients {
+            return Err(RunError::Bad(format!("clients {clients:?} are not a part of 0..{}", r.clients)));
+        }
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(r.seed ^ 0xc10c);
         let offset_max = kairos_core::duration_nanos(r.clock_offset_max).min(i64::MAX as u64) as i64;
         let offsets: Vec<i64> =
@@ -166,11 +201,17 @@ impl RealRun {
             op_timeout: self.op_timeout + self.drain_timeout,
             clock_offsets_ns: offsets,
             record_history: r.check,
-            local_clock_base_ns: now.as_nanos() + 1_000_000_000,
+            local_clock_base_ns: prepared.local_clock_base_ns,
+            first_client: clients.start,
+            shared_epoch_unix_ns,
         };
-        let with_sources: Vec<(Client, Box<dyn OpSource>)> = clients
+        let value_size = prepared.layout.config.value_size;
+        let ycsb = prepared.ycsb;
+        let with_sources: Vec<(Client, Box<dyn OpSource>)> = prepared
+            .clients
             .into_iter()
             .enumerate()
+            .filter(|(i, _)| clients.contains(&(*i as u32)))
             .map(|(i, c)| {
                 let source = YcsbSource {
                     ycsb: ycsb.clone(),
@@ -184,7 +225,7 @@ impl RealRun {
             })
             .collect();
         let codec = YcsbCodec;
-        let report = std::thread::scope(|s| {
+        std::thread::scope(|s| {
             let (done_tx, done_rx) = mpsc::channel::<()>();
             if let Some((after, crash)) = crash {
                 s.spawn(move || {
@@ -197,8 +238,13 @@ impl RealRun {
             drop(done_tx);
             report
         })
-        .map_err(|e| RunError::Bad(format!("measured phase: {e}")))?;
-        // (4) Collect and check.
+        .map_err(|e| RunError::Bad(format!("measured phase: {e}")))
+    }
+
+    /// Phase 4: the simulator's [`Outcome`] of a measured phase, its history checked per key
+    /// (the warm-up's last values enter as synthetic writes) if the run asks for it.
+    pub fn outcome(&self, layout: &Layout, report: DriverReport, last_value: &BTreeMap<u64, u64>) -> Outcome {
+        let r = &self.run;
         let copies = if r.protocol == Protocol::Raw { 1.0 } else { f64::from(layout.config.memory_nodes) };
         let fixed = layout.buffers_base as f64 * copies;
         let touched = report.counters.get("buffers_touched").copied().unwrap_or(0);
@@ -222,13 +268,25 @@ impl RealRun {
             history: report.history,
         };
         if r.check {
-            let (valid, text, keys) = check_per_key(&outcome.history, &last_value);
+            let (valid, text, keys) = check_per_key(&outcome.history, last_value);
             outcome.linearizable = Some(valid);
             outcome.check_report = text;
             outcome.checked_keys = keys;
         }
-        Ok(outcome)
+        outcome
     }
+}
+
+/// A run after its load and warm-up ([`RealRun::prepare`]).
+pub struct Prepared {
+    pub layout: Layout,
+    ycsb: Ycsb,
+    images: Vec<MemoryImage>,
+    clients: Vec<Client>,
+    /// Each key's last warm-up value (the checker's starting state).
+    pub last_value: BTreeMap<u64, u64>,
+    /// Local clocks of the measured phase start here (after the warm-up's local time).
+    pub local_clock_base_ns: u64,
 }
 
 /// Writes node images into a backend's (zeroed) nodes with ordinary write chains, skipping
