@@ -11,7 +11,10 @@
 //! Clocks: all clients read one monotonic host clock (perfectly shared, as on one CXL host),
 //! shifted by a per-client offset ([`DriverConfig::clock_offsets_ns`]) so that the protocols'
 //! stale-guess and lock paths run. The local clock starts at [`DriverConfig::local_clock_base_ns`]
-//! (default [`LOCAL_CLOCK_BASE_NS`]) so that a negative offset stays positive.
+//! (default [`LOCAL_CLOCK_BASE_NS`]) so that a negative offset stays positive. Clients of one
+//! run may be split over processes ([`DriverConfig::first_client`]); they then count true time
+//! from one agreed Unix time ([`DriverConfig::shared_epoch_unix_ns`]), so their clocks agree and
+//! their histories merge.
 //!
 //! History: every operation runs in one of `in_flight_per_client` Jepsen *processes* of its
 //! client (`client × 2^32 + slot`), so a process never has two operations open; an operation
