@@ -123,9 +123,25 @@ impl<'a> AtomicWords<'a> {
     }
 }
 
-/// Zeroed words owned by one process (the TCP memory server's node).
-pub fn zeroed_words(len_bytes: u64) -> Box<[AtomicU64]> {
-    (0..len_bytes.div_ceil(8)).map(|_| AtomicU64::new(0)).collect()
+/// Zeroed words owned by one process (the TCP memory server's node), allocated with
+/// `alloc_zeroed` so that the operating system hands out zero pages lazily (a large node costs
+/// memory only where it is written). `None` if the allocation fails.
+pub fn zeroed_words(len_bytes: u64) -> Option<Box<[AtomicU64]>> {
+    let n = usize::try_from(len_bytes.div_ceil(8)).ok()?;
+    if n == 0 {
+        return Some(Box::new([]));
+    }
+    let layout = std::alloc::Layout::array::<AtomicU64>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size. A zeroed AtomicU64 is a valid AtomicU64 (it has the
+    // in-memory representation of u64). The pointer comes from the global allocator with
+    // exactly the layout of `[AtomicU64; n]`, as `Box<[AtomicU64]>` will free it.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut AtomicU64;
+        if ptr.is_null() {
+            return None;
+        }
+        Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
+    }
 }
 
 #[cfg(test)]
@@ -134,7 +150,7 @@ mod tests {
 
     #[test]
     fn unaligned_write_keeps_neighbouring_bytes() {
-        let words = zeroed_words(24);
+        let words = zeroed_words(24).unwrap();
         let m = AtomicWords::new(&words);
         m.apply(&Verb::Write { addr: 0, data: vec![0xaa; 24] }).unwrap();
         m.apply(&Verb::Write { addr: 5, data: vec![1, 2, 3, 4, 5, 6] }).unwrap();

@@ -189,8 +189,10 @@ impl MemoryServer {
         let listener =
             TcpListener::bind(listen).map_err(|e| net_err(format!("cannot listen ({e}); pick a free address")))?;
         let addr = listener.local_addr().map_err(|e| net_err(e.to_string()))?;
+        let memory = zeroed_words(config.bytes)
+            .ok_or_else(|| net_err(format!("cannot allocate {} bytes of node memory: lower --bytes", config.bytes)))?;
         let shared = Arc::new(ServerShared {
-            memory: zeroed_words(config.bytes),
+            memory,
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             live: AtomicUsize::new(0),
