@@ -19,6 +19,9 @@
 //! | [`dm_abd`], [`raw`] | the baselines on the same layout and verbs |
 //! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
 //! | [`direct`] | synchronous backend (warm-up, unit tests) |
+//! | [`backend`] | real memory nodes: [`backend::shm`] (regions in /dev/shm, CXL-style) and [`backend::tcp`] (memory server + client), one submit/poll [`backend::MemoryPort`] per client |
+//! | [`driver`] | runs any [`client::KvClient`] on a real backend: client threads, operations in flight, host clock with offsets, latency, Jepsen history |
+//! | [`real`] | [`real::RealRun`]: a [`sim::SwarmRun`]'s load, warm-up and workload on a real backend, checked per key |
 //! | [`ycsb`] | YCSB A / B with scrambled Zipf 0.99 |
 //!
 //! ## The protocol in one paragraph
@@ -78,3 +81,7 @@ pub mod safe_guess;
 pub mod sim;
 pub mod verbs;
 pub mod ycsb;
+
+pub mod backend;
+pub mod driver;
+pub mod real;

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 deterministic simulator of a wide-area deployment (virtual time, skewed clocks, a region-to-region \
 latency matrix, faults) or as real processes over TCP, and checks every run's client-visible history \
 with independent checkers.\n\nStart with `kairos demo`.",
-    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0"
+    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0\n  kairos serve swarm-memory --listen 127.0.0.1:7000 --bytes 67108864"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -349,13 +349,17 @@ pub struct CheckArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ServeArgs {
+    /// A role that needs no cluster file (`kairos serve swarm-memory --listen ADDR --bytes N`).
+    #[command(subcommand)]
+    pub role: Option<ServeRole>,
     /// Cluster file (TOML) naming every node, its address, region and role.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required = true)]
+    pub config: Option<PathBuf>,
     /// This process's node id in the cluster file.
-    #[arg(long)]
-    pub node: u32,
+    #[arg(long, required = true)]
+    pub node: Option<u32>,
     /// Where a client node writes its history (JSON lines).
     #[arg(long)]
     pub history: Option<PathBuf>,
@@ -383,6 +387,31 @@ pub struct ServeArgs {
     /// causal-session: seconds to wait before the first operation (the set elects a primary and makes signing keys).
     #[arg(long, default_value_t = 3.0)]
     pub warmup_s: f64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ServeRole {
+    /// A SWARM memory node: a byte array that executes only READ / WRITE / CAS / CHAIN frames over TCP.
+    SwarmMemory(SwarmMemoryArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SwarmMemoryArgs {
+    /// Address to listen on, host:port (port 0 picks a free port; the address is printed).
+    #[arg(long)]
+    pub listen: String,
+    /// Size of the node's memory in bytes.
+    #[arg(long)]
+    pub bytes: u64,
+    /// Connections served at once (one per client); more are closed at once.
+    #[arg(long, default_value_t = 256)]
+    pub connections_max: usize,
+    /// Close a connection that sends nothing for this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub idle_timeout_s: f64,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

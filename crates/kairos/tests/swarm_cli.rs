@@ -47,8 +47,6 @@ fn bench_swarm_writes_one_result_per_protocol() {
 #[test]
 fn bench_swarm_refuses_bad_flags_with_a_reason() {
     for (args, needle) in [
-        (vec!["bench", "swarm", "--backend", "shm"], "not yet built"),
-        (vec!["bench", "swarm", "--backend", "tcp"], "not yet built"),
         (vec!["bench", "swarm", "--protocols", "fusee"], "unknown protocol"),
         (vec!["bench", "swarm", "--replicas", "2"], "--replicas"),
         (vec!["bench", "swarm", "--value-size", "4"], "--value-size"),

@@ -8,6 +8,8 @@ mod micro;
 mod serve;
 mod sim;
 pub mod swarm;
+mod swarm_memory;
+mod swarm_real;
 mod tiga;
 
 use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};

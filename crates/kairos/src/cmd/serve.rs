@@ -13,7 +13,7 @@
 //! stderr (`node N stopped; name=value …`); a session's include
 //! `causal.session.reads_from_secondary` and `causal.session.own_write_reads_from_secondary`.
 
-use crate::cli::ServeArgs;
+use crate::cli::{ServeArgs, ServeRole};
 use crate::CliError;
 use kairos_causal::{new_disk, Member, MemberConfig, ReadConcern, ReadPref, Session, SessionConfig, WriteConcern};
 use kairos_core::history::{HistoryRecord, OpType};
@@ -59,13 +59,17 @@ impl Default for CausalSessionOptions {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {
-    let cfg = ClusterConfig::load(&args.config).map_err(|e| CliError::Io(e.to_string()))?;
-    let me = NodeId(args.node);
+    if let Some(ServeRole::SwarmMemory(a)) = args.role {
+        return super::swarm_memory::run(a);
+    }
+    let (Some(config), Some(node)) = (args.config.clone(), args.node) else {
+        return Err(CliError::Usage("kairos serve needs --config FILE --node N (or a role: swarm-memory)".into()));
+    };
+    let cfg = ClusterConfig::load(&config).map_err(|e| CliError::Io(e.to_string()))?;
+    let me = NodeId(node);
     let spec = cfg
         .node(me)
-        .ok_or_else(|| {
-            CliError::Usage(format!("--node {}: {} has nodes 0..{}", args.node, args.config.display(), cfg.len()))
-        })?
+        .ok_or_else(|| CliError::Usage(format!("--node {}: {} has nodes 0..{}", node, config.display(), cfg.len())))?
         .clone();
     let duration = match args.duration_s {
         Some(s) if !(s > 0.0 && s <= 86_400.0 * 365.0) => {
@@ -96,7 +100,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             if replicas.is_empty() {
                 return Err(CliError::Usage(format!(
                     "{} has no node with role `register-replica` for this client to use",
-                    args.config.display()
+                    config.display()
                 )));
             }
             let mut cc = ClientConfig::new(replicas, me.0 as u64);
@@ -116,7 +120,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             if causal_members.is_empty() {
                 return Err(CliError::Usage(format!(
                     "{} has no node with role `causal-member` for this session to use",
-                    args.config.display()
+                    config.display()
                 )));
             }
             if !(0.0..=3_600.0).contains(&args.warmup_s) {
@@ -138,8 +142,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         }
         other => Err(CliError::Usage(format!(
             "node {} has role `{other}` in {}; kairos serve runs these roles: {ROLES}",
-            args.node,
-            args.config.display()
+            node,
+            config.display()
         ))),
     }
 }

@@ -1,6 +1,8 @@
 //! `kairos bench swarm`: SWARM-KV against DM-ABD and RAW on the same memory verbs, YCSB A or
-//! B, every history checked linearizable per key. Only the simulator backend is built here;
-//! `shm` and `tcp` come from the memory-backend work (crate kairos-swarm's backends).
+//! B, every history checked linearizable per key. Backends: the simulator (`sim`), shared
+//! memory regions in /dev/shm (`shm`), or TCP memory servers on loopback started in this
+//! process (`tcp`); the real backends run one thread per client in real time
+//! (`kairos_swarm::real`), with fresh zeroed nodes for every protocol.
 
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -68,6 +70,10 @@ pub struct SwarmBenchArgs {
     /// Largest client clock offset, µs (each client's offset is uniform in [0, this]).
     #[arg(long, default_value_t = 1.0)]
     pub clock_skew_us: f64,
+    /// shm/tcp only: writer slots in the memory layout (default: one per client). Fix it (e.g. 8)
+    /// to compare client counts on one layout.
+    #[arg(long)]
+    pub layout_writers: Option<u32>,
     /// Every operation on one key (the contention experiment).
     #[arg(long)]
     pub contention_one_key: bool,
@@ -89,14 +95,10 @@ pub struct SwarmBenchArgs {
 
 impl SwarmBenchArgs {
     pub fn runs(&self) -> Result<Vec<SwarmRun>, CliError> {
-        if self.backend != BackendArg::Sim {
-            return Err(CliError::Usage(format!(
-                "--backend {:?} is not yet built (the shared-memory and TCP memory backends are in progress); use --backend sim",
-                self.backend
-            )
-            .to_lowercase()));
-        }
         let bad = |m: String| Err(CliError::Usage(m));
+        if self.layout_writers.is_some() && self.backend == BackendArg::Sim {
+            return bad("--layout-writers applies to --backend shm and tcp only".into());
+        }
         if self.clients == 0 || self.clients > 127 {
             return bad(format!("--clients must be 1..=127 (writers fit in 7 bits), not {}", self.clients));
         }
@@ -158,8 +160,17 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
     let mut results = Vec::new();
     let mut outcomes = Vec::new();
     println!(
-        "SWARM on the simulator: {} clients × {} ops ({} in flight), {} over {} keys of {} B, {} B values, {} replicas, \
+        "SWARM on {}: {} clients × {} ops ({} in flight), {} over {} keys of {} B, {} B values, {} replicas, \
          warm-up {}, client clock offsets up to {} µs, seed {}{}",
+        match a.backend {
+            BackendArg::Sim => "the simulator".to_string(),
+            BackendArg::Shm => format!("shared memory (/dev/shm, {} client threads on {} cores)", a.clients, cores()),
+            BackendArg::Tcp => format!(
+                "TCP memory servers on loopback ({} client threads and the servers' threads on {} cores)",
+                a.clients,
+                cores()
+            ),
+        },
         a.clients,
         a.ops,
         a.inflight,
@@ -175,10 +186,13 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
     );
     for run in &runs {
         let started = Instant::now();
-        let o = run.run().map_err(|e| CliError::Usage(e.to_string()))?;
+        let o = match a.backend {
+            BackendArg::Sim => run.run().map_err(|e| CliError::Usage(e.to_string()))?,
+            BackendArg::Shm | BackendArg::Tcp => super::swarm_real::run(a.backend, run, a.layout_writers)?,
+        };
         let wall = started.elapsed();
-        print_table(run, &o);
-        results.push(swarm_result(run, &o, wall));
+        print_table_on(run, &o, a.backend);
+        results.push(swarm_result_on(run, &o, wall, a.backend));
         outcomes.push((run.protocol, o));
     }
     let median = |p: Protocol, k: OpKind| {
@@ -219,6 +233,10 @@ fn rtt_text(h: &BTreeMap<u32, u64>) -> String {
 }
 
 pub fn print_table(run: &SwarmRun, o: &Outcome) {
+    print_table_on(run, o, BackendArg::Sim)
+}
+
+pub fn print_table_on(run: &SwarmRun, o: &Outcome, backend: BackendArg) {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["op", "count", "p1 µs", "p50 µs", "p90 µs", "p99 µs", "round trips (share of ops)"]);
@@ -243,15 +261,25 @@ pub fn print_table(run: &SwarmRun, o: &Outcome) {
         None => "not checked".to_string(),
     };
     println!(
-        "throughput {:.0} ops/s (virtual) · memory {:.0} B/key allocated, {:.0} B/key touched · errors {:?} · {verdict}",
+        "throughput {:.0} ops/s ({}) · memory {:.0} B/key allocated, {:.0} B/key touched · errors {:?} · {verdict}",
         o.throughput_ops_per_s(),
+        if backend == BackendArg::Sim { "virtual" } else { "real time" },
         o.memory_bytes_per_key,
         o.memory_bytes_per_key_used,
         o.errors
     );
 }
 
+/// CPU cores this process may use (real backends share them between clients and memory).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
+    swarm_result_on(run, o, wall, BackendArg::Sim)
+}
+
+pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: BackendArg) -> RunResult {
     let summary = stats::summarize(&o.history, |_| None);
     let all: u64 = o.round_trips.values().flat_map(|h| h.values()).sum::<u64>().max(1);
     let mut rtt: BTreeMap<String, f64> = BTreeMap::new();
@@ -273,6 +301,9 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
         o.round_trips.iter().map(|(k, h)| (k.name(), h.iter().map(|(n, c)| (n.to_string(), *c)).collect())).collect();
     extra.insert("round_trips_by_op".into(), serde_json::json!(by_op));
     extra.insert("memory_bytes_per_key".into(), o.memory_bytes_per_key.into());
+    if backend != BackendArg::Sim {
+        extra.insert("host_cores".into(), cores().into());
+    }
     extra.insert("memory_bytes_per_key_used".into(), o.memory_bytes_per_key_used.into());
     extra.insert("metrics".into(), serde_json::json!(o.metrics));
     RunResult {
@@ -294,7 +325,12 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
             "crash_node_at_us": run.crash_node_at.map(|(_, t)| t.as_micros() as u64),
             "zipf": kairos_swarm::ycsb::ZIPF_THETA,
         }),
-        host: "sim".into(),
+        host: match backend {
+            BackendArg::Sim => "sim",
+            BackendArg::Shm => "shm",
+            BackendArg::Tcp => "net",
+        }
+        .into(),
         clock: format!("offset ≤ {} µs", run.clock_offset_max.as_secs_f64() * 1e6),
         seed: run.seed,
         duration_s: o.duration.as_secs_f64(),
@@ -314,7 +350,7 @@ pub fn swarm_result(run: &SwarmRun, o: &Outcome, wall: Duration) -> RunResult {
             ops: o.completed as usize,
             checker: if o.linearizable.is_some() { "kairos-wgl + todc-utils (per key)" } else { "not checked" }.into(),
         },
-        trace_hash: Some(format!("{:016x}", o.trace_hash)),
+        trace_hash: (backend == BackendArg::Sim).then(|| format!("{:016x}", o.trace_hash)),
         wall_s: wall.as_secs_f64(),
         extra,
     }
