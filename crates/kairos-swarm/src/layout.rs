@@ -141,7 +141,12 @@ impl Layout {
             return Err(LayoutError::BadSize { key_size: c.key_size, value_size: c.value_size });
         }
         let w = u64::from(c.writers);
-        let buckets = c.keys;
+        // Keys spread over the writers' columns (slot % writers); a key's window is DIR_PROBE
+        // buckets of DIR_ENTRIES entries per column. One bucket per key keeps about one key per
+        // column-window with ≥ 4 writers; fewer writers get more buckets so the load per
+        // column-window stays there (with 1 writer and one bucket per key, ~2% of windows
+        // would overflow their 8 entries at 100,000 keys).
+        let buckets = c.keys.max((c.keys * DIR_PROBE).div_ceil(w.max(1)));
         let directory_base = 0;
         let directory_bytes = buckets * w * DIR_ENTRIES * 8;
         let key_area_bytes = 8 + pad8(u64::from(c.key_size));

@@ -149,3 +149,26 @@ fn inserting_a_key_another_client_created_updates_it_in_place() {
     assert_eq!((cached.result, cached.round_trips), (Ok(None), 1), "a known key's insert is a 1-RTT write");
     assert_eq!(mem.run_op(&mut w1, 3, KvOp::Get { key }, &mut now).result, Ok(Some(b"three".to_vec())));
 }
+
+/// The directory must hold every key of a full load whatever the number of writers (with one
+/// bucket per key, one or two writers overflowed some windows: "the index is full").
+#[test]
+fn a_full_load_fits_the_directory_with_any_number_of_writers() {
+    for writers in [1, 2, 3, 4, 8] {
+        let keys = 100_000u64;
+        let config = LayoutConfig {
+            keys,
+            key_size: 24,
+            value_size: 8,
+            replicas: 3,
+            memory_nodes: 3,
+            writers,
+            buffers_per_writer: 0,
+        };
+        let layout = kairos_swarm::layout::Layout::new(config.with_default_buffers()).unwrap();
+        let mut images: Vec<_> = (0..3).map(|_| kairos_swarm::verbs::MemoryImage::new(layout.node_bytes())).collect();
+        let load = (0..keys).map(|k| (kairos_swarm::ycsb::key_bytes(k, 24), vec![1u8; 8]));
+        let loaded = kairos_swarm::index::bulk_load(&layout, &mut images, load, 1);
+        assert!(loaded.is_ok(), "{writers} writers: {:?}", loaded.err());
+    }
+}
