@@ -202,6 +202,10 @@ pub struct MicroBenchArgs {
     /// throughput then reflects message counts, not code speed).
     #[arg(long)]
     pub cpu_us: Option<f64>,
+    /// With measured CPU: add this cost to every handler, µs — the per-message work of a real RPC stack
+    /// (serialization, system calls) that the simulator does not execute. 0 charges handler CPU only.
+    #[arg(long, default_value_t = 0.0)]
+    pub message_cost_us: f64,
     /// Write one result object per protocol (its common-load run, with the sweeps in `extra`) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

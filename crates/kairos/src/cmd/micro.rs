@@ -121,8 +121,14 @@ impl MicroBenchArgs {
                 self.duration_s
             )));
         }
+        if !(0.0..=10_000.0).contains(&self.message_cost_us) {
+            return Err(CliError::Usage(format!(
+                "--message-cost-us must be between 0 and 10,000 µs, not {}",
+                self.message_cost_us
+            )));
+        }
         let cpu = match self.cpu_us {
-            None => CpuModel::Measured { scale: 1.0, floor: Duration::ZERO },
+            None => CpuModel::Measured { scale: 1.0, floor: Duration::from_secs_f64(self.message_cost_us / 1e6) },
             Some(us) if (0.0..=1_000_000.0).contains(&us) => CpuModel::Fixed(Duration::from_secs_f64(us / 1e6)),
             Some(us) => return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000, not {us}"))),
         };
@@ -215,6 +221,7 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     extra.insert("messages_sent".into(), outcome.stats.messages_sent.into());
     extra.insert("events_handled".into(), outcome.stats.events_handled.into());
     extra.insert("placement".into(), format!("{:?}", bench.placement).to_lowercase().into());
+    extra.insert("cpu_model".into(), format!("{:?}", bench.cpu).into());
     let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir);
     RunResult {
         system: "tiga".into(),
@@ -286,6 +293,8 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         base.duration.as_secs_f64(),
         match &base.cpu {
             CpuModel::Fixed(d) => format!("fixed {} µs per handler", d.as_secs_f64() * 1e6),
+            CpuModel::Measured { floor, .. } if !floor.is_zero() =>
+                format!("measured + {} µs per handler (compare within this run only)", floor.as_secs_f64() * 1e6),
             _ => "measured (compare within this run only)".into(),
         }
     );
