@@ -27,8 +27,10 @@ use thiserror::Error;
 
 /// Directory entries per (bucket, writer).
 pub const DIR_ENTRIES: u64 = 2;
-/// Consecutive buckets a key may land in (its home bucket and the next ones).
-pub const DIR_PROBE: u64 = 4;
+/// Consecutive buckets a key may land in (its home bucket and the next ones). With about one
+/// key per bucket and column (see `Layout::new`), a window then holds Poisson(2) of its
+/// column's keys against 16 entries: overflow odds ~10⁻¹⁰ per window, none at 10⁷ keys.
+pub const DIR_PROBE: u64 = 8;
 /// Bytes of a buffer's or in-place copy's header: `[meta][hash][len]` (+ the lock word for buffers).
 pub const COPY_HEADER_BYTES: u64 = 24;
 /// Most writers the metadata word can name (7 bits).
@@ -142,11 +144,10 @@ impl Layout {
         }
         let w = u64::from(c.writers);
         // Keys spread over the writers' columns (slot % writers); a key's window is DIR_PROBE
-        // buckets of DIR_ENTRIES entries per column. One bucket per key keeps about one key per
-        // column-window with ≥ 4 writers; fewer writers get more buckets so the load per
-        // column-window stays there (with 1 writer and one bucket per key, ~2% of windows
-        // would overflow their 8 entries at 100,000 keys).
-        let buckets = c.keys.max((c.keys * DIR_PROBE).div_ceil(w.max(1)));
+        // buckets of DIR_ENTRIES entries per column. One bucket per key gives a column ≤ 1/4
+        // key per bucket with ≥ 4 writers; fewer writers get more buckets to stay there (with
+        // 1 writer and one bucket per key, windows overflowed at 100,000 keys).
+        let buckets = c.keys.max((c.keys * 4).div_ceil(w.max(1)));
         let directory_base = 0;
         let directory_bytes = buckets * w * DIR_ENTRIES * 8;
         let key_area_bytes = 8 + pad8(u64::from(c.key_size));
