@@ -56,7 +56,9 @@
 //! ## Simplifications (stated)
 //! - No view changes, replica recovery or coordinator recovery (the IR record and finalized
 //!   results are what they would use). A crashed replica stays down; with f + 1 replicas left
-//!   transactions commit on the slow path. A crashed coordinator's prepared transactions stay
+//!   transactions commit on the slow path. A *restarted* replica has lost its state and so
+//!   refuses to vote or serve reads forever (it only acknowledges commits and aborts): to the
+//!   protocol it is still down (see [`replica`]). A crashed coordinator's prepared transactions stay
 //!   prepared (the paper's cooperative termination is not implemented).
 //! - The IR record and the "finished" memory are bounded (`records_max`, `done_max`): a
 //!   prepare delayed beyond the last `done_max` finished transactions could re-prepare one
@@ -153,7 +155,12 @@ impl Peer for Tapir {
     const PROTOCOL: Protocol = Protocol::Tapir;
 
     fn server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
-        Replica::new(topology, config, shard, replica)
+        Replica::restarted(topology, config, shard, replica)
+    }
+
+    /// A restarted replica lost its state: it refuses to vote (see [`replica`]).
+    fn restarted_server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
+        Replica::restarted(topology, config, shard, replica)
     }
 
     fn coordinator(topology: &Topology, config: &TapirConfig, shell: TxnShell) -> Coordinator {
