@@ -155,7 +155,7 @@ impl Peer for Tapir {
     const PROTOCOL: Protocol = Protocol::Tapir;
 
     fn server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
-        Replica::restarted(topology, config, shard, replica)
+        Replica::new(topology, config, shard, replica)
     }
 
     /// A restarted replica lost its state: it refuses to vote (see [`replica`]).
