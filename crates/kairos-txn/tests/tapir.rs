@@ -227,6 +227,32 @@ fn assert_surviving_replicas_agree(
     }
 }
 
+/// Brazil's replica of every shard is cut off from 1 s to 16 s — longer than coordinators used
+/// to redeliver commits and aborts (10 sends, 1 s apart). Transactions it had prepared when
+/// the cut began would have stayed prepared there for good (their keys abstaining); commits
+/// and aborts are now redelivered with backoff until acknowledged, so after the heal it
+/// catches up: nothing is left prepared anywhere and all three replicas agree on every key.
+#[test]
+fn a_replica_cut_off_for_long_gets_every_commit_and_abort_after_the_heal() {
+    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(3), ..Bench::default() };
+    let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
+    let cut: Vec<NodeId> = world.topology.shards.iter().map(|r| r[2]).collect();
+    let servers = world.topology.shard_count() * world.topology.replicas_per_shard();
+    let rest: Vec<NodeId> =
+        (0..(servers + world.process_regions.len()) as u32).map(NodeId).filter(|n| !cut.contains(n)).collect();
+    world.sim.schedule(SimTime::from_secs(1), Fault::Partition(vec![cut.clone(), rest]));
+    world.sim.schedule(SimTime::from_secs(16), Fault::HealAll);
+    world.sim.run_until(SimTime::from_secs(15));
+    let stuck: usize = cut.iter().map(|r| world.sim.role::<Replica>(*r).unwrap().prepared_count()).sum();
+    assert!(stuck > 0, "the cut-off replicas hold transactions prepared before the cut");
+    world.sim.run_until(SimTime::from_secs(30));
+    let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
+    eprintln!("{:?}\n{report}", world.sim.metrics());
+    assert!(report.valid && report.ops > 500, "{report}");
+    assert_eq!(world.sim.metric("tapir.finish_given_up"), 0);
+    assert_surviving_replicas_agree(&world.sim, &world.topology.shards, &[0, 1, 2]);
+}
+
 /// With 2 % of all messages lost, coordinators resend reads (to the next replica), prepares,
 /// finalizes, commits and aborts under the same ids; replicas answer retransmissions from
 /// their IR record and ignore operations that already finished. Every transaction commits,

@@ -403,13 +403,19 @@ impl Coordinator {
         self.shell.aborted(ctx, txn_id);
     }
 
-    /// Delivers a commit or an abort (one message per shard) to every replica, retried until
-    /// each acknowledges or `finish_sends_max` sends.
+    /// Delivers a commit or an abort (one message per shard) to every replica, resent with
+    /// capped backoff until each acknowledges. At most `finishing_max` are being delivered;
+    /// beyond, the oldest is given up (module docs of [`super`]).
     fn finish(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, msgs: BTreeMap<ShardId, TapirMsg>) {
         let mut tracked = BTreeMap::new();
         for (shard, msg) in msgs {
             ctx.send_all(self.replicas(shard).iter().copied(), &msg);
             tracked.insert(shard, (msg, Confirms::default()));
+        }
+        while !self.finishing.contains_key(&op.txn) && self.finishing.len() >= self.config.finishing_max.max(1) {
+            let Some((old, _)) = self.finishing.pop_first() else { break };
+            ctx.cancel_timer(TimerId(FINISH_TIMER_BASE + u64::from(old.seq())));
+            ctx.metric("tapir.finish_given_up", 1);
         }
         self.finishing.insert(op.txn, Finishing { op, msgs: tracked, sends: 1 });
         ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())), self.config.retry_interval);
@@ -432,12 +438,7 @@ impl Coordinator {
 
     fn on_finish_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
         let Some(fin) = self.finishing.get_mut(&txn_id) else { return };
-        if fin.sends >= self.config.finish_sends_max {
-            self.finishing.remove(&txn_id);
-            ctx.metric("tapir.finish_given_up", 1);
-            return;
-        }
-        fin.sends += 1;
+        fin.sends = fin.sends.saturating_add(1);
         for (&shard, (msg, acks)) in &fin.msgs {
             for (r, node) in self.topology.shards[shard as usize].iter().enumerate() {
                 if !acks.has(r as u32) {
@@ -446,7 +447,11 @@ impl Coordinator {
                 }
             }
         }
-        ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())), self.config.retry_interval);
+        let gap = self.config.retry_interval.saturating_mul(1 << (fin.sends - 1).min(20));
+        ctx.set_timer(
+            TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())),
+            gap.min(self.config.finish_backoff_max.max(self.config.retry_interval)),
+        );
     }
 
     fn on_txn_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {

@@ -60,6 +60,14 @@
 //!   refuses to vote or serve reads forever (it only acknowledges commits and aborts): to the
 //!   protocol it is still down (see [`replica`]). A crashed coordinator's prepared transactions stay
 //!   prepared (the paper's cooperative termination is not implemented).
+//! - Commits and aborts (IR inconsistent operations) are redelivered to every replica until
+//!   each acknowledges, with backoff, however long a replica is cut off — a replica that
+//!   missed one would keep the transaction prepared (its keys abstaining) for good, and
+//!   replicas do not expire prepared entries (that would be unsafe: the prepared entry is what
+//!   makes a conflicting transaction meet this one in the quorum intersection). A crashed
+//!   replica never acknowledges, so each coordinator bounds what it keeps delivering
+//!   (`finishing_max`, oldest given up first); a restarted replica acknowledges (it refuses to
+//!   vote anyway).
 //! - The IR record and the "finished" memory are bounded (`records_max`, `done_max`): a
 //!   prepare delayed beyond the last `done_max` finished transactions could re-prepare one
 //!   (harmless for safety, it only blocks its keys at that replica).
@@ -105,8 +113,13 @@ pub struct TapirConfig {
     pub read_sends_max: u32,
     /// Sends of a prepare or finalize round before the attempt aborts.
     pub prepare_sends_max: u32,
-    /// Sends of a commit or abort before the coordinator stops retrying.
-    pub finish_sends_max: u32,
+    /// Commits and aborts are resent to the replicas that have not acknowledged them until all
+    /// have, after `retry_interval`, then doubling gaps capped at this.
+    pub finish_backoff_max: Duration,
+    /// Commits and aborts a coordinator keeps delivering at most; beyond, it gives up on the
+    /// oldest (metric `tapir.finish_given_up`), whose entry then stays prepared at a replica
+    /// that never got it (keys there abstain; see the module docs).
+    pub finishing_max: usize,
     /// Prepare rounds (RETRY at a larger timestamp) per attempt before it aborts.
     pub prepare_rounds_max: u32,
     /// Prepared transactions a replica holds at most (beyond: ABSTAIN).
@@ -133,7 +146,8 @@ impl Default for TapirConfig {
             retry_interval: Duration::from_secs(1),
             read_sends_max: 5,
             prepare_sends_max: 5,
-            finish_sends_max: 10,
+            finish_backoff_max: Duration::from_secs(8),
+            finishing_max: 100_000,
             prepare_rounds_max: 4,
             prepared_max: 100_000,
             records_max: 200_000,
