@@ -189,7 +189,11 @@ impl Coordinator {
         if txn.attempt != attempt || !asked.contains_key(&shard) {
             return;
         }
-        if values.len() != want.len() || !values.iter().all(|v| want.contains(&v.key)) {
+        // Exactly the keys asked (`want` is sorted and deduplicated): a reply naming a key twice
+        // and another not at all must not pass (the missing one would read as 0).
+        let mut got: Vec<Key> = values.iter().map(|v| v.key).collect();
+        got.sort_unstable();
+        if got != *want {
             ctx.metric("tapir.bad_reply", 1);
             return;
         }
@@ -714,6 +718,23 @@ mod tests {
         assert!(matches!(&commits[0].1, TapirMsg::Commit { writes, ts: t, .. } if writes == &vec![(3, 6)] && *t == ts));
         assert_eq!((h.c.shell().stats().committed_fast, h.c.stats().shard_fast), (1, 1));
         assert_eq!(op.txn, txn);
+    }
+
+    /// A read reply must carry exactly the keys asked: values for [3, 3] where [3, 4] were
+    /// asked are rejected (key 4 would otherwise read as 0).
+    #[test]
+    fn a_read_reply_with_a_duplicated_key_is_rejected() {
+        let mut h = Harness::new();
+        h.with(|c, ctx| assert!(c.invoke(ctx, vec![4, 3])));
+        h.take_sent();
+        let txn = TxnId::new(ME, 0);
+        let v = |key| ReadResult { key, value: 5, version: 40 };
+        for values in [vec![v(3), v(3)], vec![v(3)], vec![v(3), v(4), v(4)], vec![v(3), v(5)]] {
+            h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
+            assert!(h.prepares().is_empty());
+        }
+        h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values: vec![v(4), v(3)] });
+        assert_eq!(h.prepares().len(), 3);
     }
 
     #[test]
