@@ -221,14 +221,24 @@ impl Coordinator {
         ts
     }
 
+    /// `txn`'s keys at `shard`, each with the version read.
+    fn reads_at(txn: &Txn, shard: ShardId) -> (Vec<(Key, Ts)>, Vec<Key>) {
+        let keys = txn.keys.get(&shard).cloned().unwrap_or_default();
+        (keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect(), keys)
+    }
+
     fn prepare_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
-        let keys = &txn.keys[&shard];
-        let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-        TapirMsg::Prepare { op, shard, ts, reads, writes: keys.clone() }
+        let (reads, writes) = Self::reads_at(txn, shard);
+        TapirMsg::Prepare { op, shard, ts, reads, writes }
+    }
+
+    /// IR's finalize of a slow-path PREPARE-OK (the only result that needs to be durable).
+    fn finalize_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
+        let (reads, writes) = Self::reads_at(txn, shard);
+        TapirMsg::Finalize { op, shard, ts, reads, writes, result: PrepareResult::Ok }
     }
 
     fn start_round(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, round: u32, ts: Ts) {
-        let n = self.n();
         let Some(txn) = self.txns.get(&txn_id) else { return };
         let op = OpId { txn: txn_id, attempt: txn.attempt, round };
         let mut shards = BTreeMap::new();
@@ -237,7 +247,11 @@ impl Coordinator {
             ctx.send_all(self.replicas(s).iter().copied(), &Self::prepare_msg(txn, op, s, ts));
             shards.insert(
                 s,
-                ShardPrepare { quorum: ConsensusQuorum::new(n), decided: None, finalized: Confirms::default() },
+                ShardPrepare {
+                    quorum: ConsensusQuorum::new(&self.topology),
+                    decided: None,
+                    finalized: Confirms::default(),
+                },
             );
             wait = wait.max(self.fast_path_wait(s));
         }
@@ -311,11 +325,9 @@ impl Coordinator {
             1,
         );
         if r == PrepareResult::Ok {
-            let keys = &txn.keys[&shard];
-            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-            let msg = TapirMsg::Finalize { op, shard, ts: *ts, reads, writes: keys.clone(), result: r };
-            let to = self.topology.shards[shard as usize].clone();
-            ctx.send_all(to, &msg);
+            let ts = *ts;
+            let msg = Self::finalize_msg(txn, op, shard, ts);
+            ctx.send_all(self.topology.shards[shard as usize].iter().copied(), &msg);
         }
     }
 
@@ -507,18 +519,7 @@ impl Coordinator {
                     let replicas = &self.topology.shards[s as usize];
                     let msg = match sp.decided {
                         None => Self::prepare_msg(txn, op, s, *ts),
-                        Some((PrepareResult::Ok, false)) => {
-                            let keys = &txn.keys[&s];
-                            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-                            TapirMsg::Finalize {
-                                op,
-                                shard: s,
-                                ts: *ts,
-                                reads,
-                                writes: keys.clone(),
-                                result: PrepareResult::Ok,
-                            }
-                        }
+                        Some((PrepareResult::Ok, false)) => Self::finalize_msg(txn, op, s, *ts),
                         Some(_) => continue,
                     };
                     for (r, node) in replicas.iter().enumerate() {

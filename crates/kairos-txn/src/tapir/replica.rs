@@ -10,6 +10,16 @@
 //! committed read of the key, or (linearizable mode) if another prepared transaction writes
 //! it at a later timestamp. Otherwise PREPARE-OK: the transaction enters the prepared list.
 //!
+//! Deliberate deviations from Figure 8, both more conservative (they only turn a PREPARE-OK
+//! into ABSTAIN or RETRY, never the reverse, so they cost concurrency, not safety): the paper
+//! abstains only if the version read is older than the smallest prepared write of the key
+//! (`version < MIN(PREPARED-WRITES(key))`); here any other prepared write of a key read
+//! abstains (a superset of the paper's condition). For writes the paper
+//! retries when `ts` is *below* the largest prepared read or committed version and suggests
+//! that value; here `ts` must be *strictly past* the committed version, the committed reads
+//! and (linearizable mode) the prepared reads and writes, and the suggestion is one past the
+//! largest, so that two transactions never share a timestamp on a key.
+//!
 //! A finalized PREPARE-OK (IR slow path) enters the prepared list even where this replica had
 //! voted otherwise, as IR's merge would do; commit applies the writes at the commit timestamp
 //! and records the reads' timestamp; abort drops the prepared entry. Both are remembered (the
