@@ -195,7 +195,7 @@ fn a_restarted_replica_refuses_to_vote_and_the_history_stays_strictly_serializab
     assert_eq!(m("txn.committed"), m("txn.invoked"), "every transaction commits");
     for replicas in &world.topology.shards {
         let r = world.sim.role::<Replica>(replicas[2]).unwrap();
-        assert!(r.is_recovering() && r.prepared_count() == 0 && r.store().len() == 0);
+        assert!(r.is_recovering() && r.prepared_count() == 0 && r.store().is_empty());
     }
     assert_surviving_replicas_agree(&world.sim, &world.topology.shards, &[0, 1]);
 }
