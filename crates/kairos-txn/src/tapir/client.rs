@@ -135,6 +135,11 @@ impl Coordinator {
         self.stats
     }
 
+    /// Commits and aborts still being delivered.
+    pub fn finishing_count(&self) -> usize {
+        self.finishing.len()
+    }
+
     /// Invokes a transaction on `keys` now (tests drive coordinators this way).
     pub fn invoke(&mut self, ctx: &mut Ctx<'_, TapirMsg>, keys: Vec<Key>) -> bool {
         match self.shell.invoke(ctx, keys) {
@@ -404,8 +409,14 @@ impl Coordinator {
         self.finish(ctx, op, msgs);
     }
 
-    /// Gives up on the current attempt (nothing committed: only this coordinator decides
-    /// commit) and tells the shell, which retries after a backoff or fails the transaction.
+    /// Gives up on the current attempt and tells the shell, which retries after a backoff or
+    /// records `fail`. That is the right record for every give-up path (stale read,
+    /// abstentions, too many rounds, unanswered reads, prepares or finalizes): the attempt
+    /// took no effect, because only this coordinator decides commit (there is no cooperative
+    /// termination or recovery coordinator that could commit it later) and the `Abort` it sends
+    /// only drops prepared entries. Tapir never abandons a transaction with an unknown outcome
+    /// (a commit is decided, and answered, before the asynchronous `Commit`), so it never
+    /// records `info`.
     fn abort_attempt(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, why: &'static str) {
         let Some(txn) = self.txns.remove(&txn_id) else { return };
         ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
@@ -647,10 +658,14 @@ mod tests {
 
     impl Harness {
         fn new() -> Self {
+            Self::with_config(&TapirConfig::default())
+        }
+
+        fn with_config(config: &TapirConfig) -> Self {
             let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
             let shell =
                 TxnShell::new(Box::new(FixedKeys::new(vec![])), OpenLoop::default(), crate::ShellConfig::default(), 0);
-            let c = Coordinator::new(&topology, &TapirConfig::default(), shell);
+            let c = Coordinator::new(&topology, config, shell);
             let mut h = Harness {
                 c,
                 rng: Rng::seed_from_u64(3),
@@ -719,6 +734,48 @@ mod tests {
         assert!(matches!(&commits[0].1, TapirMsg::Commit { writes, ts: t, .. } if writes == &vec![(3, 6)] && *t == ts));
         assert_eq!((h.c.shell().stats().committed_fast, h.c.stats().shard_fast), (1, 1));
         assert_eq!(op.txn, txn);
+    }
+
+    /// A commit is redelivered to the replicas that did not acknowledge it, with doubling gaps
+    /// capped at `finish_backoff_max`, for as long as it takes; past `finishing_max`
+    /// deliveries the oldest is given up.
+    #[test]
+    fn commits_are_redelivered_with_capped_backoff_and_bounded_in_number() {
+        let config = TapirConfig { finishing_max: 1, ..TapirConfig::default() };
+        let mut h = Harness::with_config(&config);
+        let commit_one = |h: &mut Harness, seq: u32, key: Key| -> OpId {
+            h.with(|c, ctx| assert!(c.invoke(ctx, vec![key])));
+            h.take_sent();
+            let txn = TxnId::new(ME, seq);
+            let values = vec![ReadResult { key, value: 0, version: 0 }];
+            h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
+            let (op, _) = h.prepares()[0];
+            for r in 0..3 {
+                h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Ok });
+            }
+            op
+        };
+        let op = commit_one(&mut h, 0, 3);
+        h.deliver(0, TapirMsg::Done { op, shard: 0, replica: 0 });
+        let timer = TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq()));
+        let mut gaps = Vec::new();
+        for _ in 0..30 {
+            h.take_sent();
+            h.timers.clear();
+            h.with(|c, ctx| c.on_timer(ctx, timer));
+            let resent = h.take_sent();
+            assert_eq!(resent.len(), 2, "only the replicas that did not acknowledge");
+            assert!(resent.iter().all(|(to, m)| to.0 != 0 && matches!(m, TapirMsg::Commit { .. })));
+            gaps.extend(h.timers.iter().filter(|(id, _)| *id == timer).map(|(_, after)| after.as_secs()));
+        }
+        assert_eq!(&gaps[..5], &[2, 4, 8, 8, 8]);
+        assert_eq!(gaps.len(), 30, "never given up while it is the only one");
+        // A second commit exceeds finishing_max = 1: the oldest is given up.
+        commit_one(&mut h, 1, 4);
+        assert_eq!(h.c.finishing_count(), 1);
+        h.take_sent();
+        h.with(|c, ctx| c.on_timer(ctx, timer));
+        assert!(h.take_sent().is_empty(), "the first commit is no longer redelivered");
     }
 
     /// A read reply must carry exactly the keys asked: values for [3, 3] where [3, 4] were
