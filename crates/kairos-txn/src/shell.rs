@@ -34,9 +34,13 @@
 //! shell cannot tell by itself that it is a restart (nothing survives a crash), so whoever
 //! builds the restarted coordinator says so with [`TxnShell::restarted`]: a first incarnation
 //! uses `process_base + slot` (the `inflight_max` ids reserved for it), a restarted one
-//! `2⁶³ | (first seq mod 2³²) · 2³¹ | (process_base + slot)`, fresh for every incarnation
-//! (given the id rule above and `process_base + inflight_max ≤ 2³¹`). Such processes lie
-//! outside the coordinator's reserved range, so per-region summaries do not count them.
+//! `2⁶² | (first seq mod 2³²) · 2³⁰ | (process_base + slot)` (below 2⁶³: the checkers take
+//! process ids as i64), fresh for every incarnation given the id rule above and
+//! `process_base + inflight_max ≤ 2³⁰`. Such processes lie outside the coordinator's reserved
+//! range, so per-region summaries do not count them. **`Bench` (deploy.rs) does not mark
+//! restarted coordinators yet**: a run that restarts a coordinator must build it through a
+//! [`Peer`](crate::deploy::Peer) that does (`tests/tapir.rs` has one); otherwise the restarted
+//! coordinator reuses processes and the checker rejects the history's structure.
 //!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
