@@ -265,7 +265,16 @@ mod tests {
             leader: vec![0; 3],
         };
         let config = TapirConfig::default();
-        let mut replicas: Vec<Replica> = (0..9).map(|i| Replica::new(&topology, &config, i / 3, i % 3)).collect();
+        // Replica 2 of every shard restarted (recovering): it must not panic either.
+        let mut replicas: Vec<Replica> = (0..9)
+            .map(|i| {
+                if i % 3 == 2 {
+                    Replica::restarted(&topology, &config, i / 3, i % 3)
+                } else {
+                    Replica::new(&topology, &config, i / 3, i % 3)
+                }
+            })
+            .collect();
         let shell = TxnShell::new(
             Box::new(FixedKeys::new(vec![vec![1, 2, 3]])),
             OpenLoop::default(),
