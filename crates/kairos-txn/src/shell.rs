@@ -12,6 +12,36 @@
 //! that exhausted its attempts is `fail` (every attempt aborted: it took no effect); one whose
 //! outcome is unknown is `info` with its invocation's micro-ops.
 //!
+//! # Transaction ids across restarts
+//! A crashed coordinator restarts as a fresh shell, while servers still remember its old
+//! transactions (OCC answers a repeated (txn, attempt) with its recorded outcome, Tapir ignores
+//! prepares of finished ones) and the history holds their placeholders. So sequence numbers
+//! never restart from 0: they follow the local clock. With `c(t)` = local time in
+//! [`ID_UNIT`] units (4 µs), an incarnation started at local time `T` issues `c(T)`,
+//! `c(T) + 1`, … and issues `s` at time `t` only while `s ≤ c(t) + ID_BURST` (beyond, the
+//! arrival is refused and counted as `admission_dropped` and `txn.id_rate_dropped`: a
+//! sustained 250 000 transactions per second per coordinator, bursts of [`ID_BURST`]). A
+//! later incarnation starting at `T'` therefore issues only ids above every earlier one as
+//! long as `c(T') > c(t) + ID_BURST` for every `t` of the earlier incarnation, i.e. **the
+//! local clock advanced more than (ID_BURST + 1) · ID_UNIT ≈ 4.1 ms between the crash and the
+//! restart** (a backward clock step across the crash eats into that margin). The [`TxnId`]
+//! carries the low 32 bits, so ids are unique while a coordinator's whole life (first start
+//! to last id) is shorter than 2³² · 4 µs ≈ 4.8 h of its local clock.
+//!
+//! # Jepsen processes across restarts
+//! A transaction in flight when its coordinator crashed keeps its invocation without a
+//! completion (the checker reads it as `info`), so its process may never invoke again. The
+//! shell cannot tell by itself that it is a restart (nothing survives a crash), so whoever
+//! builds the restarted coordinator says so with [`TxnShell::restarted`]: a first incarnation
+//! uses `process_base + slot` (the `inflight_max` ids reserved for it), a restarted one
+//! `2⁶² | (first seq mod 2³²) · 2³⁰ | (process_base + slot)` (below 2⁶³: the checkers take
+//! process ids as i64), fresh for every incarnation given the id rule above and
+//! `process_base + inflight_max ≤ 2³⁰`. Such processes lie outside the coordinator's reserved
+//! range, so per-region summaries do not count them. **`Bench` (deploy.rs) does not mark
+//! restarted coordinators yet**: a run that restarts a coordinator must build it through a
+//! [`Peer`](crate::deploy::Peer) that does (`tests/tapir.rs` has one); otherwise the restarted
+//! coordinator reuses processes and the checker rejects the history's structure.
+//!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
 //! a randomized exponential backoff, up to `max_attempts`; latency runs from the invocation to
@@ -34,6 +64,12 @@ use rand::Rng as _;
 pub const ARRIVAL_TIMER: TimerId = TimerId(0);
 /// Retry-backoff timers are `SHELL_TIMER_BASE + seq`.
 pub const SHELL_TIMER_BASE: u64 = 1 << 40;
+/// The clock unit of transaction sequence numbers (module docs).
+pub const ID_UNIT: Duration = Duration::from_micros(4);
+/// How many sequence numbers a coordinator may issue ahead of its clock (module docs).
+pub const ID_BURST: u64 = 1_024;
+/// The bit marking the Jepsen processes of a restarted coordinator (module docs).
+pub const RESTARTED_PROCESS_BIT: u64 = 1 << 62;
 
 /// How the shell admits and retries transactions.
 #[derive(Clone, Debug, PartialEq)]
@@ -138,8 +174,12 @@ pub struct TxnShell {
     process_base: u64,
     started_at: LocalTime,
     arrivals: u64,
-    next_seq: u32,
-    ids_exhausted: bool,
+    /// The next sequence number in clock units (module docs), once the first is drawn.
+    next_seq: Option<u64>,
+    /// The first sequence number of this incarnation.
+    first_seq: u64,
+    /// Built for a coordinator that restarted after a crash (fresh Jepsen processes).
+    restarted: bool,
     pending: BTreeMap<TxnId, Pending>,
     free_slots: BTreeSet<u64>,
     next_slot: u64,
@@ -156,13 +196,57 @@ impl TxnShell {
             process_base,
             started_at: LocalTime::ZERO,
             arrivals: 0,
-            next_seq: 0,
-            ids_exhausted: false,
+            next_seq: None,
+            first_seq: 0,
+            restarted: false,
             pending: BTreeMap::new(),
             free_slots: BTreeSet::new(),
             next_slot: 0,
             stats: TxnStats::default(),
         }
+    }
+
+    /// The shell of a coordinator that restarted after a crash: its Jepsen processes are fresh
+    /// ones outside its reserved range, so none collides with a transaction of an earlier
+    /// incarnation left without a completion (module docs).
+    pub fn restarted(mut self) -> Self {
+        self.restarted = true;
+        self
+    }
+
+    /// The first of this coordinator's reserved Jepsen process ids.
+    pub fn process_base(&self) -> u64 {
+        self.process_base
+    }
+
+    /// The Jepsen process of `slot` (module docs).
+    fn process(&self, slot: u64) -> u64 {
+        let p = self.process_base + slot;
+        if self.restarted {
+            RESTARTED_PROCESS_BIT | (self.first_seq & 0xffff_ffff) << 30 | (p & ((1 << 30) - 1))
+        } else {
+            p
+        }
+    }
+
+    /// Local time in [`ID_UNIT`]s.
+    fn id_clock(now: LocalTime) -> u64 {
+        now.as_nanos() / ID_UNIT.as_nanos() as u64
+    }
+
+    /// Draws the next sequence number, or `None` if issuing it now would run more than
+    /// [`ID_BURST`] ahead of the clock (module docs).
+    fn next_seq(&mut self, now: LocalTime) -> Option<u32> {
+        let clock = Self::id_clock(now);
+        let seq = *self.next_seq.get_or_insert_with(|| {
+            self.first_seq = clock;
+            clock
+        });
+        if seq > clock.saturating_add(ID_BURST) {
+            return None;
+        }
+        self.next_seq = Some(seq + 1);
+        Some(seq as u32)
     }
 
     pub fn stats(&self) -> TxnStats {
@@ -183,10 +267,6 @@ impl TxnShell {
         self.pending.get(&txn).map(|p| p.attempt)
     }
 
-    pub fn keys_of(&self, txn: TxnId) -> Option<&[Key]> {
-        self.pending.get(&txn).map(|p| p.keys.as_slice())
-    }
-
     /// Whether `timer` is the shell's (pass it to [`TxnShell::on_timer`]).
     pub fn owns_timer(timer: TimerId) -> bool {
         timer == ARRIVAL_TIMER || timer.0 >= SHELL_TIMER_BASE
@@ -195,6 +275,10 @@ impl TxnShell {
     /// Call from the coordinator's `on_start`: arms the first arrival.
     pub fn start<M>(&mut self, ctx: &mut Ctx<'_, M>) {
         self.started_at = ctx.now();
+        if self.next_seq.is_none() {
+            self.first_seq = Self::id_clock(ctx.now());
+            self.next_seq = Some(self.first_seq);
+        }
         if self.generating(ctx.now()) {
             self.schedule_arrival(ctx);
         }
@@ -215,9 +299,9 @@ impl TxnShell {
     }
 
     /// Invokes a transaction on `keys` now (outside the open loop, e.g. from a test), or
-    /// `None` if it is refused (no keys, too many in flight, ids exhausted).
+    /// `None` if it is refused (no keys, too many in flight, ids too far ahead of the clock).
     pub fn invoke<M>(&mut self, ctx: &mut Ctx<'_, M>, keys: Vec<Key>) -> Option<Attempt> {
-        if keys.is_empty() || self.ids_exhausted {
+        if keys.is_empty() {
             return None;
         }
         if self.pending.len() >= self.config.inflight_max {
@@ -225,11 +309,13 @@ impl TxnShell {
             ctx.metric("txn.admission_dropped", 1);
             return None;
         }
-        let txn = TxnId::new(ctx.me(), self.next_seq);
-        match self.next_seq.checked_add(1) {
-            Some(n) => self.next_seq = n,
-            None => self.ids_exhausted = true,
-        }
+        let Some(seq) = self.next_seq(ctx.now()) else {
+            self.stats.admission_dropped += 1;
+            ctx.metric("txn.admission_dropped", 1);
+            ctx.metric("txn.id_rate_dropped", 1);
+            return None;
+        };
+        let txn = TxnId::new(ctx.me(), seq);
         let slot = self.free_slots.pop_first().unwrap_or_else(|| {
             self.next_slot += 1;
             self.next_slot - 1
@@ -240,7 +326,7 @@ impl TxnShell {
                 [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
             })
             .collect();
-        ctx.record(HistoryEvent::new(OpType::Invoke, self.process_base + slot, "txn", invoke.clone()));
+        ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(txn, Pending { keys: keys.clone(), slot, attempt: 1, invoke });
         self.stats.invoked += 1;
         self.stats.attempts += 1;
@@ -260,7 +346,7 @@ impl TxnShell {
             value.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
             value.push(MicroOp::Write { key, value: v.saturating_add(1) });
         }
-        ctx.record(HistoryEvent::new(OpType::Ok, self.process_base + p.slot, "txn", value));
+        ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
         self.free_slots.insert(p.slot);
         self.stats.committed += 1;
         ctx.metric("txn.committed", 1);
@@ -293,7 +379,7 @@ impl TxnShell {
             return;
         }
         let Some(p) = self.pending.remove(&txn) else { return };
-        ctx.record(HistoryEvent::new(OpType::Fail, self.process_base + p.slot, "txn", p.invoke));
+        ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
         self.free_slots.insert(p.slot);
         self.stats.failed += 1;
         ctx.metric("txn.failed", 1);
@@ -302,7 +388,7 @@ impl TxnShell {
     /// The coordinator gives up on `txn` without knowing whether it took effect.
     pub fn unknown<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
         let Some(p) = self.pending.remove(&txn) else { return };
-        ctx.record(HistoryEvent::new(OpType::Info, self.process_base + p.slot, "txn", p.invoke));
+        ctx.record(HistoryEvent::new(OpType::Info, self.process(p.slot), "txn", p.invoke));
         self.free_slots.insert(p.slot);
         self.stats.unknown += 1;
         ctx.metric("txn.unknown", 1);
@@ -403,6 +489,67 @@ mod tests {
         let st = s.stats();
         assert_eq!((st.attempts, st.aborted_attempts, st.failed, st.committed), (2, 2, 1, 0));
         assert_eq!(st.commit_rate(), 0.0);
+    }
+
+    fn with_ctx_at<R>(now: LocalTime, f: impl FnOnce(&mut Ctx<'_, ()>) -> R) -> (R, Vec<Effect<()>>) {
+        let mut rng = Rng::seed_from_u64(1);
+        let mut effects = Vec::new();
+        let r = f(&mut Ctx::new(NodeId(7), now, &mut rng, &mut effects));
+        (r, effects)
+    }
+
+    /// A coordinator crashes with transactions in flight and restarts 10 ms later as a fresh
+    /// shell: its transaction ids are all above the first incarnation's (servers remember
+    /// those), and its Jepsen processes are new (the lost invocations never complete).
+    #[test]
+    fn a_restarted_shell_never_reuses_transaction_ids_or_processes() {
+        let t0 = LocalTime::from_secs(1_764_000_000);
+        let mut first = shell(3);
+        with_ctx_at(t0, |ctx| first.start(ctx));
+        let mut old = Vec::new();
+        // A burst of ID_BURST ids at one instant is fine; the next one must wait for the clock.
+        for _ in 0..=ID_BURST {
+            let (a, fx) = with_ctx_at(t0, |ctx| first.invoke(ctx, vec![1]).unwrap());
+            old.push((a.txn, history(&fx)[0].process));
+        }
+        let (refused, _) = with_ctx_at(t0, |ctx| first.invoke(ctx, vec![1]));
+        assert!(refused.is_none());
+        assert_eq!(first.stats().admission_dropped, 1);
+        let (later, _) = with_ctx_at(t0 + Duration::from_millis(1), |ctx| first.invoke(ctx, vec![1]));
+        let later = later.expect("the clock caught up");
+        old.push((later.txn, 100 + ID_BURST + 1));
+        // The crash loses everything in flight; the restart is a fresh shell.
+        let mut second = shell(3).restarted();
+        let t1 = t0 + Duration::from_millis(10);
+        with_ctx_at(t1, |ctx| second.start(ctx));
+        let max_old = old.iter().map(|(t, _)| t.seq()).max().unwrap();
+        for _ in 0..100 {
+            let (a, fx) = with_ctx_at(t1, |ctx| second.invoke(ctx, vec![1]).unwrap());
+            let process = history(&fx)[0].process;
+            assert!(a.txn.seq() > max_old, "{:?} after {max_old}", a.txn);
+            assert!(old.iter().all(|(t, p)| *t != a.txn && *p != process));
+            assert!(process & RESTARTED_PROCESS_BIT != 0);
+        }
+        // A second restart gets processes distinct from the first restart's too.
+        let mut third = shell(3).restarted();
+        let t2 = t1 + Duration::from_millis(10);
+        let (a, fx) = with_ctx_at(t2, |ctx| {
+            third.start(ctx);
+            third.invoke(ctx, vec![1]).unwrap()
+        });
+        let (b, fx2) = with_ctx_at(t2, |ctx| second.invoke(ctx, vec![1]).unwrap());
+        assert_ne!(history(&fx)[0].process, history(&fx2)[0].process);
+        assert!(a.txn.seq() > b.txn.seq());
+    }
+
+    #[test]
+    fn unknown_outcomes_are_recorded_as_info() {
+        let mut s = shell(3);
+        let (a, _) = with_ctx(|ctx| s.invoke(ctx, vec![5]).unwrap());
+        let (_, fx) = with_ctx(|ctx| s.unknown(ctx, a.txn));
+        let h = history(&fx);
+        assert_eq!((h[0].op_type, h[0].process, h[0].value.len()), (OpType::Info, 100, 2));
+        assert_eq!((s.stats().unknown, s.inflight()), (1, 0));
     }
 
     #[test]

@@ -135,6 +135,11 @@ impl Coordinator {
         self.stats
     }
 
+    /// Commits and aborts still being delivered.
+    pub fn finishing_count(&self) -> usize {
+        self.finishing.len()
+    }
+
     /// Invokes a transaction on `keys` now (tests drive coordinators this way).
     pub fn invoke(&mut self, ctx: &mut Ctx<'_, TapirMsg>, keys: Vec<Key>) -> bool {
         match self.shell.invoke(ctx, keys) {
@@ -189,7 +194,11 @@ impl Coordinator {
         if txn.attempt != attempt || !asked.contains_key(&shard) {
             return;
         }
-        if values.len() != want.len() || !values.iter().all(|v| want.contains(&v.key)) {
+        // Exactly the keys asked (`want` is sorted and deduplicated): a reply naming a key twice
+        // and another not at all must not pass (the missing one would read as 0).
+        let mut got: Vec<Key> = values.iter().map(|v| v.key).collect();
+        got.sort_unstable();
+        if got != *want {
             ctx.metric("tapir.bad_reply", 1);
             return;
         }
@@ -217,14 +226,24 @@ impl Coordinator {
         ts
     }
 
+    /// `txn`'s keys at `shard`, each with the version read.
+    fn reads_at(txn: &Txn, shard: ShardId) -> (Vec<(Key, Ts)>, Vec<Key>) {
+        let keys = txn.keys.get(&shard).cloned().unwrap_or_default();
+        (keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect(), keys)
+    }
+
     fn prepare_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
-        let keys = &txn.keys[&shard];
-        let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-        TapirMsg::Prepare { op, shard, ts, reads, writes: keys.clone() }
+        let (reads, writes) = Self::reads_at(txn, shard);
+        TapirMsg::Prepare { op, shard, ts, reads, writes }
+    }
+
+    /// IR's finalize of a slow-path PREPARE-OK (the only result that needs to be durable).
+    fn finalize_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
+        let (reads, writes) = Self::reads_at(txn, shard);
+        TapirMsg::Finalize { op, shard, ts, reads, writes, result: PrepareResult::Ok }
     }
 
     fn start_round(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, round: u32, ts: Ts) {
-        let n = self.n();
         let Some(txn) = self.txns.get(&txn_id) else { return };
         let op = OpId { txn: txn_id, attempt: txn.attempt, round };
         let mut shards = BTreeMap::new();
@@ -233,7 +252,11 @@ impl Coordinator {
             ctx.send_all(self.replicas(s).iter().copied(), &Self::prepare_msg(txn, op, s, ts));
             shards.insert(
                 s,
-                ShardPrepare { quorum: ConsensusQuorum::new(n), decided: None, finalized: Confirms::default() },
+                ShardPrepare {
+                    quorum: ConsensusQuorum::new(&self.topology),
+                    decided: None,
+                    finalized: Confirms::default(),
+                },
             );
             wait = wait.max(self.fast_path_wait(s));
         }
@@ -307,11 +330,9 @@ impl Coordinator {
             1,
         );
         if r == PrepareResult::Ok {
-            let keys = &txn.keys[&shard];
-            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-            let msg = TapirMsg::Finalize { op, shard, ts: *ts, reads, writes: keys.clone(), result: r };
-            let to = self.topology.shards[shard as usize].clone();
-            ctx.send_all(to, &msg);
+            let ts = *ts;
+            let msg = Self::finalize_msg(txn, op, shard, ts);
+            ctx.send_all(self.topology.shards[shard as usize].iter().copied(), &msg);
         }
     }
 
@@ -388,8 +409,14 @@ impl Coordinator {
         self.finish(ctx, op, msgs);
     }
 
-    /// Gives up on the current attempt (nothing committed: only this coordinator decides
-    /// commit) and tells the shell, which retries after a backoff or fails the transaction.
+    /// Gives up on the current attempt and tells the shell, which retries after a backoff or
+    /// records `fail`. That is the right record for every give-up path (stale read,
+    /// abstentions, too many rounds, unanswered reads, prepares or finalizes): the attempt
+    /// took no effect, because only this coordinator decides commit (there is no cooperative
+    /// termination or recovery coordinator that could commit it later) and the `Abort` it sends
+    /// only drops prepared entries. Tapir never abandons a transaction with an unknown outcome
+    /// (a commit is decided, and answered, before the asynchronous `Commit`), so it never
+    /// records `info`.
     fn abort_attempt(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, why: &'static str) {
         let Some(txn) = self.txns.remove(&txn_id) else { return };
         ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
@@ -403,13 +430,19 @@ impl Coordinator {
         self.shell.aborted(ctx, txn_id);
     }
 
-    /// Delivers a commit or an abort (one message per shard) to every replica, retried until
-    /// each acknowledges or `finish_sends_max` sends.
+    /// Delivers a commit or an abort (one message per shard) to every replica, resent with
+    /// capped backoff until each acknowledges. At most `finishing_max` are being delivered;
+    /// beyond, the oldest is given up (module docs of [`super`]).
     fn finish(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, msgs: BTreeMap<ShardId, TapirMsg>) {
         let mut tracked = BTreeMap::new();
         for (shard, msg) in msgs {
             ctx.send_all(self.replicas(shard).iter().copied(), &msg);
             tracked.insert(shard, (msg, Confirms::default()));
+        }
+        while !self.finishing.contains_key(&op.txn) && self.finishing.len() >= self.config.finishing_max.max(1) {
+            let Some((old, _)) = self.finishing.pop_first() else { break };
+            ctx.cancel_timer(TimerId(FINISH_TIMER_BASE + u64::from(old.seq())));
+            ctx.metric("tapir.finish_given_up", 1);
         }
         self.finishing.insert(op.txn, Finishing { op, msgs: tracked, sends: 1 });
         ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())), self.config.retry_interval);
@@ -432,12 +465,7 @@ impl Coordinator {
 
     fn on_finish_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
         let Some(fin) = self.finishing.get_mut(&txn_id) else { return };
-        if fin.sends >= self.config.finish_sends_max {
-            self.finishing.remove(&txn_id);
-            ctx.metric("tapir.finish_given_up", 1);
-            return;
-        }
-        fin.sends += 1;
+        fin.sends = fin.sends.saturating_add(1);
         for (&shard, (msg, acks)) in &fin.msgs {
             for (r, node) in self.topology.shards[shard as usize].iter().enumerate() {
                 if !acks.has(r as u32) {
@@ -446,7 +474,11 @@ impl Coordinator {
                 }
             }
         }
-        ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())), self.config.retry_interval);
+        let gap = self.config.retry_interval.saturating_mul(1 << (fin.sends - 1).min(20));
+        ctx.set_timer(
+            TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())),
+            gap.min(self.config.finish_backoff_max.max(self.config.retry_interval)),
+        );
     }
 
     fn on_txn_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
@@ -498,18 +530,7 @@ impl Coordinator {
                     let replicas = &self.topology.shards[s as usize];
                     let msg = match sp.decided {
                         None => Self::prepare_msg(txn, op, s, *ts),
-                        Some((PrepareResult::Ok, false)) => {
-                            let keys = &txn.keys[&s];
-                            let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect();
-                            TapirMsg::Finalize {
-                                op,
-                                shard: s,
-                                ts: *ts,
-                                reads,
-                                writes: keys.clone(),
-                                result: PrepareResult::Ok,
-                            }
-                        }
+                        Some((PrepareResult::Ok, false)) => Self::finalize_msg(txn, op, s, *ts),
                         Some(_) => continue,
                     };
                     for (r, node) in replicas.iter().enumerate() {
@@ -637,10 +658,14 @@ mod tests {
 
     impl Harness {
         fn new() -> Self {
+            Self::with_config(&TapirConfig::default())
+        }
+
+        fn with_config(config: &TapirConfig) -> Self {
             let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
             let shell =
                 TxnShell::new(Box::new(FixedKeys::new(vec![])), OpenLoop::default(), crate::ShellConfig::default(), 0);
-            let c = Coordinator::new(&topology, &TapirConfig::default(), shell);
+            let c = Coordinator::new(&topology, config, shell);
             let mut h = Harness {
                 c,
                 rng: Rng::seed_from_u64(3),
@@ -709,6 +734,65 @@ mod tests {
         assert!(matches!(&commits[0].1, TapirMsg::Commit { writes, ts: t, .. } if writes == &vec![(3, 6)] && *t == ts));
         assert_eq!((h.c.shell().stats().committed_fast, h.c.stats().shard_fast), (1, 1));
         assert_eq!(op.txn, txn);
+    }
+
+    /// A commit is redelivered to the replicas that did not acknowledge it, with doubling gaps
+    /// capped at `finish_backoff_max`, for as long as it takes; past `finishing_max`
+    /// deliveries the oldest is given up.
+    #[test]
+    fn commits_are_redelivered_with_capped_backoff_and_bounded_in_number() {
+        let config = TapirConfig { finishing_max: 1, ..TapirConfig::default() };
+        let mut h = Harness::with_config(&config);
+        let commit_one = |h: &mut Harness, seq: u32, key: Key| -> OpId {
+            h.with(|c, ctx| assert!(c.invoke(ctx, vec![key])));
+            h.take_sent();
+            let txn = TxnId::new(ME, seq);
+            let values = vec![ReadResult { key, value: 0, version: 0 }];
+            h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
+            let (op, _) = h.prepares()[0];
+            for r in 0..3 {
+                h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Ok });
+            }
+            op
+        };
+        let op = commit_one(&mut h, 0, 3);
+        h.deliver(0, TapirMsg::Done { op, shard: 0, replica: 0 });
+        let timer = TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq()));
+        let mut gaps = Vec::new();
+        for _ in 0..30 {
+            h.take_sent();
+            h.timers.clear();
+            h.with(|c, ctx| c.on_timer(ctx, timer));
+            let resent = h.take_sent();
+            assert_eq!(resent.len(), 2, "only the replicas that did not acknowledge");
+            assert!(resent.iter().all(|(to, m)| to.0 != 0 && matches!(m, TapirMsg::Commit { .. })));
+            gaps.extend(h.timers.iter().filter(|(id, _)| *id == timer).map(|(_, after)| after.as_secs()));
+        }
+        assert_eq!(&gaps[..5], &[2, 4, 8, 8, 8]);
+        assert_eq!(gaps.len(), 30, "never given up while it is the only one");
+        // A second commit exceeds finishing_max = 1: the oldest is given up.
+        commit_one(&mut h, 1, 4);
+        assert_eq!(h.c.finishing_count(), 1);
+        h.take_sent();
+        h.with(|c, ctx| c.on_timer(ctx, timer));
+        assert!(h.take_sent().is_empty(), "the first commit is no longer redelivered");
+    }
+
+    /// A read reply must carry exactly the keys asked: values for [3, 3] where [3, 4] were
+    /// asked are rejected (key 4 would otherwise read as 0).
+    #[test]
+    fn a_read_reply_with_a_duplicated_key_is_rejected() {
+        let mut h = Harness::new();
+        h.with(|c, ctx| assert!(c.invoke(ctx, vec![4, 3])));
+        h.take_sent();
+        let txn = TxnId::new(ME, 0);
+        let v = |key| ReadResult { key, value: 5, version: 40 };
+        for values in [vec![v(3), v(3)], vec![v(3)], vec![v(3), v(4), v(4)], vec![v(3), v(5)]] {
+            h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
+            assert!(h.prepares().is_empty());
+        }
+        h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values: vec![v(4), v(3)] });
+        assert_eq!(h.prepares().len(), 3);
     }
 
     #[test]

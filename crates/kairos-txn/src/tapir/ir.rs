@@ -8,33 +8,27 @@
 //! and retried until acknowledged; replicas apply them in any order (commit is idempotent and
 //! keyed by version, abort only drops a prepared entry).
 
+use kairos_tiga::Topology;
+
 use super::msg::PrepareResult;
 
-/// Failures tolerated by `n` = 2f + 1 replicas.
-pub fn f_of(n: usize) -> usize {
-    n.saturating_sub(1) / 2
-}
-
-/// IR's super quorum: ⌈3f/2⌉ + 1 replicas (3 of 3 when f = 1), at most n.
-pub fn super_quorum(n: usize) -> usize {
-    let f = f_of(n);
-    (f + f.div_ceil(2) + 1).min(n.max(1))
-}
-
-/// Tapir's decide function for IR's slow path (TAPIR paper, §5.2.2): from at least f + 1
-/// replies, ABORT if any replica saw a stale read, PREPARE-OK if f + 1 replicas prepared,
-/// RETRY at the largest suggested timestamp if any replica asked for one, ABORT otherwise
-/// (the abstentions). `None` with fewer than f + 1 replies.
-pub fn decide(results: &[PrepareResult], n: usize) -> Option<PrepareResult> {
-    let f = f_of(n);
+/// Tapir's decide function for IR's slow path (TAPIR paper, Figure 9, `TAPIR-DECIDE`), from at
+/// least f + 1 replies: ABORT if any replica saw a stale read; PREPARE-OK if f + 1 replicas
+/// prepared; ABORT if f + 1 abstained; RETRY at the largest suggested timestamp if any
+/// replica asked for one; ABORT otherwise. `None` with fewer than f + 1 replies.
+pub fn decide(results: &[PrepareResult], f: usize) -> Option<PrepareResult> {
     if results.len() < f + 1 {
         return None;
     }
+    let count = |r: PrepareResult| results.iter().filter(|x| **x == r).count();
     if results.contains(&PrepareResult::Abort) {
         return Some(PrepareResult::Abort);
     }
-    if results.iter().filter(|r| **r == PrepareResult::Ok).count() > f {
+    if count(PrepareResult::Ok) > f {
         return Some(PrepareResult::Ok);
+    }
+    if count(PrepareResult::Abstain) > f {
+        return Some(PrepareResult::Abort);
     }
     let retry = results.iter().filter_map(|r| if let PrepareResult::Retry(ts) = r { Some(*ts) } else { None }).max();
     Some(retry.map_or(PrepareResult::Abort, PrepareResult::Retry))
@@ -44,11 +38,16 @@ pub fn decide(results: &[PrepareResult], n: usize) -> Option<PrepareResult> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsensusQuorum {
     replies: Vec<Option<PrepareResult>>,
+    /// Failures tolerated and the super quorum, from the [`Topology`].
+    f: usize,
+    super_quorum: usize,
 }
 
 impl ConsensusQuorum {
-    pub fn new(n: usize) -> Self {
-        ConsensusQuorum { replies: vec![None; n] }
+    /// A quorum over the replicas of one shard of `topology`.
+    pub fn new(topology: &Topology) -> Self {
+        let n = topology.replicas_per_shard();
+        ConsensusQuorum { replies: vec![None; n], f: topology.f(), super_quorum: topology.super_quorum().min(n.max(1)) }
     }
 
     /// Records replica `r`'s result; false if `r` is out of range or already answered.
@@ -81,13 +80,12 @@ impl ConsensusQuorum {
     /// The fast-path result: one result returned by a super quorum.
     pub fn fast(&self) -> Option<PrepareResult> {
         let results = self.results();
-        let sq = super_quorum(self.n());
-        results.iter().copied().find(|r| results.iter().filter(|x| *x == r).count() >= sq)
+        results.iter().copied().find(|r| results.iter().filter(|x| *x == r).count() >= self.super_quorum)
     }
 
     /// The slow-path decision over the replies so far (`None` below f + 1 replies).
     pub fn decide(&self) -> Option<PrepareResult> {
-        decide(&self.results(), self.n())
+        decide(&self.results(), self.f)
     }
 
     /// Every replica answered (no point waiting for a super quorum any longer).
@@ -127,16 +125,23 @@ mod tests {
     use super::*;
     use PrepareResult::*;
 
+    use kairos_core::NodeId;
+
+    fn topology(n: u32) -> Topology {
+        Topology { shards: vec![(0..n).map(NodeId).collect()], leader: vec![0] }
+    }
+
     #[test]
-    fn quorum_sizes() {
-        assert_eq!((f_of(3), super_quorum(3)), (1, 3));
-        assert_eq!((f_of(5), super_quorum(5)), (2, 4));
-        assert_eq!(super_quorum(1), 1);
+    fn quorum_sizes_come_from_the_topology() {
+        for (n, f, sq) in [(1, 0, 1), (3, 1, 3), (5, 2, 4)] {
+            let q = ConsensusQuorum::new(&topology(n));
+            assert_eq!((q.n(), q.f, q.super_quorum), (n as usize, f, sq));
+        }
     }
 
     #[test]
     fn fast_path_needs_a_super_quorum_of_identical_results() {
-        let mut q = ConsensusQuorum::new(3);
+        let mut q = ConsensusQuorum::new(&topology(3));
         assert!(q.record(0, Ok) && q.record(1, Ok));
         assert!(!q.record(1, Abstain), "one reply per replica");
         assert!(!q.record(3, Ok), "out of range");
@@ -144,7 +149,7 @@ mod tests {
         assert_eq!(q.decide(), Some(Ok), "f + 1 PREPARE-OK decide the slow path");
         q.record(2, Ok);
         assert_eq!(q.fast(), Some(Ok));
-        let mut q = ConsensusQuorum::new(3);
+        let mut q = ConsensusQuorum::new(&topology(3));
         q.record(0, Ok);
         q.record(1, Abstain);
         q.record(2, Ok);
@@ -153,12 +158,17 @@ mod tests {
 
     #[test]
     fn decide_follows_tapir() {
-        assert_eq!(decide(&[Ok], 3), None);
-        assert_eq!(decide(&[Ok, Abort], 3), Some(Abort));
-        assert_eq!(decide(&[Abstain, Ok], 3), Some(Abort));
-        assert_eq!(decide(&[Retry(5), Ok, Retry(9)], 3), Some(Retry(9)));
-        assert_eq!(decide(&[Retry(5), Ok, Ok], 3), Some(Ok));
-        assert_eq!(decide(&[Abstain, Abstain], 3), Some(Abort));
+        assert_eq!(decide(&[Ok], 1), None);
+        assert_eq!(decide(&[Ok, Abort], 1), Some(Abort));
+        assert_eq!(decide(&[Abstain, Ok], 1), Some(Abort));
+        assert_eq!(decide(&[Retry(5), Ok, Retry(9)], 1), Some(Retry(9)));
+        assert_eq!(decide(&[Retry(5), Ok, Ok], 1), Some(Ok));
+        assert_eq!(decide(&[Abstain, Abstain], 1), Some(Abort));
+        // The paper aborts on f + 1 abstentions before considering RETRY.
+        assert_eq!(decide(&[Abstain, Abstain, Retry(7)], 1), Some(Abort));
+        assert_eq!(decide(&[Abstain, Retry(7), Ok], 1), Some(Retry(7)));
+        assert_eq!(decide(&[Abstain, Abstain, Retry(7), Retry(8), Ok], 2), Some(Retry(8)));
+        assert_eq!(decide(&[Abstain, Abstain, Abstain, Retry(8), Ok], 2), Some(Abort));
     }
 
     #[test]

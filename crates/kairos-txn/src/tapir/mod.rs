@@ -56,8 +56,18 @@
 //! ## Simplifications (stated)
 //! - No view changes, replica recovery or coordinator recovery (the IR record and finalized
 //!   results are what they would use). A crashed replica stays down; with f + 1 replicas left
-//!   transactions commit on the slow path. A crashed coordinator's prepared transactions stay
+//!   transactions commit on the slow path. A *restarted* replica has lost its state and so
+//!   refuses to vote or serve reads forever (it only acknowledges commits and aborts): to the
+//!   protocol it is still down (see [`replica`]). A crashed coordinator's prepared transactions stay
 //!   prepared (the paper's cooperative termination is not implemented).
+//! - Commits and aborts (IR inconsistent operations) are redelivered to every replica until
+//!   each acknowledges, with backoff, however long a replica is cut off — a replica that
+//!   missed one would keep the transaction prepared (its keys abstaining) for good, and
+//!   replicas do not expire prepared entries (that would be unsafe: the prepared entry is what
+//!   makes a conflicting transaction meet this one in the quorum intersection). A crashed
+//!   replica never acknowledges, so each coordinator bounds what it keeps delivering
+//!   (`finishing_max`, oldest given up first); a restarted replica acknowledges (it refuses to
+//!   vote anyway).
 //! - The IR record and the "finished" memory are bounded (`records_max`, `done_max`): a
 //!   prepare delayed beyond the last `done_max` finished transactions could re-prepare one
 //!   (harmless for safety, it only blocks its keys at that replica).
@@ -103,8 +113,13 @@ pub struct TapirConfig {
     pub read_sends_max: u32,
     /// Sends of a prepare or finalize round before the attempt aborts.
     pub prepare_sends_max: u32,
-    /// Sends of a commit or abort before the coordinator stops retrying.
-    pub finish_sends_max: u32,
+    /// Commits and aborts are resent to the replicas that have not acknowledged them until all
+    /// have, after `retry_interval`, then doubling gaps capped at this.
+    pub finish_backoff_max: Duration,
+    /// Commits and aborts a coordinator keeps delivering at most; beyond, it gives up on the
+    /// oldest (metric `tapir.finish_given_up`), whose entry then stays prepared at a replica
+    /// that never got it (keys there abstain; see the module docs).
+    pub finishing_max: usize,
     /// Prepare rounds (RETRY at a larger timestamp) per attempt before it aborts.
     pub prepare_rounds_max: u32,
     /// Prepared transactions a replica holds at most (beyond: ABSTAIN).
@@ -131,7 +146,8 @@ impl Default for TapirConfig {
             retry_interval: Duration::from_secs(1),
             read_sends_max: 5,
             prepare_sends_max: 5,
-            finish_sends_max: 10,
+            finish_backoff_max: Duration::from_secs(8),
+            finishing_max: 100_000,
             prepare_rounds_max: 4,
             prepared_max: 100_000,
             records_max: 200_000,
@@ -154,6 +170,11 @@ impl Peer for Tapir {
 
     fn server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
         Replica::new(topology, config, shard, replica)
+    }
+
+    /// A restarted replica lost its state: it refuses to vote (see [`replica`]).
+    fn restarted_server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
+        Replica::restarted(topology, config, shard, replica)
     }
 
     fn coordinator(topology: &Topology, config: &TapirConfig, shell: TxnShell) -> Coordinator {
@@ -179,7 +200,7 @@ pub fn analytic_latency(bench: &Bench, region: &str) -> Result<Duration, DeployE
     if n == 0 || bench.shards == 0 {
         return Err(DeployError::Empty);
     }
-    let sq = ir::super_quorum(n);
+    let sq = Topology { shards: vec![vec![kairos_core::NodeId(0); n]], leader: vec![0] }.super_quorum().min(n);
     let rtt = |r| matrix.one_way(c, r) + matrix.one_way(r, c);
     let per_shard = |s: usize| {
         let mut v: Vec<Duration> = (0..n)
@@ -244,7 +265,16 @@ mod tests {
             leader: vec![0; 3],
         };
         let config = TapirConfig::default();
-        let mut replicas: Vec<Replica> = (0..9).map(|i| Replica::new(&topology, &config, i / 3, i % 3)).collect();
+        // Replica 2 of every shard restarted (recovering): it must not panic either.
+        let mut replicas: Vec<Replica> = (0..9)
+            .map(|i| {
+                if i % 3 == 2 {
+                    Replica::restarted(&topology, &config, i / 3, i % 3)
+                } else {
+                    Replica::new(&topology, &config, i / 3, i % 3)
+                }
+            })
+            .collect();
         let shell = TxnShell::new(
             Box::new(FixedKeys::new(vec![vec![1, 2, 3]])),
             OpenLoop::default(),

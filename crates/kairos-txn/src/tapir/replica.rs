@@ -10,11 +10,32 @@
 //! committed read of the key, or (linearizable mode) if another prepared transaction writes
 //! it at a later timestamp. Otherwise PREPARE-OK: the transaction enters the prepared list.
 //!
+//! Deliberate deviations from Figure 8, both more conservative (they only turn a PREPARE-OK
+//! into ABSTAIN or RETRY, never the reverse, so they cost concurrency, not safety): the paper
+//! abstains only if the version read is older than the smallest prepared write of the key
+//! (`version < MIN(PREPARED-WRITES(key))`); here any other prepared write of a key read
+//! abstains (a superset of the paper's condition). For writes the paper
+//! retries when `ts` is *below* the largest prepared read or committed version and suggests
+//! that value; here `ts` must be *strictly past* the committed version, the committed reads
+//! and (linearizable mode) the prepared reads and writes, and the suggestion is one past the
+//! largest, so that two transactions never share a timestamp on a key.
+//!
 //! A finalized PREPARE-OK (IR slow path) enters the prepared list even where this replica had
 //! voted otherwise, as IR's merge would do; commit applies the writes at the commit timestamp
 //! and records the reads' timestamp; abort drops the prepared entry. Both are remembered (the
 //! newest [`OpId`] per transaction, the last `done_max` transactions) so that a late or
 //! duplicated prepare of a finished operation is ignored.
+//!
+//! # A restarted replica refuses to vote
+//! A replica that crashed lost its store, prepared list and IR record. Answering as if it were
+//! fresh would be unsafe: its validation would accept stale reads, and together with one other
+//! replica that missed the latest commit it would form f + 1 PREPARE-OKs on the slow path
+//! (a stale read committed). IR's replica recovery (fetching the record from f + 1 replicas
+//! in a view change) is not implemented, so a restarted replica ([`Replica::restarted`])
+//! stays **recovering**: it ignores pings (so no coordinator picks it as the closest replica),
+//! reads, prepares and finalizes, and only acknowledges commits and aborts (without applying
+//! them: it never serves or votes again) so coordinators stop redelivering them. Its shard
+//! keeps working with the f + 1 others, exactly as if it had stayed down.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -36,7 +57,8 @@ pub struct ReplicaStats {
     pub prepare_retry: u64,
     pub commits: u64,
     pub aborts: u64,
-    /// Messages ignored: malformed, for another shard, stale operations, over a limit.
+    /// Messages ignored: malformed, for another shard, stale operations, over a limit, or
+    /// anything but a commit or abort while recovering.
     pub ignored: u64,
 }
 
@@ -70,6 +92,8 @@ pub struct Replica {
     records: BTreeMap<TxnId, Record>,
     done: BTreeMap<TxnId, OpId>,
     done_order: VecDeque<TxnId>,
+    /// Restarted after a crash with its state lost: never votes or serves (module docs).
+    recovering: bool,
     stats: ReplicaStats,
 }
 
@@ -88,8 +112,20 @@ impl Replica {
             records: BTreeMap::new(),
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
+            recovering: false,
             stats: ReplicaStats::default(),
         }
+    }
+
+    /// The replica a crashed one restarts as: it lost its state and refuses to vote or serve
+    /// reads until recovery exists (module docs).
+    pub fn restarted(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Self {
+        Replica { recovering: true, ..Replica::new(topology, config, shard, replica) }
+    }
+
+    /// Whether this replica restarted with its state lost (and so never votes).
+    pub fn is_recovering(&self) -> bool {
+        self.recovering
     }
 
     pub fn stats(&self) -> &ReplicaStats {
@@ -298,6 +334,19 @@ impl Process for Replica {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, from: NodeId, msg: TapirMsg) {
         let (shard, replica) = (self.shard, self.replica);
+        if self.recovering {
+            // Acknowledge commits and aborts (so coordinators stop redelivering them) without
+            // applying them; ignore everything else (module docs).
+            return match msg {
+                TapirMsg::Commit { op, shard: s, .. } | TapirMsg::Abort { op, shard: s } if s == shard => {
+                    ctx.send(from, TapirMsg::Done { op, shard, replica })
+                }
+                _ => {
+                    ctx.metric("tapir.replica_recovering_ignored", 1);
+                    self.ignore(ctx)
+                }
+            };
+        }
         match msg {
             TapirMsg::Ping { nonce } => ctx.send(from, TapirMsg::Pong { nonce, shard, replica }),
             TapirMsg::Read { txn, attempt, keys } => {
@@ -459,6 +508,35 @@ mod tests {
         };
         assert!(matches!(deliver(&mut r, msg)[..], [TapirMsg::FinalizeReply { .. }]));
         assert_eq!(r.prepared_count(), 2);
+    }
+
+    /// A restarted replica has lost its store: it must not validate (it would accept the stale
+    /// read below) nor serve reads; it only acknowledges commits and aborts.
+    #[test]
+    fn a_restarted_replica_refuses_to_vote_or_serve_reads() {
+        let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut r = Replica::restarted(&topology, &TapirConfig::default(), 0, 1);
+        assert!(r.is_recovering());
+        // Version 0 of key 3 may well be stale (the lost store had a newer one): no vote.
+        assert_eq!(prepare(&mut r, op(1, 1, 1), 50, &[(3, 0)], &[3]), None);
+        let finalize = TapirMsg::Finalize {
+            op: op(1, 1, 1),
+            shard: 0,
+            ts: 50,
+            reads: vec![(3, 0)],
+            writes: vec![3],
+            result: PrepareResult::Ok,
+        };
+        assert!(deliver(&mut r, finalize).is_empty());
+        assert!(deliver(&mut r, TapirMsg::Read { txn: op(2, 1, 1).txn, attempt: 1, keys: vec![3] }).is_empty());
+        assert!(deliver(&mut r, TapirMsg::Ping { nonce: 1 }).is_empty(), "not a candidate for reads");
+        assert_eq!(r.prepared_count(), 0);
+        let done =
+            deliver(&mut r, TapirMsg::Commit { op: op(3, 1, 1), shard: 0, ts: 9, reads: vec![], writes: vec![(3, 1)] });
+        assert!(matches!(done[..], [TapirMsg::Done { .. }]));
+        assert!(matches!(deliver(&mut r, TapirMsg::Abort { op: op(4, 1, 1), shard: 0 })[..], [TapirMsg::Done { .. }]));
+        assert!(deliver(&mut r, TapirMsg::Abort { op: op(4, 1, 1), shard: 1 }).is_empty(), "another shard's");
+        assert!(r.store().is_empty(), "nothing applied");
     }
 
     #[test]
