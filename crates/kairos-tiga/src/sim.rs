@@ -182,14 +182,14 @@ impl Deployment {
     /// each node with its clock drawn from the preset in that order — so every protocol built
     /// from the same deployment gets identical nodes, clocks and workloads. `server(topology,
     /// shard, replica)` and `coordinator(slot)` make the roles (again after a crash; each
-    /// server node calls its own clone of `server`, so it may remember that it started);
+    /// node calls its own clone of `server` or `coordinator`, so it may remember that it started);
     /// coordinators get `processes_per_coordinator` Jepsen process ids each.
     #[allow(clippy::type_complexity)]
     pub fn build_with<M: Message>(
         &self,
         processes_per_coordinator: u64,
         server: impl FnMut(&Topology, ShardId, u32) -> Box<dyn Role<M>> + Clone + 'static,
-        coordinator: impl Fn(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
+        coordinator: impl FnMut(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
     ) -> Result<(Sim<M>, Topology, Vec<(u64, u64, String)>), DeployError> {
         let matrix = LatencyMatrix::gcp();
         let n = self.server_regions.len();
@@ -237,7 +237,7 @@ impl Deployment {
                     workload: MicroBench::new(self.keys_per_shard, self.shards, self.skew)?,
                     load: OpenLoop { rate_per_s: rate, stop_after: Some(self.duration), max_txns: None },
                 };
-                let make = coordinator.clone();
+                let mut make = coordinator.clone();
                 sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| make(&slot));
             }
         }
