@@ -2,18 +2,18 @@
 //! case, strict serializability under contention and a replica crash, and a known bug caught.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use kairos_check::{check, CheckReport, Model};
 use kairos_clock::ClockPreset;
 use kairos_core::{NodeId, OpType, SimTime};
 use kairos_sim::Fault;
-use kairos_tiga::Topology;
-use kairos_txn::deploy::{Peer, Protocol, RunOutcome};
+
+use kairos_txn::deploy::RunOutcome;
 use kairos_txn::shell::RESTARTED_PROCESS_BIT;
-use kairos_txn::tapir::{analytic_latency, Coordinator, Replica, Tapir, TapirConfig, TapirMsg};
-use kairos_txn::{Bench, TxnShell, TxnStats};
+use kairos_txn::tapir::{analytic_latency, Coordinator, Replica, Tapir, TapirConfig};
+use kairos_txn::Bench;
 
 fn run(bench: &Bench, config: &TapirConfig) -> (RunOutcome, CheckReport) {
     let out = bench.run_peer::<Tapir>(config, |_| {}).unwrap();
@@ -281,38 +281,6 @@ fn message_loss_is_survived_by_retransmission() {
     }
 }
 
-/// Tapir whose coordinators know when they restart (the first build of each coordinator is its
-/// first incarnation), so the restarted shell takes fresh Jepsen processes.
-struct RestartAwareTapir;
-
-#[derive(Clone)]
-struct RestartAwareConfig {
-    tapir: TapirConfig,
-    /// Process bases of the coordinators built so far.
-    started: Arc<Mutex<BTreeSet<u64>>>,
-}
-
-impl Peer for RestartAwareTapir {
-    type Msg = TapirMsg;
-    type Server = Replica;
-    type Coordinator = Coordinator;
-    type Config = RestartAwareConfig;
-    const PROTOCOL: Protocol = Protocol::Tapir;
-    fn server(t: &Topology, c: &RestartAwareConfig, shard: u32, replica: u32) -> Replica {
-        Tapir::server(t, &c.tapir, shard, replica)
-    }
-    fn restarted_server(t: &Topology, c: &RestartAwareConfig, shard: u32, replica: u32) -> Replica {
-        Tapir::restarted_server(t, &c.tapir, shard, replica)
-    }
-    fn coordinator(t: &Topology, c: &RestartAwareConfig, shell: TxnShell) -> Coordinator {
-        let first = c.started.lock().unwrap().insert(shell.process_base());
-        Tapir::coordinator(t, &c.tapir, if first { shell } else { shell.restarted() })
-    }
-    fn coordinator_stats(c: &Coordinator) -> TxnStats {
-        Tapir::coordinator_stats(c)
-    }
-}
-
 /// A coordinator of every region crashes mid-run with transactions in flight and restarts
 /// 1 s later as a fresh process. Its new transactions must not reuse the old ids (replicas
 /// remember those: a late prepare of a finished transaction is ignored, which would leave a
@@ -321,8 +289,7 @@ impl Peer for RestartAwareTapir {
 #[test]
 fn a_coordinator_crash_and_restart_keeps_ids_fresh_and_the_history_strictly_serializable() {
     let bench = Bench { load_txn_per_s: 400.0, duration: Duration::from_secs(4), ..Bench::default() };
-    let config = RestartAwareConfig { tapir: TapirConfig::default(), started: Arc::default() };
-    let mut world = bench.build::<RestartAwareTapir>(&config).unwrap();
+    let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     let servers = (world.topology.shard_count() * world.topology.replicas_per_shard()) as u32;
 
     let coordinators: Vec<NodeId> =
