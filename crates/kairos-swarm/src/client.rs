@@ -108,6 +108,8 @@ pub enum KvError {
     TimestampExhausted,
     #[error("memory refused a verb: {0}")]
     Verb(VerbError),
+    #[error("the stored copy stays torn: concurrent writes interleaved in it (RAW has no concurrency control)")]
+    Corrupt,
 }
 
 impl KvError {

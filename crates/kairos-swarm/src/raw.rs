@@ -8,6 +8,9 @@ use crate::meta;
 use crate::verbs::{Verb, VerbOutcome};
 use kairos_core::LocalTime;
 
+/// Reads of a torn copy before a get gives up with [`KvError::Corrupt`].
+const TORN_READS_MAX: u32 = 16;
+
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
     let node = c.cfg.layout.replicas_of(slot)[0];
@@ -47,6 +50,12 @@ pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Out
             match meta::decode_copy(&bytes, c.cfg.layout.config.value_size as usize) {
                 Some((t, _)) if meta::is_deleted(t) => c.finish(op, Err(KvError::Deleted), now, out),
                 Some((_, v)) => c.finish(op, Ok(Some(v)), now, out),
+                // A copy torn by a write in flight heals when the write lands; one that stays
+                // torn was interleaved by two writers (RAW has no concurrency control).
+                None if op.rtt >= TORN_READS_MAX => {
+                    c.bump("corrupt_copies");
+                    c.finish(op, Err(KvError::Corrupt), now, out)
+                }
                 None => {
                     c.bump("torn_retries");
                     begin(c, op, now, out)
