@@ -333,6 +333,152 @@ mod tests {
         assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
     }
 
+    /// Delivers `msg` from `from` to server `me` at local time `at`; returns every send.
+    fn deliver_at(s: &mut TxnServer, me: u32, from: u32, at: LocalTime, msg: TxnMsg) -> Vec<(NodeId, TxnMsg)> {
+        let mut rng = Rng::seed_from_u64(4);
+        let mut fx = Vec::new();
+        s.on_message(&mut Ctx::new(NodeId(me), at, &mut rng, &mut fx), NodeId(from), msg);
+        sends(fx)
+    }
+
+    fn sends(fx: Vec<kairos_core::Effect<TxnMsg>>) -> Vec<(NodeId, TxnMsg)> {
+        fx.into_iter()
+            .filter_map(|e| if let kairos_core::Effect::Send { to, msg } = e { Some((to, msg)) } else { None })
+            .collect()
+    }
+
+    /// The ready leader (replica 0, ballot (0, 0)) of a one-shard, three-replica group.
+    fn one_shard_leader(cc: Cc) -> TxnServer {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(cc, &t, &ClassicConfig::default(), 0, 0, false);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        assert!(s.paxos().is_ready());
+        s
+    }
+
+    /// An `Accept` of replica 1's ballot (1, 1) carrying `entries` from slot 0, all committed.
+    fn accept_from_new_leader(entries: Vec<Record>) -> TxnMsg {
+        let n = entries.len() as u64;
+        TxnMsg::Paxos(PaxosMsg::Accept {
+            ballot: Ballot { round: 1, replica: 1 },
+            first: 0,
+            entries: entries.into_iter().map(Some).collect(),
+            commit: n,
+            log_len: n,
+        })
+    }
+
+    fn accepts_with_entries(out: &[(NodeId, TxnMsg)]) -> usize {
+        out.iter()
+            .filter(|(_, m)| matches!(m, TxnMsg::Paxos(PaxosMsg::Accept { entries, .. }) if !entries.is_empty()))
+            .count()
+    }
+
+    /// A replica that, as leader, aborted an attempt alone (no vote for it) must still apply
+    /// the attempt's prepare and commit records when a later leader commits them: applying
+    /// depends on the log only, or the replicas' stores diverge.
+    #[test]
+    fn a_replica_applies_a_logged_commit_of_an_attempt_it_once_refused_alone() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+            // 2PL: no locks; OCC: a stale version. Either way a no vote decided alone.
+            let out = deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)] });
+            assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
+            // The vote was lost; a new leader locked, prepared and committed the attempt.
+            let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)] };
+            deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare, Record::Commit { tk: x }]));
+            assert_eq!(s.paxos().applied(), 2);
+            assert_eq!((s.store().get(3).value, s.store().get(3).version), (5, 2), "{cc:?}: the commit applies");
+            assert_eq!(s.prepared_count(), 0);
+        }
+    }
+
+    /// 2PL: the coordinator may take a deposed leader's late `ReadReply` (older values) while
+    /// the new leader holds the locks; the new leader must refuse a prepare whose reads are
+    /// not its own versions instead of preparing writes computed from stale values.
+    #[test]
+    fn a_two_pl_leader_refuses_a_prepare_computed_from_other_versions() {
+        let mut s = one_shard_leader(Cc::Locking);
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![(7, LockMode::Exclusive)] });
+        assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
+        let mut rng = Rng::seed_from_u64(3);
+        let mut fx = Vec::new();
+        let stale = TxnMsg::Prepare { tk: x, reads: vec![(7, 4)], writes: vec![(7, 12)] };
+        s.on_message(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut fx), NodeId(10), stale);
+        let out = sends(fx);
+        assert_eq!(accepts_with_entries(&out), 0, "nothing proposed: {out:?}");
+        assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::Refused { tk, .. } if *tk == x)), "{out:?}");
+        assert_eq!(s.stats().stale_reads, 1);
+        // The same attempt with the leader's own versions prepares.
+        let y = TxnKey { txn: TxnId::new(NodeId(10), 2), attempt: 1 };
+        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![(7, LockMode::Exclusive)] });
+        let out = deliver_at(
+            &mut s,
+            0,
+            10,
+            LocalTime::ZERO,
+            TxnMsg::Prepare { tk: y, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+        );
+        assert_eq!(accepts_with_entries(&out), 2, "{out:?}");
+    }
+
+    /// A message that deposes the leader can also commit its own prepare record (the new leader
+    /// recovered it). The deposed leader must not vote yes for it: only a leader that saw the
+    /// record committed in its own ballot may.
+    #[test]
+    fn a_leader_deposed_by_the_accept_that_commits_its_prepare_does_not_vote_yes() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+            if cc == Cc::Locking {
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![(7, LockMode::Exclusive)] });
+            }
+            let out = deliver_at(
+                &mut s,
+                0,
+                10,
+                LocalTime::ZERO,
+                TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+            );
+            assert_eq!(accepts_with_entries(&out), 2, "the prepare record is proposed: {out:?}");
+            let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)] };
+            let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare]));
+            assert_eq!(s.prepared_count(), 1, "the record is applied");
+            assert!(!s.paxos().is_leader());
+            assert!(!out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { yes: true, .. })), "{cc:?}: {out:?}");
+        }
+    }
+
+    /// After a leadership change an abort decided alone is logged; a resent `Decide(abort)`
+    /// waits for the record already proposed instead of proposing another.
+    #[test]
+    fn a_resent_abort_decision_proposes_one_abort_record() {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 1, false);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        // Replica 1 times out, campaigns and wins with replica 0's promise.
+        let mut fx = Vec::new();
+        s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
+        let ballot = s.paxos().ballot();
+        assert_eq!(ballot, Ballot { round: 1, replica: 1 });
+        let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });
+        deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), promise);
+        assert!(s.paxos().is_ready());
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let decide = TxnMsg::Decide { tk: x, commit: false };
+        let first = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
+        assert_eq!(accepts_with_entries(&first), 2, "one abort record, sent to both followers: {first:?}");
+        for _ in 0..3 {
+            let again = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
+            assert_eq!(accepts_with_entries(&again), 0, "a resend waits: {again:?}");
+        }
+        assert_eq!(s.paxos().log_len(), 1);
+    }
+
     #[test]
     fn analytic_latency_is_two_round_trips_to_the_leader_plus_its_nearest_follower() {
         let m = LatencyMatrix::gcp();
