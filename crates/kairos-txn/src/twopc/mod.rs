@@ -166,8 +166,9 @@ impl From<PaxosMsg<Record>> for TxnMsg {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassicConfig {
     pub paxos: PaxosConfig,
-    /// The coordinator resends a request unanswered for this long (and, when the shard's leader
-    /// has been silent that long, tries the next replica).
+    /// The coordinator resends a request unanswered for this long; when the shard's presumed
+    /// leader has said nothing at all for twice this long while requests are outstanding, it
+    /// tries the next replica (a live 2PL leader may be silent a while under lock contention).
     pub retry_timeout: Duration,
     /// The coordinator aborts an attempt that has no decision after this long.
     pub attempt_timeout: Duration,
