@@ -9,7 +9,7 @@
 //! names the leader directly. An attempt without a decision after `attempt_timeout` is
 //! aborted (the coordinator is the only one who can commit it, so this is always safe).
 
-use super::{ClassicConfig, LockMode, TxnKey, TxnMsg};
+use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, TxnShell, TxnStats};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
 use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
@@ -158,7 +158,7 @@ impl TxnCoordinator {
 
     fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, keys: &[Key]) {
         let age_ns = self.ages.get(&tk.txn).copied().unwrap_or(0);
-        let keys = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
+        let keys = keys.to_vec();
         ctx.send(self.leader(shard), TxnMsg::Read { tk, age_ns, keys });
     }
 

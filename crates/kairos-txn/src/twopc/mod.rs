@@ -74,13 +74,6 @@ pub enum Cc {
     Optimistic,
 }
 
-/// A lock mode (2PL). MicroBench increments read and write every key: exclusive.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LockMode {
-    Shared,
-    Exclusive,
-}
-
 /// A shard's log entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Record {
@@ -103,12 +96,13 @@ pub enum Record {
 pub enum TxnMsg {
     /// Among the replicas of a shard.
     Paxos(PaxosMsg<Record>),
-    /// Coordinator → leader: read `keys` (2PL: lock them in the given mode first). `age_ns`:
-    /// the transaction's age for wound-wait (smaller is older).
+    /// Coordinator → leader: read `keys` (2PL: lock them first; every lock is exclusive, as
+    /// MicroBench increments, i.e. reads and writes, every key it touches). `age_ns`: the
+    /// transaction's age for wound-wait (smaller is older).
     Read {
         tk: TxnKey,
         age_ns: u64,
-        keys: Vec<(Key, LockMode)>,
+        keys: Vec<Key>,
     },
     /// Leader → coordinator: (key, value, version) of every key read.
     ReadReply {
@@ -240,8 +234,8 @@ mod tests {
         let b = Ballot { round: u64::MAX, replica: u32::MAX };
         vec![
             TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
-            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![(0, LockMode::Shared); 1000] },
-            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![(1, LockMode::Exclusive), (0, LockMode::Shared)] },
+            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000] },
+            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1] },
             TxnMsg::Prepare { tk: tk0, reads: vec![(u64::MAX, u64::MAX)], writes: vec![(0, u64::MAX)] },
             TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)] },
             TxnMsg::Decide { tk: tk0, commit: true },
@@ -313,7 +307,7 @@ mod tests {
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
-        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![(7, LockMode::Exclusive)] };
+        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![7] };
         let (young, old, younger) = (tk(10, 1), tk(11, 1), tk(12, 1));
         // The young one gets the lock and its value.
         let out = deliver(&mut s, read(young, 10));
@@ -403,7 +397,7 @@ mod tests {
     fn a_two_pl_leader_refuses_a_prepare_computed_from_other_versions() {
         let mut s = one_shard_leader(Cc::Locking);
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
-        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![(7, LockMode::Exclusive)] });
+        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
         assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
         let mut rng = Rng::seed_from_u64(3);
         let mut fx = Vec::new();
@@ -415,7 +409,7 @@ mod tests {
         assert_eq!(s.stats().stale_reads, 1);
         // The same attempt with the leader's own versions prepares.
         let y = TxnKey { txn: TxnId::new(NodeId(10), 2), attempt: 1 };
-        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![(7, LockMode::Exclusive)] });
+        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![7] });
         let out = deliver_at(
             &mut s,
             0,
@@ -435,7 +429,7 @@ mod tests {
             let mut s = one_shard_leader(cc);
             let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
             if cc == Cc::Locking {
-                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![(7, LockMode::Exclusive)] });
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
             }
             let out = deliver_at(
                 &mut s,

@@ -18,7 +18,7 @@
 //! proposed a prepare record for the attempt that a later election could still recover, and
 //! the abort record after it keeps every replica from holding the attempt prepared forever.
 
-use super::{Cc, ClassicConfig, LockMode, Record, TxnKey, TxnMsg};
+use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
 use crate::paxos::{Ballot, MultiPaxos};
 use crate::store::Store;
 use kairos_core::{Ctx, NodeId, Process, TimerId};
@@ -53,14 +53,17 @@ enum State {
 struct Active {
     /// (age, attempt): smaller is older.
     prio: (u64, TxnKey),
-    keys: Vec<(Key, LockMode)>,
+    /// The keys it locks (all locks are exclusive).
+    keys: Vec<Key>,
     state: State,
 }
 
 #[derive(Clone, Debug, Default)]
 struct KeyLock {
-    holders: BTreeMap<TxnKey, LockMode>,
-    waiters: BTreeMap<(u64, TxnKey), LockMode>,
+    /// Normally one; attempts recovered prepared from the log may share a key.
+    holders: BTreeSet<TxnKey>,
+    /// By (age, attempt): the oldest is granted first.
+    waiters: BTreeSet<(u64, TxnKey)>,
 }
 
 /// How an attempt ended in the log (a commit or abort record was applied).
@@ -233,9 +236,8 @@ impl TxnServer {
             ctx.metric("txn.server_became_leader", 1);
             let prepared: Vec<(TxnKey, Vec<Key>)> = self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone())).collect();
             for (tk, keys) in prepared {
-                let keys: Vec<(Key, LockMode)> = keys.into_iter().map(|k| (k, LockMode::Exclusive)).collect();
-                for (k, m) in &keys {
-                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                for k in &keys {
+                    self.locks.entry(*k).or_default().holders.insert(tk);
                 }
                 self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Recovered });
             }
@@ -311,10 +313,6 @@ impl TxnServer {
 
     // ---------------------------------------------------------------- locks
 
-    fn conflicts(a: LockMode, b: LockMode) -> bool {
-        a == LockMode::Exclusive || b == LockMode::Exclusive
-    }
-
     /// Releases `tk`'s locks (and wait positions) and grants waiters; with `forget`, drops
     /// its active state too.
     fn release(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, forget: bool) {
@@ -323,7 +321,7 @@ impl TxnServer {
         if forget {
             self.active.remove(&tk);
         }
-        for (k, _) in keys {
+        for k in keys {
             if let Some(l) = self.locks.get_mut(&k) {
                 l.holders.remove(&tk);
                 l.waiters.remove(&prio);
@@ -332,16 +330,16 @@ impl TxnServer {
         }
     }
 
-    /// Grants waiters of `key` in age order while they are compatible with the holders.
+    /// Grants `key` to its oldest waiter once nobody else holds it.
     fn grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
         let mut ready = Vec::new();
         if let Some(l) = self.locks.get_mut(&key) {
-            while let Some((&(age, tk), &mode)) = l.waiters.first_key_value() {
-                if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, mode)) {
+            while let Some(&(age, tk)) = l.waiters.first() {
+                if l.holders.iter().any(|h| *h != tk) {
                     break;
                 }
                 l.waiters.remove(&(age, tk));
-                l.holders.insert(tk, mode);
+                l.holders.insert(tk);
                 ready.push(tk);
             }
             if l.holders.is_empty() && l.waiters.is_empty() {
@@ -375,7 +373,7 @@ impl TxnServer {
         let values = a
             .keys
             .iter()
-            .map(|(k, _)| {
+            .map(|k| {
                 let v = self.store.get(*k);
                 (*k, v.value, v.version)
             })
@@ -386,13 +384,12 @@ impl TxnServer {
 
     // ---------------------------------------------------------------- requests
 
-    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<(Key, LockMode)>) {
+    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<Key>) {
         self.stats.reads += 1;
         let mut keys = keys;
-        keys.sort_by_key(|(k, _)| *k);
-        keys.dedup_by_key(|(k, _)| *k);
-        if keys.is_empty() || keys.len() > self.config.keys_per_request_max || !keys.iter().all(|(k, _)| self.mine(*k))
-        {
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() || keys.len() > self.config.keys_per_request_max || !keys.iter().all(|k| self.mine(*k)) {
             ctx.metric("txn.server_bad_request", 1);
             return;
         }
@@ -414,7 +411,7 @@ impl TxnServer {
         if self.cc == Cc::Optimistic {
             let values = keys
                 .iter()
-                .map(|(k, _)| {
+                .map(|k| {
                     let v = self.store.get(*k);
                     (*k, v.value, v.version)
                 })
@@ -442,20 +439,20 @@ impl TxnServer {
         }
         let prio = (age_ns, tk);
         self.active.insert(tk, Active { prio, keys: keys.clone(), state: State::Waiting { missing: keys.len() } });
-        for (k, mode) in &keys {
+        for k in &keys {
             // Wound every younger, unprepared holder that conflicts (again after each round:
             // releasing a victim may grant the key to another younger waiter).
             loop {
                 let victims: Vec<TxnKey> = self.locks.get(k).map_or_else(Vec::new, |l| {
                     l.holders
                         .iter()
-                        .filter(|(h, m)| **h != tk && Self::conflicts(**m, *mode))
-                        .filter(|(h, _)| {
+                        .filter(|h| **h != tk)
+                        .filter(|h| {
                             self.active.get(h).is_some_and(|a| {
                                 a.prio > prio && matches!(a.state, State::Waiting { .. } | State::Locked)
                             })
                         })
-                        .map(|(h, _)| *h)
+                        .copied()
                         .collect()
                 });
                 if victims.is_empty() {
@@ -468,16 +465,15 @@ impl TxnServer {
                 }
             }
             let l = self.locks.entry(*k).or_default();
-            if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, *mode)) {
-                l.waiters.insert(prio, *mode);
+            if l.holders.iter().any(|h| *h != tk) {
+                l.waiters.insert(prio);
                 self.stats.lock_waits += 1;
             } else {
-                l.holders.insert(tk, *mode);
+                l.holders.insert(tk);
             }
         }
         // Count at the end: a wound above may have granted a key `tk` was waiting for.
-        let missing =
-            keys.iter().filter(|(k, _)| !self.locks.get(k).is_some_and(|l| l.holders.contains_key(&tk))).count();
+        let missing = keys.iter().filter(|k| !self.locks.get(k).is_some_and(|l| l.holders.contains(&tk))).count();
         if let Some(a) = self.active.get_mut(&tk) {
             if missing == 0 {
                 a.state = State::Locked;
@@ -517,7 +513,7 @@ impl TxnServer {
             Some(State::Locked) => {
                 // 2PL: every write must be under an exclusive lock this attempt holds.
                 let a = &self.active[&tk];
-                let covered = writes.iter().all(|(k, _)| a.keys.contains(&(*k, LockMode::Exclusive)));
+                let covered = writes.iter().all(|(k, _)| a.keys.contains(k));
                 if !covered {
                     self.refuse(ctx, tk);
                     return;
@@ -531,14 +527,14 @@ impl TxnServer {
                 let fresh = self.config.unsafe_early_release
                     || a.keys
                         .iter()
-                        .all(|(k, _)| reads.iter().any(|(rk, ver)| rk == k && self.store.get(*k).version == *ver));
+                        .all(|k| reads.iter().any(|(rk, ver)| rk == k && self.store.get(*k).version == *ver));
                 if !fresh {
                     self.stats.stale_reads += 1;
                     ctx.metric("txn.server_stale_read", 1);
                     self.refuse(ctx, tk);
                     return;
                 }
-                let keys = a.keys.iter().map(|(k, _)| *k).collect();
+                let keys = a.keys.clone();
                 self.start_prepare(ctx, tk, keys, writes);
             }
             None if self.cc == Cc::Optimistic => {
@@ -559,11 +555,10 @@ impl TxnServer {
                     return;
                 }
                 let keys: Vec<Key> = keys.into_iter().collect();
-                let locked: Vec<(Key, LockMode)> = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
-                for (k, m) in &locked {
-                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                for k in &keys {
+                    self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), keys: locked, state: State::Locked });
+                self.active.insert(tk, Active { prio: (0, tk), keys: keys.clone(), state: State::Locked });
                 self.start_prepare(ctx, tk, keys, writes);
             }
             None => {
