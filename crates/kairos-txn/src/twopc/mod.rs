@@ -8,10 +8,13 @@
 //!    touches. 2PL: the leader takes the keys' locks under wound-wait and answers with the
 //!    values once it holds them all. OCC: the leader answers at once with values and versions.
 //! 2. **Prepare** — with every shard's values, the coordinator computes the writes (`v + 1`) and
-//!    sends `Prepare` to every leader. 2PL: a leader still holding the attempt's locks, OCC: a
-//!    leader whose validation passes (the versions read are still the latest and no other
-//!    prepared transaction holds the keys), replicates a *prepare record* through its shard's
-//!    Multi-Paxos group and votes yes once it is committed in the log; otherwise it votes no.
+//!    sends `Prepare` (writes and the versions read) to every leader. 2PL: a leader still
+//!    holding the attempt's locks whose versions are the ones read (the coordinator may have
+//!    taken a deposed leader's late answer), OCC: a leader whose validation passes (the
+//!    versions read are still the latest and no other prepared transaction holds the keys),
+//!    replicates a *prepare record* through its shard's Multi-Paxos group and votes yes once it
+//!    is committed in the log — if it is then still the ready leader of the ballot it proposed
+//!    the record in; otherwise it votes no.
 //! 3. **Decide** — all yes: the transaction is committed; the coordinator answers the client
 //!    at once (every prepare record is durable in a majority of each shard, so the decision
 //!    cannot be lost) and sends `Decide(commit)`; each leader replicates a *commit record*,
@@ -45,7 +48,13 @@
 //!   flight across a leader change abort.
 //! - The coordinator is the sole decider and keeps no durable state: it decides abort for an
 //!   attempt that has no decision after `attempt_timeout`. A coordinator crash after prepare
-//!   leaves prepared transactions holding keys (no cooperative termination).
+//!   leaves prepared transactions holding keys (no cooperative termination). It keeps every
+//!   decision until all participants acknowledged it; when runs plus pending decisions reach
+//!   its bound it starts no new attempt (the shell retries later) rather than forget one.
+//! - Aborts a leader decides alone (refusals, no votes, wounds) are remembered outside the log,
+//!   in a bounded per-replica memory (`done_max`); they answer requests but never decide how a
+//!   replica applies the log. Logged outcomes are forgotten oldest first beyond `done_max`,
+//!   deterministically (in log order) on every replica.
 //! - Wound-wait ages are the coordinator's local clock at the first attempt (ties: txn id):
 //!   skewed clocks change who is older, never safety.
 
