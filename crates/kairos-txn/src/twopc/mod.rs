@@ -456,6 +456,22 @@ mod tests {
         }
     }
 
+    /// A resent `Prepare` while the decision's record is being logged is answered with the
+    /// decision: no for an abort (it used to be yes whatever the decision).
+    #[test]
+    fn a_prepare_resent_while_an_abort_is_logged_gets_a_no() {
+        let mut s = one_shard_leader(Cc::Optimistic);
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] };
+        deliver(&mut s, prepare.clone());
+        let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, voter: true };
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, TxnMsg::Paxos(ack));
+        assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { yes: true, .. })), "{out:?}");
+        deliver(&mut s, TxnMsg::Decide { tk: x, commit: false });
+        let out = deliver(&mut s, prepare);
+        assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
+    }
+
     /// After a leadership change an abort decided alone is logged; a resent `Decide(abort)`
     /// waits for the record already proposed instead of proposing another.
     #[test]
