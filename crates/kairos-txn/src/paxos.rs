@@ -43,17 +43,16 @@
 //!
 //! # Simplifications (honest list)
 //! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
-//!   *learner* (`rejoining = true`). It votes in no election and its acknowledgements do not
-//!   count towards a quorum until its ballot prefix reaches the `log_len` announced in an
-//!   `Accept` — of **any** ballot not below its promise, including one from a deposed leader
-//!   that has not yet heard of its successor; no Prepare/Promise exchange with a majority
-//!   confirms that the sender still leads. It has forgotten the promises it made and the slots
-//!   it acknowledged before crashing. Safety therefore assumes (i) it was not, at its crash,
-//!   part of a promise majority of a candidate that has not yet contacted it, and (ii) a value
-//!   it acknowledged before crashing that was chosen is also held by the leader it re-learns
-//!   from (true for a current leader, which recovered every chosen slot at its election; not
-//!   guaranteed for a deposed one whose log lacks its successor's slots). Durable promises and
-//!   accepted slots would remove both windows.
+//!   *learner* (`rejoining = true`) that has forgotten the promises it made and the slots it
+//!   acknowledged. It votes in no election and its acknowledgements do not count towards a
+//!   quorum until (1) `n - majority + 1` other voters answered its `Query` with the ballot
+//!   they promised (so at least one member of every majority it may have helped choose a value
+//!   answered), and (2) its ballot prefix reaches the `log_len` of an `Accept` whose ballot is
+//!   at least the highest of those: that leader's log holds every value chosen before the
+//!   query, so the learner's forgotten acknowledgements are covered, and a deposed leader's log
+//!   is not taken. With fewer than `n - majority + 1` other voters up it stays a learner.
+//!   Safety still assumes it was not, at its crash, part of a promise majority of a candidate
+//!   that has not yet contacted it (durable promises would remove this window).
 //! - All replicas of a shard run with the same [`PaxosConfig`]: a new leader bounds how far
 //!   apart the slots of a promise may be by `window_max + batch_max + 1`, the most an acceptor
 //!   with the same config lets its log grow past its end (bogus promises cannot make it huge).
@@ -64,8 +63,9 @@
 //!   follow them); a replica whose rounds run out stops campaigning instead of wrapping.
 //! - No leader leases: a deposed leader that has not heard of its successor may still answer
 //!   the embedding server's reads. The transaction protocols use what they read only after a
-//!   prepare record is committed by the current leader, which validates (OCC) or holds the
-//!   locks (2PL) itself, so a stale read can only cause an abort.
+//!   prepare record is committed by the current leader, which checks the versions read
+//!   against its own store (OCC validation; 2PL, which also holds the locks), so a stale read
+//!   can only cause an abort.
 
 use kairos_core::{Ctx, LocalTime, NodeId, TimerId};
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,10 @@ pub enum PaxosMsg<E> {
     /// Acceptor → candidate: every slot it holds from `from` on, with its accepted ballot, and
     /// its applied (committed) prefix.
     Promise { ballot: Ballot, slots: Vec<(u64, Ballot, Option<E>)>, applied: u64 },
+    /// Rejoining learner → replicas: what ballot have you promised?
+    Query,
+    /// Voter → rejoining learner: the ballot it has promised.
+    QueryReply { promised: Ballot },
 }
 
 /// Knobs of the replicated log.
@@ -211,6 +215,11 @@ pub struct MultiPaxos<E> {
     progress: BTreeMap<u32, FollowerProgress>,
     /// Candidate: promises (replica → slots, applied) received for `promised`.
     promises: BTreeMap<u32, Promised<E>>,
+    /// Rejoining learner: the ballots other voters reported having promised ...
+    query_replies: BTreeMap<u32, Ballot>,
+    /// ... and, once enough answered, the highest: it becomes a voter only by copying the log
+    /// of a leader of a ballot at least this high.
+    rejoin_floor: Option<Ballot>,
     committed_out: Vec<(u64, E)>,
     stats: PaxosStats,
 }
@@ -249,6 +258,8 @@ impl<E: Clone> MultiPaxos<E> {
             election_after: Duration::ZERO,
             progress: BTreeMap::new(),
             promises: BTreeMap::new(),
+            query_replies: BTreeMap::new(),
+            rejoin_floor: None,
             committed_out: Vec::new(),
             stats: PaxosStats::default(),
         };
@@ -349,7 +360,26 @@ impl<E: Clone> MultiPaxos<E> {
         if self.is_leader() {
             self.become_leader_progress(ctx.now());
         }
+        self.query_if_rejoining(ctx);
         ctx.set_timer(self.timer, self.config.heartbeat_interval);
+    }
+
+    /// A rejoining learner asks the others which ballot they promised until enough answered.
+    fn query_if_rejoining<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        if self.voter || self.rejoin_floor.is_some() {
+            return;
+        }
+        for r in self.others().collect::<Vec<_>>() {
+            if !self.query_replies.contains_key(&r) {
+                ctx.send(self.node(r), PaxosMsg::Query.into());
+            }
+        }
+    }
+
+    /// Replies from this many other voters are needed: then they include at least one member
+    /// of every majority that may have chosen a value with this replica's (forgotten) help.
+    fn query_quorum(&self) -> usize {
+        self.replicas.len() - self.majority() + 1
     }
 
     fn draw_election_timeout<M>(&mut self, ctx: &mut Ctx<'_, M>) {
@@ -416,6 +446,7 @@ impl<E: Clone> MultiPaxos<E> {
                 if self.voter && now.saturating_since(self.last_heard) >= self.election_after {
                     self.start_election(ctx);
                 }
+                self.query_if_rejoining(ctx);
             }
             Role::Candidate { since } => {
                 if now.saturating_since(since) >= self.election_after {
@@ -489,6 +520,21 @@ impl<E: Clone> MultiPaxos<E> {
                 if matches!(self.role, Role::Candidate { .. }) && ballot == self.promised {
                     self.promises.insert(sender, (slots, applied));
                     self.try_win(ctx);
+                }
+            }
+            PaxosMsg::Query => {
+                // Only a voter remembers its promises.
+                if self.voter {
+                    ctx.send(self.node(sender), PaxosMsg::QueryReply { promised: self.promised }.into());
+                }
+            }
+            PaxosMsg::QueryReply { promised } => {
+                if !self.voter && self.rejoin_floor.is_none() && self.plausible(promised) {
+                    self.query_replies.insert(sender, promised);
+                    if self.query_replies.len() >= self.query_quorum() {
+                        self.rejoin_floor = self.query_replies.values().max().copied();
+                        self.query_replies.clear();
+                    }
                 }
             }
         }
@@ -570,7 +616,10 @@ impl<E: Clone> MultiPaxos<E> {
         // apply entries of its prefix that are not chosen).
         self.commit = self.commit.max(commit.min(log_len));
         self.apply_up_to(self.commit.min(self.prefix));
-        if !self.voter && self.prefix >= log_len {
+        // A learner votes again once it holds the log of a leader whose ballot is at least every
+        // ballot the queried voters had promised: that leader's log holds every value chosen
+        // before (so every value this replica may have helped choose and forgot).
+        if !self.voter && self.prefix >= log_len && self.rejoin_floor.is_some_and(|f| ballot >= f) {
             self.voter = true;
             ctx.metric("paxos.rejoined", 1);
         }
@@ -938,6 +987,35 @@ mod tests {
         assert!(matches!(&out[..], [(_, PaxosMsg::Promise { .. })]), "{out:?}");
     }
 
+    /// A restarted learner copies a deposed leader's log (ballot (0, 0)) while the others have
+    /// promised ballot (1, 1): it must not vote again on that log (it may lack values the new
+    /// leader chose with this replica's forgotten help), only on the new leader's.
+    #[test]
+    fn a_restarted_learner_votes_again_only_on_a_current_leaders_log() {
+        let mut learner = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, true, TimerId(1));
+        let (_, queries) = call(2, |ctx| learner.start(ctx));
+        assert_eq!(queries.len(), 2, "it asks both others: {queries:?}");
+        let (old, new) = (Ballot { round: 0, replica: 0 }, Ballot { round: 1, replica: 1 });
+        for (from, promised) in [(0, old), (1, new)] {
+            call(2, |ctx| learner.on_message(ctx, NodeId(from), PaxosMsg::QueryReply { promised }));
+        }
+        // The deposed leader 0 has not heard of ballot (1, 1) and sends its whole log.
+        let stale = PaxosMsg::Accept { ballot: old, first: 0, entries: vec![Some(1), Some(2)], commit: 1, log_len: 2 };
+        call(2, |ctx| learner.on_message(ctx, NodeId(0), stale));
+        assert!(!learner.is_voter(), "not on a deposed leader's log");
+        let current =
+            PaxosMsg::Accept { ballot: new, first: 0, entries: vec![Some(1), Some(3)], commit: 1, log_len: 2 };
+        call(2, |ctx| learner.on_message(ctx, NodeId(1), current));
+        assert!(learner.is_voter(), "on the current leader's log");
+        // A voter answers queries; a learner does not (it forgot its promises).
+        let mut voter = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 0, 0, false, TimerId(1));
+        let (_, out) = call(0, |ctx| voter.on_message(ctx, NodeId(2), PaxosMsg::Query));
+        assert!(matches!(&out[..], [(NodeId(2), PaxosMsg::QueryReply { promised }) ] if *promised == old));
+        let mut other = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, true, TimerId(1));
+        let (_, out) = call(1, |ctx| other.on_message(ctx, NodeId(2), PaxosMsg::Query));
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn garbage_never_panics() {
         let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, false, TimerId(1));
@@ -948,6 +1026,8 @@ mod tests {
             PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, voter: true },
             PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: u64::MAX },
             PaxosMsg::Prepare { ballot: Ballot { round: u64::MAX, replica: 9 }, from: u64::MAX },
+            PaxosMsg::Query,
+            PaxosMsg::QueryReply { promised: Ballot { round: u64::MAX, replica: 9 } },
         ] {
             call(1, |ctx| p.on_message(ctx, NodeId(0), msg.clone()));
             call(1, |ctx| p.on_message(ctx, NodeId(2), msg.clone()));
