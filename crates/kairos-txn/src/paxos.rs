@@ -23,6 +23,13 @@
 //!   no-op where no promiser holds the slot), re-stamps all of them with its ballot and becomes
 //!   leader; it is *ready* (serves its embedding server's clients) once everything it recovered
 //!   is committed, so the server never acts on state the log has not settled.
+//! - **Leader stickiness**: an acceptor ignores a `Prepare` while it has a live leader (a
+//!   follower heard one within `election_timeout`; a leader heard from a majority within it),
+//!   and a candidate that receives an `Accept` from a leader whose ballot is not below anything
+//!   it promised or accepted from others gives its candidacy up and follows (its own candidacy
+//!   is the only promise above that ballot, and it never sent an `Accept` in it). A replica
+//!   back from a partition with a higher round therefore does not depose a healthy leader. A
+//!   replica that steps down restarts its election timeout.
 //! - **Catch-up**: a follower whose prefix is behind (lost messages, a gap, a restart) says so
 //!   in `Accepted`; the leader resends from that prefix (once per reported gap) in batches of at
 //!   most `batch_max` entries, with at most `window_max` unacknowledged entries per follower; a
@@ -36,26 +43,34 @@
 //!
 //! # Simplifications (honest list)
 //! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
-//!   *learner* (`rejoining = true`). It votes in no election and its acknowledgements do not
-//!   count towards a quorum until it has copied the leader's log up to the length the leader
-//!   announced. It has forgotten the promises it made before crashing, so safety assumes it was
-//!   not, at its crash, part of a promise majority of a candidate that has not yet contacted
-//!   it (durable promises would remove this window).
+//!   *learner* (`rejoining = true`) that has forgotten the promises it made and the slots it
+//!   acknowledged. It votes in no election and its acknowledgements do not count towards a
+//!   quorum until (1) `n - majority + 1` other voters answered its `Query` with the ballot
+//!   they promised (so at least one member of every majority it may have helped choose a value
+//!   answered), and (2) its ballot prefix reaches the `log_len` of an `Accept` whose ballot is
+//!   at least the highest of those: that leader's log holds every value chosen before the
+//!   query, so the learner's forgotten acknowledgements are covered, and a deposed leader's log
+//!   is not taken. With fewer than `n - majority + 1` other voters up it stays a learner.
+//!   Safety still assumes it was not, at its crash, part of a promise majority of a candidate
+//!   that has not yet contacted it (durable promises would remove this window).
+//! - All replicas of a shard run with the same [`PaxosConfig`]: a new leader bounds how far
+//!   apart the slots of a promise may be by `window_max + batch_max + 1`, the most an acceptor
+//!   with the same config lets its log grow past its end (bogus promises cannot make it huge).
 //! - No snapshots or log compaction: the log is kept whole, and a rejoining replica re-learns
 //!   it from slot 0. Runs are seconds long.
 //! - A `Promise` carries every slot from the candidate's applied prefix on (unbatched).
+//! - Ballots whose round is `u64::MAX` are treated as bogus and ignored (no election could
+//!   follow them); a replica whose rounds run out stops campaigning instead of wrapping.
 //! - No leader leases: a deposed leader that has not heard of its successor may still answer
 //!   the embedding server's reads. The transaction protocols use what they read only after a
-//!   prepare record is committed by the current leader, which validates (OCC) or holds the
-//!   locks (2PL) itself, so a stale read can only cause an abort.
+//!   prepare record is committed by the current leader, which checks the versions read
+//!   against its own store (OCC validation; 2PL, which also holds the locks), so a stale read
+//!   can only cause an abort.
 
 use kairos_core::{Ctx, LocalTime, NodeId, TimerId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Most slots beyond its applied prefix a new leader recovers (a bound against bogus promises).
-const RECOVER_SLOTS_MAX: u64 = 1 << 24;
 
 /// A Paxos ballot: rounds are ordered first, the proposing replica breaks ties.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -81,6 +96,10 @@ pub enum PaxosMsg<E> {
     /// Acceptor → candidate: every slot it holds from `from` on, with its accepted ballot, and
     /// its applied (committed) prefix.
     Promise { ballot: Ballot, slots: Vec<(u64, Ballot, Option<E>)>, applied: u64 },
+    /// Rejoining learner → replicas: what ballot have you promised?
+    Query,
+    /// Voter → rejoining learner: the ballot it has promised.
+    QueryReply { promised: Ballot },
 }
 
 /// Knobs of the replicated log.
@@ -176,6 +195,11 @@ pub struct MultiPaxos<E> {
     promised: Ballot,
     /// The ballot whose leader this follower last accepted from (its prefix refers to it).
     leader_ballot: Option<Ballot>,
+    /// The highest ballot this replica promised to, or accepted from, another replica (its own
+    /// candidacies excluded): a candidate may give its candidacy up for any leader not below it.
+    granted: Ballot,
+    /// The highest round this replica campaigned with (never reused).
+    round_used: u64,
     log: Vec<Option<Slot<E>>>,
     /// Slots below are committed and handed to the embedding server (or queued for it).
     applied: u64,
@@ -191,6 +215,11 @@ pub struct MultiPaxos<E> {
     progress: BTreeMap<u32, FollowerProgress>,
     /// Candidate: promises (replica → slots, applied) received for `promised`.
     promises: BTreeMap<u32, Promised<E>>,
+    /// Rejoining learner: the ballots other voters reported having promised ...
+    query_replies: BTreeMap<u32, Ballot>,
+    /// ... and, once enough answered, the highest: it becomes a voter only by copying the log
+    /// of a leader of a ballot at least this high.
+    rejoin_floor: Option<Ballot>,
     committed_out: Vec<(u64, E)>,
     stats: PaxosStats,
 }
@@ -217,6 +246,8 @@ impl<E: Clone> MultiPaxos<E> {
             role: if lead { Role::Leader } else { Role::Follower },
             promised: if rejoining { Ballot::default() } else { initial },
             leader_ballot: (!rejoining).then_some(initial),
+            granted: if rejoining { Ballot::default() } else { initial },
+            round_used: 0,
             log: Vec::new(),
             applied: 0,
             prefix: 0,
@@ -227,6 +258,8 @@ impl<E: Clone> MultiPaxos<E> {
             election_after: Duration::ZERO,
             progress: BTreeMap::new(),
             promises: BTreeMap::new(),
+            query_replies: BTreeMap::new(),
+            rejoin_floor: None,
             committed_out: Vec::new(),
             stats: PaxosStats::default(),
         };
@@ -300,6 +333,22 @@ impl<E: Clone> MultiPaxos<E> {
         self.replicas[replica as usize]
     }
 
+    /// A ballot a correct replica can send: a known replica's, and a round that can still be
+    /// exceeded (a ballot with round `u64::MAX` would stop every later election).
+    fn plausible(&self, b: Ballot) -> bool {
+        b.round < u64::MAX && (b.replica as usize) < self.replicas.len()
+    }
+
+    /// Leader: a majority (itself included) answered within the last election timeout.
+    fn has_quorum(&self, now: LocalTime) -> bool {
+        let heard = self
+            .progress
+            .values()
+            .filter(|p| p.voter && now.saturating_since(p.replied_at) < self.config.election_timeout)
+            .count();
+        heard + 1 >= self.majority()
+    }
+
     fn replica_of(&self, node: NodeId) -> Option<u32> {
         self.replicas.iter().position(|n| *n == node).map(|r| r as u32)
     }
@@ -311,7 +360,26 @@ impl<E: Clone> MultiPaxos<E> {
         if self.is_leader() {
             self.become_leader_progress(ctx.now());
         }
+        self.query_if_rejoining(ctx);
         ctx.set_timer(self.timer, self.config.heartbeat_interval);
+    }
+
+    /// A rejoining learner asks the others which ballot they promised until enough answered.
+    fn query_if_rejoining<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        if self.voter || self.rejoin_floor.is_some() {
+            return;
+        }
+        for r in self.others().collect::<Vec<_>>() {
+            if !self.query_replies.contains_key(&r) {
+                ctx.send(self.node(r), PaxosMsg::Query.into());
+            }
+        }
+    }
+
+    /// Replies from this many other voters are needed: then they include at least one member
+    /// of every majority that may have chosen a value with this replica's (forgotten) help.
+    fn query_quorum(&self) -> usize {
+        self.replicas.len() - self.majority() + 1
     }
 
     fn draw_election_timeout<M>(&mut self, ctx: &mut Ctx<'_, M>) {
@@ -351,12 +419,7 @@ impl<E: Clone> MultiPaxos<E> {
                 // Check-quorum: a leader that has not heard from a majority for an election
                 // timeout has probably been replaced; it stops acting as leader (so its
                 // embedding server stops serving) rather than serve from a minority.
-                let heard = self
-                    .progress
-                    .values()
-                    .filter(|p| p.voter && now.saturating_since(p.replied_at) < self.config.election_timeout)
-                    .count();
-                if heard + 1 < self.majority() {
+                if !self.has_quorum(now) {
                     ctx.metric("paxos.leader_stepped_down", 1);
                     self.role = Role::Follower;
                     self.leader_ballot = None;
@@ -383,6 +446,7 @@ impl<E: Clone> MultiPaxos<E> {
                 if self.voter && now.saturating_since(self.last_heard) >= self.election_after {
                     self.start_election(ctx);
                 }
+                self.query_if_rejoining(ctx);
             }
             Role::Candidate { since } => {
                 if now.saturating_since(since) >= self.election_after {
@@ -394,9 +458,16 @@ impl<E: Clone> MultiPaxos<E> {
     }
 
     fn start_election<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        let round = self.promised.round.max(self.round_used).checked_add(1).filter(|r| *r < u64::MAX);
+        let Some(round) = round else {
+            // Only bogus ballots get here (see `plausible`); never overflow.
+            ctx.metric("paxos.rounds_exhausted", 1);
+            return;
+        };
         self.stats.elections_started += 1;
         ctx.metric("paxos.elections_started", 1);
-        self.promised = Ballot { round: self.promised.round + 1, replica: self.me };
+        self.round_used = round;
+        self.promised = Ballot { round, replica: self.me };
         self.role = Role::Candidate { since: ctx.now() };
         self.leader_ballot = None;
         self.draw_election_timeout(ctx);
@@ -438,8 +509,10 @@ impl<E: Clone> MultiPaxos<E> {
                 }
             }
             PaxosMsg::Reject { promised } => {
-                if promised > self.promised {
-                    self.step_down(promised);
+                // Only a replica that promised a (plausible) higher ballot says so; a leader
+                // or candidate learns it and steps down.
+                if self.plausible(promised) && promised > self.promised {
+                    self.step_down(promised, ctx.now());
                 }
             }
             PaxosMsg::Prepare { ballot, from } => self.on_prepare(ctx, sender, ballot, from),
@@ -449,11 +522,30 @@ impl<E: Clone> MultiPaxos<E> {
                     self.try_win(ctx);
                 }
             }
+            PaxosMsg::Query => {
+                // Only a voter remembers its promises.
+                if self.voter {
+                    ctx.send(self.node(sender), PaxosMsg::QueryReply { promised: self.promised }.into());
+                }
+            }
+            PaxosMsg::QueryReply { promised } => {
+                if !self.voter && self.rejoin_floor.is_none() && self.plausible(promised) {
+                    self.query_replies.insert(sender, promised);
+                    if self.query_replies.len() >= self.query_quorum() {
+                        self.rejoin_floor = self.query_replies.values().max().copied();
+                        self.query_replies.clear();
+                    }
+                }
+            }
         }
     }
 
-    fn step_down(&mut self, promised: Ballot) {
+    /// Becomes a follower of `promised`. The election timeout restarts: a leader or candidate
+    /// that just learned of a higher ballot gives its holder time to show up instead of
+    /// campaigning again at once.
+    fn step_down(&mut self, promised: Ballot, now: LocalTime) {
         self.promised = promised;
+        self.last_heard = now;
         self.role = Role::Follower;
         self.leader_ballot = None;
         self.progress.clear();
@@ -471,13 +563,26 @@ impl<E: Clone> MultiPaxos<E> {
         commit: u64,
         log_len: u64,
     ) {
-        if ballot < self.promised || ballot.replica != sender {
+        if !self.plausible(ballot) || ballot.replica != sender {
+            ctx.metric("paxos.ignored_bogus", 1);
+            return;
+        }
+        if ballot < self.promised && matches!(self.role, Role::Candidate { .. }) && ballot >= self.granted {
+            // A live leader this candidate has promised nothing against (its own candidacy
+            // is the only promise above it, and it never sent an Accept in that ballot): give the
+            // candidacy up and follow, rather than reject and depose a healthy leader (a
+            // replica rejoining from a partition, with a higher round, would otherwise).
+            ctx.metric("paxos.candidacy_abandoned", 1);
+            self.step_down(ballot, ctx.now());
+        }
+        if ballot < self.promised {
             ctx.send(self.node(sender), PaxosMsg::Reject { promised: self.promised }.into());
             return;
         }
         if ballot > self.promised || self.role != Role::Follower {
-            self.step_down(ballot);
+            self.step_down(ballot, ctx.now());
         }
+        self.granted = self.granted.max(ballot);
         self.promised = ballot;
         self.last_heard = ctx.now();
         if self.leader_ballot != Some(ballot) {
@@ -507,9 +612,14 @@ impl<E: Clone> MultiPaxos<E> {
             }
             self.prefix += 1;
         }
-        self.commit = self.commit.max(commit);
+        // A leader's commit index never exceeds its log (a bogus one would make this follower
+        // apply entries of its prefix that are not chosen).
+        self.commit = self.commit.max(commit.min(log_len));
         self.apply_up_to(self.commit.min(self.prefix));
-        if !self.voter && self.prefix >= log_len {
+        // A learner votes again once it holds the log of a leader whose ballot is at least every
+        // ballot the queried voters had promised: that leader's log holds every value chosen
+        // before (so every value this replica may have helped choose and forgot).
+        if !self.voter && self.prefix >= log_len && self.rejoin_floor.is_some_and(|f| ballot >= f) {
             self.voter = true;
             ctx.metric("paxos.rejoined", 1);
         }
@@ -553,13 +663,32 @@ impl<E: Clone> MultiPaxos<E> {
     }
 
     fn on_prepare<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, sender: u32, ballot: Ballot, from: u64) {
-        let repeat = ballot == self.promised && ballot.replica == sender;
-        if !self.voter || ballot.replica != sender || (ballot <= self.promised && !repeat) {
+        if !self.plausible(ballot) || ballot.replica != sender {
+            ctx.metric("paxos.ignored_bogus", 1);
+            return;
+        }
+        let repeat = ballot == self.promised;
+        if !self.voter || (ballot <= self.promised && !repeat) {
             ctx.send(self.node(sender), PaxosMsg::Reject { promised: self.promised }.into());
             return;
         }
-        self.step_down(ballot);
-        self.last_heard = ctx.now();
+        // Leader stickiness: while a live leader is heard from (a follower heard it within an
+        // election timeout; a leader heard from a majority), a candidate is ignored; it retries
+        // later. A replica back from a partition thus cannot depose a healthy leader.
+        let now = ctx.now();
+        let live = match self.role {
+            Role::Leader => self.has_quorum(now),
+            Role::Follower => {
+                self.leader_ballot.is_some() && now.saturating_since(self.last_heard) < self.config.election_timeout
+            }
+            Role::Candidate { .. } => false,
+        };
+        if live && !repeat {
+            ctx.metric("paxos.prepare_ignored_live_leader", 1);
+            return;
+        }
+        self.step_down(ballot, now);
+        self.granted = self.granted.max(ballot);
         let reply = PaxosMsg::Promise { ballot, slots: self.slots_from(from), applied: self.applied };
         ctx.send(self.node(sender), reply.into());
     }
@@ -571,13 +700,23 @@ impl<E: Clone> MultiPaxos<E> {
         let ballot = self.promised;
         let from = self.applied;
         // Per slot, the value accepted in the highest ballot among the promises.
+        // A correct acceptor's held slots (ascending) are never more than `window_max +
+        // batch_max + 1` apart, the first at most that far beyond `from` (it refuses `Accept`s
+        // further beyond its log): a promise's slots are taken while they keep to that, so a
+        // bogus one cannot make this log huge, and a correct one is taken whole.
+        let gap_max = self.config.window_max.saturating_add(self.config.batch_max as u64).saturating_add(1);
         let mut best: BTreeMap<u64, (Ballot, Option<E>)> = BTreeMap::new();
         for (slots, _) in self.promises.values() {
+            let mut reach = from;
             for (slot, b, e) in slots {
-                // Slots a correct acceptor cannot hold are ignored (no overflow, no huge log).
-                if *slot < from || *slot - from > RECOVER_SLOTS_MAX {
+                if *slot < from {
                     continue;
                 }
+                if slot.saturating_sub(reach) > gap_max || !self.plausible(*b) {
+                    ctx.metric("paxos.promise_slots_refused", 1);
+                    break;
+                }
+                reach = reach.max(slot.saturating_add(1));
                 if best.get(slot).is_none_or(|(bb, _)| b > bb) {
                     best.insert(*slot, (*b, e.clone()));
                 }
@@ -720,6 +859,163 @@ mod tests {
         assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(0) }));
     }
 
+    fn call_at<R>(me: u32, at: LocalTime, f: impl FnOnce(&mut Ctx<'_, M>) -> R) -> (R, Vec<(NodeId, M)>) {
+        let mut rng = Rng::seed_from_u64(u64::from(me));
+        let mut effects = Vec::new();
+        let r = f(&mut Ctx::new(NodeId(me), at, &mut rng, &mut effects));
+        let sends =
+            effects.into_iter().filter_map(|e| if let Effect::Send { to, msg } = e { Some((to, msg)) } else { None });
+        (r, sends.collect())
+    }
+
+    /// Three started replicas, replica 0 leading ballot (0, 0).
+    fn three() -> Vec<MultiPaxos<u32>> {
+        (0..3)
+            .map(|r| {
+                let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, false, TimerId(1));
+                call(r, |ctx| p.start(ctx));
+                p
+            })
+            .collect()
+    }
+
+    /// Ballots with the largest round (from any replica, in any message) neither panic nor
+    /// wrap when the election timer then fires, again and again.
+    #[test]
+    fn ballot_rounds_from_the_network_never_overflow() {
+        let top = |replica| Ballot { round: u64::MAX, replica };
+        let near = |replica| Ballot { round: u64::MAX - 1, replica };
+        for me in [0, 1] {
+            let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), me, 0, false, TimerId(1));
+            for (from, msg) in [
+                (2, PaxosMsg::Prepare { ballot: top(2), from: 0 }),
+                (2, PaxosMsg::Reject { promised: top(0) }),
+                (0, PaxosMsg::Accept { ballot: top(0), first: 0, entries: vec![], commit: 0, log_len: 0 }),
+                (2, PaxosMsg::Reject { promised: near(2) }),
+                (2, PaxosMsg::Prepare { ballot: near(2), from: 0 }),
+            ] {
+                call_at(me, LocalTime::from_secs(1), |ctx| p.on_message(ctx, NodeId(from), msg));
+                for t in 2..6 {
+                    call_at(me, LocalTime::from_secs(t * 10), |ctx| p.on_timer(ctx, TimerId(1)));
+                }
+            }
+            assert!(p.ballot().round < u64::MAX);
+        }
+    }
+
+    /// A bogus promise naming a far slot does not make the new leader's log huge.
+    #[test]
+    fn a_bogus_promise_cannot_blow_up_the_recovered_log() {
+        let mut p = three();
+        call_at(1, LocalTime::from_secs(3), |ctx| p[1].on_timer(ctx, TimerId(1)));
+        let ballot = p[1].ballot();
+        assert_eq!(ballot, Ballot { round: 1, replica: 1 });
+        let slots = vec![(0, Ballot::default(), Some(4)), (100_000, Ballot::default(), Some(5))];
+        call_at(1, LocalTime::from_secs(3), |ctx| {
+            p[1].on_message(ctx, NodeId(2), PaxosMsg::Promise { ballot, slots, applied: 0 })
+        });
+        assert!(p[1].is_leader());
+        assert_eq!(p[1].log_len(), 1, "slot 0 recovered, the far slot refused");
+    }
+
+    /// A commit index beyond the sender's log is not believed (it would apply unchosen slots).
+    #[test]
+    fn a_commit_index_beyond_the_leaders_log_is_clamped() {
+        let mut p = three();
+        let b = Ballot { round: 0, replica: 0 };
+        let bogus = PaxosMsg::Accept { ballot: b, first: 0, entries: vec![Some(7)], commit: u64::MAX, log_len: 0 };
+        call(1, |ctx| p[1].on_message(ctx, NodeId(0), bogus));
+        assert!(p[1].take_committed().is_empty());
+        assert_eq!(p[1].commit_index(), 0);
+        let honest = PaxosMsg::Accept { ballot: b, first: 1, entries: vec![], commit: 1, log_len: 1 };
+        call(1, |ctx| p[1].on_message(ctx, NodeId(0), honest));
+        assert_eq!(p[1].take_committed(), vec![(0, 7)]);
+    }
+
+    /// A leader that learns of a higher ballot (a `Reject`) restarts its election timeout
+    /// instead of campaigning at the next tick.
+    #[test]
+    fn stepping_down_restarts_the_election_timeout() {
+        let mut p = three();
+        let t = LocalTime::from_secs(10);
+        call_at(0, t, |ctx| {
+            p[0].on_message(ctx, NodeId(1), PaxosMsg::Reject { promised: Ballot { round: 3, replica: 1 } })
+        });
+        assert!(!p[0].is_leader());
+        call_at(0, LocalTime::from_millis(10_050), |ctx| p[0].on_timer(ctx, TimerId(1)));
+        assert_eq!(p[0].stats().elections_started, 0);
+        call_at(0, LocalTime::from_secs(12), |ctx| p[0].on_timer(ctx, TimerId(1)));
+        assert_eq!(p[0].stats().elections_started, 1, "it campaigns once the timeout passed");
+    }
+
+    /// Leader stickiness: while the leader is live, its followers and the leader itself ignore
+    /// a candidate's `Prepare`; a candidate that hears the live leader gives its candidacy up
+    /// and follows instead of rejecting (and deposing) it.
+    #[test]
+    fn a_candidate_back_from_a_partition_does_not_depose_a_live_leader() {
+        let mut p = three();
+        // Replica 2 was cut off: it campaigned (nobody heard it) and holds a higher round.
+        let (_, prepares) = call_at(2, LocalTime::from_secs(3), |ctx| p[2].on_timer(ctx, TimerId(1)));
+        let ballot = p[2].ballot();
+        assert!(ballot > p[0].ballot() && prepares.len() == 2);
+        // Meanwhile the leader heartbeats replica 1 and hears back.
+        let now = LocalTime::from_millis(3_100);
+        let ack = PaxosMsg::Accepted { ballot: p[0].ballot(), prefix: 0, gap: false, voter: true };
+        call_at(0, now, |ctx| p[0].on_message(ctx, NodeId(1), ack));
+        let (_, hb) = call_at(0, now, |ctx| p[0].on_timer(ctx, TimerId(1)));
+        for (to, m) in hb {
+            let (_, back) = call_at(to.0, now, |ctx| p[to.0 as usize].on_message(ctx, NodeId(0), m.clone()));
+            if to == NodeId(1) {
+                call_at(0, now, |ctx| p[0].on_message(ctx, NodeId(1), back[0].1.clone()));
+            } else {
+                // The candidate follows the live leader: it accepts, does not reject.
+                assert!(matches!(&back[..], [(_, PaxosMsg::Accepted { .. })]), "{back:?}");
+            }
+        }
+        assert_eq!(p[2].leader_hint(), Some(0));
+        // The candidate's Prepare, arriving late, is ignored by the live leader and follower.
+        for (to, m) in prepares {
+            let (_, out) = call_at(to.0, now, |ctx| p[to.0 as usize].on_message(ctx, NodeId(2), m.clone()));
+            assert!(out.is_empty(), "{to:?}: {out:?}");
+        }
+        assert!(p[0].is_leader() && p[0].is_ready());
+        // Without a leader for an election timeout, a Prepare is granted as before.
+        let later = LocalTime::from_secs(5);
+        let (_, out) = call_at(1, later, |ctx| {
+            p[1].on_message(ctx, NodeId(2), PaxosMsg::Prepare { ballot: Ballot { round: 9, replica: 2 }, from: 0 })
+        });
+        assert!(matches!(&out[..], [(_, PaxosMsg::Promise { .. })]), "{out:?}");
+    }
+
+    /// A restarted learner copies a deposed leader's log (ballot (0, 0)) while the others have
+    /// promised ballot (1, 1): it must not vote again on that log (it may lack values the new
+    /// leader chose with this replica's forgotten help), only on the new leader's.
+    #[test]
+    fn a_restarted_learner_votes_again_only_on_a_current_leaders_log() {
+        let mut learner = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, true, TimerId(1));
+        let (_, queries) = call(2, |ctx| learner.start(ctx));
+        assert_eq!(queries.len(), 2, "it asks both others: {queries:?}");
+        let (old, new) = (Ballot { round: 0, replica: 0 }, Ballot { round: 1, replica: 1 });
+        for (from, promised) in [(0, old), (1, new)] {
+            call(2, |ctx| learner.on_message(ctx, NodeId(from), PaxosMsg::QueryReply { promised }));
+        }
+        // The deposed leader 0 has not heard of ballot (1, 1) and sends its whole log.
+        let stale = PaxosMsg::Accept { ballot: old, first: 0, entries: vec![Some(1), Some(2)], commit: 1, log_len: 2 };
+        call(2, |ctx| learner.on_message(ctx, NodeId(0), stale));
+        assert!(!learner.is_voter(), "not on a deposed leader's log");
+        let current =
+            PaxosMsg::Accept { ballot: new, first: 0, entries: vec![Some(1), Some(3)], commit: 1, log_len: 2 };
+        call(2, |ctx| learner.on_message(ctx, NodeId(1), current));
+        assert!(learner.is_voter(), "on the current leader's log");
+        // A voter answers queries; a learner does not (it forgot its promises).
+        let mut voter = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 0, 0, false, TimerId(1));
+        let (_, out) = call(0, |ctx| voter.on_message(ctx, NodeId(2), PaxosMsg::Query));
+        assert!(matches!(&out[..], [(NodeId(2), PaxosMsg::QueryReply { promised }) ] if *promised == old));
+        let mut other = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, true, TimerId(1));
+        let (_, out) = call(1, |ctx| other.on_message(ctx, NodeId(2), PaxosMsg::Query));
+        assert!(out.is_empty());
+    }
+
     #[test]
     fn garbage_never_panics() {
         let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, false, TimerId(1));
@@ -730,6 +1026,8 @@ mod tests {
             PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, voter: true },
             PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: u64::MAX },
             PaxosMsg::Prepare { ballot: Ballot { round: u64::MAX, replica: 9 }, from: u64::MAX },
+            PaxosMsg::Query,
+            PaxosMsg::QueryReply { promised: Ballot { round: u64::MAX, replica: 9 } },
         ] {
             call(1, |ctx| p.on_message(ctx, NodeId(0), msg.clone()));
             call(1, |ctx| p.on_message(ctx, NodeId(2), msg.clone()));

@@ -4,18 +4,69 @@
 //! is caught by the checker.
 
 use kairos_check::{check, CheckReport, Model};
-use kairos_core::OpType;
+use kairos_core::{NodeId, OpType, SimTime};
 use kairos_txn::deploy::Peer;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tpl::TwoPlPaxos;
+use kairos_txn::twopc::coordinator::TxnCoordinator;
+use kairos_txn::twopc::server::TxnServer;
 use kairos_txn::twopc::ClassicConfig;
-use kairos_txn::{Bench, RunOutcome};
+use kairos_txn::{Bench, RunOutcome, TxnStats};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn run<P: Peer<Config = ClassicConfig>>(bench: &Bench, config: &ClassicConfig) -> (RunOutcome, CheckReport) {
     let out = bench.run_peer::<P>(config, |_| {}).unwrap();
     let report = check(&out.history, Model::StrictSerializable).unwrap();
     (out, report)
+}
+
+/// A finished run: the coordinators' totals, the checker's report, the run's metrics, and
+/// whether every transaction finished (then nothing was left behind, see below).
+struct Ran {
+    totals: TxnStats,
+    report: CheckReport,
+    metrics: BTreeMap<&'static str, u64>,
+    drained: bool,
+}
+
+/// Runs `bench` for its duration and drain like [`run`] (the history is checked there), then
+/// on, for at most 30 s more, until no coordinator has a transaction in flight. If they all
+/// finished, asserts that everything was cleaned up: no replica holds a prepared attempt, no
+/// leader tracks an attempt or holds a lock, no coordinator waits for a decision's
+/// acknowledgement.
+fn run_and_check_cleanup<P>(name: &str, bench: &Bench, config: &ClassicConfig) -> Ran
+where
+    P: Peer<Config = ClassicConfig, Server = TxnServer, Coordinator = TxnCoordinator>,
+{
+    let mut world = bench.build::<P>(config).unwrap();
+    world.sim.run_until(SimTime::ZERO + bench.duration + bench.drain);
+    let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
+    let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
+    let coordinators: Vec<NodeId> =
+        (0..world.process_regions.len()).map(|i| NodeId((servers.len() + i) as u32)).collect();
+    let deadline = SimTime::ZERO + bench.duration + bench.drain + Duration::from_secs(30);
+    let drained = world.sim.run_until_pred(deadline, |sim| {
+        coordinators.iter().all(|c| sim.role::<TxnCoordinator>(*c).is_some_and(|c| c.shell().inflight() == 0))
+    });
+    let mut totals = TxnStats::default();
+    for c in &coordinators {
+        totals += world.sim.role::<TxnCoordinator>(*c).unwrap().txn_stats();
+    }
+    if drained {
+        // Decisions and their records may still be on their way: give them a few seconds.
+        world.sim.run_for(Duration::from_secs(5));
+        for n in &servers {
+            let s = world.sim.role::<TxnServer>(*n).unwrap();
+            let left = (s.prepared_count(), s.active_count(), s.locks_held());
+            assert_eq!(left, (0, 0, 0), "{name}: {n:?} still has (prepared, active, locked keys)");
+        }
+        for c in &coordinators {
+            let acks = world.sim.role::<TxnCoordinator>(*c).unwrap().undecided_acks();
+            assert_eq!(acks, 0, "{name}: coordinator {c:?} still waits for acknowledgements");
+        }
+    }
+    Ran { totals, report, metrics: world.sim.metrics().clone(), drained }
 }
 
 fn median_latency_ms(out: &RunOutcome, region: &str) -> f64 {
@@ -78,17 +129,28 @@ fn no_contention_latency_is_two_wide_area_round_trips_plus_one_paxos_round() {
 }
 
 /// Contention (1,000 keys per shard): both skews, both protocols, every history strictly
-/// serializable, with aborts and retries.
+/// serializable, with aborts and retries; after the drain nothing is left prepared, locked
+/// or unacknowledged.
 #[test]
 fn contended_runs_are_strictly_serializable_with_aborts_and_retries() {
     for skew in [0.5, 0.99] {
         let bench = contended(500.0, skew);
-        for (name, (out, report)) in [
-            ("2pl", run::<TwoPlPaxos>(&bench, &ClassicConfig::default())),
-            ("occ", run::<OccPaxos>(&bench, &ClassicConfig::default())),
+        for (name, ran) in [
+            ("2pl", run_and_check_cleanup::<TwoPlPaxos>("2pl", &bench, &ClassicConfig::default())),
+            ("occ", run_and_check_cleanup::<OccPaxos>("occ", &bench, &ClassicConfig::default())),
         ] {
-            let t = out.totals();
-            eprintln!("{name} skew {skew}: {t:?} commit rate {:.3}\n  {:?}", t.commit_rate(), out.metrics);
+            let (t, report) = (ran.totals, ran.report);
+            eprintln!(
+                "{name} skew {skew}: {t:?} commit rate {:.3}, drained {}\n  {:?}",
+                t.commit_rate(),
+                ran.drained,
+                ran.metrics
+            );
+            // 2PL at skew 0.99 thrashes on the hottest keys and is still retrying 40 s in;
+            // the others finish and are checked clean.
+            if !(name == "2pl" && skew == 0.99) {
+                assert!(ran.drained, "{name} skew {skew}: every transaction finished: {t:?}");
+            }
             assert!(report.valid, "{name} skew {skew}: {report}");
             assert!(t.aborted_attempts > 0, "{name} skew {skew}: contention aborts: {t:?}");
             assert!(t.attempts > t.invoked, "{name} skew {skew}: aborted transactions are retried: {t:?}");
@@ -98,19 +160,20 @@ fn contended_runs_are_strictly_serializable_with_aborts_and_retries() {
 }
 
 /// With 2 % of messages lost, coordinators resend under the same attempt, leaders resend log
-/// entries: every transaction commits, once.
+/// entries: every transaction commits, once, and every decision is acknowledged in the end.
 #[test]
 fn message_loss_is_survived_by_retransmission() {
     let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(2), loss: 0.02, ..Bench::default() };
-    for (name, (out, report)) in [
-        ("2pl", run::<TwoPlPaxos>(&bench, &ClassicConfig::default())),
-        ("occ", run::<OccPaxos>(&bench, &ClassicConfig::default())),
+    for (name, ran) in [
+        ("2pl", run_and_check_cleanup::<TwoPlPaxos>("2pl", &bench, &ClassicConfig::default())),
+        ("occ", run_and_check_cleanup::<OccPaxos>("occ", &bench, &ClassicConfig::default())),
     ] {
-        let t = out.totals();
-        let m = |k: &str| out.metrics.get(k).copied().unwrap_or(0);
-        eprintln!("{name}: {t:?}\n  {:?}", out.metrics);
+        let (t, report) = (ran.totals, ran.report);
+        assert!(ran.drained, "{name}: every transaction finished: {t:?}");
+        let m = |k: &str| ran.metrics.get(k).copied().unwrap_or(0);
+        eprintln!("{name}: {t:?}\n  {:?}", ran.metrics);
         assert!(report.valid, "{name}: {report}");
-        assert!(m("txn.coordinator_resent") > 0, "{name}: {:?}", out.metrics);
+        assert!(m("txn.coordinator_resent") > 0, "{name}: {:?}", ran.metrics);
         assert_eq!(t.committed, t.invoked, "{name}: every transaction commits: {t:?}");
     }
 }
@@ -302,4 +365,13 @@ fn the_injected_bugs_are_caught_by_the_checker() {
     let (_, report) = run::<OccPaxos>(&bench, &skip_validation);
     eprintln!("occ without validation: {report}");
     assert!(!report.valid, "OCC without validation must be caught");
+    // The control: the same bench with the switches off is valid (the workload and seed
+    // alone do not make the checker fail).
+    for (name, (out, report)) in [
+        ("2pl", run::<TwoPlPaxos>(&bench, &ClassicConfig::default())),
+        ("occ", run::<OccPaxos>(&bench, &ClassicConfig::default())),
+    ] {
+        assert!(report.valid, "{name} control run: {report}");
+        assert!(out.totals().committed > 100, "{name} control run: {:?}", out.totals());
+    }
 }

@@ -9,7 +9,7 @@
 //! names the leader directly. An attempt without a decision after `attempt_timeout` is
 //! aborted (the coordinator is the only one who can commit it, so this is always safe).
 
-use super::{ClassicConfig, LockMode, TxnKey, TxnMsg};
+use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, TxnShell, TxnStats};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
 use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
@@ -19,7 +19,9 @@ use std::time::Duration;
 
 /// The coordinator's retransmission tick.
 pub const RETRY_TICK: TimerId = TimerId(1);
-/// Decisions waiting for acknowledgements, at most; the oldest are dropped beyond it.
+/// Runs plus decisions waiting for acknowledgements, at most. A decision is never dropped (a
+/// participant that never hears it would keep the attempt's keys prepared forever); instead a
+/// new attempt is not started while the bound is reached (the shell retries it later).
 const DECISIONS_MAX: usize = 200_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +123,15 @@ impl TxnCoordinator {
 
     /// Runs attempt `a` (a new transaction or a retry).
     fn start(&mut self, ctx: &mut Ctx<'_, TxnMsg>, a: Attempt) {
+        if self.runs.len() + self.decisions.len() >= DECISIONS_MAX {
+            // Each run becomes at most one decision: refusing here bounds both.
+            ctx.metric("txn.coordinator_decisions_full", 1);
+            self.shell.aborted(ctx, a.txn);
+            if self.shell.attempt_of(a.txn).is_none() {
+                self.ages.remove(&a.txn);
+            }
+            return;
+        }
         let now = ctx.now();
         self.ages.entry(a.txn).or_insert(now.as_nanos());
         let mut parts: BTreeMap<ShardId, Part> = BTreeMap::new();
@@ -147,7 +158,7 @@ impl TxnCoordinator {
 
     fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, keys: &[Key]) {
         let age_ns = self.ages.get(&tk.txn).copied().unwrap_or(0);
-        let keys = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
+        let keys = keys.to_vec();
         ctx.send(self.leader(shard), TxnMsg::Read { tk, age_ns, keys });
     }
 
@@ -231,10 +242,6 @@ impl TxnCoordinator {
     fn decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shards: BTreeSet<ShardId>, commit: bool) {
         for s in &shards {
             ctx.send(self.leader(*s), TxnMsg::Decide { tk, commit });
-        }
-        if self.decisions.len() >= DECISIONS_MAX {
-            ctx.metric("txn.coordinator_decisions_dropped", 1);
-            self.decisions.pop_first();
         }
         self.decisions.insert(tk, Decision { commit, waiting: shards, sent_at: ctx.now() });
     }

@@ -8,10 +8,13 @@
 //!    touches. 2PL: the leader takes the keys' locks under wound-wait and answers with the
 //!    values once it holds them all. OCC: the leader answers at once with values and versions.
 //! 2. **Prepare** — with every shard's values, the coordinator computes the writes (`v + 1`) and
-//!    sends `Prepare` to every leader. 2PL: a leader still holding the attempt's locks, OCC: a
-//!    leader whose validation passes (the versions read are still the latest and no other
-//!    prepared transaction holds the keys), replicates a *prepare record* through its shard's
-//!    Multi-Paxos group and votes yes once it is committed in the log; otherwise it votes no.
+//!    sends `Prepare` (writes and the versions read) to every leader. 2PL: a leader still
+//!    holding the attempt's locks whose versions are the ones read (the coordinator may have
+//!    taken a deposed leader's late answer), OCC: a leader whose validation passes (the
+//!    versions read are still the latest and no other prepared transaction holds the keys),
+//!    replicates a *prepare record* through its shard's Multi-Paxos group and votes yes once it
+//!    is committed in the log — if it is then still the ready leader of the ballot it proposed
+//!    the record in; otherwise it votes no.
 //! 3. **Decide** — all yes: the transaction is committed; the coordinator answers the client
 //!    at once (every prepare record is durable in a majority of each shard, so the decision
 //!    cannot be lost) and sends `Decide(commit)`; each leader replicates a *commit record*,
@@ -45,7 +48,13 @@
 //!   flight across a leader change abort.
 //! - The coordinator is the sole decider and keeps no durable state: it decides abort for an
 //!   attempt that has no decision after `attempt_timeout`. A coordinator crash after prepare
-//!   leaves prepared transactions holding keys (no cooperative termination).
+//!   leaves prepared transactions holding keys (no cooperative termination). It keeps every
+//!   decision until all participants acknowledged it; when runs plus pending decisions reach
+//!   its bound it starts no new attempt (the shell retries later) rather than forget one.
+//! - Aborts a leader decides alone (refusals, no votes, wounds) are remembered outside the log,
+//!   in a bounded per-replica memory (`done_max`); they answer requests but never decide how a
+//!   replica applies the log. Logged outcomes are forgotten oldest first beyond `done_max`,
+//!   deterministically (in log order) on every replica.
 //! - Wound-wait ages are the coordinator's local clock at the first attempt (ties: txn id):
 //!   skewed clocks change who is older, never safety.
 
@@ -74,13 +83,6 @@ pub enum Cc {
     Optimistic,
 }
 
-/// A lock mode (2PL). MicroBench increments read and write every key: exclusive.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum LockMode {
-    Shared,
-    Exclusive,
-}
-
 /// A shard's log entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Record {
@@ -103,12 +105,13 @@ pub enum Record {
 pub enum TxnMsg {
     /// Among the replicas of a shard.
     Paxos(PaxosMsg<Record>),
-    /// Coordinator → leader: read `keys` (2PL: lock them in the given mode first). `age_ns`:
-    /// the transaction's age for wound-wait (smaller is older).
+    /// Coordinator → leader: read `keys` (2PL: lock them first; every lock is exclusive, as
+    /// MicroBench increments, i.e. reads and writes, every key it touches). `age_ns`: the
+    /// transaction's age for wound-wait (smaller is older).
     Read {
         tk: TxnKey,
         age_ns: u64,
-        keys: Vec<(Key, LockMode)>,
+        keys: Vec<Key>,
     },
     /// Leader → coordinator: (key, value, version) of every key read.
     ReadReply {
@@ -166,8 +169,9 @@ impl From<PaxosMsg<Record>> for TxnMsg {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassicConfig {
     pub paxos: PaxosConfig,
-    /// The coordinator resends a request unanswered for this long (and, when the shard's leader
-    /// has been silent that long, tries the next replica).
+    /// The coordinator resends a request unanswered for this long; when the shard's presumed
+    /// leader has said nothing at all for twice this long while requests are outstanding, it
+    /// tries the next replica (a live 2PL leader may be silent a while under lock contention).
     pub retry_timeout: Duration,
     /// The coordinator aborts an attempt that has no decision after this long.
     pub attempt_timeout: Duration,
@@ -239,8 +243,8 @@ mod tests {
         let b = Ballot { round: u64::MAX, replica: u32::MAX };
         vec![
             TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
-            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![(0, LockMode::Shared); 1000] },
-            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![(1, LockMode::Exclusive), (0, LockMode::Shared)] },
+            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000] },
+            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1] },
             TxnMsg::Prepare { tk: tk0, reads: vec![(u64::MAX, u64::MAX)], writes: vec![(0, u64::MAX)] },
             TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)] },
             TxnMsg::Decide { tk: tk0, commit: true },
@@ -312,7 +316,7 @@ mod tests {
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
-        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![(7, LockMode::Exclusive)] };
+        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![7] };
         let (young, old, younger) = (tk(10, 1), tk(11, 1), tk(12, 1));
         // The young one gets the lock and its value.
         let out = deliver(&mut s, read(young, 10));
@@ -331,6 +335,168 @@ mod tests {
         let out = deliver(&mut s, TxnMsg::Prepare { tk: young, reads: vec![], writes: vec![(7, 1)] });
         assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
         assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
+    }
+
+    /// Delivers `msg` from `from` to server `me` at local time `at`; returns every send.
+    fn deliver_at(s: &mut TxnServer, me: u32, from: u32, at: LocalTime, msg: TxnMsg) -> Vec<(NodeId, TxnMsg)> {
+        let mut rng = Rng::seed_from_u64(4);
+        let mut fx = Vec::new();
+        s.on_message(&mut Ctx::new(NodeId(me), at, &mut rng, &mut fx), NodeId(from), msg);
+        sends(fx)
+    }
+
+    fn sends(fx: Vec<kairos_core::Effect<TxnMsg>>) -> Vec<(NodeId, TxnMsg)> {
+        fx.into_iter()
+            .filter_map(|e| if let kairos_core::Effect::Send { to, msg } = e { Some((to, msg)) } else { None })
+            .collect()
+    }
+
+    /// The ready leader (replica 0, ballot (0, 0)) of a one-shard, three-replica group.
+    fn one_shard_leader(cc: Cc) -> TxnServer {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(cc, &t, &ClassicConfig::default(), 0, 0, false);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        assert!(s.paxos().is_ready());
+        s
+    }
+
+    /// An `Accept` of replica 1's ballot (1, 1) carrying `entries` from slot 0, all committed.
+    fn accept_from_new_leader(entries: Vec<Record>) -> TxnMsg {
+        let n = entries.len() as u64;
+        TxnMsg::Paxos(PaxosMsg::Accept {
+            ballot: Ballot { round: 1, replica: 1 },
+            first: 0,
+            entries: entries.into_iter().map(Some).collect(),
+            commit: n,
+            log_len: n,
+        })
+    }
+
+    fn accepts_with_entries(out: &[(NodeId, TxnMsg)]) -> usize {
+        out.iter()
+            .filter(|(_, m)| matches!(m, TxnMsg::Paxos(PaxosMsg::Accept { entries, .. }) if !entries.is_empty()))
+            .count()
+    }
+
+    /// A replica that, as leader, aborted an attempt alone (no vote for it) must still apply
+    /// the attempt's prepare and commit records when a later leader commits them: applying
+    /// depends on the log only, or the replicas' stores diverge.
+    #[test]
+    fn a_replica_applies_a_logged_commit_of_an_attempt_it_once_refused_alone() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+            // 2PL: no locks; OCC: a stale version. Either way a no vote decided alone.
+            let out = deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)] });
+            assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
+            // The vote was lost; a new leader locked, prepared and committed the attempt.
+            let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)] };
+            deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare, Record::Commit { tk: x }]));
+            assert_eq!(s.paxos().applied(), 2);
+            assert_eq!((s.store().get(3).value, s.store().get(3).version), (5, 2), "{cc:?}: the commit applies");
+            assert_eq!(s.prepared_count(), 0);
+        }
+    }
+
+    /// 2PL: the coordinator may take a deposed leader's late `ReadReply` (older values) while
+    /// the new leader holds the locks; the new leader must refuse a prepare whose reads are
+    /// not its own versions instead of preparing writes computed from stale values.
+    #[test]
+    fn a_two_pl_leader_refuses_a_prepare_computed_from_other_versions() {
+        let mut s = one_shard_leader(Cc::Locking);
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+        assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
+        let mut rng = Rng::seed_from_u64(3);
+        let mut fx = Vec::new();
+        let stale = TxnMsg::Prepare { tk: x, reads: vec![(7, 4)], writes: vec![(7, 12)] };
+        s.on_message(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut fx), NodeId(10), stale);
+        let out = sends(fx);
+        assert_eq!(accepts_with_entries(&out), 0, "nothing proposed: {out:?}");
+        assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::Refused { tk, .. } if *tk == x)), "{out:?}");
+        assert_eq!(s.stats().stale_reads, 1);
+        // The same attempt with the leader's own versions prepares.
+        let y = TxnKey { txn: TxnId::new(NodeId(10), 2), attempt: 1 };
+        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![7] });
+        let out = deliver_at(
+            &mut s,
+            0,
+            10,
+            LocalTime::ZERO,
+            TxnMsg::Prepare { tk: y, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+        );
+        assert_eq!(accepts_with_entries(&out), 2, "{out:?}");
+    }
+
+    /// A message that deposes the leader can also commit its own prepare record (the new leader
+    /// recovered it). The deposed leader must not vote yes for it: only a leader that saw the
+    /// record committed in its own ballot may.
+    #[test]
+    fn a_leader_deposed_by_the_accept_that_commits_its_prepare_does_not_vote_yes() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+            if cc == Cc::Locking {
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+            }
+            let out = deliver_at(
+                &mut s,
+                0,
+                10,
+                LocalTime::ZERO,
+                TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+            );
+            assert_eq!(accepts_with_entries(&out), 2, "the prepare record is proposed: {out:?}");
+            let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)] };
+            let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare]));
+            assert_eq!(s.prepared_count(), 1, "the record is applied");
+            assert!(!s.paxos().is_leader());
+            assert!(!out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { yes: true, .. })), "{cc:?}: {out:?}");
+        }
+    }
+
+    /// A resent `Prepare` while the decision's record is being logged is answered with the
+    /// decision: no for an abort (it used to be yes whatever the decision).
+    #[test]
+    fn a_prepare_resent_while_an_abort_is_logged_gets_a_no() {
+        let mut s = one_shard_leader(Cc::Optimistic);
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] };
+        deliver(&mut s, prepare.clone());
+        let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, voter: true };
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, TxnMsg::Paxos(ack));
+        assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { yes: true, .. })), "{out:?}");
+        deliver(&mut s, TxnMsg::Decide { tk: x, commit: false });
+        let out = deliver(&mut s, prepare);
+        assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
+    }
+
+    /// After a leadership change an abort decided alone is logged; a resent `Decide(abort)`
+    /// waits for the record already proposed instead of proposing another.
+    #[test]
+    fn a_resent_abort_decision_proposes_one_abort_record() {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 1, false);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        // Replica 1 times out, campaigns and wins with replica 0's promise.
+        let mut fx = Vec::new();
+        s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
+        let ballot = s.paxos().ballot();
+        assert_eq!(ballot, Ballot { round: 1, replica: 1 });
+        let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });
+        deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), promise);
+        assert!(s.paxos().is_ready());
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let decide = TxnMsg::Decide { tk: x, commit: false };
+        let first = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
+        assert_eq!(accepts_with_entries(&first), 2, "one abort record, sent to both followers: {first:?}");
+        for _ in 0..3 {
+            let again = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
+            assert_eq!(accepts_with_entries(&again), 0, "a resend waits: {again:?}");
+        }
+        assert_eq!(s.paxos().log_len(), 1);
     }
 
     #[test]

@@ -4,9 +4,13 @@
 //!
 //! Every replica applies the committed log: prepare records enter `prepared`, commit records
 //! apply their writes (version = slot + 1) and, like abort records, move the attempt to the
-//! bounded `done` memory that makes requests at-most-once. Only the leader keeps `active`
-//! attempts and the lock table; it rebuilds them from `prepared` when it becomes ready and
-//! drops them when it loses leadership.
+//! bounded `done` memory of *logged* outcomes. Applying a record depends only on the log (a
+//! prepare record is skipped only when a commit or abort record of the attempt precedes it), so
+//! every replica builds the same store. Aborts a leader decides alone (refusals, no votes,
+//! wounds) go to a separate bounded `unlogged` memory that only answers requests (it makes them
+//! at-most-once) and never influences applying. Only the leader keeps `active` attempts and the
+//! lock table; it rebuilds them from `prepared` when it becomes ready and drops them when it
+//! loses leadership.
 //!
 //! Aborts need no log record while the shard has had one leader: an attempt the leader refuses
 //! or votes no on was never prepared. After a leadership change, an abort the leader decides
@@ -14,8 +18,8 @@
 //! proposed a prepare record for the attempt that a later election could still recover, and
 //! the abort record after it keeps every replica from holding the attempt prepared forever.
 
-use super::{Cc, ClassicConfig, LockMode, Record, TxnKey, TxnMsg};
-use crate::paxos::MultiPaxos;
+use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
+use crate::paxos::{Ballot, MultiPaxos};
 use crate::store::Store;
 use kairos_core::{Ctx, NodeId, Process, TimerId};
 use kairos_tiga::msg::{Key, ShardId, Value};
@@ -31,8 +35,9 @@ enum State {
     Waiting { missing: usize },
     /// 2PL: holds its locks; values sent.
     Locked,
-    /// The prepare record is proposed, not yet committed.
-    Preparing,
+    /// The prepare record is proposed in `ballot`, not yet committed. The leader votes yes only
+    /// if it is still the ready leader of that ballot when the record is applied.
+    Preparing { ballot: Ballot },
     /// The prepare record is committed (vote yes sent).
     Prepared,
     /// Prepared in the log before this leader was ready (an earlier leader's record): it holds
@@ -40,32 +45,32 @@ enum State {
     /// deposed leader that locked or validated against stale state, and only a leader that
     /// proposed and committed a record in its own ballot may vote yes for it.
     Recovered,
-    /// A commit / abort record is proposed.
-    Deciding,
+    /// A commit (`commit`) or abort record is proposed.
+    Deciding { commit: bool },
 }
 
 #[derive(Clone, Debug)]
 struct Active {
     /// (age, attempt): smaller is older.
     prio: (u64, TxnKey),
-    keys: Vec<(Key, LockMode)>,
+    /// The keys it locks (all locks are exclusive).
+    keys: Vec<Key>,
     state: State,
 }
 
 #[derive(Clone, Debug, Default)]
 struct KeyLock {
-    holders: BTreeMap<TxnKey, LockMode>,
-    waiters: BTreeMap<(u64, TxnKey), LockMode>,
+    /// Normally one; attempts recovered prepared from the log may share a key.
+    holders: BTreeSet<TxnKey>,
+    /// By (age, attempt): the oldest is granted first.
+    waiters: BTreeSet<(u64, TxnKey)>,
 }
 
-/// How an attempt ended here.
+/// How an attempt ended in the log (a commit or abort record was applied).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Outcome {
     Committed,
-    /// `logged`: by an abort record in the log (else decided by this leader alone).
-    Aborted {
-        logged: bool,
-    },
+    Aborted,
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +90,9 @@ pub struct ServerStats {
     pub committed: u64,
     pub aborted: u64,
     pub refused: u64,
+    /// 2PL prepares refused because the versions the coordinator read are not the leader's
+    /// (values from a deposed leader).
+    pub stale_reads: u64,
 }
 
 /// See the module docs.
@@ -96,8 +104,13 @@ pub struct TxnServer {
     paxos: MultiPaxos<Record>,
     store: Store,
     prepared: BTreeMap<TxnKey, Prepared>,
+    /// Outcomes logged (commit / abort records applied), in log order: the same on every replica.
     done: BTreeMap<TxnKey, Outcome>,
     done_order: VecDeque<TxnKey>,
+    /// Aborts this replica decided alone as leader (no record; they never affect applying), with
+    /// the ballot in which an abort record for them was proposed, if one was.
+    unlogged: BTreeMap<TxnKey, Option<Ballot>>,
+    unlogged_order: VecDeque<TxnKey>,
     leading: bool,
     active: BTreeMap<TxnKey, Active>,
     locks: BTreeMap<Key, KeyLock>,
@@ -127,6 +140,8 @@ impl TxnServer {
             prepared: BTreeMap::new(),
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
+            unlogged: BTreeMap::new(),
+            unlogged_order: VecDeque::new(),
             leading: false,
             active: BTreeMap::new(),
             locks: BTreeMap::new(),
@@ -155,13 +170,39 @@ impl TxnServer {
         self.shards > 0 && key % self.shards as u64 == u64::from(self.shard)
     }
 
+    /// Attempts holding locks on this (leader) replica.
+    pub fn locks_held(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Attempts the leader tracks (waiting, locked, preparing, prepared, deciding).
+    pub fn active_count(&self) -> usize {
+        self.active.len()
+    }
+
+    /// A commit or abort record of `tk` was applied (called in log order only).
     fn remember_done(&mut self, tk: TxnKey, outcome: Outcome) {
+        self.unlogged.remove(&tk);
         if self.done.insert(tk, outcome).is_none() {
             self.done_order.push_back(tk);
             while self.done_order.len() > self.config.done_max {
                 if let Some(old) = self.done_order.pop_front() {
                     self.done.remove(&old);
                 }
+            }
+        }
+    }
+
+    /// This leader aborted `tk` alone (no record).
+    fn remember_unlogged(&mut self, tk: TxnKey) {
+        if self.done.contains_key(&tk) || self.unlogged.contains_key(&tk) {
+            return;
+        }
+        self.unlogged.insert(tk, None);
+        self.unlogged_order.push_back(tk);
+        while self.unlogged_order.len() > self.config.done_max {
+            if let Some(old) = self.unlogged_order.pop_front() {
+                self.unlogged.remove(&old);
             }
         }
     }
@@ -173,6 +214,7 @@ impl TxnServer {
         tk.attempt == u32::MAX
             || self.active.range(newer..=last).next().is_some()
             || self.done.range(newer..=last).next().is_some()
+            || self.unlogged.range(newer..=last).next().is_some()
     }
 
     fn reply(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, msg: TxnMsg) {
@@ -194,9 +236,8 @@ impl TxnServer {
             ctx.metric("txn.server_became_leader", 1);
             let prepared: Vec<(TxnKey, Vec<Key>)> = self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone())).collect();
             for (tk, keys) in prepared {
-                let keys: Vec<(Key, LockMode)> = keys.into_iter().map(|k| (k, LockMode::Exclusive)).collect();
-                for (k, m) in &keys {
-                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                for k in &keys {
+                    self.locks.entry(*k).or_default().holders.insert(tk);
                 }
                 self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Recovered });
             }
@@ -215,13 +256,19 @@ impl TxnServer {
         for (slot, record) in self.paxos.take_committed() {
             match record {
                 Record::Prepare { tk, keys, writes } => {
+                    // Only a logged outcome (an earlier commit / abort record) skips it: the
+                    // same decision on every replica.
                     if self.done.contains_key(&tk) {
                         continue;
                     }
                     self.prepared.insert(tk, Prepared { keys, writes });
-                    if self.leading {
+                    // Yes only from the ready leader of the ballot that proposed the record: a
+                    // message that deposes this leader may also commit its record (the new
+                    // leader recovered it), before `sync_leadership` has run.
+                    let (ready, ballot) = (self.paxos.is_ready(), self.paxos.ballot());
+                    if self.leading && ready {
                         if let Some(a) = self.active.get_mut(&tk) {
-                            if a.state == State::Preparing {
+                            if a.state == (State::Preparing { ballot }) {
                                 a.state = State::Prepared;
                                 self.stats.prepared += 1;
                                 let shard = self.shard;
@@ -247,7 +294,7 @@ impl TxnServer {
                     if self.prepared.remove(&tk).is_some() {
                         self.stats.aborted += 1;
                     }
-                    self.remember_done(tk, Outcome::Aborted { logged: true });
+                    self.remember_done(tk, Outcome::Aborted);
                     self.finish(ctx, tk);
                 }
             }
@@ -266,10 +313,6 @@ impl TxnServer {
 
     // ---------------------------------------------------------------- locks
 
-    fn conflicts(a: LockMode, b: LockMode) -> bool {
-        a == LockMode::Exclusive || b == LockMode::Exclusive
-    }
-
     /// Releases `tk`'s locks (and wait positions) and grants waiters; with `forget`, drops
     /// its active state too.
     fn release(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, forget: bool) {
@@ -278,7 +321,7 @@ impl TxnServer {
         if forget {
             self.active.remove(&tk);
         }
-        for (k, _) in keys {
+        for k in keys {
             if let Some(l) = self.locks.get_mut(&k) {
                 l.holders.remove(&tk);
                 l.waiters.remove(&prio);
@@ -287,16 +330,16 @@ impl TxnServer {
         }
     }
 
-    /// Grants waiters of `key` in age order while they are compatible with the holders.
+    /// Grants `key` to its oldest waiter once nobody else holds it.
     fn grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
         let mut ready = Vec::new();
         if let Some(l) = self.locks.get_mut(&key) {
-            while let Some((&(age, tk), &mode)) = l.waiters.first_key_value() {
-                if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, mode)) {
+            while let Some(&(age, tk)) = l.waiters.first() {
+                if l.holders.iter().any(|h| *h != tk) {
                     break;
                 }
                 l.waiters.remove(&(age, tk));
-                l.holders.insert(tk, mode);
+                l.holders.insert(tk);
                 ready.push(tk);
             }
             if l.holders.is_empty() && l.waiters.is_empty() {
@@ -319,7 +362,7 @@ impl TxnServer {
     /// coordinator.
     fn refuse(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
         self.release(ctx, tk, true);
-        self.remember_done(tk, Outcome::Aborted { logged: false });
+        self.remember_unlogged(tk);
         self.stats.refused += 1;
         let shard = self.shard;
         self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
@@ -330,7 +373,7 @@ impl TxnServer {
         let values = a
             .keys
             .iter()
-            .map(|(k, _)| {
+            .map(|k| {
                 let v = self.store.get(*k);
                 (*k, v.value, v.version)
             })
@@ -341,13 +384,12 @@ impl TxnServer {
 
     // ---------------------------------------------------------------- requests
 
-    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<(Key, LockMode)>) {
+    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<Key>) {
         self.stats.reads += 1;
         let mut keys = keys;
-        keys.sort_by_key(|(k, _)| *k);
-        keys.dedup_by_key(|(k, _)| *k);
-        if keys.is_empty() || keys.len() > self.config.keys_per_request_max || !keys.iter().all(|(k, _)| self.mine(*k))
-        {
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() || keys.len() > self.config.keys_per_request_max || !keys.iter().all(|k| self.mine(*k)) {
             ctx.metric("txn.server_bad_request", 1);
             return;
         }
@@ -361,7 +403,7 @@ impl TxnServer {
             }
             return;
         }
-        if self.done.contains_key(&tk) || self.superseded(tk) {
+        if self.done.contains_key(&tk) || self.unlogged.contains_key(&tk) || self.superseded(tk) {
             let shard = self.shard;
             self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
             return;
@@ -369,7 +411,7 @@ impl TxnServer {
         if self.cc == Cc::Optimistic {
             let values = keys
                 .iter()
-                .map(|(k, _)| {
+                .map(|k| {
                     let v = self.store.get(*k);
                     (*k, v.value, v.version)
                 })
@@ -393,24 +435,24 @@ impl TxnServer {
             .collect();
         for t in older {
             self.release(ctx, t, true);
-            self.remember_done(t, Outcome::Aborted { logged: false });
+            self.remember_unlogged(t);
         }
         let prio = (age_ns, tk);
         self.active.insert(tk, Active { prio, keys: keys.clone(), state: State::Waiting { missing: keys.len() } });
-        for (k, mode) in &keys {
+        for k in &keys {
             // Wound every younger, unprepared holder that conflicts (again after each round:
             // releasing a victim may grant the key to another younger waiter).
             loop {
                 let victims: Vec<TxnKey> = self.locks.get(k).map_or_else(Vec::new, |l| {
                     l.holders
                         .iter()
-                        .filter(|(h, m)| **h != tk && Self::conflicts(**m, *mode))
-                        .filter(|(h, _)| {
+                        .filter(|h| **h != tk)
+                        .filter(|h| {
                             self.active.get(h).is_some_and(|a| {
                                 a.prio > prio && matches!(a.state, State::Waiting { .. } | State::Locked)
                             })
                         })
-                        .map(|(h, _)| *h)
+                        .copied()
                         .collect()
                 });
                 if victims.is_empty() {
@@ -423,16 +465,15 @@ impl TxnServer {
                 }
             }
             let l = self.locks.entry(*k).or_default();
-            if l.holders.iter().any(|(h, m)| *h != tk && Self::conflicts(*m, *mode)) {
-                l.waiters.insert(prio, *mode);
+            if l.holders.iter().any(|h| *h != tk) {
+                l.waiters.insert(prio);
                 self.stats.lock_waits += 1;
             } else {
-                l.holders.insert(tk, *mode);
+                l.holders.insert(tk);
             }
         }
         // Count at the end: a wound above may have granted a key `tk` was waiting for.
-        let missing =
-            keys.iter().filter(|(k, _)| !self.locks.get(k).is_some_and(|l| l.holders.contains_key(&tk))).count();
+        let missing = keys.iter().filter(|k| !self.locks.get(k).is_some_and(|l| l.holders.contains(&tk))).count();
         if let Some(a) = self.active.get_mut(&tk) {
             if missing == 0 {
                 a.state = State::Locked;
@@ -450,6 +491,10 @@ impl TxnServer {
             self.reply(ctx, tk, vote(outcome == Outcome::Committed));
             return;
         }
+        if self.unlogged.contains_key(&tk) {
+            self.reply(ctx, tk, vote(false));
+            return;
+        }
         if writes.len() > self.config.keys_per_request_max
             || reads.len() > self.config.keys_per_request_max
             || !writes.iter().all(|(k, _)| self.mine(*k))
@@ -459,24 +504,42 @@ impl TxnServer {
             return;
         }
         match self.active.get(&tk).map(|a| a.state.clone()) {
-            Some(State::Preparing) => {}
-            Some(State::Prepared) | Some(State::Deciding) => self.reply(ctx, tk, vote(true)),
+            Some(State::Preparing { .. }) => {}
+            Some(State::Prepared) => self.reply(ctx, tk, vote(true)),
+            // The decision is known (the coordinator only decides after the votes): repeat it.
+            Some(State::Deciding { commit }) => self.reply(ctx, tk, vote(commit)),
             Some(State::Recovered) => self.reply(ctx, tk, vote(false)),
             Some(State::Waiting { .. }) => self.refuse(ctx, tk),
             Some(State::Locked) => {
                 // 2PL: every write must be under an exclusive lock this attempt holds.
                 let a = &self.active[&tk];
-                let covered = writes.iter().all(|(k, _)| a.keys.contains(&(*k, LockMode::Exclusive)));
+                let covered = writes.iter().all(|(k, _)| a.keys.contains(k));
                 if !covered {
                     self.refuse(ctx, tk);
                     return;
                 }
-                let keys = a.keys.iter().map(|(k, _)| *k).collect();
+                // ... and the values the writes derive from must be this leader's: the
+                // coordinator may have taken the values from a deposed leader's late reply
+                // while this leader holds the locks. Under the locks the versions cannot have
+                // changed since this leader read them, so equal versions mean equal values
+                // (a version is the slot of the commit record that wrote it). The test-only
+                // early-release bug skips this second line of defence, which would hide it.
+                let fresh = self.config.unsafe_early_release
+                    || a.keys
+                        .iter()
+                        .all(|k| reads.iter().any(|(rk, ver)| rk == k && self.store.get(*k).version == *ver));
+                if !fresh {
+                    self.stats.stale_reads += 1;
+                    ctx.metric("txn.server_stale_read", 1);
+                    self.refuse(ctx, tk);
+                    return;
+                }
+                let keys = a.keys.clone();
                 self.start_prepare(ctx, tk, keys, writes);
             }
             None if self.cc == Cc::Optimistic => {
                 if self.superseded(tk) || self.active.len() >= self.config.active_max {
-                    self.remember_done(tk, Outcome::Aborted { logged: false });
+                    self.remember_unlogged(tk);
                     self.reply(ctx, tk, vote(false));
                     return;
                 }
@@ -487,34 +550,34 @@ impl TxnServer {
                 if !valid {
                     self.stats.validation_failures += 1;
                     ctx.metric("txn.server_validation_failed", 1);
-                    self.remember_done(tk, Outcome::Aborted { logged: false });
+                    self.remember_unlogged(tk);
                     self.reply(ctx, tk, vote(false));
                     return;
                 }
                 let keys: Vec<Key> = keys.into_iter().collect();
-                let locked: Vec<(Key, LockMode)> = keys.iter().map(|k| (*k, LockMode::Exclusive)).collect();
-                for (k, m) in &locked {
-                    self.locks.entry(*k).or_default().holders.insert(tk, *m);
+                for k in &keys {
+                    self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), keys: locked, state: State::Locked });
+                self.active.insert(tk, Active { prio: (0, tk), keys: keys.clone(), state: State::Locked });
                 self.start_prepare(ctx, tk, keys, writes);
             }
             None => {
                 // 2PL: the locks are gone (wounded, a new leader, or never taken).
-                self.remember_done(tk, Outcome::Aborted { logged: false });
+                self.remember_unlogged(tk);
                 self.reply(ctx, tk, vote(false));
             }
         }
     }
 
     fn start_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, keys: Vec<Key>, writes: Vec<(Key, Value)>) {
+        let ballot = self.paxos.ballot();
         if let Some(a) = self.active.get_mut(&tk) {
-            a.state = State::Preparing;
+            a.state = State::Preparing { ballot };
         }
         if !self.propose(ctx, Record::Prepare { tk, keys, writes }) {
             // The log refuses (overloaded): vote no.
             self.release(ctx, tk, true);
-            self.remember_done(tk, Outcome::Aborted { logged: false });
+            self.remember_unlogged(tk);
             let shard = self.shard;
             self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: false });
         }
@@ -522,23 +585,16 @@ impl TxnServer {
 
     fn on_decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, commit: bool) {
         let shard = self.shard;
-        match self.done.get(&tk) {
-            Some(Outcome::Aborted { logged: false }) if !commit && self.stale_prepares_possible() => {
-                self.log_abort(ctx, tk);
-                return;
-            }
-            Some(_) => {
-                self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
-                return;
-            }
-            None => {}
+        if self.done.contains_key(&tk) {
+            self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+            return;
         }
         let state = self.active.get(&tk).map(|a| a.state.clone());
         match state {
-            Some(State::Deciding) => {}
-            Some(before @ (State::Preparing | State::Prepared | State::Recovered)) => {
+            Some(State::Deciding { .. }) => {}
+            Some(before @ (State::Preparing { .. } | State::Prepared | State::Recovered)) => {
                 if let Some(a) = self.active.get_mut(&tk) {
-                    a.state = State::Deciding;
+                    a.state = State::Deciding { commit };
                 }
                 let record = if commit { Record::Commit { tk } } else { Record::Abort { tk } };
                 if !self.propose(ctx, record) {
@@ -550,7 +606,7 @@ impl TxnServer {
             }
             Some(State::Waiting { .. }) | Some(State::Locked) | None if !commit => {
                 self.release(ctx, tk, true);
-                self.remember_done(tk, Outcome::Aborted { logged: false });
+                self.remember_unlogged(tk);
                 if self.stale_prepares_possible() {
                     self.log_abort(ctx, tk);
                 } else {
@@ -572,9 +628,20 @@ impl TxnServer {
     }
 
     /// Records an abort decided without a log record in the log too (acknowledged on apply).
+    /// Once per ballot: a resent `Decide(abort)` waits for the record already proposed (a new
+    /// ballot may have lost it, so it is proposed again there).
     fn log_abort(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        let ballot = self.paxos.ballot();
+        if self.unlogged.get(&tk) == Some(&Some(ballot)) {
+            return;
+        }
         ctx.metric("txn.server_abort_logged", 1);
-        self.propose(ctx, Record::Abort { tk });
+        if self.paxos.propose(ctx, Record::Abort { tk }).is_ok() {
+            if let Some(b) = self.unlogged.get_mut(&tk) {
+                *b = Some(ballot);
+            }
+        }
+        self.apply_committed(ctx);
     }
 }
 
