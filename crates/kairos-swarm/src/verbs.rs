@@ -69,6 +69,31 @@ pub enum VerbError {
     NodeCrashed(MemNodeId),
 }
 
+/// Checks that `len` bytes at `addr` fit a node of `node_len` bytes and are not too many.
+pub fn check_range(node_len: u64, addr: Addr, len: u64) -> Result<(), VerbError> {
+    if len > u64::from(VERB_BYTES_MAX) {
+        return Err(VerbError::TooLarge(len));
+    }
+    match addr.checked_add(len) {
+        Some(end) if end <= node_len => Ok(()),
+        _ => Err(VerbError::OutOfBounds { addr, len, node_len }),
+    }
+}
+
+/// Checks `verb` against a node of `node_len` bytes (every backend refuses the same verbs).
+pub fn check_verb(node_len: u64, verb: &Verb) -> Result<(), VerbError> {
+    match verb {
+        Verb::Read { addr, len } => check_range(node_len, *addr, u64::from(*len)),
+        Verb::Write { addr, data } => check_range(node_len, *addr, data.len() as u64),
+        Verb::Cas { addr, .. } => {
+            if addr % 8 != 0 {
+                return Err(VerbError::Misaligned(*addr));
+            }
+            check_range(node_len, *addr, 8)
+        }
+    }
+}
+
 /// A node's bytes as 8-byte little-endian words, with the verb semantics above (applied
 /// whole: the single-threaded backends decide themselves where tearing may happen).
 #[derive(Clone, Debug)]
@@ -88,27 +113,12 @@ impl MemoryImage {
 
     /// Checks that `len` bytes at `addr` are inside the node and not too many.
     pub fn check_range(&self, addr: Addr, len: u64) -> Result<(), VerbError> {
-        if len > u64::from(VERB_BYTES_MAX) {
-            return Err(VerbError::TooLarge(len));
-        }
-        match addr.checked_add(len) {
-            Some(end) if end <= self.len_bytes() => Ok(()),
-            _ => Err(VerbError::OutOfBounds { addr, len, node_len: self.len_bytes() }),
-        }
+        check_range(self.len_bytes(), addr, len)
     }
 
     /// Checks a verb without applying it.
     pub fn check(&self, verb: &Verb) -> Result<(), VerbError> {
-        match verb {
-            Verb::Read { addr, len } => self.check_range(*addr, u64::from(*len)),
-            Verb::Write { addr, data } => self.check_range(*addr, data.len() as u64),
-            Verb::Cas { addr, .. } => {
-                if addr % 8 != 0 {
-                    return Err(VerbError::Misaligned(*addr));
-                }
-                self.check_range(*addr, 8)
-            }
-        }
+        check_verb(self.len_bytes(), verb)
     }
 
     /// Applies one verb whole.

@@ -160,6 +160,28 @@ impl RunOutcome {
         t
     }
 
+    /// Median commit latency (invocation → ok, true time) of the coordinators in `region`, ms;
+    /// NaN if none committed.
+    pub fn median_latency_ms(&self, region: &str) -> f64 {
+        let mut open = BTreeMap::new();
+        let mut latencies_ms = Vec::new();
+        for r in self.history.iter().filter(|r| self.region_of_process(r.event.process) == Some(region)) {
+            match r.event.op_type {
+                kairos_core::OpType::Invoke => {
+                    open.insert(r.event.process, r.time);
+                }
+                kairos_core::OpType::Ok => {
+                    if let Some(t) = open.remove(&r.event.process) {
+                        latencies_ms.push(r.time.saturating_sub(t) as f64 / 1e6);
+                    }
+                }
+                _ => {}
+            }
+        }
+        latencies_ms.sort_by(f64::total_cmp);
+        latencies_ms.get(latencies_ms.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+
     /// The region of the coordinator that ran Jepsen process `p`.
     pub fn region_of_process(&self, p: u64) -> Option<&str> {
         self.process_regions.iter().find(|(a, b, _)| (*a..*b).contains(&p)).map(|(_, _, r)| r.as_str())

@@ -69,29 +69,6 @@ where
     Ran { totals, report, metrics: world.sim.metrics().clone(), drained }
 }
 
-fn median_latency_ms(out: &RunOutcome, region: &str) -> f64 {
-    let mut open = std::collections::BTreeMap::new();
-    let mut lat = Vec::new();
-    for r in &out.history {
-        if out.region_of_process(r.event.process) != Some(region) {
-            continue;
-        }
-        match r.event.op_type {
-            OpType::Invoke => {
-                open.insert(r.event.process, r.time);
-            }
-            OpType::Ok => {
-                if let Some(t) = open.remove(&r.event.process) {
-                    lat.push((r.time - t) as f64 / 1e6);
-                }
-            }
-            _ => {}
-        }
-    }
-    lat.sort_by(f64::total_cmp);
-    lat[lat.len() / 2]
-}
-
 fn contended(load: f64, skew: f64) -> Bench {
     Bench {
         load_txn_per_s: load,
@@ -119,7 +96,7 @@ fn no_contention_latency_is_two_wide_area_round_trips_plus_one_paxos_round() {
             assert_eq!(t.aborted_attempts, 0, "no contention, no wounds");
         }
         for region in ["sc", "fi", "br", "hk"] {
-            let median = median_latency_ms(&out, region);
+            let median = out.median_latency_ms(region);
             let analytic = kairos_txn::twopc::analytic_latency(region, "sc", &["sc", "fi", "br"]).unwrap();
             let analytic = analytic.as_secs_f64() * 1e3;
             eprintln!("{name} {region}: median {median:.1} ms, analytic {analytic:.1} ms");

@@ -22,30 +22,6 @@ fn run(bench: &Bench, config: &TapirConfig) -> (RunOutcome, CheckReport) {
     (out, report)
 }
 
-/// Median commit latency (invoke → ok, true time) of the coordinators in `region`, ms.
-fn median_latency_ms(out: &RunOutcome, region: &str) -> f64 {
-    let mut open = BTreeMap::new();
-    let mut lat = Vec::new();
-    for r in &out.history {
-        if out.region_of_process(r.event.process) != Some(region) {
-            continue;
-        }
-        match r.event.op_type {
-            OpType::Invoke => {
-                open.insert(r.event.process, r.time);
-            }
-            OpType::Ok => {
-                if let Some(t) = open.remove(&r.event.process) {
-                    lat.push((r.time - t) as f64 / 1e6);
-                }
-            }
-            _ => {}
-        }
-    }
-    lat.sort_by(f64::total_cmp);
-    lat.get(lat.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 #[test]
 fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip() {
     let bench = Bench { load_txn_per_s: 400.0, skew: 0.0, duration: Duration::from_secs(3), ..Bench::default() };
@@ -57,7 +33,7 @@ fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip(
     assert_eq!((t.failed, t.unknown), (0, 0), "{t:?}");
     for (region, s) in out.stats_by_region() {
         let fast_share = s.committed_fast as f64 / s.committed as f64;
-        let median_ms = median_latency_ms(&out, &region);
+        let median_ms = out.median_latency_ms(&region);
         let analytic_ms = analytic_latency(&bench, &region).unwrap().as_secs_f64() * 1e3;
         eprintln!("{region}: median {median_ms:.1} ms, analytic {analytic_ms:.1} ms, fast share {fast_share:.3}");
         assert!(fast_share > 0.99, "{region}: {s:?}");
@@ -74,7 +50,7 @@ fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip(
             .fold(0.0, f64::max)
     };
     for region in ["sc", "fi", "br"] {
-        let median_ms = median_latency_ms(&out, region);
+        let median_ms = out.median_latency_ms(region);
         assert!(median_ms < 1.1 * wrtt_ms(region), "{region}: {median_ms} ms is one WRTT ({} ms)", wrtt_ms(region));
     }
 }

@@ -18,7 +18,7 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::verbs::{Addr, Verb, VerbError, VerbOutcome, VERB_BYTES_MAX};
+use crate::verbs::{Addr, Verb, VerbError, VerbOutcome};
 
 /// A node's bytes as shared 8-byte words, little-endian within a word.
 #[derive(Clone, Copy, Debug)]
@@ -37,27 +37,12 @@ impl<'a> AtomicWords<'a> {
 
     /// Checks that `len` bytes at `addr` are inside the node and not too many.
     pub fn check_range(&self, addr: Addr, len: u64) -> Result<(), VerbError> {
-        if len > u64::from(VERB_BYTES_MAX) {
-            return Err(VerbError::TooLarge(len));
-        }
-        match addr.checked_add(len) {
-            Some(end) if end <= self.len_bytes() => Ok(()),
-            _ => Err(VerbError::OutOfBounds { addr, len, node_len: self.len_bytes() }),
-        }
+        crate::verbs::check_range(self.len_bytes(), addr, len)
     }
 
     /// Checks a verb without applying it.
     pub fn check(&self, verb: &Verb) -> Result<(), VerbError> {
-        match verb {
-            Verb::Read { addr, len } => self.check_range(*addr, u64::from(*len)),
-            Verb::Write { addr, data } => self.check_range(*addr, data.len() as u64),
-            Verb::Cas { addr, .. } => {
-                if addr % 8 != 0 {
-                    return Err(VerbError::Misaligned(*addr));
-                }
-                self.check_range(*addr, 8)
-            }
-        }
+        crate::verbs::check_verb(self.len_bytes(), verb)
     }
 
     /// Applies one verb (atomically only if it is a CAS or an aligned 8-byte access).
