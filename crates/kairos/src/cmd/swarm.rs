@@ -54,6 +54,7 @@ pub struct SwarmBenchArgs {
     /// Operations in flight per client.
     #[arg(long, default_value_t = 1)]
     pub inflight: usize,
+    /// Keys loaded before the run (every key is on `--replicas` memory nodes; paper: 100,000).
     #[arg(long, default_value_t = 100_000)]
     pub keys: u64,
     /// Key size, bytes.
@@ -62,6 +63,7 @@ pub struct SwarmBenchArgs {
     /// Value size, bytes (at least 8: a value carries its unique id for the checker).
     #[arg(long, default_value_t = 64)]
     pub value_size: u32,
+    /// Copies of every key, one per memory node (RAW keeps one).
     #[arg(long, default_value_t = 3)]
     pub replicas: u32,
     /// Warm-up operations (all clients together; run cheaply, not measured). The paper uses 1,000,000.
