@@ -25,12 +25,10 @@ use rand::{Rng as _, SeedableRng};
 
 use crate::backend::{BackendError, MemoryBackend};
 use crate::client::{KvOp, OpKind};
-use crate::direct::DirectMemory;
 use crate::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
-use crate::engine::{Client, ClientConfig, Protocol};
-use crate::index;
+use crate::engine::{Client, Protocol};
 use crate::layout::Layout;
-use crate::sim::{check_per_key, LatencyUs, Outcome, RunError, SwarmRun};
+use crate::sim::{check_per_key, LatencyUs, Outcome, RunError, SwarmRun, Warmed};
 use crate::verbs::{Chain, MemoryImage, Verb, VerbOutcome};
 use crate::ycsb::{self, Ycsb};
 
@@ -105,62 +103,20 @@ impl RealRun {
     /// Deterministic: every process that prepares the same run gets the same images, clients
     /// and warm-up values (so clients of one run can be split over processes).
     pub fn prepare(&self) -> Result<Prepared, RunError> {
-        let r = &self.run;
-        if r.clients == 0 || r.inflight == 0 {
-            return Err(RunError::Bad("need at least one client and one operation in flight".into()));
-        }
         let layout = self.layout()?;
-        let ycsb = Ycsb::new(r.workload, r.keys, r.key_size)?;
-        let value_size = layout.config.value_size;
-        let ts_epoch = LocalTime(0);
-        let mut images: Vec<MemoryImage> =
-            (0..layout.config.memory_nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
-        let keys = (0..r.keys).map(|k| (ycsb.key_bytes(k), ycsb::value_bytes(0, value_size)));
-        let load = index::bulk_load(&layout, &mut images, keys, 1).map_err(RunError::Load)?;
-        let mut clients: Vec<Client> = (0..r.clients)
-            .map(|w| {
-                let mut cfg = ClientConfig::new(r.protocol, w, layout.clone(), ts_epoch);
-                cfg.unsafe_switch = r.unsafe_switch;
-                cfg.inflight_max = r.inflight.max(1) * 2;
-                cfg.chain_timeout = self.chain_timeout;
-                cfg.op_timeout = self.op_timeout;
-                cfg.grace = if r.recycling { self.grace } else { Duration::MAX };
-                let mut c = Client::new(cfg);
-                c.absorb_load(&load);
-                c
-            })
-            .collect();
-        let mut direct = DirectMemory::new(images);
-        let mut warm_rng = rand_chacha::ChaCha8Rng::seed_from_u64(r.seed ^ 0x7761_726d);
-        let mut now = LocalTime::from_millis(1);
-        let mut last_value: BTreeMap<u64, u64> = BTreeMap::new();
-        for i in 0..r.warmup {
-            let y = ycsb.next(&mut warm_rng);
-            let key = if r.single_key_contention { 0 } else { y.key };
-            let c = &mut clients[(i % u64::from(r.clients)) as usize];
-            let op = if y.update {
-                let vid = (1 << 62) | (i + 1);
-                last_value.insert(key, vid);
-                KvOp::Update { key: ycsb.key_bytes(key), value: ycsb::value_bytes(vid, value_size) }
-            } else {
-                KvOp::Get { key: ycsb.key_bytes(key) }
-            };
-            if let Err(e) = direct.run_op(c, i, op, &mut now).result {
-                return Err(RunError::Bad(format!("warm-up operation {i} failed: {e}")));
-            }
-        }
+        let (chain_timeout, op_timeout) = (self.chain_timeout, self.op_timeout);
+        let grace = if self.run.recycling { self.grace } else { Duration::MAX };
+        let Warmed { ycsb, images, clients, last_value, warmed_at: now } =
+            self.run.load_and_warm_up(&layout, LocalTime(0), |cfg| {
+                cfg.chain_timeout = chain_timeout;
+                cfg.op_timeout = op_timeout;
+                cfg.grace = grace;
+            })?;
         // Timestamps cover ~9 minutes of local time from the epoch: leave room for the run.
         if now.as_nanos() > 60_000_000_000 {
             return Err(RunError::Bad("warm-up too long for the timestamp epoch; lower --warmup".into()));
         }
-        Ok(Prepared {
-            layout,
-            ycsb,
-            images: std::mem::take(&mut direct.images),
-            clients,
-            last_value,
-            local_clock_base_ns: now.as_nanos() + 1_000_000_000,
-        })
+        Ok(Prepared { layout, ycsb, images, clients, last_value, local_clock_base_ns: now.as_nanos() + 1_000_000_000 })
     }
 
     /// Phase 2: copies the prepared node images into `backend` (zeroed nodes of the layout's size).

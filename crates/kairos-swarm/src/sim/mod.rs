@@ -176,6 +176,17 @@ impl Outcome {
     }
 }
 
+/// Node images, clients and warm-up values after [`SwarmRun::load_and_warm_up`].
+pub(crate) struct Warmed {
+    pub ycsb: Ycsb,
+    pub images: Vec<MemoryImage>,
+    pub clients: Vec<Client>,
+    /// The last value id the warm-up wrote per key (the checker's initial values).
+    pub last_value: BTreeMap<u64, u64>,
+    /// Local time when the warm-up ended.
+    pub warmed_at: LocalTime,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("{0}")]
@@ -213,33 +224,37 @@ impl SwarmRun {
         Ok(Layout::new(cfg)?)
     }
 
-    pub fn run(&self) -> Result<Outcome, RunError> {
+    /// Loads every key into fresh node images, makes the clients (each configured by
+    /// `configure` after the run's own settings), and runs the warm-up through them on the
+    /// direct backend. Deterministic from the seed, so every backend starts from the same
+    /// memory, clients and warm-up values. The warm-up starts 1 ms after `ts_epoch`.
+    pub(crate) fn load_and_warm_up(
+        &self,
+        layout: &Layout,
+        ts_epoch: LocalTime,
+        configure: impl Fn(&mut ClientConfig),
+    ) -> Result<Warmed, RunError> {
         if self.clients == 0 || self.inflight == 0 {
             return Err(RunError::Bad("need at least one client and one operation in flight".into()));
         }
-        let layout = self.layout()?;
         let ycsb = Ycsb::new(self.workload, self.keys, self.key_size)?;
         let value_size = layout.config.value_size;
-        let ts_epoch = LocalTime(SIM_EPOCH_NS - 10_000_000_000);
         // Load: every key gets an initial value (value id 0 stands for "initial" = nil).
         let mut images: Vec<MemoryImage> =
             (0..layout.config.memory_nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
         let keys = (0..self.keys).map(|k| (ycsb.key_bytes(k), ycsb::value_bytes(0, value_size)));
-        let load = index::bulk_load(&layout, &mut images, keys, 1).map_err(RunError::Load)?;
+        let load = index::bulk_load(layout, &mut images, keys, 1).map_err(RunError::Load)?;
         let mut clients: Vec<Client> = (0..self.clients)
             .map(|w| {
                 let mut cfg = ClientConfig::new(self.protocol, w, layout.clone(), ts_epoch);
                 cfg.unsafe_switch = self.unsafe_switch;
                 cfg.inflight_max = self.inflight.max(1) * 2;
-                if !self.recycling {
-                    cfg.grace = Duration::MAX;
-                }
+                configure(&mut cfg);
                 let mut c = Client::new(cfg);
                 c.absorb_load(&load);
                 c
             })
             .collect();
-        // Warm-up on the direct backend.
         let mut direct = DirectMemory::new(images);
         let mut warm_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7761_726d);
         let mut now = LocalTime(ts_epoch.as_nanos() + 1_000_000);
@@ -255,11 +270,24 @@ impl SwarmRun {
             } else {
                 KvOp::Get { key: ycsb.key_bytes(key) }
             };
-            let done = direct.run_op(c, i, op, &mut now);
-            if let Err(e) = done.result {
+            if let Err(e) = direct.run_op(c, i, op, &mut now).result {
                 return Err(RunError::Bad(format!("warm-up operation {i} failed: {e}")));
             }
         }
+        Ok(Warmed { ycsb, images: std::mem::take(&mut direct.images), clients, last_value, warmed_at: now })
+    }
+
+    pub fn run(&self) -> Result<Outcome, RunError> {
+        let layout = self.layout()?;
+        let ts_epoch = LocalTime(SIM_EPOCH_NS - 10_000_000_000);
+        let recycling = self.recycling;
+        let Warmed { ycsb, images, clients, last_value, warmed_at: now } =
+            self.load_and_warm_up(&layout, ts_epoch, |cfg| {
+                if !recycling {
+                    cfg.grace = Duration::MAX;
+                }
+            })?;
+        let value_size = layout.config.value_size;
         if now.as_nanos() >= SIM_EPOCH_NS - 1_000_000_000 {
             return Err(RunError::Bad("warm-up too long for the timestamp epoch; lower --warmup".into()));
         }
@@ -270,7 +298,7 @@ impl SwarmRun {
         let mut sim: Sim<SwarmMsg> = Sim::new(config, matrix);
         let rack = RegionId(0);
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0xc10c);
-        for img in std::mem::take(&mut direct.images) {
+        for img in images {
             let mut img = Some(img);
             let (len, piece) = (layout.node_bytes(), self.piece_ns_max);
             sim.add_node(rack, SimClock::perfect(), move |_| {
