@@ -160,6 +160,28 @@ pub fn write_placeholder(txn: TxnId, key: Key) -> Value {
     (1 << 62) | ((txn.0 ^ key.rotate_left(32)) & LOW)
 }
 
+/// The invocation's micro-ops of a transaction incrementing `keys` (see the module docs):
+/// per key, a read of unknown value and a write of the placeholder.
+pub fn increment_invocation(txn: TxnId, keys: &[Key]) -> Vec<MicroOp> {
+    keys.iter()
+        .flat_map(|&key| {
+            [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
+        })
+        .collect()
+}
+
+/// The completion's micro-ops of a committed increment: per key, the value `read(key)`
+/// returned (0, a never-written key, is the initial `null`) and the value written, one more.
+pub fn increment_completion(keys: &[Key], mut read: impl FnMut(Key) -> Value) -> Vec<MicroOp> {
+    let mut ops = Vec::with_capacity(2 * keys.len());
+    for &key in keys {
+        let v = read(key);
+        ops.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
+        ops.push(MicroOp::Write { key, value: v.saturating_add(1) });
+    }
+    ops
+}
+
 /// A time-ordered window of OWD samples with an order-statistic split: `lower` holds the
 /// `rank` smallest samples (rank = nearest rank of the percentile), `upper` the rest, so the
 /// estimate is `lower`'s maximum and every update costs O(log n).
@@ -397,12 +419,7 @@ impl Coordinator {
                     self.next_slot += 1;
                     self.next_slot - 1
                 });
-                let invoke: Vec<MicroOp> = keys
-                    .iter()
-                    .flat_map(|&key| {
-                        [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
-                    })
-                    .collect();
+                let invoke = increment_invocation(txn, &keys);
                 ctx.record(HistoryEvent::new(OpType::Invoke, self.process_id_base + slot, "txn", invoke.clone()));
                 let p = Pending {
                     keys,
@@ -570,17 +587,14 @@ impl Coordinator {
         let Some(p) = self.pending.get(&txn) else { return };
         let Some(all_fast) = self.committed_path(p) else { return };
         let Some(p) = self.pending.remove(&txn) else { return };
-        let mut value = Vec::with_capacity(2 * p.keys.len());
-        for &key in &p.keys {
+        let value = increment_completion(&p.keys, |key| {
             let v = p.pieces.iter().find_map(|pc| {
                 let i = pc.reads.iter().position(|k| *k == key)?;
                 let leader = *self.topology.leader.get(pc.shard as usize)?;
                 p.replies.get(&(pc.shard, leader))?.fast.as_ref()?.values.get(i).copied()
             });
-            let v = v.unwrap_or(0);
-            value.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
-            value.push(MicroOp::Write { key, value: v.saturating_add(1) });
-        }
+            v.unwrap_or(0)
+        });
         ctx.record(HistoryEvent::new(OpType::Ok, self.process_id_base + p.slot, "txn", value));
         ctx.cancel_timer(retry_timer(txn));
         self.free_slots.insert(p.slot);

@@ -54,8 +54,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, ReadValue, TimerId};
-use kairos_tiga::coordinator::{write_placeholder, OpenLoop};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, TimerId};
+use kairos_tiga::coordinator::{increment_completion, increment_invocation, OpenLoop};
 use kairos_tiga::msg::{Key, TxnId, Value};
 use kairos_tiga::workload::TxnSource;
 use rand::Rng as _;
@@ -320,12 +320,7 @@ impl TxnShell {
             self.next_slot += 1;
             self.next_slot - 1
         });
-        let invoke: Vec<MicroOp> = keys
-            .iter()
-            .flat_map(|&key| {
-                [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
-            })
-            .collect();
+        let invoke = increment_invocation(txn, &keys);
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(txn, Pending { keys: keys.clone(), slot, attempt: 1, invoke });
         self.stats.invoked += 1;
@@ -340,12 +335,7 @@ impl TxnShell {
     /// (and records nothing) if `txn` is not in flight.
     pub fn committed<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, reads: &[(Key, Value)], fast: bool) -> bool {
         let Some(p) = self.pending.remove(&txn) else { return false };
-        let mut value = Vec::with_capacity(2 * p.keys.len());
-        for &key in &p.keys {
-            let v = reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v);
-            value.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
-            value.push(MicroOp::Write { key, value: v.saturating_add(1) });
-        }
+        let value = increment_completion(&p.keys, |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v));
         ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
         self.free_slots.insert(p.slot);
         self.stats.committed += 1;
@@ -427,7 +417,7 @@ impl TxnShell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kairos_core::{Effect, NodeId, Rng};
+    use kairos_core::{Effect, NodeId, ReadValue, Rng};
     use kairos_tiga::workload::FixedKeys;
     use rand::SeedableRng;
 
