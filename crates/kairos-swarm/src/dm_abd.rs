@@ -16,22 +16,8 @@ use std::collections::BTreeMap;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
-    let primary = c.primary(slot);
     let get = matches!(op.op, KvOp::Get { .. });
-    let l = &c.cfg.layout;
-    let chains = c
-        .alive_replicas(slot)
-        .into_iter()
-        .map(|node| {
-            let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
-            let mut shape = Shape { words: Some(0), ..Shape::default() };
-            if get && Some(node) == primary {
-                verbs.push(Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() });
-                shape.inplace = Some(1);
-            }
-            (node, verbs, shape)
-        })
-        .collect();
+    let chains = c.meta_read_chains(slot, get);
     let need = c.majority();
     c.send_round(op, Stage::AbdRead, chains, need, now, out);
 }

@@ -279,6 +279,24 @@ impl Client {
     pub(crate) fn primary(&self, slot: u64) -> Option<MemNodeId> {
         self.alive_replicas(slot).first().copied()
     }
+    /// One chain per live replica of `slot` reading its metadata words, and on the primary
+    /// also the in-place copy when `with_inplace` (the read round of SWARM-KV and DM-ABD).
+    pub(crate) fn meta_read_chains(&self, slot: u64, with_inplace: bool) -> Vec<(MemNodeId, Vec<Verb>, Shape)> {
+        let primary = self.primary(slot);
+        let l = &self.cfg.layout;
+        self.alive_replicas(slot)
+            .into_iter()
+            .map(|node| {
+                let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
+                let mut shape = Shape { words: Some(0), ..Shape::default() };
+                if with_inplace && Some(node) == primary {
+                    verbs.push(Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() });
+                    shape.inplace = Some(1);
+                }
+                (node, verbs, shape)
+            })
+            .collect()
+    }
     pub(crate) fn my_word(&self, slot: u64, node: MemNodeId) -> u64 {
         self.my_words.get(&(slot, node)).copied().unwrap_or(0)
     }

@@ -288,21 +288,7 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 
 fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
-    let primary = c.primary(slot);
-    let l = &c.cfg.layout;
-    let chains = c
-        .alive_replicas(slot)
-        .into_iter()
-        .map(|node| {
-            let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
-            let mut shape = Shape { words: Some(0), ..Shape::default() };
-            if Some(node) == primary {
-                verbs.push(Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() });
-                shape.inplace = Some(1);
-            }
-            (node, verbs, shape)
-        })
-        .collect();
+    let chains = c.meta_read_chains(slot, true);
     let need = c.majority();
     c.send_round(op, Stage::Read, chains, need, now, out);
 }
