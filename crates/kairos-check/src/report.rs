@@ -62,22 +62,62 @@ pub struct Anomaly {
     pub checker: String,
 }
 
-/// What one checker concluded.
+/// What one checker concluded *about the model asked*. A checker that proved a weaker model
+/// (say, serializability when strict serializability was asked) answers `None` and says so in
+/// `detail`: a proof of the weaker model is not a proof of the stronger one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CheckerVerdict {
     pub name: String,
     pub version: String,
-    /// `None`: unknown (budget exhausted, history outside what the checker supports, ...).
+    /// `Some(true)`: proved the asked model; `Some(false)`: found a violation of it; `None`:
+    /// unknown (budget exhausted, history outside what the checker supports, weaker model only).
     pub valid: Option<bool>,
     pub detail: String,
+}
+
+/// The combined verdict. Unknown is never valid.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Some checker proved the asked model, and none found an anomaly.
+    Valid,
+    /// Some checker found an anomaly (or two checkers disagree).
+    Invalid,
+    /// No checker could decide: neither a proof nor an anomaly.
+    Unknown,
+}
+
+impl Verdict {
+    /// The exit status of `kairos check`: 0 valid, 1 anomaly, 3 unknown (2 is unreadable input).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Valid => 0,
+            Verdict::Invalid => 1,
+            Verdict::Unknown => 3,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Valid => "VALID",
+            Verdict::Invalid => "INVALID",
+            Verdict::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The combined verdict of every checker run for a model.
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckReport {
     pub model: Model,
-    /// True only if no checker found an anomaly, no two checkers disagree, and at least one
-    /// checker positively validated the history.
+    pub verdict: Verdict,
+    /// `verdict == Valid`: kept for readers of older reports.
     pub valid: bool,
     /// Completed (`ok`, `fail` or `info`) operations checked.
     pub ops: usize,
@@ -85,6 +125,12 @@ pub struct CheckReport {
     pub checkers: Vec<CheckerVerdict>,
     /// Set when two checkers reached opposite verdicts: a bug in one of them.
     pub disagreement: Option<String>,
+    /// For an unknown verdict: why, and what would settle it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_why: Option<String>,
+    /// How the input was read: where real-time order came from, records skipped, keys renamed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl CheckReport {
@@ -104,8 +150,32 @@ impl CheckReport {
                 no.join(", ")
             )
         });
-        let valid = no.is_empty() && !yes.is_empty() && anomalies.is_empty() && disagreement.is_none();
-        CheckReport { model, valid, ops, anomalies, checkers, disagreement }
+        let verdict = if !no.is_empty() || !anomalies.is_empty() || disagreement.is_some() {
+            Verdict::Invalid
+        } else if !yes.is_empty() {
+            Verdict::Valid
+        } else {
+            Verdict::Unknown
+        };
+        let unknown_why = (verdict == Verdict::Unknown).then(|| {
+            let why: Vec<String> = checkers.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect();
+            format!(
+                "no checker proved {model} and none found an anomaly ({}). To settle it: raise the search budget \
+                 (`--search-budget`), check a smaller part of the history, or check a weaker model",
+                why.join("; ")
+            )
+        });
+        CheckReport {
+            model,
+            verdict,
+            valid: verdict == Verdict::Valid,
+            ops,
+            anomalies,
+            checkers,
+            disagreement,
+            unknown_why,
+            notes: Vec::new(),
+        }
     }
 
     /// Names of the anomalies a given checker reported.
@@ -121,8 +191,10 @@ impl CheckReport {
 
 impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.valid { "VALID" } else { "INVALID" };
-        writeln!(f, "{verdict}: {} operations checked against {}", self.ops, self.model)?;
+        writeln!(f, "{}: {} operations checked against {}", self.verdict, self.ops, self.model)?;
+        for n in &self.notes {
+            writeln!(f, "  note: {n}")?;
+        }
         if let Some(d) = &self.disagreement {
             writeln!(f, "!!! {d} !!!")?;
         }
@@ -141,8 +213,8 @@ impl fmt::Display for CheckReport {
                 writeln!(f, "    {line}")?;
             }
         }
-        if !self.valid && self.anomalies.is_empty() && self.disagreement.is_none() {
-            writeln!(f, "no checker could validate this history (all verdicts unknown)")?;
+        if let Some(why) = &self.unknown_why {
+            writeln!(f, "unknown: {why}")?;
         }
         Ok(())
     }

@@ -11,27 +11,32 @@ use todc_utils::linearizability::history::{Action, History};
 use todc_utils::linearizability::WGLChecker;
 use todc_utils::specifications::Specification;
 
-use super::{apply, KeyOp, LinOp};
+use super::{apply, KeyOp, LinOp, State, Texts};
 
 pub(crate) const NAME: &str = "todc-utils";
 pub(crate) const VERSION: &str = "0.1.1";
 pub(crate) const MAX_OPS: usize = 3000;
 
-struct Register;
+/// The same sequential object as ours ([`apply`]); todc-utils' `apply` has no `self`, so each
+/// operation carries the value texts it may need.
+struct Object;
 
-impl Specification for Register {
-    type State = Option<u64>;
-    type Operation = LinOp;
-    fn init() -> Option<u64> {
-        None
+#[derive(Clone, Debug)]
+struct TextOp(LinOp, Texts);
+
+impl Specification for Object {
+    type State = State;
+    type Operation = TextOp;
+    fn init() -> State {
+        Vec::new()
     }
-    fn apply(op: &LinOp, s: &Option<u64>) -> (bool, Option<u64>) {
-        apply(op, *s)
+    fn apply(op: &TextOp, s: &State) -> (bool, State) {
+        apply(&op.0, s, &op.1)
     }
 }
 
 /// `None` when skipped (too large) or when todc-utils panicked.
-pub(crate) fn linearizable(ops: &[KeyOp]) -> Option<bool> {
+pub(crate) fn linearizable(ops: &[KeyOp], texts: &Texts) -> Option<bool> {
     if ops.is_empty() {
         return Some(true);
     }
@@ -44,9 +49,12 @@ pub(crate) fn linearizable(ops: &[KeyOp]) -> Option<bool> {
         ev.push((o.end.unwrap_or(usize::MAX), true, i));
     }
     ev.sort_unstable();
-    let actions: Vec<(usize, Action<LinOp>)> = ev
+    let actions: Vec<(usize, Action<TextOp>)> = ev
         .into_iter()
-        .map(|(_, ret, i)| (i, if ret { Action::Response(ops[i].op) } else { Action::Call(ops[i].op) }))
+        .map(|(_, ret, i)| {
+            let op = TextOp(ops[i].op.clone(), texts.clone());
+            (i, if ret { Action::Response(op) } else { Action::Call(op) })
+        })
         .collect();
-    std::panic::catch_unwind(move || WGLChecker::<Register>::is_linearizable(History::from_actions(actions))).ok()
+    std::panic::catch_unwind(move || WGLChecker::<Object>::is_linearizable(History::from_actions(actions))).ok()
 }

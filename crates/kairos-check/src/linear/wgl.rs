@@ -5,11 +5,12 @@
 //! if that is legal and the (linearized set, state) pair is new, we lift the call and its return
 //! out of the list and restart from the head. Reaching a return whose call is still in the
 //! list means the most recent choice was wrong: undo it and try the next call after it. The
-//! linearized set is kept as two independent 64-bit Zobrist digests.
+//! linearized set is kept as two independent 64-bit Zobrist digests, the state as a 64-bit
+//! digest of its values.
 
 use std::collections::HashSet;
 
-use super::{apply, KeyOp};
+use super::{apply, KeyOp, State, Texts};
 
 pub(crate) const NAME: &str = "kairos-wgl";
 
@@ -30,9 +31,14 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-pub(crate) fn linearizable(ops: &[KeyOp]) -> bool {
+fn state_digest(s: &State) -> u64 {
+    s.iter().fold(mix(s.len() as u64), |h, v| mix(h.rotate_left(21) ^ *v))
+}
+
+/// `None` when `budget` steps did not settle it.
+pub(crate) fn linearizable(ops: &[KeyOp], texts: &Texts, budget: u64) -> Option<bool> {
     if ops.is_empty() {
-        return true;
+        return Some(true);
     }
     // Events: (time, is_return, op). Calls before returns at equal positions cannot happen
     // (positions are distinct); infinite returns go last.
@@ -80,23 +86,28 @@ pub(crate) fn linearizable(ops: &[KeyOp]) -> bool {
             }
         }
     };
-    let mut state: Option<u64> = None;
+    let mut state: State = Vec::new();
     let (mut h1, mut h2) = (0u64, 0u64);
-    let mut cache: HashSet<(u64, u64, Option<u64>)> = HashSet::new();
-    let mut stack: Vec<(usize, Option<u64>)> = Vec::new();
+    // (linearized set, state) pairs seen, as digests; the state by a hash of its fragments.
+    let mut cache: HashSet<(u64, u64, u64)> = HashSet::new();
+    let mut stack: Vec<(usize, State)> = Vec::new();
     let mut e = es[0].next;
+    let mut steps = 0u64;
     while es[0].next != NIL {
+        steps += 1;
+        if steps > budget {
+            return None;
+        }
         if e == NIL {
             // Cannot happen: the list always ends with a return.
-            return false;
+            return Some(false);
         }
         if es[e].call {
             let op = es[e].op;
-            let (ok, next) = apply(&ops[op].op, state);
+            let (ok, next) = apply(&ops[op].op, &state, texts);
             let (a, b) = (h1 ^ mix(op as u64), h2 ^ mix(!(op as u64) ^ 0xC0FFEE));
-            if ok && cache.insert((a, b, next)) {
-                stack.push((e, state));
-                state = next;
+            if ok && cache.insert((a, b, state_digest(&next))) {
+                stack.push((e, std::mem::replace(&mut state, next)));
                 h1 = a;
                 h2 = b;
                 lift(&mut es, e);
@@ -105,7 +116,7 @@ pub(crate) fn linearizable(ops: &[KeyOp]) -> bool {
                 e = es[e].next;
             }
         } else {
-            let Some((c, s)) = stack.pop() else { return false };
+            let Some((c, s)) = stack.pop() else { return Some(false) };
             state = s;
             let op = es[c].op;
             h1 ^= mix(op as u64);
@@ -114,5 +125,5 @@ pub(crate) fn linearizable(ops: &[KeyOp]) -> bool {
             e = es[c].next;
         }
     }
-    true
+    Some(true)
 }

@@ -14,6 +14,9 @@ fn anomaly(name: &str, ops: Vec<u64>, explanation: String) -> Anomaly {
 
 pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Anomaly> {
     let mut out = Vec::new();
+    // A value written more than once names no single writer: nothing below is inferred from it
+    // except a read of a value that only failed transactions wrote.
+    let ambiguous = super::graph::ambiguous_writes(txns);
     // Who wrote what: committed-or-unknown writers, failed writers, intermediate writers.
     let mut writer: HashMap<(u64, u64), usize> = HashMap::new();
     let mut failed: HashMap<(u64, u64), usize> = HashMap::new();
@@ -63,6 +66,9 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
             let is_list = matches!(ext, Ext::List(_));
             let mut seen = std::collections::HashSet::new();
             for (pos, v) in vals.iter().enumerate() {
+                if ambiguous.contains(&(*k, *v)) {
+                    continue;
+                }
                 if !seen.insert(*v) {
                     out.push(anomaly(
                         "duplicate-elements",
@@ -71,7 +77,8 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
                     ));
                     break;
                 }
-                if let Some(&w) = failed.get(&(*k, *v)) {
+                let live_writer = writer.contains_key(&(*k, *v)) || inter.contains_key(&(*k, *v));
+                if let (Some(&w), false) = (failed.get(&(*k, *v)), live_writer) {
                     out.push(anomaly(
                         "G1a",
                         vec![t.index, txns[w].index],

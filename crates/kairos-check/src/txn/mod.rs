@@ -200,11 +200,22 @@ pub(crate) fn extract(ops: &[Op]) -> Result<Extracted, CheckError> {
     Ok((txns, kinds, internal))
 }
 
-/// Our checker: direct anomalies, then the serial-order search, then cycle naming.
-pub(crate) fn check_ours(ops: &[Op], strict: bool) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckError> {
+/// The default step budget of the serial search: 2,000,000 plus 20 per transaction.
+pub(crate) fn default_budget(txns: usize) -> u64 {
+    2_000_000 + 20 * txns as u64
+}
+
+/// Our two checkers: the serial-order search (with the direct anomalies, and a named cycle
+/// when no order exists) and the dependency-graph checker.
+pub(crate) fn check_ours(
+    ops: &[Op],
+    strict: bool,
+    budget: Option<u64>,
+) -> Result<Vec<(CheckerVerdict, Vec<Anomaly>)>, CheckError> {
     let (txns, kinds, mut anomalies) = extract(ops)?;
     anomalies.extend(direct::anomalies(&txns, &kinds));
-    let budget = 2_000_000 + 20 * txns.len() as u64;
+    let dsg = graph::check(&txns, &kinds, strict, &anomalies);
+    let budget = budget.unwrap_or_else(|| default_budget(txns.len()));
     let result = search::search(&txns, strict, budget);
     let model = if strict { "strict-serializable" } else { "serializable" };
     let (valid, detail) = match &result {
@@ -223,9 +234,15 @@ pub(crate) fn check_ours(ops: &[Op], strict: bool) -> Result<(CheckerVerdict, Ve
         search::Outcome::NoOrder { steps } => {
             (Some(false), format!("exhaustive search ({steps} steps) found no {model} order"))
         }
-        search::Outcome::Budget { steps } => {
+        search::Outcome::Budget { steps, placed_max, to_place } => {
             if anomalies.is_empty() {
-                (None, format!("search budget of {steps} steps exhausted; result unknown"))
+                (
+                    None,
+                    format!(
+                        "search budget of {steps} steps exhausted: the longest partial order placed {placed_max} of the \
+                         {to_place} transactions that must be placed; raise it with --search-budget"
+                    ),
+                )
             } else {
                 (Some(false), format!("direct anomalies found (search budget of {steps} steps exhausted)"))
             }
@@ -248,5 +265,6 @@ pub(crate) fn check_ours(ops: &[Op], strict: bool) -> Result<(CheckerVerdict, Ve
             });
         }
     }
-    Ok((CheckerVerdict { name: OURS.into(), version: env!("CARGO_PKG_VERSION").into(), valid, detail }, anomalies))
+    let search = CheckerVerdict { name: OURS.into(), version: env!("CARGO_PKG_VERSION").into(), valid, detail };
+    Ok(vec![(search, anomalies), dsg])
 }

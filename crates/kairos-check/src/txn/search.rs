@@ -47,6 +47,9 @@ pub(crate) enum Outcome {
     },
     Budget {
         steps: u64,
+        /// The most transactions placed in one partial order, and how many must be placed.
+        placed_max: usize,
+        to_place: usize,
     },
 }
 
@@ -337,13 +340,16 @@ pub(crate) fn search(txns: &[Txn], strict: bool, budget: u64) -> Outcome {
     let mut memo: HashSet<(u64, u64)> = HashSet::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut steps: u64 = 0;
+    let mut placed_max = 0usize;
+    let to_place = st.remaining_ok;
     loop {
+        placed_max = placed_max.max(to_place - st.remaining_ok);
         if st.remaining_ok == 0 {
             return Outcome::Serial(st.order.iter().map(|&t| st.nodes[t as usize].txn).collect());
         }
         steps += 1;
         if steps > budget {
-            return Outcome::Budget { steps: budget };
+            return Outcome::Budget { steps: budget, placed_max, to_place };
         }
         if memo.insert((st.applied_hash, st.state_hash)) {
             let cursor = st.cursor();

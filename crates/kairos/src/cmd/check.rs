@@ -1,8 +1,8 @@
-//! `kairos check HISTORY --model M`: exit 0 valid, 1 anomaly, 2 unreadable.
+//! `kairos check HISTORY --model M`: exit 0 valid, 1 anomaly, 2 unreadable, 3 unknown.
 
 use crate::cli::{CheckArgs, ModelArg};
 use crate::CliError;
-use kairos_check::Model;
+use kairos_check::{CheckOptions, Model, Verdict};
 
 pub fn model(m: ModelArg) -> Model {
     match m {
@@ -14,18 +14,21 @@ pub fn model(m: ModelArg) -> Model {
 }
 
 pub fn run(args: CheckArgs) -> Result<(), CliError> {
-    let history = kairos_check::load_history(&args.history)
-        .map_err(|e| CliError::Io(format!("cannot check {}: {e}", args.history.display())))?;
-    let report = kairos_check::check(&history, model(args.model))
-        .map_err(|e| CliError::Io(format!("cannot check {}: {e}", args.history.display())))?;
+    let path = args.history.display();
+    let history =
+        kairos_check::load_history(&args.history).map_err(|e| CliError::Io(format!("cannot check {path}: {e}")))?;
+    let opts = CheckOptions { search_budget: args.search_budget };
+    let report = kairos_check::check_history(&history, model(args.model), &opts)
+        .map_err(|e| CliError::Io(format!("cannot check {path}: {e}")))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| CliError::Runtime(e.to_string()))?);
     } else {
         println!("{report}");
     }
-    if report.valid {
-        Ok(())
-    } else {
-        Err(CliError::Anomaly(format!("{} is not {}", args.history.display(), model(args.model))))
+    let m = model(args.model);
+    match report.verdict {
+        Verdict::Valid => Ok(()),
+        Verdict::Invalid => Err(CliError::Anomaly(format!("{path} is not {m}"))),
+        Verdict::Unknown => Err(CliError::Unknown(format!("{path}: no checker could decide whether it is {m}"))),
     }
 }

@@ -1,0 +1,180 @@
+//! One small data model for both input syntaxes: JSON (Kairos's own histories, adya's) and EDN
+//! (Jepsen's and Elle's `history.edn`). Each record is read into a [`Datum`] and then
+//! interpreted once, so the two syntaxes cannot drift apart.
+//!
+//! EDN is read with the `edn-format` crate. Jepsen writes one operation per line, so the text
+//! is read form by form and a form may span lines; an error names the line where its form
+//! began. A file that is one big vector (or list) of records is read whole.
+
+use serde_json::Value;
+
+use crate::CheckError;
+
+/// A parsed value of either syntax. Keywords keep their leading colon (`:append`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Datum {
+    Nil,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Keyword(String),
+    Symbol(String),
+    Seq(Vec<Datum>),
+    Map(Vec<(Datum, Datum)>),
+    /// Anything else (sets, instants, tagged values we do not interpret), shown as text.
+    Other(String),
+}
+
+impl Datum {
+    /// A map's field by name: matches the JSON string `"name"` or the keyword `:name`.
+    pub fn field(&self, name: &str) -> Option<&Datum> {
+        let Datum::Map(entries) = self else { return None };
+        entries.iter().find_map(|(k, v)| match k {
+            Datum::Str(s) if s == name => Some(v),
+            Datum::Keyword(s) if s.strip_prefix(':') == Some(name) => Some(v),
+            _ => None,
+        })
+    }
+
+    /// A name: a string, or a keyword / symbol without its colon.
+    pub fn as_name(&self) -> Option<&str> {
+        match self {
+            Datum::Str(s) | Datum::Symbol(s) => Some(s),
+            Datum::Keyword(s) => Some(s.strip_prefix(':').unwrap_or(s)),
+            _ => None,
+        }
+    }
+
+    pub fn is_nil(&self) -> bool {
+        matches!(self, Datum::Nil)
+    }
+
+    /// The datum as the user wrote it, short.
+    pub fn show(&self) -> String {
+        match self {
+            Datum::Nil => "nil".into(),
+            Datum::Bool(b) => b.to_string(),
+            Datum::Int(i) => i.to_string(),
+            Datum::Float(x) => x.to_string(),
+            Datum::Str(s) => format!("{s:?}"),
+            Datum::Keyword(s) | Datum::Symbol(s) | Datum::Other(s) => s.clone(),
+            Datum::Seq(items) => {
+                let parts: Vec<String> = items.iter().take(8).map(Datum::show).collect();
+                let more = if items.len() > 8 { " …" } else { "" };
+                format!("[{}{more}]", parts.join(" "))
+            }
+            Datum::Map(entries) => format!("{{map of {} entries}}", entries.len()),
+        }
+    }
+}
+
+pub(crate) fn from_json(v: &Value) -> Datum {
+    match v {
+        Value::Null => Datum::Nil,
+        Value::Bool(b) => Datum::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Datum::Int(i.into()),
+            (None, Some(u)) => Datum::Int(u.into()),
+            _ => Datum::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => Datum::Str(s.clone()),
+        Value::Array(items) => Datum::Seq(items.iter().map(from_json).collect()),
+        Value::Object(m) => Datum::Map(m.iter().map(|(k, v)| (Datum::Str(k.clone()), from_json(v))).collect()),
+    }
+}
+
+fn from_edn(v: edn_format::Value) -> Datum {
+    use edn_format::Value as E;
+    match v {
+        E::Nil => Datum::Nil,
+        E::Boolean(b) => Datum::Bool(b),
+        E::Integer(i) => Datum::Int(i.into()),
+        E::BigInt(b) => match i128::try_from(b.clone()) {
+            Ok(i) => Datum::Int(i),
+            Err(_) => Datum::Other(b.to_string()),
+        },
+        E::Float(x) => Datum::Float(x.into_inner()),
+        E::String(s) => Datum::Str(s),
+        E::Character(c) => Datum::Str(c.to_string()),
+        E::Keyword(k) => Datum::Keyword(edn_format::emit_str(&E::Keyword(k))),
+        E::Symbol(s) => Datum::Symbol(edn_format::emit_str(&E::Symbol(s))),
+        E::List(items) | E::Vector(items) => Datum::Seq(items.into_iter().map(from_edn).collect()),
+        E::Map(m) => Datum::Map(m.into_iter().map(|(k, v)| (from_edn(k), from_edn(v))).collect()),
+        // A record written as a tagged map (`#jepsen.history.Op{...}`) is that map.
+        E::TaggedElement(_, inner) if matches!(*inner, E::Map(_)) => from_edn(*inner),
+        other => Datum::Other(edn_format::emit_str(&other)),
+    }
+}
+
+/// Every top-level record of a JSON text: one object per line, or one array of objects.
+/// Returns (line of the record, record).
+pub(crate) fn read_json(text: &str) -> Result<Vec<(usize, Datum)>, CheckError> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        let all: Value = serde_json::from_str(trimmed)
+            .map_err(|e| CheckError::parse(e.line(), format!("not a JSON array of records: {e}")))?;
+        let Value::Array(items) = all else {
+            return Err(CheckError::parse(1, "expected a JSON array of records"));
+        };
+        return Ok(items.iter().enumerate().map(|(i, v)| (i + 1, from_json(v))).collect());
+    }
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).map_err(|e| CheckError::parse(i + 1, format!("not JSON: {e}")))?;
+        out.push((i + 1, from_json(&v)));
+    }
+    Ok(out)
+}
+
+/// The text after leading white space and `;` comment lines.
+fn skip_comments(text: &str) -> &str {
+    let mut rest = text.trim_start();
+    while rest.starts_with(';') {
+        rest = rest.split_once('\n').map_or("", |(_, r)| r).trim_start();
+    }
+    rest
+}
+
+/// Every top-level record of an EDN text, with the line each began on. A text that is one
+/// vector or list is the list of its elements (element numbers instead of lines).
+pub(crate) fn read_edn(text: &str) -> Result<Vec<(usize, Datum)>, CheckError> {
+    let trimmed = skip_comments(text);
+    if trimmed.starts_with('[') || trimmed.starts_with('(') {
+        let v = edn_format::parse_str(trimmed)
+            .map_err(|e| CheckError::parse(1, format!("EDN syntax error in the vector of records: {}", e.error)))?;
+        if let Datum::Seq(items) = from_edn(v) {
+            return Ok(items.into_iter().enumerate().map(|(i, d)| (i + 1, d)).collect());
+        }
+        return Err(CheckError::parse(1, "expected a vector of records"));
+    }
+    let mut out = Vec::new();
+    let mut form = String::new();
+    let mut start = 0;
+    for (i, line) in text.lines().enumerate() {
+        if form.is_empty() {
+            if line.trim().is_empty() || line.trim_start().starts_with(';') {
+                continue;
+            }
+            start = i + 1;
+        }
+        form.push_str(line);
+        form.push('\n');
+        match edn_format::parse_str(&form) {
+            Ok(v) => {
+                out.push((start, from_edn(v)));
+                form.clear();
+            }
+            Err(e) if e.error == edn_format::ParserError::UnexpectedEndOfInput => {}
+            Err(e) => return Err(CheckError::parse(start, format!("EDN syntax error in this record: {}", e.error))),
+        }
+    }
+    if !form.is_empty() {
+        return Err(CheckError::parse(start, "EDN syntax error: this record is never closed"));
+    }
+    Ok(out)
+}
