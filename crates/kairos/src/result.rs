@@ -1,21 +1,24 @@
 //! The result contract of `kairos bench … --json PATH` (see shared/docs/architecture.md):
 //! one object per protocol run, stable field names; fields that do not apply are omitted.
 
-use crate::stats::Percentiles;
-use serde::Serialize;
+use crate::stats::{Cdf, Percentiles};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CheckResult {
     pub model: String,
+    /// True only when some checker proved the model (never for an unknown verdict).
     pub valid: bool,
+    /// "valid", "invalid" or "unknown".
+    pub verdict: String,
     pub ops: usize,
     /// Every checker that ran, `name version`, joined by " + ".
     pub checker: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunResult {
     pub system: String,
     pub protocol: String,
@@ -29,6 +32,16 @@ pub struct RunResult {
     pub throughput_ops_per_s: f64,
     pub latency_ms: Percentiles,
     pub latency_ms_by_region: BTreeMap<String, Percentiles>,
+    /// Latency CDF of completed operations as `[latency_ms, quantile]` points (a bounded number
+    /// of quantiles; see `stats::latency_cdfs`). Omitted when the bench does not record it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_cdf_ms: Cdf,
+    /// The same CDF per coordinator (client) region.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency_cdf_ms_by_region: BTreeMap<String, Cdf>,
+    /// The same CDF per operation kind (SWARM: get, update).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub latency_cdf_ms_by_op: BTreeMap<String, Cdf>,
     pub committed: u64,
     pub aborted: u64,
     pub unknown: u64,
@@ -43,7 +56,7 @@ pub struct RunResult {
     pub trace_hash: Option<String>,
     pub wall_s: f64,
     /// Anything protocol-specific (message counts, fault plan, …).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
@@ -53,6 +66,7 @@ impl CheckResult {
         CheckResult {
             model: report.model.to_string(),
             valid: report.valid,
+            verdict: report.verdict.name().to_lowercase(),
             ops: report.ops,
             checker: report
                 .checkers
@@ -86,4 +100,23 @@ pub fn write_json(path: &Path, results: &[RunResult]) -> Result<(), crate::CliEr
     }
     let text = serde_json::to_string_pretty(results).map_err(|e| crate::CliError::Io(e.to_string()))?;
     std::fs::write(path, text + "\n").map_err(|e| crate::CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Reads a result file written by `--json` (an array of result objects, or one object).
+pub fn read_json(path: &Path) -> Result<Vec<RunResult>, crate::CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| crate::CliError::Io(format!("cannot read result file {}: {e}", path.display())))?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        crate::CliError::Usage(format!(
+            "{} is not JSON ({e}); pass files written by `kairos bench … --json`",
+            path.display()
+        ))
+    })?;
+    let value = if value.is_array() { value } else { serde_json::Value::Array(vec![value]) };
+    serde_json::from_value(value).map_err(|e| {
+        crate::CliError::Usage(format!(
+            "{} is not a result file of `kairos bench … --json` ({e}); see the result contract in architecture.md",
+            path.display()
+        ))
+    })
 }

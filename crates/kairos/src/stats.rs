@@ -7,7 +7,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
 /// p50 / p90 / p99 in milliseconds.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct Percentiles {
     pub p50: f64,
     pub p90: f64,
@@ -71,5 +71,92 @@ pub fn summarize(history: &[HistoryRecord], group_of: impl Fn(u64) -> Option<Str
         ok,
         failed,
         unknown,
+    }
+}
+
+/// Quantiles at which a latency CDF is sampled: every 2% plus the tail (p99, p99.9). A bounded
+/// number of points per series keeps result files small.
+const CDF_QUANTILES: usize = 50;
+
+/// A latency CDF as `[latency_ms, quantile]` points, sampled at bounded quantiles from the
+/// completed (`ok`) operations' latencies (nearest rank). Empty when nothing completed.
+pub type Cdf = Vec<[f64; 2]>;
+
+fn cdf_of(mut latencies_ns: Vec<u64>) -> Cdf {
+    if latencies_ns.is_empty() {
+        return Vec::new();
+    }
+    latencies_ns.sort_unstable();
+    let n = latencies_ns.len();
+    let mut qs: Vec<f64> = (0..=CDF_QUANTILES).map(|i| i as f64 / CDF_QUANTILES as f64).collect();
+    qs.extend([0.99, 0.999]);
+    qs.sort_by(f64::total_cmp);
+    qs.dedup();
+    qs.iter()
+        .map(|&q| {
+            let i = ((q * (n - 1) as f64).round() as usize).min(n - 1);
+            [latencies_ns[i] as f64 / 1e6, q]
+        })
+        .collect()
+}
+
+/// Latency CDFs of completed operations, overall and by a grouping of operations:
+/// `group_of(event)` sees the invocation and names its group (`None`: overall only);
+/// `counted(event)` leaves out operations that are not the workload's (e.g. a loader).
+pub fn latency_cdfs(
+    history: &[HistoryRecord],
+    counted: impl Fn(&kairos_core::history::HistoryEvent) -> bool,
+    group_of: impl Fn(&kairos_core::history::HistoryEvent) -> Option<String>,
+) -> (Cdf, BTreeMap<String, Cdf>) {
+    let mut open: HashMap<u64, (u64, Option<String>)> = HashMap::new();
+    let mut all = Vec::new();
+    let mut groups: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in history.iter().filter(|r| counted(&r.event)) {
+        let p = r.event.process;
+        if r.event.op_type == OpType::Invoke {
+            open.insert(p, (r.time, group_of(&r.event)));
+            continue;
+        }
+        let Some((start, group)) = open.remove(&p) else { continue };
+        if r.event.op_type != OpType::Ok {
+            continue;
+        }
+        let latency = r.time.saturating_sub(start);
+        all.push(latency);
+        if let Some(g) = group {
+            groups.entry(g).or_default().push(latency);
+        }
+    }
+    (cdf_of(all), groups.into_iter().map(|(g, l)| (g, cdf_of(l))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_core::history::HistoryEvent;
+
+    #[test]
+    fn cdf_is_monotone_bounded_and_ends_at_the_maximum() {
+        let mut history = Vec::new();
+        for i in 0..100u64 {
+            let t = i * 1_000_000_000;
+            history.push(HistoryRecord {
+                index: 2 * i,
+                time: t,
+                event: HistoryEvent::new(OpType::Invoke, i % 4, "read", vec![]),
+            });
+            history.push(HistoryRecord {
+                index: 2 * i + 1,
+                time: t + (i + 1) * 1_000_000,
+                event: HistoryEvent::new(OpType::Ok, i % 4, "read", vec![]),
+            });
+        }
+        let (all, by) = latency_cdfs(&history, |_| true, |e| Some(format!("p{}", e.process)));
+        assert!(all.len() <= CDF_QUANTILES + 3);
+        assert_eq!(all.first().unwrap(), &[1.0, 0.0]);
+        assert_eq!(all.last().unwrap(), &[100.0, 1.0]);
+        assert!(all.windows(2).all(|w| w[0][0] <= w[1][0] && w[0][1] < w[1][1]));
+        assert_eq!(by.len(), 4);
+        assert_eq!(by["p3"].last().unwrap()[0], 100.0);
     }
 }
