@@ -2,7 +2,8 @@
 //! baseline, on the same layout and verbs as SWARM-KV.
 //!
 //! * update: read every writer's word on a majority (round 1); fill a buffer and CAS this
-//!   writer's word to `(max ts + 1)` VERIFIED on a majority (round 2).
+//!   writer's word to `(max ts + 1)` VERIFIED on a majority (round 2) — or above this writer's
+//!   previous timestamp if that is higher, so that tuple identities never repeat.
 //! * get: read the words and the in-place copy (round 1); write the maximum back into its
 //!   writer's word on a majority — with its value where a node lacks it — and fetch the value if
 //!   the in-place copy did not hold it (round 2).
@@ -80,7 +81,12 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 return c.finish(op, Err(KvError::OutOfBuffers), now, out);
             };
             op.buf = Some(buf);
-            meta::pack(meta::ts(x) + 1, buf, w, true)
+            // Above everything read, and above this writer's own earlier tuples: a tuple's
+            // identity (timestamp, buffer, writer) must never repeat, or a recycled buffer's
+            // stale copy would pass for the new tuple's.
+            let ts = (meta::ts(x) + 1).max(c.last_ts + 1);
+            c.last_ts = ts;
+            meta::pack(ts, buf, w, true)
         }
     };
     op.tuple = tuple;

@@ -98,6 +98,10 @@ pub(crate) struct Shape {
     pub inplace: Option<usize>,
     pub window: Option<usize>,
     pub copy: Option<usize>,
+    /// A read of a buffer's lock word (8 bytes), or of the whole buffer (lock word, then copy).
+    pub lock: Option<usize>,
+    /// The timestamp-lock CAS: (verb index, expected, new).
+    pub lock_cas: Option<(usize, u64, u64)>,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -106,6 +110,7 @@ pub(crate) enum Stage {
     Lookup,
     Create,
     Write,
+    WriterPrepare,
     WriterLock,
     Read,
     ReaderLock,
@@ -139,6 +144,11 @@ pub(crate) struct Op {
     pub observed: BTreeMap<MemNodeId, Vec<u64>>,
     pub target: u64,
     pub value: Option<Vec<u8>>,
+    /// Lock word of `lock_for`'s buffer per node, as last read (see [`crate::safe_guess`]).
+    pub locks: BTreeMap<MemNodeId, u64>,
+    pub lock_for: u64,
+    /// A stale write: nodes known to hold another writer's tuple above the guess.
+    pub above: std::collections::BTreeSet<MemNodeId>,
     /// The tuple's timestamp is above everything read after the op began: no staleness check.
     pub fresh: bool,
     pub done: bool,
@@ -151,6 +161,8 @@ struct ChainInfo {
     deadline: LocalTime,
     /// CASes of this writer's own metadata words: (verb index, slot, expected, new).
     cas_my: Option<(usize, u64, u64, u64)>,
+    /// This writer's own buffer lock word: the buffer, and the verb that reads it.
+    own_lock: Option<(u32, usize)>,
 }
 
 /// A SWARM-side key-value client (SWARM-KV, DM-ABD or RAW, per [`ClientConfig::protocol`]).
@@ -164,6 +176,9 @@ pub struct Client {
     next_tag: ChainTag,
     /// This writer's metadata word per (slot, node), as last seen.
     pub(crate) my_words: BTreeMap<(u64, MemNodeId), u64>,
+    /// The lock word of this writer's buffers per (buffer, node), as last read (a stale write
+    /// CASes it from there; see [`crate::safe_guess`]).
+    pub(crate) my_locks: BTreeMap<(u32, MemNodeId), u64>,
     /// Operations per key, the running one first (one operation per key at a time per client).
     key_queue: BTreeMap<Vec<u8>, VecDeque<OpId>>,
     pub(crate) ts_adjust: u64,
@@ -185,6 +200,7 @@ impl Client {
             chains: BTreeMap::new(),
             next_tag: 1,
             my_words: BTreeMap::new(),
+            my_locks: BTreeMap::new(),
             key_queue: BTreeMap::new(),
             ts_adjust: 0,
             last_ts: 0,
@@ -333,9 +349,18 @@ impl Client {
                 Verb::Cas { new, .. } => (i, slot, expected, *new),
                 _ => (i, slot, expected, expected),
             });
+            // Rounds that read this writer's own buffer lock word keep `my_locks` current.
+            let own = matches!(stage, Stage::Write | Stage::Create | Stage::WriterPrepare | Stage::WriterLock);
+            let own_lock = match (own, op.buf, shape.lock) {
+                (true, Some(b), Some(i)) => Some((b, i)),
+                _ => None,
+            };
             op.nodes.push(node);
             op.shapes.insert(node, shape);
             self.issue(Some(op.id), op.round, node, verbs, cas_my, now, out);
+            if let Some(info) = self.chains.get_mut(&(self.next_tag - 1)) {
+                info.own_lock = own_lock;
+            }
         }
     }
 
@@ -370,7 +395,7 @@ impl Client {
             // reply corrects the prediction.
             self.my_words.insert((slot, node), new);
         }
-        self.chains.insert(tag, ChainInfo { op, round, node, deadline, cas_my });
+        self.chains.insert(tag, ChainInfo { op, round, node, deadline, cas_my, own_lock: None });
         self.bump("chains");
         out.issue(tag, Chain { node, verbs });
     }
@@ -479,6 +504,7 @@ impl Client {
                 verbs.extend(more);
                 shape.cas_my = s.cas_my.map(|(i, e)| (i + base, e));
                 shape.words = s.words.map(|i| i + base);
+                shape.lock = s.lock.map(|i| i + base);
             }
             chains.push((node, verbs, shape));
         }
@@ -617,6 +643,9 @@ impl KvClient for Client {
             observed: BTreeMap::new(),
             target: 0,
             value: None,
+            locks: BTreeMap::new(),
+            lock_for: 0,
+            above: std::collections::BTreeSet::new(),
             fresh: false,
             done: false,
         };
@@ -642,6 +671,13 @@ impl KvClient for Client {
             if let Some(VerbOutcome::Cas { previous }) = outs.get(i) {
                 if *previous != expected {
                     self.my_words.insert((slot, info.node), *previous);
+                }
+            }
+        }
+        if let (Some((buf, i)), Ok(outs)) = (info.own_lock, &reply) {
+            if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+                if let Some(w) = meta::words(bytes).first() {
+                    self.my_locks.insert((buf, info.node), *w);
                 }
             }
         }

@@ -63,8 +63,9 @@
 //!   — past that, writes fail with [`client::KvError::TimestampExhausted`].
 //! * One operation per key at a time *per client* (later ones queue in the client); any number of
 //!   keys in flight.
-//! * A reader writes a locked GUESSED tuple back into its writer's word where missing; a reader
-//!   that returns a VERIFIED tuple does not write back (VERIFIED means "on a majority").
+//! * A reader racing for a GUESSED tuple writes it back (value, then metadata) where missing and,
+//!   if it wins, marks it VERIFIED in the background; a reader that returns a VERIFIED tuple
+//!   does not write back (VERIFIED means "on a majority").
 //! * Latency is measured from invocation to completion in true simulated time; background
 //!   verification and in-place refresh are not on the critical path (as in the paper).
 

@@ -5,11 +5,13 @@
 //! timestamp (ties by buffer, then writer). A word of 0 is "no tuple". A timestamp of all ones
 //! is a deletion ([`DELETED_TS`]): nothing can be ordered above it.
 //!
-//! **Lock word** (first word of every out-of-place buffer): the tuple's identity (its word
-//! without the low two bits) with a 2-bit mode — [`LOCK_FREE`] (written by the writer when it
-//! fills the buffer), [`LOCK_READER`] or [`LOCK_WRITER`]. A timestamp lock is won with
-//! `CAS(id|FREE → id|mode)`; a CAS that finds the other mode lost; one that finds another tuple's
-//! identity (buffer not filled yet on that node, or recycled) decides nothing.
+//! **Lock word** (first word of every out-of-place buffer): the identity (word without the low
+//! two bits) of the latest tuple of that buffer raced for, with a 2-bit mode — [`LOCK_READER`]
+//! or [`LOCK_WRITER`] ([`LOCK_FREE`] only from the load phase and
+//! DM-ABD, which takes no locks). It only grows: a timestamp lock
+//! of `X` is taken with `CAS(w → X|mode)` from the word `w` last read, allowed when `w` names an
+//! older tuple (or is 0, or `X|FREE`); nobody writes it blindly, so once one side holds `X` on a
+//! node the other never does (see [`crate::safe_guess`]).
 //!
 //! **Copy** (in-place copy and out-of-place buffer body): `[meta][hash][len][value, padded]`
 //! where `hash = xxh3(tuple id, len, value)` covers the pointer, so a torn read, a recycled

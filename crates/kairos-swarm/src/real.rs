@@ -225,7 +225,7 @@ impl RealRun {
         };
         if r.check {
             let (valid, text, keys) = check_per_key(&outcome.history, last_value);
-            outcome.linearizable = Some(valid);
+            outcome.linearizable = valid;
             outcome.check_report = text;
             outcome.checked_keys = keys;
         }

@@ -1,29 +1,68 @@
 //! SWARM-KV's operations: Safe-Guess replication with timestamp locks over In-n-Out max
 //! registers (see the crate docs for the whole story).
 //!
+//! The verb model matters for every rule below: a chain's verbs apply in order but **not
+//! atomically**, and a chain may stall between two verbs for any time (a descheduled thread, a
+//! slow NIC) or stop for good (a crashed client). A reply shows one node at one moment, nothing
+//! more.
+//!
+//! **Timestamp lock.** Each buffer's first word is the lock word `id|mode` of the latest tuple
+//! of that buffer anyone raced for (`mode` READER or WRITER). It only grows: it moves from a
+//! word naming an *older* tuple (or 0) to `X|READER` or `X|WRITER` by a CAS whose expected value
+//! is the word last read, and nobody ever writes it blindly (the buffer fill writes the copy
+//! only). So on each node at most one side ever holds `X`, and at most one side holds it on a
+//! majority. Nobody needs the writer's help to lock: a reader can lock `X` on a node the
+//! writer's chain never reached.
+//!
 //! **Write** (update, insert of a known key, delete). One round trip to every alive replica
-//! (the op waits for a majority): fill a buffer (lock word `T|FREE`, copy of the value), CAS this
-//! writer's metadata word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing
-//! above `T` was read, the guess was fresh: done in 1 RTT; in the background the word is flipped
-//! to `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs
-//! above what it saw, and: if `T` was the maximum on no replied node, no reader can ever choose it
-//! and the writer rewrites under a fresh timestamp (same buffer); else it races readers for `T`'s
-//! timestamp lock — winning on a majority means no reader returns `T` and it rewrites; losing
-//! means a reader judged `T` fresh, and the write is complete. A rewrite's timestamp is above
-//! everything read since the operation began, so it completes once it is on a majority (≤ 3
-//! round trips without failures).
+//! (the op waits for a majority): fill a buffer, read its lock word, CAS this writer's metadata
+//! word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing above `T` was
+//! read, the guess was fresh: done in 1 RTT; in the background the word is flipped to
+//! `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs above
+//! what it saw and the writer **always** races readers for `T` — however few replies showed `T`
+//! as a maximum: a reader may have read `T` on other nodes, or on these before the newer tuple
+//! landed, and returned it (the writer's replies are no proof of the contrary). The race:
+//! 1. If fewer than a majority are known to hold a tuple above `T`, read the highest one seen,
+//!    `M` (its value), so that the lock round can write it where it is missing.
+//! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is
+//!    known, then CAS the lock word to `T|WRITER`, then read back. The writer locks only nodes
+//!    that hold (or were just given) a tuple above `T`, unless a majority already does.
+//! 3. Won on a majority, with a tuple above `T` on a majority: no reader can lock `T` on a
+//!    majority any more, and no reader can even see `T` as a maximum again (every majority read
+//!    meets a node holding more), so rewrite under a fresh timestamp above everything read (same
+//!    buffer); like an ABD write it completes once on a majority. Because step 2 puts `M` before
+//!    the lock, a writer that crashes after winning leaves no key on which readers would spin.
+//! 4. Found `T|READER` anywhere: a reader saw `T` as the maximum of two majority reads made
+//!    after this write began. Every write that completed before this one began is on a majority
+//!    and would have shown above `T` in those reads, so none is above `T`: the write is
+//!    complete at `T`, ordered before every higher tuple (all concurrent with it), and the reader
+//!    may return it.
+//! 5. Neither (lock words moved since they were read, or nodes not heard from): again, with
+//!    the words just read.
+//!
+//! Without failures a stale write takes at most 4 round trips (write, fetch `M`, lock, rewrite).
 //!
 //! **Read** (get). Iterations of one round trip each: read every writer's word on a majority
-//! (and the in-place copy on the primary); with `X` the maximum:
+//! (and the in-place copy on the primary; from the second iteration on, also the lock word and
+//! copy of the previous iteration's maximum); with `X` the maximum:
 //! a. `X` VERIFIED → return its value (in-place copy if it matches, else follow the pointer);
-//! b. `X` GUESSED and seen in the previous iteration too → lock `X` (reader mode) on a majority,
-//!    writing `X` back into its writer's word where it was missing; won → return it;
+//! b. `X` GUESSED and the maximum in the previous iteration too → lock round on every node:
+//!    where `X`'s writer word is older than `X`, write `X`'s value into its buffer and then `X`
+//!    into the word (a node never holds `X`'s metadata without its value, so a later primary
+//!    crash loses nothing); CAS the lock word from the state just read to `X|READER`; read back.
+//!    Won on a majority with `X` installed on a majority → return `X` and, in the background,
+//!    mark it VERIFIED (and refresh the in-place copy) so the next reads take 1 RTT. Lost → the
+//!    words read back are the next iteration (`X` stays a candidate unless its writer holds the
+//!    lock somewhere: then the writer is moving above `X`).
 //! c. a different operation of `X`'s writer was seen before → that one completed; return it;
 //! d. otherwise remember `X` and read again.
 //!
-//! Each iteration either returns or remembers a new tuple, so a read takes at most
-//! `2 × writers + 1` iterations when the lock attempts are not disturbed (counted as
-//! `read_iterations_max`; see the contention test).
+//! A lock round fails only if `X`'s writer holds `X` somewhere (it then puts a tuple above `X`
+//! on a majority before it rewrites, so `X` is not the maximum for long) or lock words moved
+//! between the read and the CAS; it never waits for the writer's chain, so a stalled or crashed
+//! writer cannot stall readers. A read takes at most `2 × writers + 1` iterations when lock
+//! rounds are not disturbed (counted as `read_iterations_max`; see the contention test and the
+//! client-crash campaign).
 
 use crate::client::{KvError, KvOp, Outbox};
 use crate::engine::{Client, Op, Shape, Stage, UnsafeSwitch};
@@ -70,10 +109,12 @@ pub(crate) fn write_verbs(c: &Client, op: &Op, node: MemNodeId) -> (Vec<Verb>, S
     let l = &c.cfg.layout;
     let w = c.cfg.writer;
     let mut verbs = Vec::new();
+    let mut lock = None;
     if let Some(buf) = op.buf {
-        let mut data = meta::lock(op.tuple, meta::LOCK_FREE).to_le_bytes().to_vec();
-        data.extend_from_slice(&meta::encode_copy(op.tuple, value_of(op)));
-        verbs.push(Verb::Write { addr: l.buffer(w, buf), data });
+        // The copy only: the lock word is never written blindly (see the module docs).
+        verbs.push(Verb::Write { addr: l.buffer_copy(w, buf), data: meta::encode_copy(op.tuple, value_of(op)) });
+        lock = Some(verbs.len());
+        verbs.push(Verb::Read { addr: l.buffer_lock(w, buf), len: 8 });
     }
     let expected = c.my_word(slot, node);
     // CAS-emulated max: never lower the word (e.g. below this writer's own deletion).
@@ -82,7 +123,7 @@ pub(crate) fn write_verbs(c: &Client, op: &Op, node: MemNodeId) -> (Vec<Verb>, S
     verbs.push(Verb::Cas { addr: l.meta_word(slot, w), expected, new });
     let words = verbs.len();
     verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
-    (verbs, Shape { cas_my: Some((cas, expected)), words: Some(words), ..Shape::default() })
+    (verbs, Shape { cas_my: Some((cas, expected)), words: Some(words), lock, ..Shape::default() })
 }
 
 fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
@@ -157,7 +198,6 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let words = words_by_node(op);
     let mut written = 0;
     let mut max_other = 0u64;
-    let mut t_max_somewhere = false;
     let mut deleted = false;
     for (node, ws) in &words {
         let shape = op.shapes.get(node).cloned().unwrap_or_default();
@@ -166,18 +206,13 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 written += 1;
             }
         }
-        let mut node_max = 0u64;
         for (i, word) in ws.iter().enumerate() {
             if meta::is_deleted(*word) {
                 deleted = true;
             }
             if i != w {
-                node_max = node_max.max(meta::id(*word));
+                max_other = max_other.max(*word);
             }
-        }
-        max_other = max_other.max(node_max);
-        if node_max < t {
-            t_max_somewhere = true;
         }
     }
     if matches!(op.op, KvOp::Delete { .. }) {
@@ -195,61 +230,201 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         c.bump("write_retries");
         return write_round(c, op, now, out);
     }
-    if op.fresh || max_other < t || c.cfg.unsafe_switch == UnsafeSwitch::TrustGuess {
+    if op.fresh || meta::id(max_other) < t || c.cfg.unsafe_switch == UnsafeSwitch::TrustGuess {
         if op.rtt == 1 {
             c.bump("write_fast_path");
         }
         return commit(c, op, now, out);
     }
+    // A stale guess: whatever the replies show, a reader may have chosen T (the replies are one
+    // moment of chains that are ordered, not atomic), so always race readers for T's lock.
     c.bump("stale_guesses");
     c.resync(meta::ts(max_other), now.saturating_since(op.started), now);
-    if !t_max_somewhere {
-        return rewrite(c, op, now, out);
+    op.lock_for = op.tuple;
+    op.locks.clear();
+    op.above.clear();
+    op.value = None;
+    op.target = 0;
+    learn_stale(c, op);
+    if op.above.len() >= c.majority() {
+        writer_lock(c, op, now, out)
+    } else {
+        writer_prepare(c, op, now, out)
     }
-    // Race readers for T's timestamp lock.
+}
+
+/// What a stale writer learns from any round's replies: its buffer's lock word per node, every
+/// node's words (`observed`), the nodes holding another writer's tuple above T (`above`), and
+/// the highest such tuple (`target`).
+fn learn_stale(c: &Client, op: &mut Op) {
+    let w = c.cfg.writer as usize;
+    let t = meta::id(op.tuple);
+    for (node, lw) in lock_words_by_node(op) {
+        op.locks.insert(node, lw);
+    }
+    for (node, ws) in words_by_node(op) {
+        let top = ws.iter().enumerate().filter(|(i, _)| *i != w).map(|(_, x)| *x).max().unwrap_or(0);
+        if meta::id(top) > t {
+            op.above.insert(node);
+        }
+        if meta::id(top) > meta::id(op.target) {
+            op.target = top;
+        }
+        op.observed.insert(node, ws);
+    }
+}
+
+/// T is above the words of too many nodes: fetch the highest tuple `M` seen (words, this
+/// writer's lock word and M's buffer) so that the lock round can write M where it is missing.
+fn writer_prepare(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    c.bump("writer_prepares");
     let slot = op.slot.unwrap_or(0);
     let l = &c.cfg.layout;
-    let buf = op.buf.unwrap_or(0);
+    let (mw, mb) = (meta::writer(op.target), meta::buf(op.target));
+    let (w, buf) = (c.cfg.writer, op.buf.unwrap_or(0));
     let chains = c
         .alive_replicas(slot)
         .into_iter()
         .map(|node| {
             let verbs = vec![
-                Verb::Cas {
-                    addr: l.buffer_lock(c.cfg.writer, buf),
-                    expected: meta::lock(op.tuple, meta::LOCK_FREE),
-                    new: meta::lock(op.tuple, meta::LOCK_WRITER),
-                },
                 Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() },
+                Verb::Read { addr: l.buffer_lock(w, buf), len: 8 },
+                Verb::Read { addr: l.buffer_copy(mw, mb), len: l.copy_bytes_max() },
             ];
-            (node, verbs, Shape { words: Some(1), ..Shape::default() })
+            (node, verbs, Shape { words: Some(0), lock: Some(1), copy: Some(2), ..Shape::default() })
         })
         .collect();
+    let need = c.majority();
+    c.send_round(op, Stage::WriterPrepare, chains, need, now, out);
+}
+
+fn after_writer_prepare(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let asked = op.target;
+    learn_stale(c, op);
+    if op.above.len() >= c.majority() {
+        return writer_lock(c, op, now, out);
+    }
+    if meta::id(op.target) != meta::id(asked) {
+        // A higher tuple appeared meanwhile: fetch that one.
+        return writer_prepare(c, op, now, out);
+    }
+    match find_value(c, op, asked) {
+        Some(v) => {
+            op.value = Some(v);
+            writer_lock(c, op, now, out)
+        }
+        // Torn or recycled (then a newer tuple of its writer exists): look again.
+        None => writer_prepare(c, op, now, out),
+    }
+}
+
+/// Whether a lock word `word` may still move to a mode of `x`: it names an older tuple of the
+/// buffer (or `x` unlocked, as the load phase writes it).
+fn lock_open_for(word: u64, x: u64) -> bool {
+    meta::id(word) < meta::id(x) || word == meta::lock(x, meta::LOCK_FREE)
+}
+
+/// The writer's side of T's timestamp lock. On every node: where no tuple above T is known,
+/// first write M (value, then metadata) — so that a node this writer locks always holds a tuple
+/// above T — then CAS the lock word from the state last read to `T|WRITER`; then read back.
+fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    c.bump("writer_lock_rounds");
+    let slot = op.slot.unwrap_or(0);
+    let l = &c.cfg.layout;
+    let (w, buf) = (c.cfg.writer, op.buf.unwrap_or(0));
+    let m = op.target;
+    let (mw, mb) = (meta::writer(m), meta::buf(m));
+    let mine = meta::lock(op.tuple, meta::LOCK_WRITER);
+    let mut chains = Vec::new();
+    for node in c.alive_replicas(slot) {
+        let mut verbs = Vec::new();
+        let mut shape = Shape::default();
+        // Once a majority holds a tuple above T, no reader can choose T any more: lock anywhere.
+        let mut covered = op.above.contains(&node) || op.above.len() >= c.majority();
+        if !covered {
+            let seen = op.observed.get(&node).and_then(|ws| ws.get(mw as usize)).copied();
+            if let (Some(v), Some(o)) = (&op.value, seen) {
+                if meta::id(o) < meta::id(m) {
+                    verbs.push(Verb::Write { addr: l.buffer_copy(mw, mb), data: meta::encode_copy(m, v) });
+                    shape.cas_other = Some((verbs.len(), o));
+                    verbs.push(Verb::Cas { addr: l.meta_word(slot, mw), expected: o, new: m });
+                }
+                covered = true;
+            }
+        }
+        let expected = op.locks.get(&node).or_else(|| c.my_locks.get(&(buf, node))).copied().unwrap_or(0);
+        // Lock only where a tuple above T is (or is being made) present; elsewhere just probe.
+        let new = if covered && lock_open_for(expected, op.tuple) { mine } else { expected };
+        shape.lock_cas = Some((verbs.len(), expected, new));
+        verbs.push(Verb::Cas { addr: l.buffer_lock(w, buf), expected, new });
+        shape.words = Some(verbs.len());
+        verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
+        shape.lock = Some(verbs.len());
+        verbs.push(Verb::Read { addr: l.buffer_lock(w, buf), len: 8 });
+        chains.push((node, verbs, shape));
+    }
     let need = c.majority();
     c.send_round(op, Stage::WriterLock, chains, need, now, out);
 }
 
 fn after_writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
-    let won = op
-        .replies
-        .keys()
-        .filter(|n| {
-            let prev = cas_previous(op, **n, Some(0));
-            prev == Some(meta::lock(op.tuple, meta::LOCK_FREE)) || prev == Some(meta::lock(op.tuple, meta::LOCK_WRITER))
-        })
-        .count();
+    let mine = meta::lock(op.tuple, meta::LOCK_WRITER);
+    let theirs = meta::lock(op.tuple, meta::LOCK_READER);
+    let outcomes = lock_outcomes(op);
+    learn_stale(c, op);
+    let won = outcomes.iter().filter(|(_, prev, exp, new)| (prev == exp && *new == mine) || *prev == mine).count();
+    let reader = outcomes.iter().any(|(_, prev, _, _)| *prev == theirs);
     let max_seen = words_by_node(op).values().flatten().map(|w| meta::ts(*w)).filter(|t| *t < meta::DELETED_TS).max();
     if let Some(ts) = max_seen {
         c.resync(ts, now.saturating_since(op.started), now);
     }
-    if won >= c.majority() {
+    if won >= c.majority() && op.above.len() >= c.majority() {
+        // No reader can lock T on a majority now, and a majority holds a tuple above T, so no
+        // reader will ever choose T: rewrite above everything read.
         c.bump("writer_lock_won");
         rewrite(c, op, now, out)
-    } else {
-        // A reader may have judged T fresh: the write is complete at T.
+    } else if reader {
+        // A reader saw T as the maximum of two majority reads made after this write began, so
+        // no write above T had completed before it began: the write is complete at T (and the
+        // reader may have returned it).
         c.bump("writer_lock_lost");
         commit(c, op, now, out)
+    } else {
+        // Undecided (lock words moved since last read, nodes not heard from): again, with what
+        // this round read.
+        c.bump("writer_lock_retries");
+        if op.above.len() < c.majority() && op.value.is_none() {
+            writer_prepare(c, op, now, out)
+        } else {
+            writer_lock(c, op, now, out)
+        }
     }
+}
+
+/// Per replied node: (node, word the lock CAS found, expected, new).
+fn lock_outcomes(op: &Op) -> Vec<(MemNodeId, u64, u64, u64)> {
+    let mut v = Vec::new();
+    for node in op.replies.keys() {
+        let Some((i, expected, new)) = op.shapes.get(node).and_then(|s| s.lock_cas) else { continue };
+        if let Some(prev) = cas_previous(op, *node, Some(i)) {
+            v.push((*node, prev, expected, new));
+        }
+    }
+    v
+}
+
+/// The lock word read by the verb at `shape.lock` (alone, or as the first word of a buffer).
+fn lock_words_by_node(op: &Op) -> BTreeMap<MemNodeId, u64> {
+    let mut m = BTreeMap::new();
+    for (node, outs) in &op.replies {
+        let Some(i) = op.shapes.get(node).and_then(|s| s.lock) else { continue };
+        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+            if let Some(w) = meta::words(bytes).first() {
+                m.insert(*node, *w);
+            }
+        }
+    }
+    m
 }
 
 /// Writes again above every timestamp read since the operation began (after `resync`): like an
@@ -288,7 +463,21 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 
 fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
-    let chains = c.meta_read_chains(slot, true);
+    let mut chains = c.meta_read_chains(slot, true);
+    // From the second iteration on, also read the buffer (lock word and copy) of the maximum
+    // seen last time: if it is the maximum again, the lock round needs both.
+    op.lock_for = op.prev_max;
+    op.locks.clear();
+    if op.prev_max != 0 {
+        let l = &c.cfg.layout;
+        let (xw, xb) = (meta::writer(op.prev_max), meta::buf(op.prev_max));
+        for (_, verbs, shape) in &mut chains {
+            shape.lock = Some(verbs.len());
+            verbs.push(Verb::Read { addr: l.buffer_lock(xw, xb), len: 8 });
+            shape.copy = Some(verbs.len());
+            verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
+        }
+    }
     let need = c.majority();
     c.send_round(op, Stage::Read, chains, need, now, out);
 }
@@ -330,6 +519,9 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let words = words_by_node(op);
     let x = words.values().flatten().copied().max().unwrap_or(0);
     op.observed = words;
+    for (node, lw) in lock_words_by_node(op) {
+        op.locks.insert(node, lw);
+    }
     if x == 0 {
         return c.finish(op, Ok(None), now, out);
     }
@@ -346,8 +538,13 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             None => fetch(c, op, x, true, now, out),
         };
     }
-    if meta::id(x) == meta::id(op.prev_max) {
-        return reader_lock(c, op, x, now, out);
+    if meta::id(x) == meta::id(op.prev_max) && meta::id(op.lock_for) == meta::id(x) {
+        if let Some(v) = find_value(c, op, x) {
+            return reader_lock(c, op, x, v, now, out);
+        }
+        // X's copy was torn or its buffer recycled: read again (X stays the candidate).
+        c.bump("lock_value_misses");
+        return read_round(c, op, now, out);
     }
     if let Some(&x0) = op.seen.get(&xw) {
         if meta::buf(x0) != meta::buf(x) && meta::id(x0) != meta::id(x) {
@@ -360,33 +557,41 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     read_round(c, op, now, out)
 }
 
-fn reader_lock(c: &mut Client, op: &mut Op, x: u64, now: LocalTime, out: &mut Outbox) {
+/// The reader's side of X's timestamp lock, on every node: where X's writer word is older than
+/// X, write X's value into its buffer, then X into the word (so a node never holds X's metadata
+/// without its value); CAS the lock word from the state last read to `X|READER`; read back the
+/// words and X's buffer (the next iteration if the lock is lost).
+fn reader_lock(c: &mut Client, op: &mut Op, x: u64, value: Vec<u8>, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
     let xw = meta::writer(x);
     let xb = meta::buf(x);
     let l = &c.cfg.layout;
+    let mine = meta::lock(x, meta::LOCK_READER);
     let mut chains = Vec::new();
     for node in c.alive_replicas(slot) {
-        let mut verbs = vec![Verb::Cas {
-            addr: l.buffer_lock(xw, xb),
-            expected: meta::lock(x, meta::LOCK_FREE),
-            new: meta::lock(x, meta::LOCK_READER),
-        }];
+        let mut verbs = Vec::new();
         let mut shape = Shape::default();
-        // Write X back into its writer's word where this node had an older one.
         if let Some(&o) = op.observed.get(&node).and_then(|ws| ws.get(xw as usize)) {
             if meta::id(o) < meta::id(x) {
+                verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, &value) });
                 shape.cas_other = Some((verbs.len(), o));
                 verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: meta::id(x) });
             }
         }
-        shape.copy = Some(verbs.len());
-        verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
+        let expected = op.locks.get(&node).copied().unwrap_or(0);
+        let new = if lock_open_for(expected, x) { mine } else { expected };
+        shape.lock_cas = Some((verbs.len(), expected, new));
+        verbs.push(Verb::Cas { addr: l.buffer_lock(xw, xb), expected, new });
         shape.words = Some(verbs.len());
         verbs.push(Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() });
+        shape.lock = Some(verbs.len());
+        verbs.push(Verb::Read { addr: l.buffer_lock(xw, xb), len: 8 });
+        shape.copy = Some(verbs.len());
+        verbs.push(Verb::Read { addr: l.buffer_copy(xw, xb), len: l.copy_bytes_max() });
         chains.push((node, verbs, shape));
     }
     op.target = x;
+    op.value = Some(value);
     let need = c.majority();
     c.send_round(op, Stage::ReaderLock, chains, need, now, out);
 }
@@ -394,25 +599,38 @@ fn reader_lock(c: &mut Client, op: &mut Op, x: u64, now: LocalTime, out: &mut Ou
 fn after_reader_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let x = op.target;
     let xw = meta::writer(x) as usize;
-    let free = meta::lock(x, meta::LOCK_FREE);
-    let reader = meta::lock(x, meta::LOCK_READER);
-    let won = op
-        .replies
-        .keys()
-        .filter(|n| matches!(cas_previous(op, **n, Some(0)), Some(p) if p == free || p == reader))
-        .count();
+    let mine = meta::lock(x, meta::LOCK_READER);
+    let outcomes = lock_outcomes(op);
+    let won = outcomes.iter().filter(|(_, prev, exp, new)| (prev == exp && *new == mine) || *prev == mine).count();
     let words = words_by_node(op);
     let installed = words.values().filter(|ws| ws.get(xw).is_some_and(|o| meta::id(*o) >= meta::id(x))).count();
     if won >= c.majority() && installed >= c.majority() {
         c.bump("reader_lock_won");
-        return match find_value(c, op, x) {
-            Some(v) => c.finish(op, Ok(Some(v)), now, out),
-            None => fetch(c, op, x, true, now, out),
-        };
+        let v = op.value.take().unwrap_or_default();
+        // X is linearized and on a majority: mark it VERIFIED (and refresh the in-place copy)
+        // in the background, so the next reads take one round trip.
+        let slot = op.slot.unwrap_or(0);
+        let verified = meta::id(x) | meta::VERIFIED;
+        let primary = c.primary(slot);
+        for node in c.alive_replicas(slot) {
+            let l = &c.cfg.layout;
+            let mut verbs =
+                vec![Verb::Cas { addr: l.meta_word(slot, xw as u32), expected: meta::id(x), new: verified }];
+            if Some(node) == primary {
+                verbs.push(Verb::Write { addr: l.inplace(slot), data: meta::encode_copy(verified, &v) });
+            }
+            c.send_background(node, verbs, None, now, out);
+        }
+        return c.finish(op, Ok(Some(v)), now, out);
     }
     c.bump("reader_lock_lost");
-    // The words read after the lock attempt are the next iteration.
-    op.prev_max = 0;
+    // The words read after the lock attempt are the next iteration. If X's writer holds the
+    // lock somewhere it may win and move above X: X is no candidate any more; otherwise (lock
+    // words moved since they were read) X may be locked again at once with what was just read.
+    let writer_holds = outcomes.iter().any(|(_, prev, _, _)| *prev == meta::lock(x, meta::LOCK_WRITER));
+    op.lock_for = x;
+    op.locks.clear();
+    op.prev_max = if writer_holds { 0 } else { x };
     after_read(c, op, now, out)
 }
 
@@ -463,6 +681,7 @@ pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Out
     match op.stage {
         Stage::Write => after_write(c, op, now, out),
         Stage::Create => after_create(c, op, now, out),
+        Stage::WriterPrepare => after_writer_prepare(c, op, now, out),
         Stage::WriterLock => after_writer_lock(c, op, now, out),
         Stage::Read => after_read(c, op, now, out),
         Stage::ReaderLock => after_reader_lock(c, op, now, out),

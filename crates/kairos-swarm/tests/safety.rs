@@ -57,8 +57,10 @@ fn under_contention_reads_take_at_most_two_per_writer_plus_one_iterations() {
     let bound = 2 * u64::from(run.clients) + 1;
     let seen = metric(&o, "read_iterations_max");
     assert!(seen > 1 && seen <= bound, "read iterations {seen}, bound {bound}");
-    // A rewrite is above everything read: updates take at most 3 round trips without failures.
-    assert!(o.round_trips[&OpKind::Update].keys().all(|n| *n <= 3), "{:?}", o.round_trips);
+    // A stale write races for its lock (fetching the newer tuple first when fewer than a
+    // majority hold it), then rewrites above everything read: at most 4 round trips without
+    // failures (the paper's contention figure: updates take ≤ 4).
+    assert!(o.round_trips[&OpKind::Update].keys().all(|n| *n <= 4), "{:?}", o.round_trips);
 }
 
 #[test]
@@ -96,9 +98,13 @@ fn a_memory_node_crash_mid_run_does_not_stop_service() {
     }
 }
 
+/// The client-crash configuration, seed by seed: linearizable, no get times out, and every read
+/// ends within `2 × writers + 1` iterations (a crashed writer's half-applied chains never stall
+/// readers). `SWARM_CRASH_SEEDS=N` runs seeds `1..=N` (default 12).
 #[test]
 fn a_client_crashing_mid_chain_leaves_a_linearizable_history() {
-    for seed in 1..=3 {
+    let seeds: u64 = std::env::var("SWARM_CRASH_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    for seed in 1..=seeds {
         let run = SwarmRun {
             clients: 4,
             keys: 4,
@@ -110,6 +116,11 @@ fn a_client_crashing_mid_chain_leaves_a_linearizable_history() {
         let o = run.run().unwrap();
         assert_linearizable(&o, &format!("client crash, seed {seed}"));
         assert!(o.completed >= 3 * 300, "the other clients finished");
+        assert_eq!(metric(&o, "client_crashes"), 1, "seed {seed}");
+        assert_eq!(metric(&o, "get_timeouts"), 0, "seed {seed}: gets timed out: {:?}", o.errors);
+        let bound = 2 * u64::from(run.clients) + 1;
+        let iterations = metric(&o, "read_iterations_max");
+        assert!(iterations <= bound, "seed {seed}: a read took {iterations} iterations > {bound}");
     }
 }
 

@@ -5,11 +5,26 @@ use super::SwarmMsg;
 use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
 use crate::ycsb::{self, Ycsb};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
+use kairos_core::LocalTime;
 use kairos_core::{Ctx, NodeId, Process, TimerId};
 use rand::Rng as _;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
 
 const TICK: TimerId = TimerId(1);
+const WAKE: TimerId = TimerId(2);
+
+/// What the adversarial scheduler does to this client (see [`super::Adversary`]).
+#[derive(Clone, Debug, Default)]
+pub struct ClientFaults {
+    /// `(p, ns_max)`: each chain is stalled with probability `p`, after a random prefix, for up
+    /// to `ns_max` nanoseconds.
+    pub stall: Option<(f64, u64)>,
+    /// `(at, for)` after the start: replies and timers wait.
+    pub pause: Option<(Duration, Duration)>,
+    /// Crash while issuing this chain (1-based count of chains issued).
+    pub crash_at_chain: Option<u64>,
+}
 
 struct Pending {
     process: u64,
@@ -38,6 +53,15 @@ pub struct ClientNode {
     pub crash_after_ops: Option<u64>,
     pub crashed: bool,
     issued: u64,
+    pub faults: ClientFaults,
+    chains_sent: u64,
+    /// Gets that ended with [`KvError::Timeout`].
+    pub get_timeouts: u64,
+    /// Chains this client sent with an adversarial stall.
+    pub stalled_chains: u64,
+    started_at: Option<LocalTime>,
+    /// Replies that arrived while paused, in arrival order.
+    deferred: VecDeque<SwarmMsg>,
 }
 
 impl ClientNode {
@@ -68,6 +92,12 @@ impl ClientNode {
             crash_after_ops,
             crashed: false,
             issued: 0,
+            faults: ClientFaults::default(),
+            chains_sent: 0,
+            get_timeouts: 0,
+            stalled_chains: 0,
+            started_at: None,
+            deferred: VecDeque::new(),
         }
     }
 
@@ -102,10 +132,26 @@ impl ClientNode {
 
     fn drain(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, mut out: Outbox) {
         loop {
-            let crash_now = self.crash_after_ops.is_some_and(|n| self.issued >= n);
-            for issue in std::mem::take(&mut out.issues) {
-                let prefix = if crash_now { Some(ctx.rng().random_range(0..=issue.chain.verbs.len())) } else { None };
-                ctx.send(NodeId(issue.chain.node), SwarmMsg::Chain { tag: issue.tag, chain: issue.chain, prefix });
+            let mut crash_now = self.crash_after_ops.is_some_and(|n| self.issued >= n);
+            let issues = std::mem::take(&mut out.issues);
+            if let Some(n) = self.faults.crash_at_chain {
+                crash_now |= !issues.is_empty() && self.chains_sent + issues.len() as u64 >= n;
+            }
+            for issue in issues {
+                self.chains_sent += 1;
+                let len = issue.chain.verbs.len();
+                let prefix = if crash_now { Some(ctx.rng().random_range(0..=len)) } else { None };
+                let mut pause = None;
+                if let (Some((p, ns_max)), false) = (self.faults.stall, crash_now) {
+                    if ctx.rng().random_bool(p.clamp(0.0, 1.0)) {
+                        pause = Some((ctx.rng().random_range(0..len.max(1)), ctx.rng().random_range(1..=ns_max)));
+                        self.stalled_chains += 1;
+                    }
+                }
+                ctx.send(
+                    NodeId(issue.chain.node),
+                    SwarmMsg::Chain { tag: issue.tag, chain: issue.chain, prefix, pause },
+                );
             }
             if crash_now {
                 // The client dies with these chains partly applied; its open operations stay unknown.
@@ -129,6 +175,9 @@ impl ClientNode {
                     (Ok(_), _) => (OpType::Ok, "write", MicroOp::Write { key: p.key, value: p.value_id }),
                     (Err(e), OpKind::Get) => {
                         *self.errors.entry(e.to_string()).or_insert(0) += 1;
+                        if matches!(e, KvError::Timeout) {
+                            self.get_timeouts += 1;
+                        }
                         (OpType::Fail, "read", MicroOp::Read { key: p.key, value: None })
                     }
                     (Err(e), _) => {
@@ -148,10 +197,38 @@ impl ClientNode {
     }
 }
 
+impl ClientNode {
+    /// The end of the adversary's pause if `now` is inside it.
+    fn paused_until(&self, now: LocalTime) -> Option<LocalTime> {
+        let (at, len) = self.faults.pause?;
+        let from = self.started_at? + at;
+        let until = from + len;
+        (now >= from && now < until).then_some(until)
+    }
+
+    fn handle(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, msg: SwarmMsg) {
+        if let SwarmMsg::Reply { tag, reply } = msg {
+            let mut out = Outbox::new();
+            self.client.on_reply(tag, reply, ctx.now(), &mut out);
+            self.drain(ctx, out);
+        }
+    }
+
+    fn tick(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
+        let mut out = Outbox::new();
+        self.client.on_tick(ctx.now(), &mut out);
+        self.drain(ctx, out);
+        if !self.is_done() || self.client.in_flight() > 0 {
+            ctx.set_timer(TICK, self.client.tick_interval());
+        }
+    }
+}
+
 impl Process for ClientNode {
     type Msg = SwarmMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
+        self.started_at = Some(ctx.now());
         ctx.set_timer(TICK, self.client.tick_interval());
         let mut out = Outbox::new();
         for slot in 0..self.inflight {
@@ -164,22 +241,34 @@ impl Process for ClientNode {
         if self.crashed {
             return;
         }
-        if let SwarmMsg::Reply { tag, reply } = msg {
-            let mut out = Outbox::new();
-            self.client.on_reply(tag, reply, ctx.now(), &mut out);
-            self.drain(ctx, out);
+        if let Some(until) = self.paused_until(ctx.now()) {
+            if self.deferred.is_empty() {
+                ctx.set_timer(WAKE, until.saturating_since(ctx.now()));
+            }
+            self.deferred.push_back(msg);
+            return;
         }
+        self.handle(ctx, msg);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, _timer: TimerId) {
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, timer: TimerId) {
         if self.crashed {
             return;
         }
-        let mut out = Outbox::new();
-        self.client.on_tick(ctx.now(), &mut out);
-        self.drain(ctx, out);
-        if !self.is_done() || self.client.in_flight() > 0 {
-            ctx.set_timer(TICK, self.client.tick_interval());
+        if let Some(until) = self.paused_until(ctx.now()) {
+            // Asleep: look again when the pause ends.
+            ctx.set_timer(timer, until.saturating_since(ctx.now()));
+            return;
+        }
+        // Replies that came in during a pause are handled first, in order, then time passes.
+        while let Some(msg) = self.deferred.pop_front() {
+            if self.crashed {
+                return;
+            }
+            self.handle(ctx, msg);
+        }
+        if timer == TICK {
+            self.tick(ctx);
         }
     }
 }

@@ -5,11 +5,13 @@
 //! CAS, or the next aligned 8-byte piece of a larger read or write — so pieces of different
 //! chains interleave and large reads tear. Chains on one connection run in FIFO order. A crashed
 //! node (`Fault::Crash`) completes nothing. A chain marked `prefix` (a client crashing mid-chain)
-//! applies only that many verbs and gets no reply.
+//! applies only that many verbs and gets no reply. A chain marked `pause` (the adversarial
+//! scheduler, [`super::Adversary`]) stalls its connection between two of its verbs for the given
+//! time while other connections go on — what a descheduled client thread or a slow NIC does.
 
 use super::SwarmMsg;
 use crate::verbs::{MemoryImage, Verb, VerbOutcome, CHAIN_VERBS_MAX};
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -18,6 +20,8 @@ struct Running {
     tag: u64,
     verbs: Vec<Verb>,
     prefix: Option<usize>,
+    /// The adversary's stall: after this many verbs, the connection waits this many ns.
+    pause: Option<(usize, u64)>,
     next: usize,
     /// Bytes of the current large verb already done.
     done_bytes: u64,
@@ -28,6 +32,9 @@ struct Running {
 pub struct MemoryNode {
     pub image: MemoryImage,
     queues: BTreeMap<NodeId, VecDeque<Running>>,
+    /// Connections stalled by the adversary, until this local time.
+    stalled: BTreeMap<NodeId, LocalTime>,
+    next_wake: u64,
     armed: bool,
     /// Longest pause between two pieces (ns); each pause is uniform in `0..=piece_ns_max`.
     pub piece_ns_max: u64,
@@ -38,11 +45,24 @@ const STEP: TimerId = TimerId(1);
 
 impl MemoryNode {
     pub fn new(image: MemoryImage, piece_ns_max: u64) -> Self {
-        MemoryNode { image, queues: BTreeMap::new(), armed: false, piece_ns_max, pieces: 0 }
+        MemoryNode {
+            image,
+            queues: BTreeMap::new(),
+            stalled: BTreeMap::new(),
+            next_wake: 0,
+            armed: false,
+            piece_ns_max,
+            pieces: 0,
+        }
+    }
+
+    /// Connections with a chain to run now (not stalled).
+    fn busy(&self) -> Vec<NodeId> {
+        self.queues.iter().filter(|(n, q)| !q.is_empty() && !self.stalled.contains_key(n)).map(|(n, _)| *n).collect()
     }
 
     fn arm(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
-        if !self.armed && self.queues.values().any(|q| !q.is_empty()) {
+        if !self.armed && !self.busy().is_empty() {
             self.armed = true;
             let ns = ctx.rng().random_range(0..=self.piece_ns_max);
             ctx.set_timer(STEP, Duration::from_nanos(ns));
@@ -101,7 +121,7 @@ impl Process for MemoryNode {
     fn on_start(&mut self, _ctx: &mut Ctx<'_, SwarmMsg>) {}
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, from: NodeId, msg: SwarmMsg) {
-        let SwarmMsg::Chain { tag, chain, prefix } = msg else { return };
+        let SwarmMsg::Chain { tag, chain, prefix, pause } = msg else { return };
         if chain.verbs.len() > CHAIN_VERBS_MAX {
             let e = crate::verbs::VerbError::ChainTooLong(chain.verbs.len());
             ctx.send(from, SwarmMsg::Reply { tag, reply: Err(e) });
@@ -111,6 +131,7 @@ impl Process for MemoryNode {
             tag,
             verbs: chain.verbs,
             prefix,
+            pause,
             next: 0,
             done_bytes: 0,
             partial: Vec::new(),
@@ -120,12 +141,29 @@ impl Process for MemoryNode {
         self.arm(ctx);
     }
 
-    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, _timer: TimerId) {
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, timer: TimerId) {
+        if timer != STEP {
+            // A stall ended.
+            let now = ctx.now();
+            self.stalled.retain(|_, until| *until > now);
+            return self.arm(ctx);
+        }
         self.armed = false;
-        let busy: Vec<NodeId> = self.queues.iter().filter(|(_, q)| !q.is_empty()).map(|(n, _)| *n).collect();
+        let busy = self.busy();
         if !busy.is_empty() {
             let who = busy[ctx.rng().random_range(0..busy.len())];
-            let mut r = self.queues.get_mut(&who).and_then(|q| q.pop_front()).expect("busy queue has a chain");
+            let Some(mut r) = self.queues.get_mut(&who).and_then(|q| q.pop_front()) else { return self.arm(ctx) };
+            if let Some((k, ns)) = r.pause {
+                if r.next >= k && r.done_bytes == 0 {
+                    // The adversary stalls this connection between two verbs of the chain.
+                    r.pause = None;
+                    self.stalled.insert(who, ctx.now() + Duration::from_nanos(ns));
+                    self.next_wake += 1;
+                    ctx.set_timer(TimerId(STEP.0 + self.next_wake), Duration::from_nanos(ns));
+                    self.queues.entry(who).or_default().push_front(r);
+                    return self.arm(ctx);
+                }
+            }
             self.pieces += 1;
             let limit = r.prefix.unwrap_or(usize::MAX).min(r.verbs.len());
             let result = if r.next < limit { self.piece(&mut r) } else { Ok(()) };

@@ -1,0 +1,302 @@
+//! Hand-driven schedules: `engine::Client`s run verb by verb against three node images, with
+//! one chain stalled between its verbs for as long as a schedule needs (what a descheduled
+//! thread or a slow NIC does). Each schedule is a regression test of a bug the randomized
+//! simulator missed because it never stalled a chain for more than ~100 ns.
+
+use kairos_core::LocalTime;
+use kairos_swarm::client::{ChainTag, Completion, KvClient, KvOp, OpId, Outbox};
+use kairos_swarm::engine::{Client, ClientConfig, Protocol};
+use kairos_swarm::index;
+use kairos_swarm::layout::{Layout, LayoutConfig};
+use kairos_swarm::verbs::{MemNodeId, MemoryImage, Verb, VerbError, VerbOutcome};
+use std::collections::{BTreeMap, VecDeque};
+
+const KEY: &[u8] = b"the-key";
+
+struct Pending {
+    tag: ChainTag,
+    verbs: Vec<Verb>,
+    next: usize,
+    outs: Vec<VerbOutcome>,
+}
+
+/// Three memory nodes holding one key, and `n` clients whose chains wait in per-(client, node)
+/// FIFO queues until the schedule applies them.
+struct Lab {
+    images: Vec<MemoryImage>,
+    clients: Vec<Client>,
+    now: Vec<LocalTime>,
+    conns: BTreeMap<(usize, MemNodeId), VecDeque<Pending>>,
+    done: BTreeMap<(usize, OpId), Completion>,
+    /// The key's replicas in preference order: P (primary, keeps the in-place copy), B, C.
+    nodes: Vec<MemNodeId>,
+}
+
+impl Lab {
+    /// `clock_us[i]`: client `i`'s clock reading (µs after the timestamp epoch).
+    fn new(clock_us: &[u64]) -> Lab {
+        let n = clock_us.len() as u32;
+        let layout = Layout::new(
+            LayoutConfig {
+                keys: 4,
+                key_size: 24,
+                value_size: 64,
+                replicas: 3,
+                memory_nodes: 3,
+                writers: n,
+                buffers_per_writer: 0,
+            }
+            .with_default_buffers(),
+        )
+        .unwrap();
+        let mut images: Vec<MemoryImage> = (0..3).map(|_| MemoryImage::new(layout.node_bytes())).collect();
+        let load = index::bulk_load(&layout, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1).unwrap();
+        let slot = load.tuples.iter().flatten().next().unwrap().0;
+        let clients = (0..n)
+            .map(|w| {
+                let mut c = Client::new(ClientConfig::new(Protocol::SwarmKv, w, layout.clone(), LocalTime(0)));
+                c.absorb_load(&load);
+                c
+            })
+            .collect();
+        Lab {
+            images,
+            clients,
+            now: clock_us.iter().map(|us| LocalTime(us * 1000)).collect(),
+            conns: BTreeMap::new(),
+            done: BTreeMap::new(),
+            nodes: layout.replicas_of(slot),
+        }
+    }
+
+    fn absorb(&mut self, c: usize, out: Outbox) {
+        for i in out.issues {
+            self.conns.entry((c, i.chain.node)).or_default().push_back(Pending {
+                tag: i.tag,
+                verbs: i.chain.verbs,
+                next: 0,
+                outs: Vec::new(),
+            });
+        }
+        for d in out.completions {
+            self.done.insert((c, d.op_id), d);
+        }
+    }
+
+    fn tick(&mut self, c: usize) {
+        self.now[c] = LocalTime(self.now[c].as_nanos() + 100);
+    }
+
+    fn invoke(&mut self, c: usize, id: OpId, op: KvOp) {
+        self.tick(c);
+        let mut out = Outbox::new();
+        self.clients[c].invoke(id, op, self.now[c], &mut out);
+        self.absorb(c, out);
+    }
+
+    /// Applies up to `k` more verbs of client `c`'s oldest chain on `node`; returns its reply
+    /// (not yet delivered) if the chain is now complete.
+    fn apply(
+        &mut self,
+        c: usize,
+        node: MemNodeId,
+        k: usize,
+    ) -> Option<(ChainTag, Result<Vec<VerbOutcome>, VerbError>)> {
+        let q = self.conns.get_mut(&(c, node))?;
+        let p = q.front_mut()?;
+        for _ in 0..k {
+            if p.next >= p.verbs.len() {
+                break;
+            }
+            let o = self.images[node as usize].apply(&p.verbs[p.next]).expect("verbs of the protocol are valid");
+            p.outs.push(o);
+            p.next += 1;
+        }
+        if p.next < p.verbs.len() {
+            return None;
+        }
+        let p = q.pop_front()?;
+        Some((p.tag, Ok(p.outs)))
+    }
+
+    fn deliver(&mut self, c: usize, reply: Option<(ChainTag, Result<Vec<VerbOutcome>, VerbError>)>) {
+        let Some((tag, r)) = reply else { return };
+        self.tick(c);
+        let mut out = Outbox::new();
+        self.clients[c].on_reply(tag, r, self.now[c], &mut out);
+        self.absorb(c, out);
+    }
+
+    /// Runs client `c`'s oldest chain on `node` whole and delivers its reply.
+    fn step(&mut self, c: usize, node: MemNodeId) {
+        let r = self.apply(c, node, usize::MAX);
+        self.deliver(c, r);
+    }
+
+    fn queued(&self, c: usize, node: MemNodeId) -> usize {
+        self.conns.get(&(c, node)).map_or(0, |q| q.len())
+    }
+
+    /// Runs client `c` (every chain on `nodes`, whole, replies delivered at once) until
+    /// operation `id` completes or `rounds_max` rounds have passed.
+    fn run(&mut self, c: usize, id: OpId, nodes: &[MemNodeId], rounds_max: usize) -> Option<Completion> {
+        for _ in 0..rounds_max {
+            if let Some(d) = self.done.get(&(c, id)) {
+                return Some(d.clone());
+            }
+            let mut progressed = false;
+            for &n in nodes {
+                while self.queued(c, n) > 0 {
+                    self.step(c, n);
+                    progressed = true;
+                }
+            }
+            if !progressed {
+                // Nothing to deliver: time passes until the client's timeouts fire.
+                let dt = self.clients[c].tick_interval();
+                self.now[c] = self.now[c] + dt;
+                let mut out = Outbox::new();
+                self.clients[c].on_tick(self.now[c], &mut out);
+                self.absorb(c, out);
+            }
+        }
+        self.done.get(&(c, id)).cloned()
+    }
+
+    fn counter(&self, c: usize, name: &str) -> u64 {
+        self.clients[c].counters().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v)
+    }
+}
+
+fn update(value: &[u8]) -> KvOp {
+    KvOp::Update { key: KEY.to_vec(), value: value.to_vec() }
+}
+fn get() -> KvOp {
+    KvOp::Get { key: KEY.to_vec() }
+}
+
+/// Issue bug 1. W's guessed timestamp T is behind V's clock. W's update chain lands whole on
+/// C; on P only its buffer fill lands. R1 reads P and C twice, locks T and returns W's value.
+/// Then V updates above T and completes in one round trip. W's chain resumes on P and runs on
+/// B: both show V's newer tuple, so T is the maximum on no node that replied — which is no
+/// proof that no reader chose T. A reader R2 starting after all this must return V's value
+/// (R1 ended before V began, so W is ordered before V).
+#[test]
+fn a_stale_guess_a_reader_returned_is_never_rewritten_above_a_later_write() {
+    let (w, v, r1, r2) = (0, 1, 2, 3);
+    // W's clock lags V's by 4 ms; readers never guess.
+    let mut lab = Lab::new(&[1_000, 5_000, 3_000, 3_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(w, 1, update(b"from W"));
+    let w_on_c = lab.apply(w, c, usize::MAX); // whole chain on C; its reply is slow
+    assert!(w_on_c.is_some());
+    assert!(lab.apply(w, p, 1).is_none(), "only W's buffer fill lands on P");
+
+    lab.invoke(r1, 1, get());
+    let got = lab.run(r1, 1, &[p, c], 20).expect("R1 completes with P and C");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())), "R1 returns W's value (T locked on P and C)");
+
+    lab.invoke(v, 1, update(b"from V"));
+    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
+    assert_eq!(done.result, Ok(None));
+    assert_eq!(done.round_trips, 1, "V's guess is fresh: one round trip");
+
+    // W's chain resumes on P and runs on B; W then runs to completion on P and B (C's reply to
+    // its first chain is still in flight).
+    lab.step(w, p);
+    lab.step(w, b);
+    let wd = lab.run(w, 1, &[p, b], 50).expect("W completes");
+    assert_eq!(wd.result, Ok(None), "{wd:?}");
+    drop(w_on_c);
+
+    lab.invoke(r2, 1, get());
+    let got = lab.run(r2, 1, &[p, b, c], 50).expect("R2 completes");
+    assert_eq!(
+        got.result,
+        Ok(Some(b"from V".to_vec())),
+        "R1 returned W's value before V began, so a read after V completed must return V's"
+    );
+}
+
+/// Issue bug 2. A writer's update reaches only the primary (every read waits for it) and then
+/// stalls — or crashed. A reader sees T as the maximum twice and races for T's lock; the lock
+/// must be winnable without the writer's help (write T's value and metadata where they are
+/// missing), so the read ends within `2 × writers + 1` iterations; the winning reader marks T
+/// VERIFIED, so the next read takes one round trip.
+#[test]
+fn a_read_does_not_wait_for_a_writer_stalled_after_the_primary() {
+    let (w, r1, r2) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let nodes = lab.nodes.clone();
+    let p = nodes[0];
+    lab.invoke(w, 1, update(b"from W"));
+    let _stalled = lab.apply(w, p, usize::MAX); // whole chain on P, nothing elsewhere, no reply
+
+    let writers = 3u64;
+    lab.invoke(r1, 1, get());
+    let got = lab.run(r1, 1, &nodes, 200);
+    let iterations = lab.counter(r1, "read_iterations_max");
+    let got = got.unwrap_or_else(|| panic!("the read is stuck after {iterations} iterations"));
+    assert!(iterations <= 2 * writers + 1, "{iterations} iterations > 2 × writers + 1");
+    // T was seen twice and locked: W's pending update is linearized by this read.
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())));
+
+    // T's value now sits wherever its metadata does: a primary crash loses nothing.
+    let later: Vec<MemNodeId> = nodes[1..].to_vec();
+    lab.invoke(r2, 1, get());
+    let got = lab.run(r2, 1, &later, 50).expect("a read without the primary completes");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())));
+
+    // With every node up, a later read of the key takes one round trip (T is VERIFIED).
+    lab.invoke(r2, 2, get());
+    let got = lab.run(r2, 2, &nodes, 50).expect("completes");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())));
+    assert_eq!(got.round_trips, 1, "the winning reader marked T VERIFIED");
+}
+
+/// A writer that wins its timestamp lock and crashes before rewriting must not leave readers
+/// spinning on its tuple. V's update is stalled after landing on P only; W's guess T is below
+/// V's, so W's replies from P and B make T stale; W races for T, wins it on every node, and
+/// crashes before its rewrite. A reader that cannot reach P (slow) reads B and C. Before the
+/// fix T stayed the maximum there, locked by W for good: every lock round failed, forever. Now
+/// W's lock round first puts V (value, then metadata) where no tuple above T was, so the reader
+/// sees V and completes within `2 × writers + 1` iterations.
+#[test]
+fn a_writer_crashing_after_winning_its_lock_does_not_stall_readers() {
+    let (w, v, r) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 5_000, 3_000]);
+    let nodes = lab.nodes.clone();
+    let [p, b, c] = [nodes[0], nodes[1], nodes[2]];
+    lab.invoke(v, 1, update(b"from V"));
+    let _v_stalled = lab.apply(v, p, usize::MAX); // V lands on P only, then stalls
+
+    lab.invoke(w, 1, update(b"from W"));
+    let _w_on_c = lab.apply(w, c, usize::MAX); // whole on C, reply slow
+                                               // W runs on P and B until it issues its lock round (a CAS to a WRITER lock word).
+    let is_lock_round = |lab: &Lab| {
+        lab.conns.get(&(w, p)).and_then(|q| q.front()).is_some_and(|ch| {
+            ch.verbs.iter().any(|x| matches!(x, Verb::Cas { expected, new, .. } if new & 3 == 3 && new != expected))
+        })
+    };
+    for _ in 0..10 {
+        if is_lock_round(&lab) {
+            break;
+        }
+        lab.step(w, p);
+        lab.step(w, b);
+    }
+    assert!(is_lock_round(&lab), "W's guess is stale and W races for T's lock");
+    // The lock round lands everywhere (W wins T on every node); W crashes before any reply.
+    for n in [p, b, c] {
+        while lab.queued(w, n) > 0 {
+            let _ = lab.apply(w, n, usize::MAX);
+        }
+    }
+
+    lab.invoke(r, 1, get());
+    let got = lab.run(r, 1, &[b, c], 400);
+    let iterations = lab.counter(r, "read_iterations_max");
+    let got = got.unwrap_or_else(|| panic!("the read is stuck after {iterations} iterations"));
+    assert!(iterations <= 2 * 3 + 1, "{iterations} iterations > 2 × writers + 1");
+    assert_eq!(got.result, Ok(Some(b"from V".to_vec())), "W's T is never returned: W won its lock");
+}
