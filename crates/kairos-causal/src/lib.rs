@@ -64,9 +64,10 @@
 //!   `maxTimeMS`, `operationTime`, `{code, codeName, errmsg}`).
 //! * Replication is Raft-shaped (pull from the primary only, no chained sync sources, no
 //!   heartbeats between secondaries, no priorities, no catch-up phase, no arbiters).
-//! * Durability: every handler is journaled (the term, the vote and the oplog survive a crash
-//!   through a [`Disk`]; the role writes them back when the simulator drops it); the document
-//!   store, keys, commit point and clock are rebuilt from the oplog on restart. The oplog is not
+//! * Durability: every handler's changes to the term, the vote and the oplog are journaled
+//!   through the host before anything it sends leaves (a snapshot every few thousand records;
+//!   on disk under `kairos serve --data-dir`); the document store, keys, commit point and clock
+//!   are rebuilt from the oplog on restart. The oplog is not
 //!   capped (no initial sync from a snapshot), so runs are bounded in length.
 //! * Rollback truncates by optime and rebuilds the lists; rolled-back key documents are kept.
 //! * Clients are untrusted unless [`MemberConfig::trusted_clients`] (no authentication).
@@ -82,6 +83,6 @@ pub mod session;
 pub mod sim;
 pub mod tpcc;
 
-pub use member::{new_disk, Disk, Durable, Member, MemberConfig, MemberState, MemberStats};
+pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats};
 pub use msg::{CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
 pub use session::{Probe, ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};

@@ -1,8 +1,10 @@
 //! A replica-set member: primary or secondary (or candidate during an election).
 //!
-//! See the crate docs for the protocol. The durable part (term, vote, oplog) survives a crash
-//! through a [`Disk`]; everything else (commit point, document store, keys, clock) is rebuilt
-//! from the oplog on start.
+//! See the crate docs for the protocol. The durable part (term, vote, oplog) is journaled
+//! through the host ([`kairos_core::Ctx::persist`]: every change of a handler is durable before
+//! any reply or message of that handler leaves) and handed back on restart
+//! ([`kairos_core::Process::on_recover`]); everything else (commit point, document store, keys,
+//! clock) is rebuilt from the oplog.
 
 use crate::msg::{
     codes, CausalMsg, ClientOp, Entry, ErrorReply, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody,
@@ -12,10 +14,10 @@ use kairos_clock::{
     gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
     TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
 };
-use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const ELECTION: TimerId = TimerId(1);
@@ -79,20 +81,39 @@ impl MemberConfig {
 }
 
 /// What survives a crash: the Raft term and vote and the oplog (MongoDB journals both).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Durable {
     pub term: u64,
     pub voted_for: Option<u32>,
     pub oplog: Vec<Entry>,
 }
 
-/// A member's disk. The member takes its contents on creation and writes them back when it is
-/// dropped (the simulator drops a crashed role instance), i.e. every handler is journaled.
-pub type Disk = Arc<Mutex<Durable>>;
+/// One change of the durable part, as journaled. A snapshot is a whole [`Durable`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Change {
+    Vote {
+        term: u64,
+        voted_for: Option<u32>,
+    },
+    Append(Entry),
+    /// Keep the first `keep` oplog entries (rollback).
+    Truncate {
+        keep: u64,
+    },
+}
 
-/// A fresh, empty disk.
-pub fn new_disk() -> Disk {
-    Arc::new(Mutex::new(Durable::default()))
+/// Journal records between two snapshots: beyond this many (and more than the oplog holds),
+/// the member writes its whole durable part as a snapshot instead.
+const CHANGES_PER_SNAPSHOT: u64 = 4_096;
+
+impl Durable {
+    fn apply(&mut self, c: Change) {
+        match c {
+            Change::Vote { term, voted_for } => (self.term, self.voted_for) = (term, voted_for),
+            Change::Append(e) => self.oplog.push(e),
+            Change::Truncate { keep } => self.oplog.truncate(keep as usize),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +137,8 @@ pub struct MemberStats {
     /// Entries at or below this member's commit point that a rollback removed (must stay 0).
     pub rolled_back_committed: u64,
     pub noops_written: u64,
+    /// Journal records a restart could not read (see `on_recover`).
+    pub journal_unreadable: u64,
     pub keys_generated: u64,
     pub ignored_messages: u64,
 }
@@ -136,8 +159,11 @@ struct PendingWrite {
 pub struct Member {
     cfg: Arc<MemberConfig>,
     me: u32,
-    disk: Disk,
     d: Durable,
+    /// Changes of `d` made by the current handler, persisted when it ends.
+    journal: Vec<Change>,
+    /// Records persisted since the last snapshot.
+    journaled: u64,
     state: MemberState,
     primary: Option<u32>,
     commit_point: ClusterTime,
@@ -162,17 +188,10 @@ pub struct Member {
     stats: MemberStats,
 }
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
-        *disk = std::mem::take(&mut self.d);
-    }
-}
-
 impl Member {
-    /// Member number `me` (index into `cfg.members`), recovering from `disk`.
-    pub fn new(cfg: Arc<MemberConfig>, me: u32, disk: Disk) -> Self {
-        let d = std::mem::take(&mut *disk.lock().unwrap_or_else(|e| e.into_inner()));
+    /// Member number `me` (index into `cfg.members`), with nothing durable yet (a restarted
+    /// member gets its durable part in `on_recover`).
+    pub fn new(cfg: Arc<MemberConfig>, me: u32) -> Self {
         let mut proofs = TimeProofService::new();
         proofs.set_per_reply(cfg.per_reply_signing);
         let keys = KeyRing::new().with_retention_secs(cfg.key_rotation_secs);
@@ -180,8 +199,9 @@ impl Member {
         let mut m = Member {
             cfg,
             me,
-            disk,
             d: Durable::default(),
+            journal: Vec::new(),
+            journaled: 0,
             state: MemberState::Secondary,
             primary: None,
             commit_point: ClusterTime::ZERO,
@@ -202,11 +222,50 @@ impl Member {
             waiters: Vec::new(),
             stats: MemberStats::default(),
         };
-        for e in &d.oplog {
-            m.apply(e);
-        }
-        m.d = d;
+        m.restore(Durable::default());
         m
+    }
+
+    /// Takes `d` as the durable part and rebuilds the document store from its oplog.
+    fn restore(&mut self, d: Durable) {
+        self.store.clear();
+        for e in &d.oplog {
+            self.apply(e);
+        }
+        self.d = d;
+    }
+
+    /// Sets the term and vote, journaling the change.
+    fn set_vote(&mut self, term: u64, voted_for: Option<u32>) {
+        (self.d.term, self.d.voted_for) = (term, voted_for);
+        self.journal.push(Change::Vote { term, voted_for });
+    }
+
+    /// Appends an (applied) entry to the oplog, journaling it.
+    fn log_push(&mut self, e: Entry) {
+        self.journal.push(Change::Append(e.clone()));
+        self.d.oplog.push(e);
+    }
+
+    /// Persists the handler's changes (a snapshot when the journal has grown long).
+    fn flush_journal(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        if self.journal.is_empty() {
+            return;
+        }
+        let changes = std::mem::take(&mut self.journal);
+        self.journaled += changes.len() as u64;
+        if self.journaled > CHANGES_PER_SNAPSHOT.max(self.d.oplog.len() as u64) {
+            if let Ok(bytes) = postcard::to_allocvec(&self.d) {
+                ctx.persist_snapshot(bytes);
+                self.journaled = 0;
+                return;
+            }
+        }
+        for c in changes {
+            if let Ok(bytes) = postcard::to_allocvec(&c) {
+                ctx.persist(bytes);
+            }
+        }
     }
 
     // ----- observation -----
@@ -480,7 +539,7 @@ impl Member {
         }
         let entry = Entry { optime, term: self.d.term, op };
         self.apply(&entry);
-        self.d.oplog.push(entry);
+        self.log_push(entry);
         self.last_write_at = ctx.now();
         self.feed_held_pulls(ctx);
         if self.cfg.members.len() == 1 {
@@ -504,7 +563,7 @@ impl Member {
         self.stats.keys_generated += created.len() as u64;
         let entry = Entry { optime, term: self.d.term, op: Op::Keys(created) };
         self.apply(&entry);
-        self.d.oplog.push(entry);
+        self.log_push(entry);
         self.last_write_at = ctx.now();
         self.feed_held_pulls(ctx);
     }
@@ -707,7 +766,7 @@ impl Member {
                         continue;
                     }
                     self.apply(&e);
-                    self.d.oplog.push(e);
+                    self.log_push(e);
                 }
                 let cp = commit_point.min(self.last_applied());
                 if cp > self.commit_point {
@@ -742,6 +801,7 @@ impl Member {
         if removed.is_empty() {
             return;
         }
+        self.journal.push(Change::Truncate { keep: keep as u64 });
         self.stats.rollbacks += 1;
         self.stats.rolled_back_entries += removed.len() as u64;
         self.stats.rolled_back_committed += removed.iter().filter(|e| e.optime <= self.commit_point).count() as u64;
@@ -776,8 +836,7 @@ impl Member {
             ctx.metric("causal.term_exhausted", 1);
             return;
         };
-        self.d.term = term;
-        self.d.voted_for = Some(self.me);
+        self.set_vote(term, Some(self.me));
         self.primary = None;
         self.state = MemberState::Candidate { votes: BTreeSet::from([self.me]) };
         ctx.metric("causal.elections_started", 1);
@@ -801,8 +860,7 @@ impl Member {
             }
         }
         if msg.term > self.d.term {
-            self.d.term = msg.term;
-            self.d.voted_for = None;
+            self.set_vote(msg.term, None);
             self.step_down(ctx);
             if self.primary.is_some_and(|p| p != from) {
                 self.primary = None;
@@ -815,7 +873,7 @@ impl Member {
                 let free = self.d.voted_for.is_none() || self.d.voted_for == Some(from);
                 let granted = current && free && up_to_date && !self.is_primary();
                 if granted {
-                    self.d.voted_for = Some(from);
+                    self.set_vote(self.d.term, Some(from));
                     self.arm_election(ctx);
                 }
                 self.send_peer(ctx, from, PeerBody::VoteReply { granted });
@@ -902,6 +960,7 @@ impl Process for Member {
             (CausalMsg::Request(r), _) => self.on_request(ctx, from, r),
             _ => self.stats.ignored_messages += 1,
         }
+        self.flush_journal(ctx);
         self.flush_metrics(ctx);
     }
 
@@ -911,6 +970,53 @@ impl Process for Member {
             TICK => self.on_tick(ctx),
             _ => {}
         }
+        self.flush_journal(ctx);
         self.flush_metrics(ctx);
+    }
+
+    /// The durable part this member journaled before its crash: the last snapshot, then every
+    /// change since. (The host verified every record's checksum; one that still does not
+    /// decode was written by another version of Kairos: replay stops there, keeping a prefix
+    /// of the journal, and `journal_unreadable` counts it.)
+    fn on_recover(&mut self, stored: &Stored) {
+        let mut d: Durable = stored.snapshot.as_deref().and_then(|s| postcard::from_bytes(s).ok()).unwrap_or_default();
+        for r in &stored.records {
+            match postcard::from_bytes::<Change>(r) {
+                Ok(c) => d.apply(c),
+                Err(_) => {
+                    self.stats.journal_unreadable += 1;
+                    break;
+                }
+            }
+        }
+        self.journaled = stored.records.len() as u64;
+        self.restore(d);
+    }
+
+    /// Cheap invariants: the commit point is within what this member applied; the oplog's
+    /// newest entries are in optime order, in no term above the current one.
+    fn invariants(&self) -> Result<(), String> {
+        if self.commit_point > self.last_applied() {
+            return Err(format!(
+                "member {}: commit point {:?} beyond its last applied {:?}",
+                self.me,
+                self.commit_point,
+                self.last_applied()
+            ));
+        }
+        if let [.., a, b] = self.d.oplog.as_slice() {
+            if a.optime >= b.optime || a.term > b.term {
+                return Err(format!("member {}: oplog tail out of order: {:?} then {:?}", self.me, a, b));
+            }
+        }
+        if let Some(last) = self.d.oplog.last() {
+            if last.term > self.d.term {
+                return Err(format!(
+                    "member {}: oplog entry of term {} above the current term {}",
+                    self.me, last.term, self.d.term
+                ));
+            }
+        }
+        Ok(())
     }
 }

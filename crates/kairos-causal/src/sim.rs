@@ -4,7 +4,7 @@
 //! returns the history (for `kairos_check::check(.., Model::Causal)`), metrics, latency
 //! percentiles per operation type, throughput and the HMAC count.
 
-use crate::member::{new_disk, Member, MemberConfig};
+use crate::member::{Member, MemberConfig};
 use crate::msg::{CausalMsg, ReadConcern, WriteConcern};
 use crate::session::{ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};
 use crate::tpcc::TpccConfig;
@@ -120,6 +120,9 @@ impl Deployment {
 /// Errors in a deployment description.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    /// The run broke an invariant and stopped at that event.
+    #[error("{0}")]
+    Invariant(kairos_sim::Violation),
     #[error("{0}")]
     Region(#[from] kairos_core::CoreError),
     #[error(
@@ -211,10 +214,8 @@ impl Deployment {
         let mut sim = Sim::new(config, matrix.clone());
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x6361_7573);
         for (i, &r) in regions.iter().enumerate() {
-            let (cfg, disk) = (mc.clone(), new_disk());
-            sim.add_node(r, self.clock.sample(&mut clock_rng), move |_| {
-                Box::new(Member::new(cfg.clone(), i as u32, disk.clone()))
-            });
+            let cfg = mc.clone();
+            sim.add_node(r, self.clock.sample(&mut clock_rng), move |_| Box::new(Member::new(cfg.clone(), i as u32)));
         }
         let mut sessions = Vec::new();
         for s in 0..self.sessions {
@@ -259,6 +260,9 @@ impl Deployment {
         let World { mut sim, members, sessions } = self.build()?;
         let drain = Duration::from_secs(5);
         sim.run_until(SimTime::ZERO + self.warmup + self.duration + drain);
+        if let Some(v) = sim.violation() {
+            return Err(DeployError::Invariant(v.clone()));
+        }
         Ok(collect(&mut sim, &members, &sessions, self.duration, started.elapsed()))
     }
 }

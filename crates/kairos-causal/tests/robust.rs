@@ -1,7 +1,7 @@
 //! No handler panics on any message content.
 
 use kairos_causal::msg::{Entry, Op, OpPos, PeerBody, PeerMsg};
-use kairos_causal::{new_disk, CausalMsg, ClientOp, Member, MemberConfig, ReadConcern, Request, WriteConcern};
+use kairos_causal::{CausalMsg, ClientOp, Member, MemberConfig, ReadConcern, Request, WriteConcern};
 use kairos_clock::{ClusterTime, Signature, SignedClusterTime, TimeProof};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
 use rand::{Rng as _, SeedableRng};
@@ -33,7 +33,7 @@ fn random_messages_never_panic_a_member() {
     let cfg = Arc::new(MemberConfig::new(members));
     let mut rng = Rng::seed_from_u64(5);
     for round in 0..20 {
-        let mut m = Member::new(cfg.clone(), round % 3, new_disk());
+        let mut m = Member::new(cfg.clone(), round % 3);
         let mut effects = Vec::new();
         let mut node_rng = Rng::seed_from_u64(round as u64);
         let mut now = LocalTime::from_secs(1_767_225_600);

@@ -42,6 +42,7 @@ fn majority_causal_sessions_survive_crashes_and_partitions_across_seeds() {
         clock_step_max: Duration::from_millis(20),
         loss: 0.05,
         max_crashed: 1,
+        ..FaultRates::default()
     };
     let mut faults_seen = 0;
     for seed in 1..=5 {

@@ -26,6 +26,6 @@ pub mod topology;
 pub use error::CoreError;
 pub use history::{HistoryEvent, MicroOp, OpType, ReadValue};
 pub use ids::{NodeId, RegionId, TimerId};
-pub use process::{Ctx, Effect, Message, Process, Rng};
+pub use process::{Ctx, Effect, Message, Persist, Process, Rng, Stored};
 pub use time::{duration_nanos, LocalTime, SimTime};
 pub use topology::LatencyMatrix;

@@ -32,6 +32,51 @@ pub trait Process {
     fn on_message(&mut self, ctx: &mut Ctx<'_, Self::Msg>, from: NodeId, msg: Self::Msg);
     /// A timer set with [`Ctx::set_timer`] fired.
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Self::Msg>, timer: TimerId);
+    /// The role's cheap local invariants (O(log n) at most: this runs after every handler in
+    /// the simulator's tests and campaigns). `Err` names the broken property and the values
+    /// that break it, so a bug stops the run at the event that caused it instead of showing up
+    /// thousands of events later as a history anomaly.
+    fn invariants(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// A fresh instance of a node that has durable state (see [`Ctx::persist`]) is given it
+    /// once, before `on_start`: the last snapshot and every record appended since, in order.
+    fn on_recover(&mut self, stored: &Stored) {
+        let _ = stored;
+    }
+}
+
+/// A request to make state durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Persist {
+    /// Append a record to the node's durable log.
+    Append(Vec<u8>),
+    /// Replace everything stored by one snapshot (compaction: records before it are dropped).
+    Snapshot(Vec<u8>),
+}
+
+/// What a node has made durable: its last snapshot and the records appended since.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stored {
+    pub snapshot: Option<Vec<u8>>,
+    pub records: Vec<Vec<u8>>,
+}
+
+impl Stored {
+    pub fn is_empty(&self) -> bool {
+        self.snapshot.is_none() && self.records.is_empty()
+    }
+
+    /// Applies one request, as a host does once it is durable.
+    pub fn apply(&mut self, p: Persist) {
+        match p {
+            Persist::Append(r) => self.records.push(r),
+            Persist::Snapshot(s) => {
+                self.snapshot = Some(s);
+                self.records.clear();
+            }
+        }
+    }
 }
 
 impl<P: Process + ?Sized> Process for Box<P> {
@@ -44,6 +89,12 @@ impl<P: Process + ?Sized> Process for Box<P> {
     }
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Self::Msg>, timer: TimerId) {
         (**self).on_timer(ctx, timer)
+    }
+    fn invariants(&self) -> Result<(), String> {
+        (**self).invariants()
+    }
+    fn on_recover(&mut self, stored: &Stored) {
+        (**self).on_recover(stored)
     }
 }
 
@@ -60,6 +111,11 @@ pub enum Effect<M> {
     History(HistoryEvent),
     /// Add `value` to the run-wide counter `name`.
     Metric { name: &'static str, value: u64 },
+    /// Make state durable. Write-ahead: a host makes every `Persist` of a handler durable
+    /// before it carries out any other effect of that handler, so a message or history event
+    /// never leaves before the state it reports survives a crash. A crashed node's next
+    /// instance gets everything made durable in [`Process::on_recover`].
+    Persist(Persist),
 }
 
 /// What a handler sees of the world: who it is, its local clock, its random generator, and
@@ -102,6 +158,14 @@ impl<'a, M> Ctx<'a, M> {
     }
     pub fn metric(&mut self, name: &'static str, value: u64) {
         self.effects.push(Effect::Metric { name, value });
+    }
+    /// Appends `record` to this node's durable log (see [`Effect::Persist`]).
+    pub fn persist(&mut self, record: Vec<u8>) {
+        self.effects.push(Effect::Persist(Persist::Append(record)));
+    }
+    /// Replaces this node's durable state by `snapshot` (see [`Effect::Persist`]).
+    pub fn persist_snapshot(&mut self, snapshot: Vec<u8>) {
+        self.effects.push(Effect::Persist(Persist::Snapshot(snapshot)));
     }
 }
 

@@ -53,6 +53,10 @@ pub mod metric {
     pub const OUT_ENCODE_ERROR: &str = "net.out.encode_error";
     /// Messages dropped because the destination is not in the cluster.
     pub const OUT_UNKNOWN_PEER: &str = "net.out.unknown_peer";
+    /// Records and snapshots made durable under the data directory.
+    pub const PERSIST_WRITES: &str = "net.persist.writes";
+    /// Persist requests dropped because the node has no data directory.
+    pub const PERSIST_DISCARDED: &str = "net.persist.discarded";
     /// Messages a node sent to itself (delivered without TCP).
     pub const SELF_MESSAGES: &str = "net.self.messages";
     /// Messages to itself dropped because the loopback queue was full.
@@ -82,6 +86,8 @@ pub enum NetError {
     Signal(#[source] std::io::Error),
     #[error("the role's task of node {me} ended abnormally: {reason}")]
     ProcessDied { me: NodeId, reason: String },
+    #[error(transparent)]
+    Storage(#[from] crate::storage::StorageError),
 }
 
 /// Where history records go.
@@ -125,6 +131,9 @@ pub struct NodeOptions {
     /// An already-bound listener to use instead of binding the config's address (tests bind
     /// port 0 first, then write the config).
     pub listener: Option<std::net::TcpListener>,
+    /// Where the node keeps what its role persists ([`crate::storage`]); `None`: nothing
+    /// survives the process.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for NodeOptions {
@@ -143,6 +152,7 @@ impl Default for NodeOptions {
             shutdown_grace: Duration::from_millis(500),
             history: HistorySink::Channel { capacity: 65_536 },
             listener: None,
+            data_dir: None,
         }
     }
 }
@@ -266,13 +276,24 @@ impl Drop for NodeHandle {
 pub async fn spawn_node<P>(
     cfg: Arc<ClusterConfig>,
     me: NodeId,
-    process: P,
+    mut process: P,
     opts: NodeOptions,
 ) -> Result<NodeHandle, NetError>
 where
     P: Process + Send + 'static,
 {
     let spec = cfg.node(me).ok_or(NetError::UnknownNode { me, n: cfg.len() })?;
+    let store = match &opts.data_dir {
+        Some(dir) => {
+            let (store, stored) = crate::storage::DiskStore::open(dir)?;
+            if !stored.is_empty() {
+                tracing::info!(node = %me, records = stored.records.len(), snapshot = stored.snapshot.is_some(), "recovering from {}", dir.display());
+                process.on_recover(&stored);
+            }
+            Some(store)
+        }
+        None => None,
+    };
     let listener = match opts.listener {
         Some(l) => {
             l.set_nonblocking(true).map_err(NetError::Listener)?;
@@ -333,6 +354,7 @@ where
         history: history_tx,
         history_index: 0,
         effects: Vec::new(),
+        store,
     };
     let process_task = tokio::spawn(node.run(inbound_rx, shutdown_rx, opts.shutdown_grace));
     tracing::info!(node = %me, addr = %local_addr, cluster = cfg.name(), "node listening");
@@ -443,6 +465,7 @@ struct Node<P: Process> {
     history: Option<mpsc::Sender<HistoryRecord>>,
     history_index: u64,
     effects: Vec<Effect<P::Msg>>,
+    store: Option<crate::storage::DiskStore>,
 }
 
 /// `now + after`, saturating at 30 years from now (a role may ask for any Duration).
@@ -526,10 +549,19 @@ impl<P: Process + Send + 'static> Node<P> {
     /// Carries out the effects of the last handler. Returns false if shutdown began while
     /// waiting for the history receiver.
     async fn apply_effects(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {
-        let effects = std::mem::take(&mut self.effects);
+        let mut effects = std::mem::take(&mut self.effects);
+        // Write-ahead: what the handler persisted is durable before any other effect of it.
+        if effects.iter().any(|e| matches!(e, Effect::Persist(_))) {
+            if let Err(e) = self.persist(&mut effects) {
+                // Without its disk the node cannot keep its promises: it stops, sending nothing.
+                tracing::error!(node = %self.shared.me, "stopping: {e}");
+                return false;
+            }
+        }
         let mut running = true;
         for effect in effects {
             match effect {
+                Effect::Persist(_) => {}
                 Effect::Send { to, msg } => self.send(to, msg),
                 Effect::SetTimer { id, after } => self.timers.set(id, deadline_after(after)),
                 Effect::CancelTimer { id } => self.timers.cancel(id),
@@ -548,6 +580,27 @@ impl<P: Process + Send + 'static> Node<P> {
             }
         }
         running
+    }
+
+    /// Writes and syncs the handler's persist requests (taking them out of `effects`).
+    fn persist(&mut self, effects: &mut [Effect<P::Msg>]) -> Result<(), crate::storage::StorageError> {
+        let metrics = &self.shared.metrics;
+        for e in effects.iter_mut() {
+            if let Effect::Persist(p) = e {
+                let p = std::mem::replace(p, kairos_core::Persist::Append(Vec::new()));
+                match &mut self.store {
+                    Some(store) => {
+                        store.write(p)?;
+                        metrics.add(metric::PERSIST_WRITES, 1);
+                    }
+                    None => metrics.add(metric::PERSIST_DISCARDED, 1),
+                }
+            }
+        }
+        match &mut self.store {
+            Some(store) => store.sync(),
+            None => Ok(()),
+        }
     }
 
     fn send(&mut self, to: NodeId, msg: P::Msg) {

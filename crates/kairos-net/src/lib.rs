@@ -18,6 +18,10 @@
 //!   receiver of [`NodeHandle::take_history`].
 //! - **Metric** adds to a named counter; [`NodeHandle::metrics`] reads them, beside the host's
 //!   own counters (names in [`metric`]).
+//! - **Persist** goes to the node's [`storage`] under [`NodeOptions::data_dir`], synced before
+//!   any other effect of the same handler is carried out; a restarted process with the same
+//!   data directory hands it to the role's `on_recover` before `on_start`. Without a data
+//!   directory nothing survives the process (counted as `net.persist.discarded`).
 //!
 //! [`run_until_ctrl_c`] is the whole life of a `serve` command: start, pass on history, stop
 //! gracefully on Ctrl-C.
@@ -88,6 +92,7 @@
 pub mod config;
 pub mod frame;
 mod host;
+pub mod storage;
 
 pub use config::{ClusterConfig, ConfigError, NodeSpec};
 pub use frame::{FrameError, FrameKind, Hello};

@@ -10,14 +10,15 @@
 //!   cannot return an older value). Lost messages are retransmitted; an operation that does not
 //!   complete in time is recorded as `info` (it may or may not have taken effect).
 //!
-//! **Crash and amnesia.** The simulator's crash loses a node's volatile state, and this role
-//! keeps no durable state (durable storage comes with the protocols that need it). A replica
-//! therefore starts in *recovery*: it answers nothing but recovery requests until it has
-//! adopted the state of a majority of the *other* replicas. Any completed write was acked by
-//! a majority; the replica that forgot it is one of them, so the rest of that majority meets
-//! every majority of the others. This is safe while at most one replica is recovering at a
-//! time (the fault plans in the tests keep to that); at the very first start every replica
-//! recovers from the (empty) states of the others.
+//! **Crash, disk and amnesia.** A replica persists every newer value before it acknowledges it
+//! ([`kairos_core::Ctx::persist`]; a snapshot of its store every 4,096 records), so a replica
+//! that crashes and restarts with its disk recovers it and serves at once. A replica without
+//! a disk — a fresh one, or one whose disk was lost — starts in *recovery*: it answers nothing
+//! but recovery requests until it has adopted the state of a majority of the *other*
+//! replicas. Any completed write was acked by a majority; the replica that forgot it is one of
+//! them, so the rest of that majority meets every majority of the others. This is safe while
+//! at most one replica is amnesiac at a time; at the very first start every replica recovers
+//! from the (empty) states of the others.
 
 mod client;
 mod replica;

@@ -1,11 +1,13 @@
 use crate::{majority, RegisterMsg, Versioned};
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const RECOVERY_RETRY: TimerId = TimerId(1);
 /// At most this many keys travel in one recovery reply (a limit on message size).
 pub const RECOVERY_KEYS_MAX: usize = 65_536;
+/// After this many stored records the replica persists a snapshot of its whole store instead.
+const RECORDS_PER_SNAPSHOT: u64 = 4_096;
 
 /// Holds the highest-tagged value of every key; serves queries and stores once recovered.
 pub struct Replica {
@@ -15,6 +17,8 @@ pub struct Replica {
     recovered: bool,
     recovery_replies: BTreeSet<NodeId>,
     retry: Duration,
+    /// Records persisted since the last snapshot.
+    records_since_snapshot: u64,
 }
 
 impl Replica {
@@ -27,6 +31,7 @@ impl Replica {
             recovered: replicas.len() <= 1,
             recovery_replies: BTreeSet::new(),
             retry: Duration::from_millis(500),
+            records_since_snapshot: 0,
         }
     }
 
@@ -46,10 +51,30 @@ impl Replica {
         self.store.get(&key).copied().unwrap_or_default()
     }
 
-    fn adopt(&mut self, key: u64, state: Versioned) {
+    /// Takes `state` for `key` if it is newer. Returns whether it was.
+    fn adopt(&mut self, key: u64, state: Versioned) -> bool {
         let slot = self.store.entry(key).or_default();
-        if state.tag > slot.tag {
+        let newer = state.tag > slot.tag;
+        if newer {
             *slot = state;
+        }
+        newer
+    }
+
+    /// Makes the newer state of `key` durable (before the acknowledgement leaves: see
+    /// [`kairos_core::Effect::Persist`]); every so often, the whole store as a snapshot.
+    fn persist(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, key: u64) {
+        self.records_since_snapshot += 1;
+        if self.records_since_snapshot >= RECORDS_PER_SNAPSHOT {
+            let all: Vec<(u64, Versioned)> = self.store.iter().map(|(k, v)| (*k, *v)).collect();
+            if let Ok(bytes) = postcard::to_allocvec(&all) {
+                ctx.persist_snapshot(bytes);
+                self.records_since_snapshot = 0;
+                return;
+            }
+        }
+        if let Ok(bytes) = postcard::to_allocvec(&(key, self.get(key))) {
+            ctx.persist(bytes);
         }
     }
 
@@ -80,7 +105,9 @@ impl Process for Replica {
                     return;
                 }
                 for (key, state) in entries {
-                    self.adopt(key, state);
+                    if self.adopt(key, state) {
+                        self.persist(ctx, key);
+                    }
                 }
                 self.recovery_replies.insert(from);
                 if self.recovery_replies.len() >= majority(self.replica_count - 1) {
@@ -94,7 +121,9 @@ impl Process for Replica {
                 ctx.send(from, RegisterMsg::QueryAck { op, key, state: self.get(key) });
             }
             RegisterMsg::Store { op, key, state } => {
-                self.adopt(key, state);
+                if self.adopt(key, state) {
+                    self.persist(ctx, key);
+                }
                 ctx.send(from, RegisterMsg::StoreAck { op, key });
             }
             RegisterMsg::QueryAck { .. } | RegisterMsg::StoreAck { .. } => ctx.metric("register.unexpected_message", 1),
@@ -105,5 +134,22 @@ impl Process for Replica {
         if timer == RECOVERY_RETRY && !self.recovered {
             self.ask_for_recovery(ctx);
         }
+    }
+
+    /// A restart with its disk: every store it acknowledged was persisted first, so it holds
+    /// all it ever promised and serves at once, as if it had only paused. A record that does
+    /// not decode leaves it amnesiac: it then recovers from the other replicas, as without a
+    /// disk.
+    fn on_recover(&mut self, stored: &Stored) {
+        let snapshot: Result<Vec<(u64, Versioned)>, _> =
+            stored.snapshot.as_deref().map_or(Ok(Vec::new()), postcard::from_bytes);
+        let records: Result<Vec<(u64, Versioned)>, _> =
+            stored.records.iter().map(|r| postcard::from_bytes(r)).collect();
+        let (Ok(snapshot), Ok(records)) = (snapshot, records) else { return };
+        for (key, state) in snapshot.into_iter().chain(records) {
+            self.adopt(key, state);
+        }
+        self.records_since_snapshot = stored.records.len() as u64;
+        self.recovered = true;
     }
 }

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// A deployment that cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    /// The run broke an invariant and stopped at that event.
+    #[error("{0}")]
+    Invariant(kairos_sim::Violation),
     #[error("the register needs at least one replica region")]
     NoReplicas,
     #[error("{0}")]
@@ -110,6 +113,9 @@ impl RegisterRun {
         for i in 1..=SLICES {
             sim.run_until(SimTime::ZERO + self.duration.mul_f64(i as f64 / SLICES as f64));
             progress(i as f64 / SLICES as f64);
+        }
+        if let Some(v) = sim.violation() {
+            return Err(DeployError::Invariant(v.clone()));
         }
         debug_assert_eq!(sim.now(), end);
         Ok(RegisterOutcome {

@@ -66,10 +66,26 @@ fn runs_under_random_faults_stay_linearizable_and_make_progress_after_healing() 
 }
 
 #[test]
-fn a_replica_that_lost_its_state_recovers_before_it_answers() {
+fn a_replica_that_restarts_with_its_disk_serves_at_once_with_everything_it_acknowledged() {
+    let (mut sim, _) = world(9, 1_000_000);
+    sim.run_until(SimTime::from_secs(5));
+    let stored = sim.stored(NodeId(0)).records.len();
+    assert!(stored > 10, "stores were persisted before they were acknowledged: {stored}");
+    sim.schedule(SimTime::from_secs(5), kairos_sim::Fault::Crash(NodeId(0)));
+    sim.schedule(SimTime::from_secs(6), kairos_sim::Fault::Restart(NodeId(0)));
+    sim.run_until(SimTime::from_secs(6) + Duration::from_micros(1));
+    assert!(sim.role::<Replica>(NodeId(0)).unwrap().is_recovered(), "recovered from its disk, not from peers");
+    sim.run_until(SimTime::from_secs(8));
+    assert_eq!(sim.metric("register.recoveries"), 3, "only the 3 initial recoveries from peers");
+    assert!(check(sim.history(), Model::Linearizable).unwrap().valid);
+}
+
+#[test]
+fn a_replica_that_lost_its_disk_recovers_before_it_answers() {
     let (mut sim, _) = world(9, 1_000_000);
     sim.run_until(SimTime::from_secs(5));
     sim.schedule(SimTime::from_secs(5), kairos_sim::Fault::Crash(NodeId(0)));
+    sim.schedule(SimTime::from_secs(5), kairos_sim::Fault::WipeDisk(NodeId(0)));
     sim.schedule(SimTime::from_secs(6), kairos_sim::Fault::Restart(NodeId(0)));
     sim.run_until(SimTime::from_secs(6) + Duration::from_micros(1));
     assert!(!sim.role::<Replica>(NodeId(0)).unwrap().is_recovered());
@@ -79,7 +95,8 @@ fn a_replica_that_lost_its_state_recovers_before_it_answers() {
     assert!(check(sim.history(), Model::Linearizable).unwrap().valid);
 }
 
-/// Writes reach only replicas A and B (the writer's link to C is cut); B crashes and forgets;
+/// Writes reach only replicas A and B (the writer's link to C is cut); B crashes and loses its
+/// disk;
 /// then a reader that cannot reach A reads from the quorum {B, C}. With recovery, B first
 /// re-learns the state from A and C and the read sees the last write. Without it (the
 /// test-only unsafe switch), B answers with empty state and the read returns the initial value
@@ -109,6 +126,7 @@ fn amnesia_scenario(recover: bool) -> kairos_check::CheckReport {
     sim.schedule(SimTime::ZERO, kairos_sim::Fault::CutLink { from: writer, to: NodeId(2) });
     sim.schedule(SimTime::ZERO, kairos_sim::Fault::CutLink { from: reader, to: NodeId(0) });
     sim.schedule(SimTime::from_secs(4), kairos_sim::Fault::Crash(NodeId(1)));
+    sim.schedule(SimTime::from_secs(4), kairos_sim::Fault::WipeDisk(NodeId(1)));
     sim.schedule(SimTime::from_millis(4_100), kairos_sim::Fault::Restart(NodeId(1)));
     sim.run_until(SimTime::from_secs(10));
     assert_eq!(sim.metric("register.ops_ok"), 8, "all 5 writes and 3 reads complete");

@@ -65,6 +65,9 @@ pub struct SimConfig {
     pub limits: Limits,
     /// Keep a log of every handled event (for tests and `kairos sim --trace`); costs memory.
     pub keep_trace_log: bool,
+    /// Call each role's [`kairos_core::Process::invariants`] after every handler, and stop the
+    /// run at the first violation ([`crate::Sim::violation`]). On by default: they are cheap.
+    pub check_invariants: bool,
 }
 
 impl SimConfig {
@@ -75,6 +78,7 @@ impl SimConfig {
             cpu: CpuModel::Free,
             limits: Limits::default(),
             keep_trace_log: false,
+            check_invariants: true,
         }
     }
 }

@@ -13,8 +13,11 @@ pub enum Fault {
     /// The node stops; its volatile state (the role instance, its timers, its inbox) is lost,
     /// and messages to it are dropped.
     Crash(NodeId),
-    /// A crashed node starts again as a fresh role instance from its factory.
+    /// A crashed node starts again as a fresh role instance from its factory, given what it
+    /// had made durable ([`kairos_core::Process::on_recover`]).
     Restart(NodeId),
+    /// The node's disk is lost (a replaced machine): it keeps nothing durable.
+    WipeDisk(NodeId),
     /// Symmetric partition: nodes in different groups cannot reach each other; nodes not named
     /// in any group keep full connectivity.
     Partition(Vec<Vec<NodeId>>),
@@ -33,6 +36,7 @@ impl fmt::Display for Fault {
         match self {
             Fault::Crash(n) => write!(f, "crash {n}"),
             Fault::Restart(n) => write!(f, "restart {n}"),
+            Fault::WipeDisk(n) => write!(f, "wipe disk {n}"),
             Fault::Partition(groups) => {
                 let g: Vec<String> =
                     groups.iter().map(|g| g.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")).collect();
@@ -66,6 +70,63 @@ pub struct FaultRates {
     pub loss: f64,
     /// At most this many nodes down at once (keep it below what the protocol tolerates).
     pub max_crashed: usize,
+    /// Which kinds of fault a plan may use at all (each seed then switches each on or off).
+    pub kinds: FaultKinds,
+}
+
+/// The kinds of fault a random plan may draw from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultKinds {
+    /// Crash a node, restart it at the end of the episode.
+    pub crash: bool,
+    /// Split the targets in two groups.
+    pub partition: bool,
+    /// Cut one link in one direction.
+    pub oneway: bool,
+    /// Step a node's clock forwards or backwards.
+    pub clock_step: bool,
+    /// Lose messages with probability [`FaultRates::loss`].
+    pub loss: bool,
+}
+
+impl FaultKinds {
+    pub const ALL: FaultKinds = FaultKinds { crash: true, partition: true, oneway: true, clock_step: true, loss: true };
+    const NAMES: [&'static str; 5] = ["crash", "partition", "oneway", "clock-step", "loss"];
+
+    fn as_array(self) -> [bool; 5] {
+        [self.crash, self.partition, self.oneway, self.clock_step, self.loss]
+    }
+
+    /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`
+    /// (`restart` is part of `crash`; `all` is every kind).
+    pub fn parse(list: &str) -> Result<FaultKinds, String> {
+        let mut k = FaultKinds { crash: false, partition: false, oneway: false, clock_step: false, loss: false };
+        for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "all" => k = FaultKinds::ALL,
+                "crash" | "restart" => k.crash = true,
+                "partition" => k.partition = true,
+                "oneway" => k.oneway = true,
+                "clock-step" => k.clock_step = true,
+                "loss" => k.loss = true,
+                other => {
+                    return Err(format!(
+                        "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        if k.as_array().iter().all(|on| !on) {
+            return Err(format!("name at least one fault kind: {}", Self::NAMES.join(", ")));
+        }
+        Ok(k)
+    }
+
+    /// The names of the kinds that are on.
+    pub fn names(self) -> Vec<String> {
+        Self::NAMES.iter().zip(self.as_array()).filter(|(_, on)| *on).map(|(n, _)| n.to_string()).collect()
+    }
 }
 
 impl Default for FaultRates {
@@ -76,6 +137,7 @@ impl Default for FaultRates {
             clock_step_max: Duration::from_millis(20),
             loss: 0.05,
             max_crashed: 1,
+            kinds: FaultKinds::ALL,
         }
     }
 }
@@ -95,11 +157,17 @@ pub fn random_plan(
     if targets.is_empty() || end <= start {
         return plan;
     }
-    // Swarm testing: each kind is on with probability 1/2, and at least one is on.
-    let mut kinds =
+    // Swarm testing: each allowed kind is on with probability 1/2, and at least one is on.
+    let allowed = rates.kinds.as_array();
+    let coins =
         [rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5)];
+    let mut kinds = [0, 1, 2, 3, 4].map(|k| coins[k] && allowed[k]);
+    let allowed_ids: Vec<usize> = (0..5).filter(|k| allowed[*k]).collect();
+    if allowed_ids.is_empty() {
+        return plan;
+    }
     if !kinds.iter().any(|k| *k) {
-        kinds[rng.random_range(0..kinds.len())] = true;
+        kinds[allowed_ids[rng.random_range(0..allowed_ids.len())]] = true;
     }
     let [crash_on, partition_on, cut_on, step_on, loss_on] = kinds;
     let episode_ns = kairos_core::duration_nanos(rates.episode).max(1);

@@ -33,6 +33,6 @@ mod world;
 
 mod cpu_clock;
 pub use config::{CpuModel, Limits, NetworkConfig, SimConfig};
-pub use fault::{Fault, FaultRates, ScheduledFault};
+pub use fault::{Fault, FaultKinds, FaultRates, ScheduledFault};
 pub use trace::{TraceEntry, TraceKind};
-pub use world::{Role, RoleFactory, Sim, SimStats};
+pub use world::{Role, RoleFactory, Sim, SimStats, Violation, WorldCheck};

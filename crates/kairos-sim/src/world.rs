@@ -8,7 +8,8 @@ use crate::trace::{TraceEntry, TraceKind, Tracer};
 use kairos_clock::SimClock;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{
-    duration_nanos, Ctx, Effect, LatencyMatrix, LocalTime, Message, NodeId, Process, RegionId, Rng, SimTime, TimerId,
+    duration_nanos, Ctx, Effect, LatencyMatrix, LocalTime, Message, NodeId, Persist, Process, RegionId, Rng, SimTime,
+    Stored, TimerId,
 };
 use rand::{Rng as _, SeedableRng};
 use std::any::Any;
@@ -29,6 +30,40 @@ impl<M, T: Process<Msg = M> + Any> Role<M> for T {
 
 /// Makes a fresh role instance for a node: at the start, and again after each crash.
 pub type RoleFactory<M> = Box<dyn FnMut(NodeId) -> Box<dyn Role<M>>>;
+
+/// A property over several nodes (committed log prefixes agree, a checkpoint equals a replay),
+/// checked by [`Sim::add_world_check`] every so many events.
+pub type WorldCheck<M> = Box<dyn Fn(&Sim<M>) -> Result<(), String>>;
+
+/// The first invariant a run broke: the run stops at that event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub seed: u64,
+    /// The number of the event that broke it (1 = the first event handled).
+    pub event: u64,
+    pub time: SimTime,
+    /// The node whose handler broke a local invariant; `None` for a world check.
+    pub node: Option<NodeId>,
+    /// Which invariant, and the values that break it.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = match self.node {
+            Some(n) => format!("in node {n}'s handler"),
+            None => "in a world check".to_string(),
+        };
+        write!(
+            f,
+            "invariant violated {at} at event {} (t = {} ns, seed {}): {}",
+            self.event,
+            self.time.as_nanos(),
+            self.seed,
+            self.what
+        )
+    }
+}
 
 /// Counters of what the world did. Machine-independent facts for tests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,6 +109,8 @@ struct Node<M> {
     wake_pending: bool,
     inbox_len_max: usize,
     busy_ns_total: u64,
+    /// What the node made durable: it survives crashes (unless the disk is wiped).
+    stored: Stored,
 }
 
 /// A deterministic simulation of one deployment. Same [`SimConfig::seed`], same roles, same
@@ -96,6 +133,8 @@ pub struct Sim<M: Message> {
     stats: SimStats,
     tracer: Tracer,
     next_timer_generation: u64,
+    world_checks: Vec<(u64, WorldCheck<M>)>,
+    violation: Option<Violation>,
 }
 
 impl<M: Message> Sim<M> {
@@ -119,6 +158,8 @@ impl<M: Message> Sim<M> {
             stats: SimStats::default(),
             tracer,
             next_timer_generation: 0,
+            world_checks: Vec::new(),
+            violation: None,
         }
     }
 
@@ -148,6 +189,7 @@ impl<M: Message> Sim<M> {
             wake_pending: false,
             inbox_len_max: 0,
             busy_ns_total: 0,
+            stored: Stored::default(),
         });
         let n = self.nodes.len();
         // Grow the n×n link tables, keeping existing entries.
@@ -181,8 +223,51 @@ impl<M: Message> Sim<M> {
         self.now
     }
 
-    /// Handles the next event. Returns false when nothing is pending.
+    /// Adds a property over the whole world, checked after every `every_events` events (with
+    /// [`SimConfig::check_invariants`] on); the run stops at the first violation.
+    pub fn add_world_check(&mut self, every_events: u64, check: WorldCheck<M>) {
+        self.world_checks.push((every_events.max(1), check));
+    }
+
+    /// The first invariant the run broke, if any; the run stopped at that event.
+    pub fn violation(&self) -> Option<&Violation> {
+        self.violation.as_ref()
+    }
+
+    /// Handles the next event. Returns false when nothing is pending, or when an invariant
+    /// was violated (the run stops there: see [`Sim::violation`]).
     pub fn step(&mut self) -> bool {
+        if self.violation.is_some() {
+            return false;
+        }
+        let handled = self.step_event();
+        if handled && self.config.check_invariants && !self.world_checks.is_empty() {
+            let checks = std::mem::take(&mut self.world_checks);
+            for (every, check) in &checks {
+                if self.violation.is_none() && self.stats.events_handled.is_multiple_of(*every) {
+                    if let Err(what) = check(self) {
+                        self.violate(None, what);
+                    }
+                }
+            }
+            self.world_checks = checks;
+        }
+        handled
+    }
+
+    fn violate(&mut self, node: Option<NodeId>, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(Violation {
+                seed: self.config.seed,
+                event: self.stats.events_handled,
+                time: self.now,
+                node,
+                what,
+            });
+        }
+    }
+
+    fn step_event(&mut self) -> bool {
         let Some((at, event)) = self.queue.pop() else { return false };
         debug_assert!(at >= self.now, "time never goes backwards");
         self.now = at;
@@ -223,10 +308,12 @@ impl<M: Message> Sim<M> {
 
     /// Runs every event up to and including true time `until`; afterwards `now() == until`.
     pub fn run_until(&mut self, until: SimTime) {
-        while self.queue.peek_time().is_some_and(|t| t <= until) {
+        while self.violation.is_none() && self.queue.peek_time().is_some_and(|t| t <= until) {
             self.step();
         }
-        self.now = self.now.max(until);
+        if self.violation.is_none() {
+            self.now = self.now.max(until);
+        }
     }
 
     pub fn run_for(&mut self, d: Duration) {
@@ -241,7 +328,7 @@ impl<M: Message> Sim<M> {
                 return true;
             }
             match self.queue.peek_time() {
-                Some(t) if t <= deadline => {
+                Some(t) if t <= deadline && self.violation.is_none() => {
                     self.step();
                 }
                 _ => return done(self),
@@ -318,11 +405,22 @@ impl<M: Message> Sim<M> {
                 spent.mul_f64(*scale) + *floor
             }
         };
+        let broken = if self.config.check_invariants { role.invariants().err() } else { None };
+        if let Some(what) = broken {
+            self.violate(Some(node), what);
+        }
         let n = &mut self.nodes[node.index()];
         n.role = Some(role);
         n.busy_until = now + cost;
         n.busy_ns_total += duration_nanos(cost);
         let depart = now + cost;
+        // Write-ahead: what the handler persisted is durable before any other effect of it.
+        for effect in &mut effects {
+            if let Effect::Persist(p) = effect {
+                let p = std::mem::replace(p, Persist::Append(Vec::new()));
+                self.nodes[node.index()].stored.apply(p);
+            }
+        }
         for effect in effects.drain(..) {
             self.apply_effect(node, now, depart, effect);
         }
@@ -352,6 +450,8 @@ impl<M: Message> Sim<M> {
             Effect::Metric { name, value } => {
                 *self.metrics.entry(name).or_insert(0) += value;
             }
+            // Applied before every other effect of the handler (see `handle`).
+            Effect::Persist(_) => {}
         }
     }
 
@@ -422,7 +522,11 @@ impl<M: Message> Sim<M> {
                 if node.role.is_none() {
                     node.incarnation += 1;
                     node.rng = Rng::seed_from_u64(mix(seed, id.0 as u64, node.incarnation as u64));
-                    node.role = Some((node.factory)(id));
+                    let mut role = (node.factory)(id);
+                    if !node.stored.is_empty() {
+                        role.on_recover(&node.stored);
+                    }
+                    node.role = Some(role);
                     let incarnation = node.incarnation;
                     self.queue.push(self.now, Event::Work { node: id, incarnation, work: Work::Start });
                 }
@@ -448,6 +552,7 @@ impl<M: Message> Sim<M> {
                 self.blocked[from.index() * n + to.index()] = true;
             }
             Fault::HealAll => self.blocked.iter_mut().for_each(|b| *b = false),
+            Fault::WipeDisk(id) if valid(id) => self.nodes[id.index()].stored = Stored::default(),
             Fault::ClockStep { node, delta_ns } if valid(node) => {
                 self.nodes[node.index()].clock.step_now(delta_ns);
             }
@@ -494,6 +599,10 @@ impl<M: Message> Sim<M> {
     }
     pub fn matrix(&self) -> &LatencyMatrix {
         &self.matrix
+    }
+    /// What `node` has made durable.
+    pub fn stored(&self, node: NodeId) -> &Stored {
+        &self.nodes[node.index()].stored
     }
     pub fn is_up(&self, node: NodeId) -> bool {
         self.nodes[node.index()].role.is_some()

@@ -289,3 +289,73 @@ fn the_same_seed_gives_the_same_trace_hash_and_another_seed_another() {
     assert!(a.1 > 5_000);
     assert_ne!(a.0, run(12).0);
 }
+
+/// Counts the pings it receives; its invariant ("fewer than `limit`") breaks on the
+/// `limit`-th, which stands for a bug that corrupts state at one event.
+struct Counter {
+    received: u64,
+    limit: u64,
+}
+
+impl Process for Counter {
+    type Msg = Msg;
+    fn on_start(&mut self, _: &mut Ctx<'_, Msg>) {}
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {
+        self.received += 1;
+    }
+    fn on_timer(&mut self, _: &mut Ctx<'_, Msg>, _: TimerId) {}
+    fn invariants(&self) -> Result<(), String> {
+        if self.received >= self.limit {
+            Err(format!("received {} pings, the limit is {}", self.received, self.limit))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn a_broken_invariant_stops_the_run_at_the_event_that_broke_it() {
+    let matrix = LatencyMatrix::gcp();
+    let world = |check: bool| {
+        let mut config = SimConfig::new(9);
+        config.check_invariants = check;
+        let mut sim: Sim<Msg> = Sim::new(config, matrix.clone());
+        let r = matrix.region("sc").unwrap();
+        sim.add_node(r, SimClock::perfect(), |_| Box::new(Counter { received: 0, limit: 5 }));
+        sim.add_node(r, SimClock::perfect(), |_| Box::new(Chatter::new(vec![NodeId(0)], Duration::from_millis(10))));
+        sim
+    };
+    let mut sim = world(true);
+    sim.run_until(SimTime::from_millis(1_000));
+    let v = sim.violation().expect("the fifth ping breaks the invariant").clone();
+    assert_eq!(v.node, Some(NodeId(0)));
+    assert_eq!(v.seed, 9);
+    assert!(v.what.contains("received 5 pings"), "{v}");
+    // Stopped there: no event after it was handled, and time did not run on to the end.
+    assert_eq!(sim.stats().events_handled, v.event);
+    assert!(sim.now() < SimTime::from_millis(100), "{v}");
+    assert!(!sim.step());
+    // Off, the same run goes to its end.
+    let mut off = world(false);
+    off.run_until(SimTime::from_millis(1_000));
+    assert!(off.violation().is_none());
+    assert!(off.stats().events_handled > 50);
+
+    // A world check is called every so many events and stops the run the same way.
+    let mut sim = world(false);
+    sim.add_world_check(
+        1,
+        Box::new(|s: &Sim<Msg>| if s.now() >= SimTime::from_millis(30) { Err("too late".into()) } else { Ok(()) }),
+    );
+    sim.run_until(SimTime::from_millis(1_000));
+    assert!(sim.violation().is_none(), "world checks are off with check_invariants off");
+    let mut sim = world(true);
+    sim.add_world_check(
+        1,
+        Box::new(|s: &Sim<Msg>| if s.now() >= SimTime::from_millis(30) { Err("too late".into()) } else { Ok(()) }),
+    );
+    sim.run_until(SimTime::from_millis(1_000));
+    let v = sim.violation().expect("the world check fires");
+    assert_eq!(v.node, None);
+    assert!(v.time >= SimTime::from_millis(30) && v.time < SimTime::from_millis(50), "{v}");
+}

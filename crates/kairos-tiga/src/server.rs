@@ -211,6 +211,11 @@ impl Server {
     pub fn log(&self) -> &[LogEntry] {
         &self.log
     }
+    /// Log positions executed on the committed state.
+    pub fn executed(&self) -> u64 {
+        self.executed
+    }
+
     /// The latest checkpoint of the committed state.
     pub fn checkpoint(&self) -> Option<&Checkpoint> {
         self.checkpoint.as_ref()
@@ -808,6 +813,7 @@ impl Server {
         match self.txns.get(&id).map(|t| (t.status, t.ts)) {
             Some((Status::Released, old)) => {
                 if old != ts {
+                    ctx.metric("tiga.follower_ts_fixed", 1);
                     let piece = entry.piece.clone();
                     self.xor_hash(&piece, old);
                     self.xor_hash(&piece, ts);
@@ -843,10 +849,15 @@ impl Server {
         };
         ctx.send(id.coordinator(), reply.clone());
         let t = self.txns.entry(id).or_insert_with(|| Txn::new(entry.piece.clone(), ts, Status::Final, owd_ns));
+        let released_at = t.ts;
         t.ts = ts;
         t.status = Status::Final;
         t.last_reply = Some(reply);
-        self.log.push(entry);
+        if self.config.unsafe_follower_keeps_own_ts {
+            self.log.push(LogEntry { ts: released_at, ..entry });
+        } else {
+            self.log.push(entry);
+        }
     }
 
     fn on_sync_ack(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, sync_point: u64) {
@@ -918,5 +929,52 @@ impl Process for Server {
             }
             _ => {}
         }
+    }
+
+    /// Cheap local invariants: the log, commit point and execution point are ordered; the
+    /// priority queue's head is a queued transaction at its queued timestamp.
+    fn invariants(&self) -> Result<(), String> {
+        let len = self.log.len() as u64;
+        if self.executed > len {
+            return Err(format!(
+                "shard {} replica {}: executed {} > log length {len}",
+                self.shard, self.replica, self.executed
+            ));
+        }
+        if let Some(c) = &self.checkpoint {
+            if c.position > self.executed {
+                return Err(format!("checkpoint at {} beyond the executed point {}", c.position, self.executed));
+            }
+        }
+        if self.is_leader() {
+            if self.commit_point > len || self.executed > self.commit_point {
+                return Err(format!(
+                    "shard {} leader: executed {} ≤ commit point {} ≤ log length {len} does not hold",
+                    self.shard, self.executed, self.commit_point
+                ));
+            }
+            if self.sync_point[self.replica as usize] != len {
+                return Err(format!(
+                    "leader's own sync point {} is not its log length {len}",
+                    self.sync_point[self.replica as usize]
+                ));
+            }
+        }
+        if self.pq.len() > self.txns.len() {
+            return Err(format!("{} queued entries but {} transactions", self.pq.len(), self.txns.len()));
+        }
+        if let Some(&(ts, id)) = self.pq.first() {
+            match self.txns.get(&id) {
+                Some(t) if t.status == Status::Queued && t.ts == ts => {}
+                Some(t) => {
+                    return Err(format!(
+                        "queue head {id:?} at {ts} is {:?} at {} in the transaction table",
+                        t.status, t.ts
+                    ))
+                }
+                None => return Err(format!("queue head {id:?} at {ts} is not in the transaction table")),
+            }
+        }
+        Ok(())
     }
 }

@@ -140,6 +140,9 @@ pub struct World {
 /// Errors in a deployment description.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    /// The run broke an invariant and stopped at that event.
+    #[error("{0}")]
+    Invariant(kairos_sim::Violation),
     #[error("{0}")]
     Region(#[from] kairos_core::CoreError),
     #[error("{0}")]
@@ -174,6 +177,8 @@ impl Deployment {
                 )
             },
         )?;
+        let mut sim = sim;
+        sim.add_world_check(64, log_agreement(topology.clone()));
         Ok(World { sim, topology, process_regions })
     }
 
@@ -258,6 +263,9 @@ impl Deployment {
             progress(i as f64 / SLICES as f64);
         }
         sim.run_until(end);
+        if let Some(v) = sim.violation() {
+            return Err(DeployError::Invariant(v.clone()));
+        }
         let servers = topology.shard_count() * topology.replicas_per_shard();
         let coordinators = process_regions
             .iter()
@@ -322,4 +330,34 @@ pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, Deploy
         fast.min(slow)
     });
     Ok(headroom + per_shard.max().unwrap_or_default())
+}
+
+/// The replicas of a shard agree on their executed logs: every entry a follower executed is
+/// the leader's entry at that position (same transaction, same timestamp). Checked
+/// incrementally, so each entry is compared once.
+fn log_agreement(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
+    let verified: std::cell::RefCell<Vec<u64>> =
+        std::cell::RefCell::new(vec![0; topology.shards.iter().map(Vec::len).sum()]);
+    Box::new(move |sim: &Sim<TigaMsg>| {
+        let mut verified = verified.borrow_mut();
+        for (s, replicas) in topology.shards.iter().enumerate() {
+            let Some(leader) = sim.role::<Server>(replicas[topology.leader[s] as usize]) else { continue };
+            for &node in replicas {
+                let Some(follower) = sim.role::<Server>(node).filter(|f| !f.is_leader()) else { continue };
+                let upto = follower.executed().min(leader.log().len() as u64);
+                let done = &mut verified[node.index()];
+                for pos in *done..upto {
+                    let (a, b) = (&leader.log()[pos as usize], &follower.log()[pos as usize]);
+                    if a.piece.txn != b.piece.txn || a.ts != b.ts {
+                        return Err(format!(
+                            "shard {s}: follower {node} executed log position {pos} as {:?} at {}, the leader has {:?} at {}",
+                            b.piece.txn, b.ts, a.piece.txn, a.ts
+                        ));
+                    }
+                }
+                *done = (*done).max(upto);
+            }
+        }
+        Ok(())
+    })
 }

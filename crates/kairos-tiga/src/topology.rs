@@ -92,6 +92,10 @@ pub struct TigaConfig {
     /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
     /// inversion; the Figure 5 test shows the checker catching it).
     pub unsafe_skip_second_round: bool,
+    /// Test-only: a follower logs a transaction at the timestamp it released it at, not the
+    /// leader's final one (its log diverges from the leader's; the replicas' log-agreement
+    /// check catches it at that event).
+    pub unsafe_follower_keeps_own_ts: bool,
 }
 
 impl Default for TigaConfig {
@@ -116,6 +120,7 @@ impl Default for TigaConfig {
             inflight_max: 15_000,
             preventive: false,
             unsafe_skip_second_round: false,
+            unsafe_follower_keeps_own_ts: false,
         }
     }
 }

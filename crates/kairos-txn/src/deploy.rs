@@ -116,6 +116,9 @@ impl Default for Bench {
 /// Errors in a deployment description.
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
+    /// The run broke an invariant and stopped at that event.
+    #[error("{0}")]
+    Invariant(kairos_sim::Violation),
     #[error("{0}")]
     Tiga(#[from] kairos_tiga::sim::DeployError),
     #[error("{0}")]
@@ -279,6 +282,9 @@ impl Bench {
         let started = std::time::Instant::now();
         let PeerWorld { mut sim, topology, process_regions } = self.build::<P>(config)?;
         run_sliced(&mut sim, SimTime::ZERO + self.duration + self.drain, progress);
+        if let Some(v) = sim.violation() {
+            return Err(DeployError::Invariant(v.clone()));
+        }
         let servers = topology.shard_count() * topology.replicas_per_shard();
         let coordinators = process_regions
             .iter()

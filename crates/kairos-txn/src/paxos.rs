@@ -321,6 +321,25 @@ impl<E: Clone> MultiPaxos<E> {
         std::mem::take(&mut self.committed_out)
     }
 
+    /// The log's cheap invariants, for the embedding role's
+    /// [`kairos_core::Process::invariants`]: entries are applied only once committed, and a
+    /// leader's commit index lies within its log.
+    pub fn invariants(&self) -> Result<(), String> {
+        if self.applied > self.commit {
+            return Err(format!("replica {}: applied {} > commit index {}", self.me, self.applied, self.commit));
+        }
+        if self.is_leader() && self.commit > self.log_len() {
+            return Err(format!("leader {}: commit index {} > log length {}", self.me, self.commit, self.log_len()));
+        }
+        if self.leader_ballot.is_some_and(|b| b > self.promised) {
+            return Err(format!(
+                "replica {}: follows ballot {:?} above its promise {:?}",
+                self.me, self.leader_ballot, self.promised
+            ));
+        }
+        Ok(())
+    }
+
     fn majority(&self) -> usize {
         self.replicas.len() / 2 + 1
     }

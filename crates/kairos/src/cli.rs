@@ -12,7 +12,7 @@ use std::path::PathBuf;
 deterministic simulator of a wide-area deployment (virtual time, skewed clocks, a region-to-region \
 latency matrix, faults) or as real processes over TCP, and checks every run's client-visible history \
 with independent checkers.\n\nStart with `kairos demo`.",
-    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0\n  kairos serve swarm-memory --listen 127.0.0.1:7000 --bytes 67108864"
+    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0\n  kairos serve swarm-memory --listen 127.0.0.1:7000 --bytes 67108864\n  kairos report --quick --out report"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -29,10 +29,13 @@ pub enum Command {
     /// Hunt bugs: many seeded simulated runs with random faults, each history checked.
     #[command(subcommand)]
     Sim(SimCommand),
-    /// Check a history file (Jepsen JSON lines). Exit 0 = valid, 1 = anomaly found, 2 = unreadable.
+    /// Check a history file (JSON lines, or Jepsen/Elle EDN). Exit 0 = valid, 1 = anomaly found, 2 = unreadable,
+    /// 3 = unknown (no checker could decide).
     Check(CheckArgs),
     /// Run one node of a cluster as a real process over TCP.
     Serve(ServeArgs),
+    /// Draw the papers' figures (HTML + SVG) from runs of the benches or their --json results.
+    Report(crate::cmd::report::ReportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +149,9 @@ pub struct TigaBenchArgs {
     /// Write the result contract JSON (one object per load) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write this run's figure (latency CDF of every protocol run, SVG) to this file.
+    #[arg(long, value_name = "PATH.svg")]
+    pub plot: Option<PathBuf>,
     /// Write the (last) run's history (JSON lines) to this file.
     #[arg(long)]
     pub history: Option<PathBuf>,
@@ -209,6 +215,9 @@ pub struct MicroBenchArgs {
     /// Write one result object per protocol (its common-load run, with the sweeps in `extra`) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write this run's figure (latency CDF of every protocol run, SVG) to this file.
+    #[arg(long, value_name = "PATH.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -253,6 +262,9 @@ pub struct CausalBenchArgs {
     /// Write the result contract JSON (one object per run) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write this run's figure (latency CDF of every protocol run, SVG) to this file.
+    #[arg(long, value_name = "PATH.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,6 +335,96 @@ pub struct DesBenchArgs {
 pub enum SimCommand {
     /// The replicated register under random faults (crashes, partitions, cut links, clock steps, loss).
     Register(SimRegisterArgs),
+    /// Tiga under random faults on its servers (no crashes until Tiga has view changes).
+    Tiga(CampaignArgs),
+    /// 2PL+Paxos under random faults on its servers.
+    #[command(name = "2pl-paxos")]
+    TwoPlPaxos(CampaignArgs),
+    /// OCC+Paxos under random faults on its servers.
+    #[command(name = "occ-paxos")]
+    OccPaxos(CampaignArgs),
+    /// Tapir under random faults on its replicas.
+    Tapir(CampaignArgs),
+    /// The causal replica set under random faults on its members.
+    Causal(CampaignArgs),
+    /// SWARM-KV on simulated memory nodes: random deployments, memory-node and client crashes,
+    /// chains stalled between their verbs, paused clients.
+    #[command(name = "swarm-kv")]
+    SwarmKv(CampaignArgs),
+    /// DM-ABD under the same random deployments and adversary as `swarm-kv`.
+    #[command(name = "dm-abd")]
+    DmAbd(CampaignArgs),
+}
+
+/// The protocols a fault campaign can run (the register has its own command).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CampaignProtocol {
+    Tiga,
+    TwoPlPaxos,
+    OccPaxos,
+    Tapir,
+    Causal,
+    SwarmKv,
+    DmAbd,
+}
+
+impl CampaignProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            CampaignProtocol::Tiga => "tiga",
+            CampaignProtocol::TwoPlPaxos => "2pl-paxos",
+            CampaignProtocol::OccPaxos => "occ-paxos",
+            CampaignProtocol::Tapir => "tapir",
+            CampaignProtocol::Causal => "causal",
+            CampaignProtocol::SwarmKv => "swarm-kv",
+            CampaignProtocol::DmAbd => "dm-abd",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    long_about = "A fault campaign (swarm testing): every seed draws its own fault plan over the servers (or members) — \
+which of the --faults kinds are on, when and where — from 0.5 s to --fault-s, repairs every fault by then, and keeps the \
+load on for --recovery-s more. Safety: every role's invariants are checked after every event (the run stops at the \
+first violation) and the history is checked (strict serializability; causal session guarantees for the replica set). \
+Liveness: every client that asks for something after the repair must get an answer. A failing seed's history and the \
+command that replays it are written to --failing-dir.\n\nswarm-kv and dm-abd draw a whole deployment per seed instead \
+(clients, keys, value size, clock skew, a memory-node or client crash, chains stalled between verbs for up to ~1,000 \
+round trips, a paused client: --faults, --load, --fault-s and --recovery-s do not apply); safety is per-key \
+linearizability, liveness is no get timing out and every read within 2 × writers + 1 iterations.\n\nExit status: 0 every seed safe and live, 1 a violation or a \
+liveness failure, 3 some history no checker could decide.",
+    after_help = "Examples:\n  kairos sim tapir --seeds 1..101\n  kairos sim 2pl-paxos --seeds 1..1001 --faults crash,partition --json results/2pl.json\n  \
+kairos sim tiga --seeds 7 --show-faults"
+)]
+pub struct CampaignArgs {
+    /// Seeds to run: `N`, `A..B` (B excluded) or `A..=B`.
+    #[arg(long, default_value = "1..21")]
+    pub seeds: String,
+    /// Fault kinds the plans may use, comma-separated: crash, partition, oneway, clock-step, loss (or all).
+    #[arg(long, default_value = "all")]
+    pub faults: String,
+    /// Offered load, transactions per second over all coordinators (transactional protocols).
+    #[arg(long, default_value_t = 150.0)]
+    pub load: f64,
+    /// Faults happen from 0.5 s until this many seconds.
+    #[arg(long, default_value_t = 4.0)]
+    pub fault_s: f64,
+    /// Seconds of load after every fault is repaired (liveness is judged on them).
+    #[arg(long, default_value_t = 2.0)]
+    pub recovery_s: f64,
+    /// Write each failing seed's history (and a .replay file with its command) here.
+    #[arg(long, default_value = "results/failing")]
+    pub failing_dir: PathBuf,
+    /// Print each run's fault plan.
+    #[arg(long)]
+    pub show_faults: bool,
+    /// Print the per-seed table even for more than 200 seeds.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Write the summary (seeds run, violations, liveness failures, events per second, every seed) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -341,8 +443,23 @@ pub struct SimRegisterArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    long_about = "Checks a history file against a consistency model with every applicable checker, and prints which \
+checker proved or refuted it.\n\n\
+Input: Jepsen-shaped operations as JSON lines (or one JSON array), or Jepsen's / Elle's history.edn. Keys and values \
+may be integers, strings or keywords. Transactions are lists of [r k v], [w k v], [append k v], [cas k [old new]]; \
+single-register operations (f = read / write / cas, Knossos's shape) and key-value operations (f = get / put / \
+append with a key field, porcupine's shape) are read too. Real-time order is the order of records, as Jepsen takes \
+it; `time` is information only.\n\n\
+Verdicts: VALID when some checker proved the model asked and none found an anomaly; INVALID when any found one; \
+UNKNOWN when none could decide (the report says why and what would settle it). Unknown is never valid.\n\n\
+Exit status: 0 valid, 1 anomaly, 2 unreadable input, 3 unknown.",
+    after_help = "Examples:\n  kairos check history.jsonl --model strict-serializable\n  \
+kairos check history.edn --model serializable --json\n  \
+kairos check big.jsonl --model strict-serializable --search-budget 50000000"
+)]
 pub struct CheckArgs {
-    /// History file: JSON lines (or one JSON array) of Jepsen-shaped operations.
+    /// History file: JSON lines (or one JSON array), or EDN (a `.edn` name, or text starting with `{:`).
     pub history: PathBuf,
     /// Consistency model to check.
     #[arg(long, value_enum)]
@@ -350,6 +467,10 @@ pub struct CheckArgs {
     /// Print the report as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Steps the serial-order search may take before it gives up (its verdict is then unknown).
+    /// Default: 2,000,000 plus 20 per transaction.
+    #[arg(long)]
+    pub search_budget: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -376,6 +497,10 @@ pub struct ServeArgs {
     /// Seed of the node's random generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Keep what the node persists under DIR/node-N (synced before it answers), and recover it
+    /// when the node restarts with the same DIR. Without it nothing survives the process.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// causal-session: which member a session reads from.
     #[arg(long, value_enum, default_value_t = ReadPrefArg::Secondary)]
     pub read_pref: ReadPrefArg,

@@ -9,6 +9,7 @@
 mod cli;
 mod cmd;
 mod progress;
+mod report;
 mod result;
 mod stats;
 
@@ -25,6 +26,9 @@ pub enum CliError {
     Io(String),
     #[error("{0}")]
     Anomaly(String),
+    /// A check that could neither prove nor refute the model.
+    #[error("{0}")]
+    Unknown(String),
     #[error("{0}")]
     Runtime(String),
 }
@@ -34,12 +38,19 @@ impl CliError {
         match self {
             CliError::Anomaly(_) => 1,
             CliError::Usage(_) | CliError::Io(_) => 2,
-            CliError::Runtime(_) => 3,
+            CliError::Unknown(_) => 3,
+            CliError::Runtime(_) => 4,
         }
     }
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so `kairos check h.jsonl | head` would panic on the closed pipe;
+    // restore the default (end quietly), as command-line tools do.
+    // SAFETY: called once at start, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = cli::Cli::parse();
     match cmd::run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,9 @@
 // A test of real processes: it bounds their run with the real clock.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+use common::{free_ports, merge_histories, Children};
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -46,6 +49,54 @@ fn check_exit_codes_valid_anomaly_unreadable() {
 
     let o = kairos(&["check", dir.path().join("missing.jsonl").to_str().unwrap(), "--model", "causal"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // Jepsen's EDN with keyword keys: the same stale read.
+    let edn = dir.path().join("stale.edn");
+    std::fs::write(
+        &edn,
+        "{:type :invoke, :f :txn, :value [[:w :x 5]], :process 0, :time 1}
+         {:type :ok, :f :txn, :value [[:w :x 5]], :process 0, :time 2}
+         {:process :nemesis, :type :info, :f :start, :value nil}
+         {:type :invoke, :f :txn, :value [[:r :x nil]], :process 1, :time 3}
+         {:type :ok, :f :txn, :value [[:r :x nil]], :process 1, :time 4}
+",
+    )
+    .unwrap();
+    let o = kairos(&["check", edn.to_str().unwrap(), "--model", "strict-serializable"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("realtime"), "{}", text(&o));
+    let o = kairos(&["check", edn.to_str().unwrap(), "--model", "serializable"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn check_exit_code_3_when_no_checker_can_decide() {
+    // Two blind writes of the same value: adya needs unique values, the dependency graph
+    // cannot order them, and a one-step search cannot finish. Nothing proves or refutes
+    // serializability, and that is not "valid".
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("twice.jsonl");
+    std::fs::write(
+        &h,
+        "{\"type\":\"invoke\",\"process\":0,\"value\":[[\"w\",1,7]]}\n\
+         {\"type\":\"invoke\",\"process\":1,\"value\":[[\"w\",1,7]]}\n\
+         {\"type\":\"ok\",\"process\":0,\"value\":[[\"w\",1,7]]}\n\
+         {\"type\":\"ok\",\"process\":1,\"value\":[[\"w\",1,7]]}\n\
+         {\"type\":\"invoke\",\"process\":2,\"value\":[[\"r\",1,null]]}\n\
+         {\"type\":\"ok\",\"process\":2,\"value\":[[\"r\",1,7]]}\n",
+    )
+    .unwrap();
+    let path = h.to_str().unwrap();
+    let o = kairos(&["check", path, "--model", "serializable", "--search-budget", "1"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).starts_with("UNKNOWN"), "{}", text(&o));
+    assert!(text(&o).contains("--search-budget"), "the report says what would settle it: {}", text(&o));
+    let o = kairos(&["check", path, "--model", "serializable", "--search-budget", "1", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    assert_eq!(report["verdict"], "unknown", "{report}");
+    assert_eq!(report["valid"], false, "{report}");
+    let o = kairos(&["check", path, "--model", "serializable"]);
+    assert_eq!(o.status.code(), Some(0), "with the default budget the search settles it: {}", text(&o));
 }
 
 #[test]
@@ -159,22 +210,6 @@ fn bench_writes_the_result_contract_and_a_checkable_history() {
     assert_eq!(w[0]["trace_hash"], r["trace_hash"]);
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
-/// Kills the child processes when the test ends, however it ends.
-struct Children(Vec<std::process::Child>);
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 #[test]
 fn a_cluster_of_real_processes_serves_a_linearizable_register() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,24 +251,9 @@ fn a_cluster_of_real_processes_serves_a_linearizable_register() {
     }
     children.0.append(&mut clients);
     // Merge the two clients' histories by time and check them with the CLI.
-    let mut lines: Vec<serde_json::Value> = histories
-        .iter()
-        .flat_map(|h| {
-            std::fs::read_to_string(h).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect::<Vec<_>>()
-        })
-        .collect();
-    lines.sort_by_key(|v: &serde_json::Value| v["time"].as_u64().unwrap());
     let merged = dir.path().join("merged.jsonl");
-    let body: String = lines
-        .iter_mut()
-        .enumerate()
-        .map(|(i, v)| {
-            v["index"] = i.into();
-            format!("{v}\n")
-        })
-        .collect();
-    std::fs::write(&merged, body).unwrap();
-    assert_eq!(lines.len(), 80, "2 clients × 20 operations × (invoke + completion)");
+    let records = merge_histories(&histories, &merged, false);
+    assert_eq!(records, 80, "2 clients × 20 operations × (invoke + completion)");
     let o = kairos(&["check", merged.to_str().unwrap(), "--model", "linearizable"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(Path::new(&merged).exists());

@@ -683,4 +683,8 @@ impl Process for TxnServer {
         self.apply_committed(ctx);
         self.sync_leadership(ctx);
     }
+
+    fn invariants(&self) -> Result<(), String> {
+        self.paxos.invariants()
+    }
 }

@@ -6,7 +6,7 @@ use crate::result::{self, CheckResult, RunResult};
 use crate::stats;
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use kairos_check::{CheckReport, Model};
+use kairos_check::{CheckReport, Model, Verdict};
 use kairos_register::sim::{RegisterOutcome, RegisterRun};
 use kairos_register::ROUND_TRIP_METRICS;
 use std::collections::BTreeMap;
@@ -42,18 +42,33 @@ pub fn run_and_check(run: &RegisterRun, label: &str) -> Result<(RegisterOutcome,
 
 /// Exit status of a checked run: an anomaly is an error, with the seed to replay it.
 pub fn verdict(report: &CheckReport, seed: u64) -> Result<(), CliError> {
-    if report.valid {
-        Ok(())
-    } else {
-        Err(CliError::Anomaly(format!(
+    match report.verdict {
+        Verdict::Valid => Ok(()),
+        Verdict::Invalid => Err(CliError::Anomaly(format!(
             "the history of seed {seed} is not {} (replay with --seed {seed})",
             report.model
-        )))
+        ))),
+        Verdict::Unknown => Err(CliError::Unknown(format!(
+            "the history of seed {seed} is UNVERIFIED: no checker could decide whether it is {} (replay with --seed {seed})",
+            report.model
+        ))),
     }
+}
+
+/// A verdict for a table cell: "yes", "NO" or "unverified".
+pub fn verdict_cell(verdict: Verdict) -> String {
+    match verdict {
+        Verdict::Valid => "yes",
+        Verdict::Invalid => "NO",
+        Verdict::Unknown => "unverified",
+    }
+    .into()
 }
 
 pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &CheckReport) -> RunResult {
     let summary = stats::summarize(&outcome.history, |p| outcome.process_region.get(p as usize).cloned());
+    let (cdf, cdf_by_region) =
+        stats::latency_cdfs(&outcome.history, |_| true, |e| outcome.process_region.get(e.process as usize).cloned());
     let duration_s = run.duration.as_secs_f64();
     let ok_total: u64 = ROUND_TRIP_METRICS.iter().map(|m| outcome.metrics.get(m).copied().unwrap_or(0)).sum();
     let round_trips: BTreeMap<String, f64> = ROUND_TRIP_METRICS
@@ -90,6 +105,9 @@ pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &Ch
         throughput_ops_per_s: summary.ok as f64 / duration_s,
         latency_ms: summary.overall,
         latency_ms_by_region: summary.by_group,
+        latency_cdf_ms: cdf,
+        latency_cdf_ms_by_region: cdf_by_region,
+        latency_cdf_ms_by_op: BTreeMap::new(),
         committed: summary.ok,
         aborted: summary.failed,
         unknown: summary.unknown,

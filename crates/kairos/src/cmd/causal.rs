@@ -124,6 +124,8 @@ pub fn bench(a: CausalBenchArgs) -> Result<(), CliError> {
         let signing_cpu_ms = out.hmac_computations as f64 * hmac_ns / 1e6;
         let verdict = if report.valid {
             "valid".to_string()
+        } else if report.verdict == kairos_check::Verdict::Unknown {
+            "unverified".to_string()
         } else if guarantees_hold(d) {
             violations.push(format!("{} members, seed {}", d.member_regions.len(), d.seed));
             format!("VIOLATION: {}", names(&report))
@@ -178,6 +180,9 @@ pub fn bench(a: CausalBenchArgs) -> Result<(), CliError> {
         result::write_json(path, &results)?;
         println!("wrote {}", path.display());
     }
+    if let Some(path) = &a.plot {
+        crate::report::write_run_figure(path, "Causal sessions: operation latency CDF", &results)?;
+    }
     if violations.is_empty() {
         Ok(())
     } else {
@@ -207,6 +212,11 @@ fn causal_result(
 ) -> RunResult {
     let regions = d.session_regions.clone();
     let summary = stats::summarize(&out.history, |p| regions.get(p as usize % regions.len().max(1)).cloned());
+    let (cdf, cdf_by_region) = stats::latency_cdfs(
+        &out.history,
+        |_| true,
+        |e| regions.get(e.process as usize % regions.len().max(1)).cloned(),
+    );
     let mut extra = BTreeMap::new();
     extra.insert("hmac_computations".into(), out.hmac_computations.into());
     extra.insert("signing_cpu_ms".into(), signing_cpu_ms.into());
@@ -237,6 +247,9 @@ fn causal_result(
         throughput_ops_per_s: out.throughput_ops_per_s,
         latency_ms: pct(out.all_latency_ms),
         latency_ms_by_region: summary.by_group,
+        latency_cdf_ms: cdf,
+        latency_cdf_ms_by_region: cdf_by_region,
+        latency_cdf_ms_by_op: BTreeMap::new(),
         committed: out.sessions.reads_ok + out.sessions.writes_ok,
         aborted: out.sessions.reads_failed + out.sessions.writes_failed,
         unknown: out.sessions.writes_unknown,

@@ -33,8 +33,9 @@ const LOAD_MAX: f64 = 2_000_000.0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Valid,
-    /// Only reads of values no recorded transaction wrote, with transactions of unknown
-    /// outcome around (their increments are not in the history): not shown invalid.
+    /// No checker could decide, or only reads of values no recorded transaction wrote, with
+    /// transactions of unknown outcome around (their increments are not in the history):
+    /// shown neither valid nor invalid.
     Unverified,
     Invalid,
 }
@@ -43,7 +44,9 @@ impl Verdict {
     fn of(report: &CheckReport, unknown: u64) -> Self {
         if report.valid {
             Verdict::Valid
-        } else if unknown > 0 && report.anomalies.iter().all(|a| a.name == "garbage-read") {
+        } else if report.verdict == kairos_check::Verdict::Unknown
+            || (unknown > 0 && report.anomalies.iter().all(|a| a.name == "garbage-read"))
+        {
             Verdict::Unverified
         } else {
             Verdict::Invalid
@@ -213,6 +216,8 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
 /// The result contract of one run.
 fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunResult {
     let summary = stats::summarize(&outcome.history, |p| outcome.region_of_process(p).map(str::to_string));
+    let (cdf, cdf_by_region) =
+        stats::latency_cdfs(&outcome.history, |_| true, |e| outcome.region_of_process(e.process).map(str::to_string));
     let totals = outcome.totals();
     let mut extra = BTreeMap::new();
     extra.insert("commit_rate".into(), totals.commit_rate().into());
@@ -235,6 +240,9 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
         throughput_ops_per_s: window_throughput(&outcome.history, bench.duration),
         latency_ms: summary.overall,
         latency_ms_by_region: summary.by_group,
+        latency_cdf_ms: cdf,
+        latency_cdf_ms_by_region: cdf_by_region,
+        latency_cdf_ms_by_op: BTreeMap::new(),
         committed: summary.ok,
         aborted: summary.failed,
         unknown: summary.unknown,
@@ -331,9 +339,10 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
     let all_points = sweeps.iter().flat_map(|(_, pts)| pts).chain(&common).chain(&skew_points);
     if all_points.clone().any(|p| p.verdict == Verdict::Unverified) {
         println!(
-            "* unverified: the checker found only reads of values no recorded transaction wrote, and some \
-             transactions have unknown outcomes (given up beyond saturation); their increments are not in the \
-             history, so these runs are neither shown valid nor invalid."
+            "* unverified: no checker could decide the history (the report says why), or the checker found only \
+             reads of values no recorded transaction wrote while some transactions have unknown outcomes (given up \
+             beyond saturation; their increments are not in the history). Such runs are neither shown valid nor \
+             invalid."
         );
     }
 
@@ -344,10 +353,16 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         .chain(&skew_points)
         .find(|p| p.verdict == Verdict::Invalid)
         .map(|p| (p.protocol, p.offered_txn_per_s, p.skew));
-    if let Some(path) = &args.json {
+    if args.json.is_some() || args.plot.is_some() {
         let results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
-        result::write_json(path, &results)?;
-        println!("wrote {}", path.display());
+        if let Some(path) = &args.json {
+            result::write_json(path, &results)?;
+            println!("wrote {}", path.display());
+        }
+        if let Some(path) = &args.plot {
+            let title = format!("MicroBench at {common_load:.0} txn/s, skew {}: commit latency CDF", base.skew);
+            crate::report::write_run_figure(path, &title, &results)?;
+        }
     }
     match invalid {
         None => Ok(()),

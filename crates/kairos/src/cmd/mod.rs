@@ -1,10 +1,12 @@
 //! One module per subcommand.
 
 mod bench;
+mod campaign;
 mod causal;
 mod check;
 mod demo;
 mod micro;
+pub mod report;
 mod serve;
 mod sim;
 pub mod swarm;
@@ -12,7 +14,7 @@ mod swarm_memory;
 mod swarm_real;
 mod tiga;
 
-use crate::cli::{BenchCommand, Cli, ClockArg, Command, RegisterArgs, SimCommand};
+use crate::cli::{BenchCommand, CampaignProtocol, Cli, ClockArg, Command, RegisterArgs, SimCommand};
 use crate::CliError;
 use kairos_clock::ClockPreset;
 use kairos_register::sim::RegisterRun;
@@ -28,8 +30,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
         Command::Bench(BenchCommand::Swarm(a)) => swarm::bench(a),
         Command::Sim(SimCommand::Register(a)) => sim::register(a),
+        Command::Sim(SimCommand::Tiga(a)) => campaign::run(CampaignProtocol::Tiga, a),
+        Command::Sim(SimCommand::TwoPlPaxos(a)) => campaign::run(CampaignProtocol::TwoPlPaxos, a),
+        Command::Sim(SimCommand::OccPaxos(a)) => campaign::run(CampaignProtocol::OccPaxos, a),
+        Command::Sim(SimCommand::Tapir(a)) => campaign::run(CampaignProtocol::Tapir, a),
+        Command::Sim(SimCommand::Causal(a)) => campaign::run(CampaignProtocol::Causal, a),
+        Command::Sim(SimCommand::SwarmKv(a)) => campaign::run(CampaignProtocol::SwarmKv, a),
+        Command::Sim(SimCommand::DmAbd(a)) => campaign::run(CampaignProtocol::DmAbd, a),
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Report(a) => report::run(a),
     }
 }
 

@@ -15,7 +15,7 @@
 
 use crate::cli::{ServeArgs, ServeRole};
 use crate::CliError;
-use kairos_causal::{new_disk, Member, MemberConfig, ReadConcern, ReadPref, Session, SessionConfig, WriteConcern};
+use kairos_causal::{Member, MemberConfig, ReadConcern, ReadPref, Session, SessionConfig, WriteConcern};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{NodeId, Process};
 use kairos_net::{ClusterConfig, HistorySink, NodeOptions};
@@ -80,6 +80,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     let replicas = cfg.nodes_with_role("register-replica");
     let causal_members = cfg.nodes_with_role("causal-member");
+    let mut node_opts = NodeOptions::with_seed(args.seed);
+    // One folder per node, so one --data-dir can hold a whole local cluster.
+    node_opts.data_dir = args.data_dir.as_ref().map(|d| d.join(format!("node-{node}")));
     let cfg = Arc::new(cfg);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -94,7 +97,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     match spec.role.as_str() {
         "register-replica" => {
-            runtime.block_on(serve(cfg, me, Replica::new(me, &replicas), args.seed, duration, None, history_out))
+            runtime.block_on(serve(cfg, me, Replica::new(me, &replicas), node_opts, duration, None, history_out))
         }
         "register-client" => {
             if replicas.is_empty() {
@@ -105,16 +108,16 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             }
             let mut cc = ClientConfig::new(replicas, me.0 as u64);
             cc.max_ops = Some(args.ops);
-            runtime.block_on(serve(cfg, me, Client::new(cc), args.seed, duration, Some(args.ops), history_out))
+            runtime.block_on(serve(cfg, me, Client::new(cc), node_opts, duration, Some(args.ops), history_out))
         }
         "causal-member" => {
             let Some(index) = causal_members.iter().position(|&m| m == me) else {
                 return Err(CliError::Usage(format!("node {me} is not among the causal members")));
             };
             let mc = Arc::new(MemberConfig::new(causal_members));
-            // A process keeps its disk in memory: a restarted process rejoins empty.
-            let member = Member::new(mc, index as u32, new_disk());
-            runtime.block_on(serve(cfg, me, member, args.seed, duration, None, history_out))
+            // With --data-dir, a restarted process recovers its term, vote and oplog.
+            let member = Member::new(mc, index as u32);
+            runtime.block_on(serve(cfg, me, member, node_opts, duration, None, history_out))
         }
         "causal-session" => {
             if causal_members.is_empty() {
@@ -138,7 +141,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 ..CausalSessionOptions::default()
             };
             let sc = session_config(&cfg, me, causal_members, &o, duration, args.ops);
-            runtime.block_on(serve(cfg, me, Session::new(sc), args.seed, duration, Some(args.ops), history_out))
+            runtime.block_on(serve(cfg, me, Session::new(sc), node_opts, duration, Some(args.ops), history_out))
         }
         other => Err(CliError::Usage(format!(
             "node {} has role `{other}` in {}; kairos serve runs these roles: {ROLES}",
@@ -182,12 +185,11 @@ async fn serve<P: Process + Send + 'static>(
     cfg: Arc<ClusterConfig>,
     me: NodeId,
     process: P,
-    seed: u64,
+    mut opts: NodeOptions,
     duration: Option<Duration>,
     ops: Option<u64>,
     mut history_out: Option<std::fs::File>,
 ) -> Result<(), CliError> {
-    let mut opts = NodeOptions::with_seed(seed);
     opts.history = HistorySink::Channel { capacity: 65_536 };
     let mut node = kairos_net::spawn_node(cfg, me, process, opts).await.map_err(|e| CliError::Io(e.to_string()))?;
     eprintln!("node {me} listening on {}", node.local_addr());

@@ -33,6 +33,7 @@ pub fn register(args: SimRegisterArgs) -> Result<(), CliError> {
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["seed", "faults", "ok", "unknown", "linearizable", "trace"]);
     let mut failing = Vec::new();
+    let mut unverified = Vec::new();
     let bar = progress::bar(seeds.len() as u64, "seeds");
     for &seed in &seeds {
         let mut run = base.clone();
@@ -51,22 +52,31 @@ pub fn register(args: SimRegisterArgs) -> Result<(), CliError> {
             outcome.fault_plan.len().to_string(),
             summary.ok.to_string(),
             summary.unknown.to_string(),
-            if report.valid { "yes".into() } else { "NO".into() },
+            super::bench::verdict_cell(report.verdict),
             format!("{:016x}", outcome.trace_hash),
         ]);
-        if !report.valid {
+        if report.verdict == kairos_check::Verdict::Invalid {
             let path = args.failing_dir.join(format!("seed-{seed}.jsonl"));
             crate::result::write_history(&path, &outcome.history)?;
             progress::say(&bar, format!("seed {seed}: NOT linearizable; history in {}\n{report}", path.display()));
             failing.push(seed);
+        } else if report.verdict == kairos_check::Verdict::Unknown {
+            progress::say(&bar, format!("seed {seed}: UNVERIFIED\n{report}"));
+            unverified.push(seed);
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
     println!("{table}");
-    if failing.is_empty() {
+    if failing.is_empty() && unverified.is_empty() {
         println!("{} seeds, every history linearizable.", seeds.len());
         Ok(())
+    } else if failing.is_empty() {
+        Err(CliError::Unknown(format!(
+            "{} of {} seeds could not be decided by any checker: {unverified:?}",
+            unverified.len(),
+            seeds.len()
+        )))
     } else {
         Err(CliError::Anomaly(format!(
             "{} of {} seeds violated linearizability: {failing:?}. Replay one with `kairos bench register --seed N` plus the same flags, and keep it as a regression test.",

@@ -1,0 +1,413 @@
+//! `kairos sim <protocol> --seeds A..B [--faults …]`: fault campaigns (swarm testing) for the
+//! transactional protocols and the causal replica set. Each seed draws its own fault plan —
+//! which kinds of fault are on, when, where — over the servers (or members); the run checks
+//! **safety** (every role's invariants at every event, then the history checker) and, once
+//! every fault is repaired, **liveness**: every client that asks for something afterwards gets
+//! an answer. A failing seed's history is saved with the command that replays it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use kairos_check::{Model, Verdict};
+use kairos_core::history::{HistoryRecord, OpType};
+use kairos_core::{Message, NodeId, SimTime};
+use kairos_sim::fault::random_plan;
+use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
+use kairos_swarm::engine::Protocol;
+use kairos_swarm::sim::SwarmRun;
+use kairos_tiga::Topology;
+use kairos_txn::occ::OccPaxos;
+use kairos_txn::tapir::{Tapir, TapirConfig};
+use kairos_txn::tpl::TwoPlPaxos;
+use kairos_txn::twopc::ClassicConfig;
+use kairos_txn::Bench;
+use serde::Serialize;
+
+use crate::cli::{CampaignArgs, CampaignProtocol};
+use crate::progress;
+use crate::CliError;
+
+/// Faults start here and are all repaired by `FAULTS_END`; load runs `RECOVERY` longer.
+const FAULTS_START: Duration = Duration::from_millis(500);
+
+/// What one seed's run produced.
+struct SeedRun {
+    /// Faults in the plan (SWARM: the crashes and adversarial parts its deployment drew).
+    faults: usize,
+    /// Set when the protocol's runner checked the history itself (SWARM: per key), with why.
+    checked: Option<(Verdict, String)>,
+    /// Set when a liveness rule other than "every client answered" failed (SWARM: reads).
+    stuck_why: Option<String>,
+    plan: Vec<ScheduledFault>,
+    history: Vec<HistoryRecord>,
+    model: Model,
+    /// Jepsen process ids of each client (coordinator or session).
+    clients: Vec<(u64, u64)>,
+    violation: Option<Violation>,
+    events: u64,
+    trace_hash: u64,
+    /// Liveness is judged on what clients asked after this: the last repair, plus the longest
+    /// a request made during the faults may still hold a one-at-a-time client.
+    live_from: SimTime,
+}
+
+/// One seed's verdicts.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeedResult {
+    pub seed: u64,
+    pub faults: usize,
+    pub ok: usize,
+    pub unknown: usize,
+    /// "valid", "invalid" or "unknown" (the history checker), or "invariant" (stopped early).
+    pub safety: String,
+    /// Clients that asked for something after the faults were repaired and got no answer.
+    pub clients_stuck: usize,
+    pub events: u64,
+    pub trace_hash: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// The campaign's summary (`--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct CampaignSummary {
+    pub protocol: String,
+    pub seeds_run: usize,
+    pub violations: usize,
+    pub unverified: usize,
+    pub liveness_failures: usize,
+    pub events_per_s: f64,
+    pub wall_s: f64,
+    pub fault_kinds: Vec<String>,
+    pub seeds: Vec<SeedResult>,
+}
+
+fn rates(args: &CampaignArgs, protocol: CampaignProtocol) -> Result<FaultRates, CliError> {
+    let kinds = FaultKinds::parse(&args.faults).map_err(CliError::Usage)?;
+    let mut rates = FaultRates { kinds, ..FaultRates::default() };
+    if protocol == CampaignProtocol::Tiga && rates.kinds.crash {
+        // Tiga has no view change yet: a crashed server loses its log and never rejoins.
+        if args.faults.split(',').any(|k| k.trim() == "crash") {
+            return Err(CliError::Usage(
+                "tiga cannot survive crashes until it has view changes; leave `crash` out of --faults".into(),
+            ));
+        }
+        rates.kinds.crash = false;
+    }
+    Ok(rates)
+}
+
+fn faults_end(args: &CampaignArgs) -> Duration {
+    Duration::from_secs_f64(args.fault_s.max(1.0))
+}
+
+/// Runs one seed of `protocol`.
+fn run_seed(
+    protocol: CampaignProtocol,
+    seed: u64,
+    args: &CampaignArgs,
+    rates: &FaultRates,
+) -> Result<SeedRun, CliError> {
+    let end = faults_end(args);
+    let recovery = Duration::from_secs_f64(args.recovery_s.max(1.0));
+    let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
+    let bench =
+        Bench { seed, load_txn_per_s: args.load, duration: end + recovery, keys_per_shard: 2_000, ..Bench::default() };
+    // Faults over [offset + 0.5 s, offset + end): offset is the warm-up before clients start.
+    let plan_for = |targets: &[NodeId], offset: Duration| {
+        random_plan(seed, targets, SimTime::ZERO + offset + FAULTS_START, SimTime::ZERO + offset + end, rates)
+    };
+    let healed = SimTime::ZERO + end;
+    // Transactions in flight when the load stops get time to finish or be given up.
+    let drain = Duration::from_secs(10);
+    let plan_servers = |servers: &[NodeId]| plan_for(servers, Duration::ZERO);
+    macro_rules! peer {
+        ($p:ty, $config:expr) => {{
+            let w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
+            let until = SimTime::ZERO + end + recovery + drain;
+            transactional(w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed)
+        }};
+    }
+    Ok(match protocol {
+        CampaignProtocol::TwoPlPaxos => peer!(TwoPlPaxos, ClassicConfig::default()),
+        CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
+        CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
+        CampaignProtocol::Tiga => {
+            let d = bench.tiga();
+            let w = d.build().map_err(|e| usage(&e))?;
+            let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
+            let until = SimTime::ZERO + end + recovery + drain;
+            transactional(w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed)
+        }
+        CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd => {
+            let p = if protocol == CampaignProtocol::SwarmKv { Protocol::SwarmKv } else { Protocol::DmAbd };
+            let run = SwarmRun::draw(seed, false, Some(p));
+            let o = run.run().map_err(|e| CliError::Usage(e.to_string()))?;
+            let verdict = match o.linearizable {
+                Some(true) => Verdict::Valid,
+                Some(false) => Verdict::Invalid,
+                None => Verdict::Unknown,
+            };
+            let metric = |name: &str| o.metrics.get(name).copied().unwrap_or(0);
+            let bound = 2 * u64::from(run.clients) + 1;
+            let (timeouts, iterations) = (metric("get_timeouts"), metric("read_iterations_max"));
+            let stuck_why = (timeouts > 0 || iterations > bound).then(|| {
+                format!("{timeouts} gets timed out; the longest read took {iterations} iterations (bound {bound})")
+            });
+            let a = &run.adversary;
+            let faults = [
+                run.crash_node_at.is_some(),
+                run.crash_client_after.is_some(),
+                a.stall_client.is_some(),
+                a.pause_client.is_some(),
+                a.crash_client_at_chain.is_some(),
+            ];
+            SeedRun {
+                faults: faults.iter().filter(|f| **f).count(),
+                checked: Some((verdict, o.check_report.clone())),
+                stuck_why,
+                plan: Vec::new(),
+                model: Model::Linearizable,
+                clients: Vec::new(),
+                violation: None,
+                events: metric("events"),
+                trace_hash: o.trace_hash,
+                history: o.history,
+                live_from: SimTime::ZERO,
+            }
+        }
+        CampaignProtocol::Causal => {
+            // A session runs one operation at a time: one invoked during the faults may hold
+            // it until its timeout, after the repair.
+            let grace = kairos_causal::session::SessionConfig::new(0, Vec::new()).op_timeout;
+            let d = kairos_causal::sim::Deployment {
+                seed,
+                sessions: 8,
+                warmup: Duration::from_secs(3),
+                duration: end + grace + recovery,
+                ..kairos_causal::sim::Deployment::default()
+            };
+            let mut world = d.build().map_err(|e| usage(&e))?;
+            let plan = plan_for(&world.members, d.warmup);
+            world.sim.schedule_all(plan.clone());
+            world.sim.run_until(SimTime::ZERO + d.warmup + end + recovery + Duration::from_secs(5));
+            // One client per session: its Jepsen process.
+            let mut processes: Vec<u64> = world.sim.history().iter().map(|r| r.event.process).collect();
+            processes.sort_unstable();
+            processes.dedup();
+            let clients = processes.into_iter().map(|p| (p, p + 1)).collect();
+            finish(&mut world.sim, plan, Model::Causal, clients, healed + d.warmup + grace)
+        }
+    })
+}
+
+/// Runs a transactional deployment with faults on its servers until `until`.
+fn transactional<M: Message>(
+    mut sim: Sim<M>,
+    topology: &Topology,
+    process_regions: &[(u64, u64, String)],
+    plan_for: &dyn Fn(&[NodeId]) -> Vec<ScheduledFault>,
+    until: SimTime,
+    live_from: SimTime,
+) -> SeedRun {
+    let servers: Vec<NodeId> = topology.shards.iter().flatten().copied().collect();
+    let plan = plan_for(&servers);
+    sim.schedule_all(plan.clone());
+    sim.run_until(until);
+    let clients = process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
+    finish(&mut sim, plan, Model::StrictSerializable, clients, live_from)
+}
+
+/// The seed's run as the campaign judges it.
+fn finish<M: Message>(
+    sim: &mut Sim<M>,
+    plan: Vec<ScheduledFault>,
+    model: Model,
+    clients: Vec<(u64, u64)>,
+    live_from: SimTime,
+) -> SeedRun {
+    SeedRun {
+        faults: plan.len(),
+        checked: None,
+        stuck_why: None,
+        plan,
+        model,
+        clients,
+        violation: sim.violation().cloned(),
+        events: sim.stats().events_handled,
+        trace_hash: sim.trace_hash(),
+        history: sim.take_history(),
+        live_from,
+    }
+}
+
+/// Clients that invoked something after `healed` and completed none of it `ok`.
+fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimTime) -> usize {
+    // (Transactional coordinators are open-loop, many transactions in flight: nothing they
+    // asked during the faults delays what they ask after.)
+    let mut invoked_after = vec![false; clients.len()];
+    let mut ok_after = vec![false; clients.len()];
+    let mut started: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let client_of = |p: u64| clients.iter().position(|(a, b)| (*a..*b).contains(&p));
+    for r in history {
+        let Some(c) = client_of(r.event.process) else { continue };
+        match r.event.op_type {
+            OpType::Invoke => {
+                started.insert(r.event.process, r.time);
+                if r.time > healed.as_nanos() {
+                    invoked_after[c] = true;
+                }
+            }
+            done => {
+                let after = started.remove(&r.event.process).is_some_and(|t| t > healed.as_nanos());
+                if after && done == OpType::Ok {
+                    ok_after[c] = true;
+                }
+            }
+        }
+    }
+    invoked_after.iter().zip(&ok_after).filter(|(asked, answered)| **asked && !**answered).count()
+}
+
+pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliError> {
+    let seeds = super::sim::parse_seeds(&args.seeds)?;
+    let rates = rates(&args, protocol)?;
+    let name = protocol.name();
+    #[allow(clippy::disallowed_methods)] // wall time of the campaign, for the summary only
+    let started = std::time::Instant::now();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["seed", "faults", "ok", "unknown", "safety", "stuck clients", "trace"]);
+    let bar = progress::bar(seeds.len() as u64, name);
+    let mut results = Vec::new();
+    let mut events_total = 0u64;
+    for &seed in &seeds {
+        bar.set_message(format!("seed {seed}"));
+        let run = run_seed(protocol, seed, &args, &rates)?;
+        events_total += run.events;
+        let summary = crate::stats::summarize(&run.history, |_| None);
+        let (safety, mut failure) = match &run.violation {
+            Some(v) => ("invariant".to_string(), Some(v.to_string())),
+            None if run.checked.is_some() => {
+                let (verdict, report) = run.checked.clone().unwrap_or((Verdict::Unknown, String::new()));
+                (verdict.name().to_lowercase(), (verdict != Verdict::Valid).then_some(report))
+            }
+            None => {
+                let report = kairos_check::check(&run.history, run.model).map_err(|e| {
+                    CliError::Runtime(format!(
+                        "the simulator wrote a history the checker cannot read (a Kairos bug): {e}"
+                    ))
+                })?;
+                let failure = (report.verdict != Verdict::Valid).then(|| report.to_string());
+                (report.verdict.name().to_lowercase(), failure)
+            }
+        };
+        let mut stuck =
+            if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from) };
+        if stuck > 0 && failure.is_none() {
+            failure =
+                Some(format!("{stuck} clients got no answer to anything they asked after the faults were repaired"));
+        }
+        if let Some(why) = &run.stuck_why {
+            stuck = stuck.max(1);
+            failure.get_or_insert_with(|| why.clone());
+        }
+        let r = SeedResult {
+            seed,
+            faults: run.faults,
+            ok: summary.ok as usize,
+            unknown: summary.unknown as usize,
+            safety,
+            clients_stuck: stuck,
+            events: run.events,
+            trace_hash: format!("{:016x}", run.trace_hash),
+            failure,
+        };
+        table.add_row([
+            seed.to_string(),
+            r.faults.to_string(),
+            r.ok.to_string(),
+            r.unknown.to_string(),
+            r.safety.clone(),
+            r.clients_stuck.to_string(),
+            r.trace_hash.clone(),
+        ]);
+        if let Some(why) = &r.failure {
+            let path = args.failing_dir.join(format!("{name}-seed-{seed}.jsonl"));
+            crate::result::write_history(&path, &run.history)?;
+            let plan: Vec<String> =
+                run.plan.iter().map(|f| format!("{} at {:.3} s", f.fault, f.at.as_nanos() as f64 / 1e9)).collect();
+            let replay = format!(
+                "kairos sim {name} --seeds {seed} --faults {} --load {} --fault-s {} --recovery-s {}",
+                args.faults, args.load, args.fault_s, args.recovery_s
+            );
+            std::fs::write(path.with_extension("replay"), format!("{replay}\n# fault plan: {}\n", plan.join("; ")))
+                .map_err(|e| CliError::Io(format!("cannot write the replay file next to {}: {e}", path.display())))?;
+            progress::say(
+                &bar,
+                format!("seed {seed} FAILED ({}): {why}\n  history: {}\n  replay: {replay}", r.safety, path.display()),
+            );
+        } else if args.show_faults {
+            for f in &run.plan {
+                progress::say(&bar, format!("seed {seed}: {} {}", f.at, f.fault));
+            }
+        }
+        results.push(r);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let wall_s = started.elapsed().as_secs_f64();
+    let summary = CampaignSummary {
+        protocol: name.to_string(),
+        seeds_run: results.len(),
+        violations: results.iter().filter(|r| r.safety == "invalid" || r.safety == "invariant").count(),
+        unverified: results.iter().filter(|r| r.safety == "unknown").count(),
+        liveness_failures: results.iter().filter(|r| r.clients_stuck > 0).count(),
+        events_per_s: events_total as f64 / wall_s.max(1e-9),
+        wall_s,
+        fault_kinds: if matches!(protocol, CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd) {
+            ["memory-node crash", "client crash", "stalled chains", "paused client"].map(String::from).to_vec()
+        } else {
+            rates.kinds.names()
+        },
+        seeds: results,
+    };
+    if summary.seeds_run <= 200 || args.verbose {
+        println!("{table}");
+    }
+    let speed = if events_total > 0 { format!("{:.0} events/s over ", summary.events_per_s) } else { String::new() };
+    println!(
+        "{name}: {} seeds ({}), {} safety violations, {} unverified, {} liveness failures; {speed}{:.1} s",
+        summary.seeds_run,
+        summary.fault_kinds.join(","),
+        summary.violations,
+        summary.unverified,
+        summary.liveness_failures,
+        summary.wall_s
+    );
+    if let Some(path) = &args.json {
+        write_summary(path, &summary)?;
+    }
+    let failed: Vec<u64> = summary.seeds.iter().filter(|r| r.failure.is_some()).map(|r| r.seed).collect();
+    if summary.violations > 0 || summary.liveness_failures > 0 {
+        Err(CliError::Anomaly(format!(
+            "{} of {} seeds failed: {failed:?}; histories and replay commands are in {}. Keep a fixed seed as a regression test.",
+            failed.len(),
+            summary.seeds_run,
+            args.failing_dir.display()
+        )))
+    } else if summary.unverified > 0 {
+        Err(CliError::Unknown(format!("{} seeds could not be decided by any checker: {failed:?}", summary.unverified)))
+    } else {
+        Ok(())
+    }
+}
+
+fn write_summary(path: &Path, summary: &CampaignSummary) -> Result<(), CliError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(summary).map_err(|e| CliError::Runtime(e.to_string()))?;
+    std::fs::write(path, text + "\n").map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
