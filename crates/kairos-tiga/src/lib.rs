@@ -75,6 +75,7 @@
 
 pub mod coordinator;
 pub mod msg;
+mod release_queue;
 pub mod server;
 pub mod sim;
 pub mod topology;

@@ -35,6 +35,7 @@
 //! transactions at the same timestamps before T.
 
 use crate::msg::{Key, LogEntry, Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
 use kairos_core::{duration_nanos, Ctx, NodeId, Process, TimerId};
 use sha1::{Digest, Sha1};
@@ -137,7 +138,8 @@ pub struct Server {
     replica: u32,
     view: u64,
     txns: BTreeMap<TxnId, Txn>,
-    pq: BTreeSet<(Ts, TxnId)>,
+    /// Queued transactions, released incrementally (see [`crate::release_queue`]).
+    pq: ReleaseQueue,
     rmap: BTreeMap<Key, Ts>,
     wmap: BTreeMap<Key, Ts>,
     key_hash: BTreeMap<Key, Hash>,
@@ -179,7 +181,7 @@ impl Server {
             replica,
             view: 0,
             txns: BTreeMap::new(),
-            pq: BTreeSet::new(),
+            pq: ReleaseQueue::default(),
             rmap: BTreeMap::new(),
             wmap: BTreeMap::new(),
             key_hash: BTreeMap::new(),
@@ -354,20 +356,21 @@ impl Server {
     /// speculative transaction.
     fn release_due(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let now = ctx.now().as_nanos();
-        let mut blocked: BTreeSet<Key> = BTreeSet::new();
-        let due: Vec<(Ts, TxnId)> = self.pq.range(..(now, TxnId(0))).copied().collect();
-        for (ts, id) in due {
+        let leader = self.is_leader();
+        let mut candidates = self.pq.candidates(now);
+        while let Some(entry) = candidates.pop_first() {
+            let id = entry.1;
             let Some(t) = self.txns.get(&id) else {
-                self.pq.remove(&(ts, id));
+                self.pq.forget(entry);
                 continue;
             };
             let keys: Vec<Key> = Self::keys(&t.piece).copied().collect();
-            let locked = self.is_leader() && keys.iter().any(|k| self.locked.get(k).is_some_and(|o| *o != id));
-            if locked || keys.iter().any(|k| blocked.contains(k)) {
-                blocked.extend(keys);
+            let held = leader && keys.iter().any(|k| self.locked.get(k).is_some_and(|o| *o != id));
+            if held || keys.iter().any(|k| self.pq.waits_before(k, entry)) {
+                self.pq.block(entry, &keys);
                 continue;
             }
-            self.pq.remove(&(ts, id));
+            candidates.extend(self.pq.take(entry, &keys));
             self.release(ctx, id);
         }
         self.arm_release_timer(ctx);
@@ -375,8 +378,8 @@ impl Server {
 
     fn arm_release_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let now = ctx.now().as_nanos();
-        match self.pq.range((now, TxnId(0))..).next() {
-            Some(&(ts, _)) if self.release_timer_at != Some(ts) => {
+        match self.pq.next_after(now) {
+            Some((ts, _)) if self.release_timer_at != Some(ts) => {
                 self.release_timer_at = Some(ts);
                 ctx.set_timer(RELEASE, std::time::Duration::from_nanos(ts - now + 1));
             }
@@ -481,6 +484,7 @@ impl Server {
         for k in Self::keys(&piece) {
             if self.locked.get(k) == Some(&id) {
                 self.locked.remove(k);
+                self.pq.unlocked(*k);
             }
         }
     }
@@ -563,7 +567,8 @@ impl Server {
         match status {
             Status::Released => self.revoke(id),
             Status::Queued => {
-                self.pq.remove(&(ts, id));
+                let t = &self.txns[&id];
+                self.pq.remove((ts, id), Self::keys(&t.piece));
             }
             _ => {}
         }
@@ -598,7 +603,7 @@ impl Server {
             if status == Status::Released {
                 self.revoke(id);
             }
-            self.pq.remove(&(ts, id));
+            self.pq.remove((ts, id), Self::keys(&self.txns[&id].piece));
             let t = self.txns.get_mut(&id).expect("exists");
             t.ts = agreed;
             t.agreed = Some(agreed);
@@ -705,6 +710,7 @@ impl Server {
         for k in Self::keys(&entry.piece) {
             if self.locked.get(k) == Some(&id) {
                 self.locked.remove(k);
+                self.pq.unlocked(*k);
             }
         }
         self.log.push(entry);
@@ -820,7 +826,7 @@ impl Server {
                 }
             }
             Some((Status::Queued, old)) => {
-                self.pq.remove(&(old, id));
+                self.pq.remove((old, id), Self::keys(&entry.piece));
                 self.xor_hash(&entry.piece, ts);
             }
             Some((Status::Held, _)) | None => self.xor_hash(&entry.piece, ts),
@@ -963,7 +969,8 @@ impl Process for Server {
         if self.pq.len() > self.txns.len() {
             return Err(format!("{} queued entries but {} transactions", self.pq.len(), self.txns.len()));
         }
-        if let Some(&(ts, id)) = self.pq.first() {
+        self.pq.check()?;
+        for &(ts, id) in self.pq.heads() {
             match self.txns.get(&id) {
                 Some(t) if t.status == Status::Queued && t.ts == ts => {}
                 Some(t) => {
