@@ -125,7 +125,8 @@ pub struct TigaArgs {
     /// Use no headroom at all (timestamp = send time), the headroom experiment's worst case.
     #[arg(long)]
     pub zero_headroom: bool,
-    /// Virtual seconds of load (in-flight transactions then get time to finish).
+    /// Virtual seconds of load (in-flight transactions then get time to finish); throughput
+    /// counts commits after the first third, as `bench micro` does.
     #[arg(long, default_value_t = 5.0)]
     pub duration_s: f64,
     /// Seed of every random choice.
