@@ -103,6 +103,20 @@ impl OpenLoop {
         let gap_s: f64 = exp.sample(rng);
         Some(Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX))
     }
+
+    /// The arrival after the one due at `due`: when it is due, and the timer to arm at local
+    /// time `now`. Arrivals follow their own schedule, so the time a process spends handling
+    /// (or waiting behind other work) never slows the offered load: an arrival whose time has
+    /// passed is due at once and queues like any event.
+    pub fn next_arrival(
+        &self,
+        rng: &mut kairos_core::Rng,
+        due: LocalTime,
+        now: LocalTime,
+    ) -> Option<(LocalTime, Duration)> {
+        let at = due.saturating_add(self.next_gap(rng)?);
+        Some((at, at.saturating_since(now)))
+    }
 }
 
 /// Counts for tests (the same events as the metrics).
@@ -318,6 +332,8 @@ pub struct Coordinator {
     view: u64,
     load: OpenLoop,
     started_at: LocalTime,
+    /// When the current (last scheduled) arrival of the open-loop load is due.
+    arrival_due: LocalTime,
     arrivals: u64,
     next_seq: u64,
     pending: BTreeMap<TxnId, Pending>,
@@ -351,6 +367,7 @@ impl Coordinator {
             view: 0,
             load: OpenLoop::default(),
             started_at: LocalTime::ZERO,
+            arrival_due: LocalTime::ZERO,
             arrivals: 0,
             next_seq: 0,
             pending: BTreeMap::new(),
@@ -672,18 +689,23 @@ impl Coordinator {
         ctx.metric("tiga.sends", u64::from(p.sends));
     }
 
-    fn generating(&self, now: LocalTime) -> bool {
-        self.load.generating(self.started_at, self.arrivals, now)
+    /// Whether the arrival due at `at` is part of the load.
+    fn generating(&self, at: LocalTime) -> bool {
+        self.load.generating(self.started_at, self.arrivals, at)
     }
 
     fn schedule_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        if let Some(gap) = self.load.next_gap(ctx.rng()) {
-            ctx.set_timer(ARRIVAL_TIMER, gap);
+        let now = ctx.now();
+        if let Some((at, after)) = self.load.next_arrival(ctx.rng(), self.arrival_due, now) {
+            self.arrival_due = at;
+            if self.generating(at) {
+                ctx.set_timer(ARRIVAL_TIMER, after);
+            }
         }
     }
 
     fn on_arrival(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        if !self.generating(ctx.now()) {
+        if !self.generating(self.arrival_due) {
             return;
         }
         self.arrivals += 1;
@@ -695,9 +717,7 @@ impl Coordinator {
             // A rejected transaction is counted by `submit`; the load goes on.
             let _ = self.submit(ctx, keys);
         }
-        if self.generating(ctx.now()) {
-            self.schedule_arrival(ctx);
-        }
+        self.schedule_arrival(ctx);
     }
 }
 
@@ -710,6 +730,7 @@ impl Process for Coordinator {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         self.started_at = ctx.now();
+        self.arrival_due = ctx.now();
         if self.generating(ctx.now()) {
             self.schedule_arrival(ctx);
         }
@@ -1286,6 +1307,23 @@ mod tests {
         assert_eq!(h.c.owd_estimate(h.now, 0, 0), Some(Duration::from_millis(400)), "a huge OWD is capped");
     }
 
+    /// Arrivals keep their own schedule: a coordinator that handles an arrival late (busy, or
+    /// its timer queued behind other work) does not push every later arrival back.
+    #[test]
+    fn a_late_arrival_does_not_delay_the_schedule() {
+        let load = OpenLoop { rate_per_s: 1000.0, stop_after: None, max_txns: None };
+        let start = LocalTime::from_secs(1);
+        let (first, after) = load.next_arrival(&mut Rng::seed_from_u64(3), start, start).unwrap();
+        assert_eq!(start + after, first);
+        // The next arrival is due at the same time whether the first is handled on time or
+        // 50 ms late (20 times the mean gap): then it is due at once.
+        let late = first + Duration::from_millis(50);
+        let (on_time, _) = load.next_arrival(&mut Rng::seed_from_u64(4), first, first).unwrap();
+        let (handled_late, after_late) = load.next_arrival(&mut Rng::seed_from_u64(4), first, late).unwrap();
+        assert_eq!(on_time, handled_late);
+        assert_eq!(after_late, handled_late.saturating_since(late));
+    }
+
     #[test]
     fn open_loop_generates_a_fixed_number_and_respects_the_inflight_cap() {
         let cfg = TigaConfig { inflight_max: 2, ..TigaConfig::default() };
@@ -1327,10 +1365,23 @@ mod tests {
                     stop_after: Some(Duration::from_millis(100)),
                     max_txns: None,
                 });
-        let mut h = H { c, rng: Rng::seed_from_u64(9), now: LocalTime::from_secs(5) };
-        h.run(|c, ctx| c.on_start(ctx));
-        h.now = h.now + Duration::from_millis(100);
-        assert!(h.timer(ARRIVAL_TIMER).is_empty());
+        let start = LocalTime::from_secs(5);
+        let mut h = H { c, rng: Rng::seed_from_u64(9), now: start };
+        let arrival_timer = |e: &[Effect<TigaMsg>]| {
+            e.iter().find_map(|x| match x {
+                Effect::SetTimer { id, after } if *id == ARRIVAL_TIMER => Some(*after),
+                _ => None,
+            })
+        };
+        let mut next = arrival_timer(&h.run(|c, ctx| c.on_start(ctx)).1);
+        let mut arrivals = 0;
+        while let Some(after) = next {
+            h.now = h.now + after;
+            assert!(h.now.saturating_since(start) < Duration::from_millis(100), "an arrival after stop_after");
+            arrivals += 1;
+            next = arrival_timer(&h.timer(ARRIVAL_TIMER));
+        }
+        assert!((2..=40).contains(&arrivals), "about 10 arrivals at 100/s in 100 ms, got {arrivals}");
         let c = Coordinator::new(topology(1, 1), TigaConfig::default(), Box::new(FixedKeys::new(vec![])), vec![], 0);
         let mut h = H { c, rng: Rng::seed_from_u64(9), now: LocalTime::ZERO };
         assert!(h.run(|c, ctx| c.on_start(ctx)).1.is_empty());

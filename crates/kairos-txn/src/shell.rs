@@ -173,6 +173,8 @@ pub struct TxnShell {
     config: ShellConfig,
     process_base: u64,
     started_at: LocalTime,
+    /// When the current (last scheduled) arrival of the open-loop load is due.
+    arrival_due: LocalTime,
     arrivals: u64,
     /// The next sequence number in clock units (module docs), once the first is drawn.
     next_seq: Option<u64>,
@@ -195,6 +197,7 @@ impl TxnShell {
             config,
             process_base,
             started_at: LocalTime::ZERO,
+            arrival_due: LocalTime::ZERO,
             arrivals: 0,
             next_seq: None,
             first_seq: 0,
@@ -275,6 +278,7 @@ impl TxnShell {
     /// Call from the coordinator's `on_start`: arms the first arrival.
     pub fn start<M>(&mut self, ctx: &mut Ctx<'_, M>) {
         self.started_at = ctx.now();
+        self.arrival_due = ctx.now();
         if self.next_seq.is_none() {
             self.first_seq = Self::id_clock(ctx.now());
             self.next_seq = Some(self.first_seq);
@@ -384,18 +388,24 @@ impl TxnShell {
         ctx.metric("txn.unknown", 1);
     }
 
-    fn generating(&self, now: LocalTime) -> bool {
-        self.load.generating(self.started_at, self.arrivals, now)
+    /// Whether the arrival due at `at` is part of the load.
+    fn generating(&self, at: LocalTime) -> bool {
+        self.load.generating(self.started_at, self.arrivals, at)
     }
 
+    /// Arms the next arrival on the open-loop schedule ([`OpenLoop::next_arrival`]).
     fn schedule_arrival<M>(&mut self, ctx: &mut Ctx<'_, M>) {
-        if let Some(gap) = self.load.next_gap(ctx.rng()) {
-            ctx.set_timer(ARRIVAL_TIMER, gap);
+        let now = ctx.now();
+        if let Some((at, after)) = self.load.next_arrival(ctx.rng(), self.arrival_due, now) {
+            self.arrival_due = at;
+            if self.generating(at) {
+                ctx.set_timer(ARRIVAL_TIMER, after);
+            }
         }
     }
 
     fn on_arrival<M>(&mut self, ctx: &mut Ctx<'_, M>) -> Option<Attempt> {
-        if !self.generating(ctx.now()) {
+        if !self.generating(self.arrival_due) {
             return None;
         }
         self.arrivals += 1;
@@ -407,9 +417,7 @@ impl TxnShell {
             let keys = self.workload.next_keys(ctx.rng());
             self.invoke(ctx, keys)
         };
-        if self.generating(ctx.now()) {
-            self.schedule_arrival(ctx);
-        }
+        self.schedule_arrival(ctx);
         attempt
     }
 }

@@ -180,8 +180,11 @@ fn a_shard_leader_crash_is_survived() {
         assert!(new_leader.is_some(), "{name}: a follower of shard 0 leads");
         let old = world.sim.role::<TxnServer>(NodeId(0)).unwrap();
         assert!(old.paxos().is_voter() && !old.paxos().is_leader(), "{name}: the old leader rejoined");
-        // Transactions invoked well after the failover all complete.
+        // Transactions invoked well after the failover all complete: committed, or (OCC under
+        // contention on the hottest keys, rarely) aborted on every attempt; none is left with
+        // an unknown outcome.
         let (mut late, mut late_ok) = (0, 0);
+        let mut late_not_ok = Vec::new();
         let mut invoked = std::collections::BTreeMap::new();
         for r in world.sim.history() {
             match r.event.op_type {
@@ -192,12 +195,17 @@ fn a_shard_leader_crash_is_survived() {
                     if invoked.remove(&r.event.process).is_some_and(|t| t > SimTime::from_secs(4).as_nanos()) {
                         late += 1;
                         late_ok += u64::from(done == OpType::Ok);
+                        if done != OpType::Ok {
+                            late_not_ok.push((r.time, done, r.event.value.clone()));
+                        }
                     }
                 }
             }
         }
         eprintln!("{name}: {:?}; after failover {late_ok}/{late} ok", world.sim.metrics());
-        assert!(late > 100 && late_ok == late, "{name}: {late_ok}/{late}");
+        let unknown = late_not_ok.iter().filter(|(_, done, _)| *done != OpType::Fail).count();
+        assert!(late > 100 && unknown == 0, "{name}: {late_ok}/{late} ok; not ok: {late_not_ok:?}");
+        assert!(late_ok * 100 >= late * 98, "{name}: {late_ok}/{late} ok; not ok: {late_not_ok:?}");
     }
 }
 
