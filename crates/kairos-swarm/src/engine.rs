@@ -140,6 +140,10 @@ pub(crate) struct Op {
     pub buf: Option<u32>,
     pub seen: BTreeMap<u32, u64>,
     pub prev_max: u64,
+    /// A read: the highest tuple seen since it (re)started — it never goes down (see
+    /// [`crate::safe_guess`]) — and the nodes whose words showed it in the latest iteration.
+    pub read_max: u64,
+    pub max_from: std::collections::BTreeSet<MemNodeId>,
     pub iterations: u32,
     pub observed: BTreeMap<MemNodeId, Vec<u64>>,
     pub target: u64,
@@ -639,6 +643,8 @@ impl KvClient for Client {
             buf: None,
             seen: BTreeMap::new(),
             prev_max: 0,
+            read_max: 0,
+            max_from: std::collections::BTreeSet::new(),
             iterations: 0,
             observed: BTreeMap::new(),
             target: 0,
