@@ -417,8 +417,12 @@ impl Client {
         }
         op.done = true;
         if let Some(buf) = op.buf.take() {
-            // A write that did not commit its buffer gives it back (after the grace period).
-            self.pool.abandon(buf, now);
+            match (&result, op.slot) {
+                // Its chains may still land, its tuple become the maximum: keep its value.
+                (Err(e), Some(slot)) if e.is_unknown_outcome() => self.pool.pin(slot, buf),
+                // A write that did not commit its buffer gives it back (after the grace period).
+                _ => self.pool.abandon(buf, now),
+            }
         }
         self.bump(if result.is_ok() { "ops_ok" } else { "ops_err" });
         let key = op.op.key().to_vec();

@@ -232,7 +232,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     }
     if matches!(op.op, KvOp::Delete { .. }) {
         if written >= c.majority() {
-            c.pool.supersede(op.slot.unwrap_or(0), now);
+            c.pool.delete(op.slot.unwrap_or(0), now);
             return c.finish(op, Ok(None), now, out);
         }
         c.bump("write_retries");
