@@ -156,3 +156,11 @@ fn swarm_kv_campaign_seed_2662_reads_end_after_a_write_gave_up() {
     let o = campaign_seed(2662, Protocol::SwarmKv);
     assert!(o.metrics.get("client_crashes").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
 }
+
+/// Campaign seed 3368 (dm-abd): the same cause as seed 2662 in the baseline — a write given up
+/// while one of its chains was stalled returned its buffer to the pool, its tuple became the
+/// key's maximum, and a get fetched the reused buffer until it timed out (58 fetch misses).
+#[test]
+fn dm_abd_campaign_seed_3368_gets_end_after_a_write_gave_up() {
+    campaign_seed(3368, Protocol::DmAbd);
+}
