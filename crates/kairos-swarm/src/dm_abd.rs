@@ -171,7 +171,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 c.send_background(primary, vec![Verb::Write { addr, data }], None, now, out);
             }
         }
-        None => c.pool.supersede(slot, now),
+        None => c.pool.delete(slot, now),
     }
     c.finish(op, Ok(None), now, out)
 }

@@ -140,6 +140,10 @@ pub(crate) struct Op {
     pub buf: Option<u32>,
     pub seen: BTreeMap<u32, u64>,
     pub prev_max: u64,
+    /// A read: the highest tuple seen since it (re)started — it never goes down (see
+    /// [`crate::safe_guess`]) — and the nodes whose words showed it in the latest iteration.
+    pub read_max: u64,
+    pub max_from: std::collections::BTreeSet<MemNodeId>,
     pub iterations: u32,
     pub observed: BTreeMap<MemNodeId, Vec<u64>>,
     pub target: u64,
@@ -413,8 +417,12 @@ impl Client {
         }
         op.done = true;
         if let Some(buf) = op.buf.take() {
-            // A write that did not commit its buffer gives it back (after the grace period).
-            self.pool.abandon(buf, now);
+            match (&result, op.slot) {
+                // Its chains may still land, its tuple become the maximum: keep its value.
+                (Err(e), Some(slot)) if e.is_unknown_outcome() => self.pool.pin(slot, buf),
+                // A write that did not commit its buffer gives it back (after the grace period).
+                _ => self.pool.abandon(buf, now),
+            }
         }
         self.bump(if result.is_ok() { "ops_ok" } else { "ops_err" });
         let key = op.op.key().to_vec();
@@ -639,6 +647,8 @@ impl KvClient for Client {
             buf: None,
             seen: BTreeMap::new(),
             prev_max: 0,
+            read_max: 0,
+            max_from: std::collections::BTreeSet::new(),
             iterations: 0,
             observed: BTreeMap::new(),
             target: 0,

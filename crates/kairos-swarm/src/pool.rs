@@ -11,7 +11,16 @@
 //! it, so a reader that follows a pointer into a reused buffer sees another tuple (or a torn
 //! copy) and retries. The grace period — which assumes eventual synchrony (operations and clock
 //! rates bounded after some time) — only keeps such retries rare. Memory is bounded: a writer
-//! holds at most one current buffer per key, plus the buffers retired within one grace period.
+//! holds at most one current buffer per key, plus the buffers retired within one grace period,
+//! plus the **pinned** ones below.
+//!
+//! A write whose outcome is unknown (it timed out, or too few nodes answered) may still land
+//! anywhere — its chains can be stalled — and its tuple may be, or become, the maximum of its
+//! key. Its buffer is **pinned** to the key: reused, its tuple's value would be gone while its
+//! metadata stays the maximum, and readers would look for it forever (campaign seed 2662). A
+//! pinned buffer retires when this writer's next write of the key completes (that write's tuple
+//! is higher and on a majority; the pinned write's chains, earlier on every connection, can
+//! land only before it) or the key is deleted.
 
 use kairos_core::LocalTime;
 use std::collections::{BTreeMap, VecDeque};
@@ -27,6 +36,8 @@ pub struct Pool {
     retired: VecDeque<(LocalTime, u32)>,
     /// Current buffer per slot.
     current: BTreeMap<u64, u32>,
+    /// Buffers of writes with an unknown outcome, per slot (see the module docs).
+    pinned: BTreeMap<u64, Vec<u32>>,
     /// Allocated for an operation in flight.
     in_flight: u32,
     in_use_max: u32,
@@ -40,6 +51,7 @@ impl Pool {
             next_fresh: 0,
             retired: VecDeque::new(),
             current: BTreeMap::new(),
+            pinned: BTreeMap::new(),
             in_flight: 0,
             in_use_max: 0,
         }
@@ -79,6 +91,26 @@ impl Pool {
                 self.retired.push_back((now, old));
             }
         }
+        for old in self.pinned.remove(&slot).unwrap_or_default() {
+            if old != buf {
+                self.retired.push_back((now, old));
+            }
+        }
+    }
+
+    /// The write with `buf` on `slot` ended with an unknown outcome: keep `buf` until the
+    /// writer's next completed write of `slot` (or its deletion).
+    pub fn pin(&mut self, slot: u64, buf: u32) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.pinned.entry(slot).or_default().push(buf);
+    }
+
+    /// `slot` was deleted: nothing of this writer's can be its maximum again.
+    pub fn delete(&mut self, slot: u64, now: LocalTime) {
+        self.supersede(slot, now);
+        for old in self.pinned.remove(&slot).unwrap_or_default() {
+            self.retired.push_back((now, old));
+        }
     }
 
     /// The write with `buf` did not install it (failed, or the key was deleted).
@@ -99,7 +131,8 @@ impl Pool {
     }
     /// Buffers holding data or waiting out their grace period.
     pub fn in_use(&self) -> u32 {
-        self.current.len() as u32 + self.retired.len() as u32 + self.in_flight
+        let pinned: usize = self.pinned.values().map(Vec::len).sum();
+        self.current.len() as u32 + pinned as u32 + self.retired.len() as u32 + self.in_flight
     }
     pub fn in_use_max(&self) -> u32 {
         self.in_use_max
@@ -131,5 +164,23 @@ mod tests {
         assert_eq!(p.allocate(t0), None, "pool exhausted within the grace period");
         assert_eq!(p.allocate(LocalTime::from_micros(111)), Some(a));
         assert_eq!(p.touched(), 3);
+    }
+
+    #[test]
+    fn a_write_with_an_unknown_outcome_keeps_its_buffer_until_the_next_write_of_its_key() {
+        let g = Duration::from_micros(10);
+        let mut p = Pool::new(4, g);
+        let t0 = LocalTime::from_micros(100);
+        let later = LocalTime::from_micros(1_000);
+        let a = p.allocate(t0).unwrap();
+        p.commit(7, a, t0);
+        let b = p.allocate(t0).unwrap();
+        p.pin(7, b); // b's write timed out: its tuple may still land above a's
+        let c = p.allocate(later).unwrap();
+        assert!(c != a && c != b, "neither the current buffer nor the pinned one is reused");
+        p.supersede(7, later); // another writer's verified tuple: a retires, b stays pinned
+        assert_eq!(p.allocate(later + g), Some(a));
+        p.commit(7, c, later + g); // the next write of the key: b retires now
+        assert_eq!(p.allocate(later + g + g), Some(b));
     }
 }

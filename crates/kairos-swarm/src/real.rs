@@ -222,6 +222,7 @@ impl RealRun {
             checked_keys: 0,
             trace_hash: 0,
             history: report.history,
+            initial_values: last_value.clone(),
         };
         if r.check {
             let (valid, text, keys) = check_per_key(&outcome.history, last_value);

@@ -44,17 +44,32 @@
 //!
 //! **Read** (get). Iterations of one round trip each: read every writer's word on a majority
 //! (and the in-place copy on the primary; from the second iteration on, also the lock word and
-//! copy of the previous iteration's maximum); with `X` the maximum:
+//! copy of the previous iteration's maximum). `X` is the highest tuple the read has seen so far
+//! — in this iteration **or any earlier one**: the read's maximum never goes down. A lower
+//! maximum in a later iteration only means that its majority missed the nodes holding `X` (a
+//! stalled writer's chain may have reached one node), not that `X` went away; the reference
+//! implementation's reader keeps the highest tuple it saw too. Then:
 //! a. `X` VERIFIED → return its value (in-place copy if it matches, else follow the pointer);
-//! b. `X` GUESSED and the maximum in the previous iteration too → lock round on every node:
-//!    where `X`'s writer word is older than `X`, write `X`'s value into its buffer and then `X`
-//!    into the word (a node never holds `X`'s metadata without its value, so a later primary
-//!    crash loses nothing); CAS the lock word from the state just read to `X|READER`; read back.
-//!    Won on a majority with `X` installed on a majority → return `X` and, in the background,
-//!    mark it VERIFIED (and refresh the in-place copy) so the next reads take 1 RTT. Lost → the
-//!    words read back are the next iteration (`X` stays a candidate unless its writer holds the
-//!    lock somewhere: then the writer is moving above `X`).
-//! c. a different operation of `X`'s writer was seen before → that one completed; return it;
+//! b. `X` GUESSED and already the maximum at the end of the previous iteration → lock round on
+//!    every node: where `X`'s writer word is older than `X`, write `X`'s value into its buffer
+//!    and then `X` into the word (a node never holds `X`'s metadata without its value, so a
+//!    later primary crash loses nothing); CAS the lock word from the state just read to
+//!    `X|READER`; read back. Won on a majority with `X` installed on a majority → return `X`
+//!    and, in the background, mark it VERIFIED (and refresh the in-place copy) so the next reads
+//!    take 1 RTT. Lost → the words read back are the next iteration (`X` stays a candidate
+//!    unless its writer holds the lock somewhere: then the writer is moving above `X`). The
+//!    lock round needs `X`'s value from a node that answered; if none of the nodes that showed
+//!    `X` is alive any more, `X`'s value may be lost for good and the read starts over (safe:
+//!    every rule rests only on what the read saw since it started).
+//! c. the maximum was once `x0`, an *earlier* operation of `X`'s writer (lower tuple, another
+//!    buffer — a rewrite keeps its buffer) → `x0`'s operation completed before `X`'s began,
+//!    both within the read: return `x0`. This needs the maximum to be monotone: with a
+//!    maximum taken afresh in each iteration, a read that saw a pending write `T` on one node
+//!    and then the writer's previous tuple on another majority took that *older* tuple for the
+//!    writer's next operation and returned `T` unlocked; `T`'s writer then found no reader's
+//!    lock, rewrote `T` above a write that began after the read ended, and a later read
+//!    returned `T` again (campaign seed 8350; the schedule test
+//!    `a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operation`).
 //! d. otherwise remember `X` and read again.
 //!
 //! A lock round fails only if `X`'s writer holds `X` somewhere (it then puts a tuple above `X`
@@ -217,7 +232,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     }
     if matches!(op.op, KvOp::Delete { .. }) {
         if written >= c.majority() {
-            c.pool.supersede(op.slot.unwrap_or(0), now);
+            c.pool.delete(op.slot.unwrap_or(0), now);
             return c.finish(op, Ok(None), now, out);
         }
         c.bump("write_retries");
@@ -517,7 +532,19 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     op.iterations += 1;
     c.note_max("read_iterations_max", u64::from(op.iterations));
     let words = words_by_node(op);
-    let x = words.values().flatten().copied().max().unwrap_or(0);
+    let here = words.values().flatten().copied().max().unwrap_or(0);
+    // The read's maximum never goes down: a lower maximum in this iteration only means that
+    // its majority missed the nodes holding the higher tuple (see the module docs, rule c).
+    let x = here.max(op.read_max);
+    if meta::id(x) != meta::id(op.read_max) {
+        op.max_from.clear();
+    }
+    op.read_max = x;
+    for (node, ws) in &words {
+        if ws.iter().any(|w| meta::id(*w) == meta::id(x)) {
+            op.max_from.insert(*node);
+        }
+    }
     op.observed = words;
     for (node, lw) in lock_words_by_node(op) {
         op.locks.insert(node, lw);
@@ -542,19 +569,35 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         if let Some(v) = find_value(c, op, x) {
             return reader_lock(c, op, x, v, now, out);
         }
-        // X's copy was torn or its buffer recycled: read again (X stays the candidate).
+        // X's copy was torn, or no node that answered holds X: read again (X stays the
+        // candidate) — unless every node that showed X is now suspected (crashed): then X's
+        // value may be gone for good, and the read starts over.
         c.bump("lock_value_misses");
+        if !op.max_from.iter().any(|n| c.members.is_alive(*n)) {
+            restart_read(c, op);
+        }
         return read_round(c, op, now, out);
     }
     if let Some(&x0) = op.seen.get(&xw) {
-        if meta::buf(x0) != meta::buf(x) && meta::id(x0) != meta::id(x) {
-            // x's writer started another operation: the one of x0 completed.
+        if meta::buf(x0) != meta::buf(x) && meta::id(x0) < meta::id(x) {
+            // x's writer started another operation after x0's, and both were the read's
+            // maximum in turn: x0's operation completed during the read. Return it.
             return fetch(c, op, x0, true, now, out);
         }
     }
     op.seen.insert(xw, x);
     op.prev_max = x;
     read_round(c, op, now, out)
+}
+
+/// Forgets what the read saw: it starts over as a new read (safe at any time — every rule
+/// rests only on what the read saw since it last started).
+fn restart_read(c: &mut Client, op: &mut Op) {
+    c.bump("read_restarts");
+    op.read_max = 0;
+    op.max_from.clear();
+    op.prev_max = 0;
+    op.seen.clear();
 }
 
 /// The reader's side of X's timestamp lock, on every node: where X's writer word is older than
@@ -669,9 +712,10 @@ fn after_fetch(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             c.finish(op, Ok(Some(v)), now, out)
         }
         None => {
-            // Torn, not there yet, or recycled: read again.
+            // Torn, or a buffer recycled after a newer tuple superseded it: read again, from
+            // scratch (the tuple asked for may never be found again).
             c.bump("fetch_misses");
-            op.prev_max = 0;
+            restart_read(c, op);
             read_round(c, op, now, out)
         }
     }

@@ -122,3 +122,45 @@ fn dm_abd_under_a_stalled_chain_seed_2794() {
     let o = run.run().unwrap();
     assert_eq!(o.linearizable, Some(true), "{run:?}: {}", o.check_report);
 }
+
+/// Runs `seed` of the `kairos sim <protocol>` campaign and checks what the campaign checks:
+/// linearizable, no get timed out, every read within `2 × writers + 1` iterations.
+fn campaign_seed(seed: u64, protocol: Protocol) -> kairos_swarm::sim::Outcome {
+    let run = SwarmRun::draw(seed, false, Some(protocol));
+    let o = run.run().unwrap();
+    assert_eq!(o.linearizable, Some(true), "seed {seed} ({run:?}):\n{}", o.check_report);
+    let metric = |name: &str| o.metrics.get(name).copied().unwrap_or(0);
+    let bound = 2 * u64::from(run.clients) + 1;
+    assert_eq!(metric("get_timeouts"), 0, "seed {seed}: {:?}", o.metrics);
+    assert!(metric("read_iterations_max") <= bound, "seed {seed}: {:?} (bound {bound})", o.metrics);
+    o
+}
+
+/// Campaign seed 8350 (swarm-kv): a read returned a write that had barely begun, because its
+/// maximum went down between two iterations (a majority that missed the only node holding the
+/// write) and it took W's older tuple for W's next operation. The schedule test
+/// `a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operation` is the
+/// same race, verb by verb.
+#[test]
+fn swarm_kv_campaign_seed_8350_a_read_maximum_never_goes_down() {
+    campaign_seed(8350, Protocol::SwarmKv);
+}
+
+/// Campaign seed 2662 (swarm-kv): a write given up as unavailable (one chain stalled past the
+/// chain timeout, a memory node crashed) returned its buffer to the pool; its chains landed
+/// later, its tuple became the key's maximum, the buffer was reused, and every read of the key
+/// looked for the tuple's value until it timed out (358 iterations). Buffers of writes with an
+/// unknown outcome stay pinned to their key now.
+#[test]
+fn swarm_kv_campaign_seed_2662_reads_end_after_a_write_gave_up() {
+    let o = campaign_seed(2662, Protocol::SwarmKv);
+    assert!(o.metrics.get("client_crashes").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
+}
+
+/// Campaign seed 3368 (dm-abd): the same cause as seed 2662 in the baseline — a write given up
+/// while one of its chains was stalled returned its buffer to the pool, its tuple became the
+/// key's maximum, and a get fetched the reused buffer until it timed out (58 fetch misses).
+#[test]
+fn dm_abd_campaign_seed_3368_gets_end_after_a_write_gave_up() {
+    campaign_seed(3368, Protocol::DmAbd);
+}

@@ -300,3 +300,61 @@ fn a_writer_crashing_after_winning_its_lock_does_not_stall_readers() {
     assert!(iterations <= 2 * 3 + 1, "{iterations} iterations > 2 × writers + 1");
     assert_eq!(got.result, Ok(Some(b"from V".to_vec())), "W's T is never returned: W won its lock");
 }
+
+/// Campaign seed 8350 (swarm-kv). A reader's maximum must not go down between its iterations.
+/// W's update T_prev lands on B and C (its chain to P is slow) and completes; its VERIFIED
+/// flips are still queued. W's next update T lands on B only. Reader R1 reads P and B (maximum
+/// T), then P and C (maximum T_prev, an *older* tuple of W). The reader took "two different
+/// tuples of one writer" as proof that the first one's operation had completed and returned T
+/// without locking it — but T's operation had barely begun. V then updates above T and
+/// completes; W's update resumes, finds T stale, wins its lock (no reader holds it) and
+/// rewrites T's value above V's; and R2, which starts after V completed, returns W's value
+/// although R1 returned it before V began. The reader now keeps the highest tuple it has seen
+/// (the reference implementation's maximum only grows too): T stays the candidate, R1 locks it
+/// on a majority, W finds the reader's lock and completes at T, below V.
+#[test]
+fn a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operation() {
+    let (r1, w, v, r2) = (0, 1, 2, 3);
+    // V's clock is far ahead; W's guesses are fresh until V writes.
+    let mut lab = Lab::new(&[3_000, 1_000, 5_000, 3_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(w, 1, update(b"W first"));
+    lab.step(w, b);
+    lab.step(w, c);
+    let first = lab.done.get(&(w, 1)).cloned().expect("W's first update completes on B and C");
+    assert_eq!(first.result, Ok(None));
+    // W's second update T: its chain runs on B only (after the VERIFIED flip queued there); on C
+    // it waits behind the flip, on P behind the first update's chain.
+    lab.invoke(w, 2, update(b"W second"));
+    assert!(lab.apply(w, b, usize::MAX).is_some(), "the VERIFIED flip of W's first update on B");
+    let t_on_b = lab.apply(w, b, usize::MAX);
+    assert!(t_on_b.is_some(), "T lands whole on B; its reply is slow");
+
+    lab.invoke(r1, 1, get());
+    // Iteration 1 from P and B: the maximum is T.
+    lab.step(r1, p);
+    lab.step(r1, b);
+    // Iteration 2 from P and C (C first runs iteration 1's chain, whose reply is stale): the
+    // maximum there is T_prev, GUESSED.
+    lab.step(r1, p);
+    lab.step(r1, c);
+    lab.step(r1, c);
+    let got = lab.run(r1, 1, &[p, b, c], 40).expect("R1 completes");
+    assert_eq!(got.result, Ok(Some(b"W second".to_vec())), "R1 may return T: W's update is pending");
+
+    lab.invoke(v, 1, update(b"from V"));
+    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
+    assert_eq!(done.result, Ok(None));
+
+    lab.deliver(w, t_on_b);
+    let wd = lab.run(w, 2, &[p, b, c], 60).expect("W's second update completes");
+    assert_eq!(wd.result, Ok(None), "{wd:?}");
+
+    lab.invoke(r2, 1, get());
+    let got = lab.run(r2, 1, &[p, b, c], 50).expect("R2 completes");
+    assert_eq!(
+        got.result,
+        Ok(Some(b"from V".to_vec())),
+        "R1 returned W's value before V began, so a read after V completed must return V's"
+    );
+}

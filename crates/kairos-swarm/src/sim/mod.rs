@@ -211,6 +211,8 @@ pub struct Outcome {
     pub check_report: String,
     pub checked_keys: usize,
     pub trace_hash: u64,
+    /// The value id each key held after the warm-up (the checker's initial values).
+    pub initial_values: BTreeMap<u64, u64>,
 }
 
 impl Outcome {
@@ -226,6 +228,31 @@ impl Outcome {
     pub fn throughput_ops_per_s(&self) -> f64 {
         self.completed as f64 / self.duration.as_secs_f64().max(1e-9)
     }
+
+    /// The history as the checker sees it: the warm-up's final value of every key first, as one
+    /// completed write at time 0 by a loader process, then the measured phase. This is the
+    /// history to save: `kairos check --model linearizable` on it judges the run as
+    /// [`check_per_key`] did (without the initial writes, reads of warm-up values look like
+    /// reads of values never written).
+    pub fn history_with_initial_values(&self) -> Vec<HistoryRecord> {
+        let mut h = initial_writes(self.initial_values.iter().map(|(k, v)| (*k, *v)));
+        for r in &self.history {
+            h.push(HistoryRecord { index: h.len() as u64, time: r.time, event: r.event.clone() });
+        }
+        h
+    }
+}
+
+/// One completed write at time 0 per `(key, value id)`, by the loader process.
+fn initial_writes(values: impl IntoIterator<Item = (u64, u64)>) -> Vec<HistoryRecord> {
+    let mut h = Vec::new();
+    for (key, v) in values {
+        for t in [OpType::Invoke, OpType::Ok] {
+            let ev = HistoryEvent::new(t, LOADER_PROCESS, "write", vec![MicroOp::Write { key, value: v }]);
+            h.push(HistoryRecord { index: h.len() as u64, time: 0, event: ev });
+        }
+    }
+    h
 }
 
 /// Node images, clients and warm-up values after [`SwarmRun::load_and_warm_up`].
@@ -505,6 +532,7 @@ impl SwarmRun {
             checked_keys: 0,
             trace_hash: sim.trace_hash(),
             history,
+            initial_values: last_value.clone(),
         };
         if self.check {
             let (valid, report, keys) = check_per_key(&outcome.history, &last_value);
@@ -552,13 +580,7 @@ pub fn check_per_key(history: &[HistoryRecord], warm: &BTreeMap<u64, u64>) -> (O
     let keys = by_key.len();
     let mut undecided = None;
     for (key, recs) in by_key {
-        let mut h = Vec::with_capacity(recs.len() + 2);
-        if let Some(&v) = warm.get(&key) {
-            for t in [OpType::Invoke, OpType::Ok] {
-                let ev = HistoryEvent::new(t, LOADER_PROCESS, "write", vec![MicroOp::Write { key, value: v }]);
-                h.push(HistoryRecord { index: h.len() as u64, time: 0, event: ev });
-            }
-        }
+        let mut h = initial_writes(warm.get(&key).map(|v| (key, *v)));
         for r in recs {
             h.push(HistoryRecord { index: h.len() as u64, time: r.time, event: r.event });
         }

@@ -41,6 +41,9 @@ struct SeedRun {
     stuck_why: Option<String>,
     plan: Vec<ScheduledFault>,
     history: Vec<HistoryRecord>,
+    /// The history to save for a failing seed when it differs from `history` (SWARM: with the
+    /// warm-up's final values as initial writes, so that `kairos check` judges it as the run did).
+    saved_history: Option<Vec<HistoryRecord>>,
     model: Model,
     /// Jepsen process ids of each client (coordinator or session).
     clients: Vec<(u64, u64)>,
@@ -173,6 +176,7 @@ fn run_seed(
                 violation: None,
                 events: metric("events"),
                 trace_hash: o.trace_hash,
+                saved_history: Some(o.history_with_initial_values()),
                 history: o.history,
                 live_from: SimTime::ZERO,
             }
@@ -238,6 +242,7 @@ fn finish<M: Message>(
         events: sim.stats().events_handled,
         trace_hash: sim.trace_hash(),
         history: sim.take_history(),
+        saved_history: None,
         live_from,
     }
 }
@@ -335,7 +340,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         ]);
         if let Some(why) = &r.failure {
             let path = args.failing_dir.join(format!("{name}-seed-{seed}.jsonl"));
-            crate::result::write_history(&path, &run.history)?;
+            crate::result::write_history(&path, run.saved_history.as_ref().unwrap_or(&run.history))?;
             let plan: Vec<String> =
                 run.plan.iter().map(|f| format!("{} at {:.3} s", f.fault, f.at.as_nanos() as f64 / 1e9)).collect();
             let replay = format!(
