@@ -14,9 +14,11 @@
 //! The crate also holds the pieces both hosts need: node and region ids, time newtypes
 //! ([`SimTime`] is true time, only the simulator sees it; [`LocalTime`] is a node's clock
 //! reading), the history event shape that the checkers in `kairos-check` read, and the
-//! region-to-region [`LatencyMatrix`] loaded from the reference RTT table.
+//! region-to-region [`LatencyMatrix`] loaded from the reference RTT table, and
+//! [`harness::RoleHarness`], a host for one role in a unit test.
 
 mod error;
+pub mod harness;
 pub mod history;
 mod ids;
 mod process;

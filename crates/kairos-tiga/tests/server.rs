@@ -1,0 +1,174 @@
+//! Unit tests of one Tiga server, driven message by message through the role harness:
+//! release in timestamp order, the leader's bump and the follower's hold, a speculative
+//! transaction holding its keys until agreement, and a lower leader revising its timestamp.
+
+use kairos_core::harness::{sent, RoleHarness};
+use kairos_core::{Effect, LocalTime, NodeId};
+use kairos_tiga::msg::{Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::server::Server;
+use kairos_tiga::topology::{TigaConfig, Topology};
+use std::time::Duration;
+
+const COORDINATOR: NodeId = NodeId(10);
+
+/// Two shards of three replicas: shard 0 on nodes 0–2, shard 1 on nodes 3–5; replica 0 leads.
+fn topology() -> Topology {
+    Topology {
+        shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)], vec![NodeId(3), NodeId(4), NodeId(5)]],
+        leader: vec![0, 0],
+    }
+}
+
+fn server(shard: ShardId, replica: u32) -> RoleHarness<Server> {
+    let node = topology().shards[shard as usize][replica as usize];
+    let mut h = RoleHarness::new(node, Server::new(topology(), TigaConfig::default(), shard, replica), 1);
+    h.start();
+    h
+}
+
+fn ns(t: LocalTime) -> Ts {
+    t.as_nanos()
+}
+
+/// A piece of shard `shards[0]` (keys map to shards by `key mod 2`: even keys are shard 0).
+fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
+    Piece {
+        txn: TxnId::new(COORDINATOR, seq),
+        shard: shards[0],
+        shards: shards.to_vec(),
+        reads: keys.to_vec(),
+        writes: keys.to_vec(),
+        procedure: Procedure::Increment,
+    }
+}
+
+/// Submits `piece` with a timestamp `after` from now.
+fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Effect<TigaMsg>> {
+    let now = ns(h.now());
+    let ts = now + after.as_nanos() as u64;
+    h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece, ts, send_time: now })
+}
+
+/// A reply to the coordinator: (transaction's sequence number, kind, timestamp, values read).
+type Reply = (u32, ReplyKind, Ts, Option<Vec<(u64, u64)>>);
+
+/// The replies to the coordinator among `effects`.
+fn replies(effects: &[Effect<TigaMsg>]) -> Vec<Reply> {
+    sent(effects)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            TigaMsg::Reply { txn, kind, ts, reads, .. } if to == COORDINATOR => {
+                Some((txn.seq(), *kind, *ts, reads.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn transactions_are_released_in_timestamp_order_once_the_clock_passes_them() {
+    let mut h = server(0, 0);
+    // Arrive in the opposite order of their timestamps.
+    assert!(replies(&submit(&mut h, piece(2, &[0], &[6]), Duration::from_millis(20))).is_empty());
+    assert!(replies(&submit(&mut h, piece(1, &[0], &[6]), Duration::from_millis(10))).is_empty());
+    let r = replies(&h.advance(Duration::from_millis(30)));
+    assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2], "{r:?}");
+    // The leader executes: the first read 0, the second read the first's increment.
+    assert_eq!(r[0].3, Some(vec![(6, 0)]));
+    assert_eq!(r[1].3, Some(vec![(6, 1)]));
+    assert!(r.iter().all(|x| x.1 == ReplyKind::Fast));
+    assert!(r[0].2 < r[1].2);
+}
+
+#[test]
+fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
+    let mut leader = server(0, 0);
+    let mut follower = server(0, 1);
+    let mut released = 0;
+    for h in [&mut leader, &mut follower] {
+        submit(h, piece(1, &[0], &[6]), Duration::from_millis(10));
+        let r = replies(&h.advance(Duration::from_millis(20)));
+        assert_eq!(r.len(), 1);
+        released = r[0].2;
+    }
+    // Transaction 2 proposes a timestamp below the one already released on key 6.
+    for h in [&mut leader, &mut follower] {
+        let now = ns(h.now());
+        assert!(now > released);
+        h.deliver(
+            COORDINATOR,
+            TigaMsg::Submit { view: 0, piece: piece(2, &[0], &[6]), ts: released - 1, send_time: now },
+        );
+    }
+    let bumped = replies(&leader.advance(Duration::from_millis(1)));
+    assert_eq!(bumped.len(), 1, "the leader bumps and releases it: {bumped:?}");
+    assert!(bumped[0].2 > released);
+    assert!(
+        replies(&follower.advance(Duration::from_millis(50))).is_empty(),
+        "the follower holds it for the leader's log"
+    );
+    assert_eq!(leader.role.stats().bumped, 1);
+    assert_eq!(follower.role.stats().held, 1);
+}
+
+#[test]
+fn a_speculative_transaction_holds_its_keys_until_its_timestamp_is_agreed() {
+    let mut h = server(0, 0);
+    // T1 spans both shards (detective mode: executed at once, then agreed); T2 conflicts on
+    // key 8 with a later timestamp.
+    let e = submit(&mut h, piece(1, &[0, 1], &[8]), Duration::from_millis(10));
+    let announced: Vec<Ts> = sent(&e)
+        .into_iter()
+        .filter_map(|(to, m)| match m {
+            TigaMsg::Agree { ts, confirm: false, .. } if to == NodeId(3) => Some(*ts),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(announced.len(), 1, "round 1 goes to shard 1's leader on arrival");
+    submit(&mut h, piece(2, &[0], &[8]), Duration::from_millis(15));
+    let r = replies(&h.advance(Duration::from_millis(40)));
+    assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1], "T2 waits behind T1's hold: {r:?}");
+    // Shard 1's leader had the same timestamp: T1 is final, its hold drops, T2 goes.
+    let agree = TigaMsg::Agree {
+        view: 0,
+        txn: TxnId::new(COORDINATOR, 1),
+        shard: 1,
+        ts: announced[0],
+        confirm: false,
+        resend: false,
+    };
+    let r = replies(&h.deliver(NodeId(3), agree));
+    assert_eq!(r.iter().map(|x| (x.0, x.3.clone())).collect::<Vec<_>>(), vec![(2, Some(vec![(8, 1)]))]);
+}
+
+#[test]
+fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms() {
+    let mut h = server(0, 0);
+    let e = submit(&mut h, piece(1, &[0, 1], &[10]), Duration::from_millis(10));
+    let mine = sent(&e)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            TigaMsg::Agree { ts, .. } => Some(*ts),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(replies(&h.advance(Duration::from_millis(20))).len(), 1, "executed speculatively");
+    let agreed = mine + 50_000_000;
+    let txn = TxnId::new(COORDINATOR, 1);
+    let e = h.deliver(NodeId(3), TigaMsg::Agree { view: 0, txn, shard: 1, ts: agreed, confirm: false, resend: false });
+    assert!(replies(&e).is_empty(), "revoked and re-queued at the agreed timestamp");
+    assert_eq!(h.role.stats().revoked, 1);
+    let e = h.advance(Duration::from_millis(60));
+    let r = replies(&e);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        (r[0].2, r[0].3.clone()),
+        (agreed, Some(vec![(10, 0)])),
+        "re-executed at the agreed timestamp on the undone state"
+    );
+    let confirmed = sent(&e)
+        .into_iter()
+        .any(|(to, m)| matches!(m, TigaMsg::Agree { confirm: true, ts, .. } if to == NodeId(3) && *ts == agreed));
+    assert!(confirmed, "the lower leader confirms round 2");
+    assert_eq!(h.role.log().len(), 1);
+}
