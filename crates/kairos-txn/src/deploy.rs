@@ -258,19 +258,11 @@ impl Bench {
                     Box::new(server)
                 }
             },
-            // Likewise per coordinator node: a restarted one gets a shell that never reuses the
-            // transaction or Jepsen process ids of its earlier life.
-            {
-                let mut started = false;
-                move |slot| {
-                    let source = Box::new(slot.workload.clone());
-                    let mut shell = TxnShell::new(source, slot.load.clone(), shell.clone(), slot.process_base);
-                    if started {
-                        shell = shell.restarted();
-                    }
-                    started = true;
-                    Box::new(P::coordinator(&slot.topology, &c, shell))
-                }
+            // A restarted coordinator recovers its shell's incarnation (fresh Jepsen processes).
+            move |slot| {
+                let source = Box::new(slot.workload.clone());
+                let shell = TxnShell::new(source, slot.load.clone(), shell.clone(), slot.process_base);
+                Box::new(P::coordinator(&slot.topology, &c, shell))
             },
         )?;
         Ok(PeerWorld { sim, topology, process_regions })

@@ -40,11 +40,7 @@ impl Peer for OccPaxos {
     const PROTOCOL: Protocol = Protocol::OccPaxos;
 
     fn server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
-        TxnServer::new(Cc::Optimistic, topology, config, shard, replica, false)
-    }
-
-    fn restarted_server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
-        TxnServer::new(Cc::Optimistic, topology, config, shard, replica, true)
+        TxnServer::new(Cc::Optimistic, topology, config, shard, replica)
     }
 
     fn coordinator(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> TxnCoordinator {

@@ -34,30 +34,34 @@
 //!   in `Accepted`; the leader resends from that prefix (once per reported gap) in batches of at
 //!   most `batch_max` entries, with at most `window_max` unacknowledged entries per follower; a
 //!   follower whose progress stalls for `resend_after` is re-sent from its acknowledged prefix.
-//!   A voter's prefix never shrinks within a ballot; a rejoining learner's may (it restarted
-//!   empty), and the leader then starts over from it.
+//!   A replica's prefix never shrinks within a ballot and an incarnation; a restarted replica
+//!   reports its new incarnation (it forgot which slots it applied), and the leader then starts
+//!   over from the prefix it reports.
 //! - **Check-quorum**: a leader that has heard from no majority for `election_timeout` steps
 //!   down (it keeps its ballot; a later `Accept` or election settles who leads). A leader cut
 //!   off from its followers thus stops serving its embedding server's clients within about an
 //!   election timeout instead of for as long as the partition lasts.
 //!
+//! # Durable state
+//! Every acceptor state a correct Paxos needs to survive a crash is persisted through the
+//! host ([`Ctx::persist`]) before the handler's messages leave: the promised ballot, the
+//! highest ballot granted to another replica, the highest round campaigned with, and every
+//! slot with the ballot it was accepted in (a journal of [`Change`]s, compacted into one
+//! snapshot after `max(1024, log length)` records). A restarted replica
+//! ([`MultiPaxos::recover`]) is a voter at once, as it was: it keeps its promises and its
+//! acknowledged slots, and forgets only what is volatile (its role, the commit index, which
+//! slots it applied). It applies its log again from slot 0 as a leader's commit index reaches
+//! it, so the embedding server rebuilds its state from the log. A restarted leader comes back
+//! as a follower. A wiped disk is not detected: a replica that lost its promises and slots
+//! could help choose a second value for a slot (`tests/classic.rs` shows the checker catching
+//! it).
+//!
 //! # Simplifications (honest list)
-//! - State is volatile, as the simulator's crashes are: a restarted replica rejoins as a
-//!   *learner* (`rejoining = true`) that has forgotten the promises it made and the slots it
-//!   acknowledged. It votes in no election and its acknowledgements do not count towards a
-//!   quorum until (1) `n - majority + 1` other voters answered its `Query` with the ballot
-//!   they promised (so at least one member of every majority it may have helped choose a value
-//!   answered), and (2) its ballot prefix reaches the `log_len` of an `Accept` whose ballot is
-//!   at least the highest of those: that leader's log holds every value chosen before the
-//!   query, so the learner's forgotten acknowledgements are covered, and a deposed leader's log
-//!   is not taken. With fewer than `n - majority + 1` other voters up it stays a learner.
-//!   Safety still assumes it was not, at its crash, part of a promise majority of a candidate
-//!   that has not yet contacted it (durable promises would remove this window).
 //! - All replicas of a shard run with the same [`PaxosConfig`]: a new leader bounds how far
 //!   apart the slots of a promise may be by `window_max + batch_max + 1`, the most an acceptor
 //!   with the same config lets its log grow past its end (bogus promises cannot make it huge).
-//! - No snapshots or log compaction: the log is kept whole, and a rejoining replica re-learns
-//!   it from slot 0. Runs are seconds long.
+//! - No log compaction: the log is kept whole (journal snapshots include it), and a restarted
+//!   replica re-applies it from slot 0. Runs are seconds long.
 //! - A `Promise` carries every slot from the candidate's applied prefix on (unbatched).
 //! - Ballots whose round is `u64::MAX` are treated as bogus and ignored (no election could
 //!   follow them); a replica whose rounds run out stops campaigning instead of wrapping.
@@ -67,7 +71,8 @@
 //!   against its own store (OCC validation; 2PL, which also holds the locks), so a stale read
 //!   can only cause an abort.
 
-use kairos_core::{Ctx, LocalTime, NodeId, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Stored, TimerId};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,8 +92,8 @@ pub enum PaxosMsg<E> {
     /// leader's commit index and log length.
     Accept { ballot: Ballot, first: u64, entries: Vec<Option<E>>, commit: u64, log_len: u64 },
     /// Follower → leader: its ballot prefix; `gap`: the last `Accept` started beyond it;
-    /// `voter`: false while a rejoining replica is still catching up.
-    Accepted { ballot: Ballot, prefix: u64, gap: bool, voter: bool },
+    /// `incarnation`: how many times the follower restarted (its prefix restarts with it).
+    Accepted { ballot: Ballot, prefix: u64, gap: bool, incarnation: u64 },
     /// The receiver has promised `promised`, higher than the sender's ballot.
     Reject { promised: Ballot },
     /// Candidate → acceptors: promise `ballot`, return your slots from `from` on.
@@ -96,10 +101,6 @@ pub enum PaxosMsg<E> {
     /// Acceptor → candidate: every slot it holds from `from` on, with its accepted ballot, and
     /// its applied (committed) prefix.
     Promise { ballot: Ballot, slots: Vec<(u64, Ballot, Option<E>)>, applied: u64 },
-    /// Rejoining learner → replicas: what ballot have you promised?
-    Query,
-    /// Voter → rejoining learner: the ballot it has promised.
-    QueryReply { promised: Ballot },
 }
 
 /// Knobs of the replicated log.
@@ -145,11 +146,60 @@ pub enum ProposeError {
     Busy,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Slot<E> {
     ballot: Ballot,
     entry: Option<E>,
 }
+
+/// One change of a replica's durable state, as journaled (see the module docs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Change<E> {
+    /// The promise, the highest ballot granted to another replica, the highest round used.
+    Promise { promised: Ballot, granted: Ballot, round_used: u64 },
+    /// Slots `first ..` now hold `entries`, accepted in `ballot`.
+    Accept { ballot: Ballot, first: u64, entries: Vec<Option<E>> },
+    /// Only the first `keep` slots remain (a new leader rewrites its log from there).
+    Truncate { keep: u64 },
+    /// The replica restarted for the `n`-th time.
+    Incarnation(u64),
+}
+
+/// A replica's whole durable state, as a journal snapshot.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct DurableLog<E> {
+    promised: Ballot,
+    granted: Ballot,
+    round_used: u64,
+    incarnation: u64,
+    log: Vec<Option<Slot<E>>>,
+}
+
+impl<E> DurableLog<E> {
+    fn apply(&mut self, change: Change<E>) {
+        match change {
+            Change::Promise { promised, granted, round_used } => {
+                (self.promised, self.granted, self.round_used) = (promised, granted, round_used)
+            }
+            Change::Accept { ballot, first, entries } => {
+                for (i, entry) in entries.into_iter().enumerate() {
+                    // Slots were journaled as stored, so they are within reach of the log.
+                    let Some(index) = usize::try_from(first).ok().and_then(|f| f.checked_add(i)) else { break };
+                    if self.log.len() <= index {
+                        self.log.resize_with(index + 1, || None);
+                    }
+                    self.log[index] = Some(Slot { ballot, entry });
+                }
+            }
+            Change::Truncate { keep } => self.log.truncate(usize::try_from(keep).unwrap_or(usize::MAX)),
+            Change::Incarnation(n) => self.incarnation = n,
+        }
+    }
+}
+
+/// Journal records between two snapshots: beyond this many (and more than the log holds), the
+/// replica writes its whole durable state as one snapshot instead.
+const CHANGES_PER_SNAPSHOT: u64 = 1_024;
 
 /// A promise's slots (slot, accepted ballot, entry) and the promiser's applied prefix.
 type Promised<E> = (Vec<(u64, Ballot, Option<E>)>, u64);
@@ -167,7 +217,8 @@ struct FollowerProgress {
     next: u64,
     /// Acknowledged ballot prefix.
     matched: u64,
-    voter: bool,
+    /// The follower's incarnation its prefix refers to.
+    incarnation: u64,
     /// When `matched` last advanced (or nothing was outstanding): a stall re-sends from it.
     progressed_at: LocalTime,
     /// The prefix last re-sent from because of a reported gap.
@@ -183,6 +234,8 @@ pub struct PaxosStats {
     pub elected: u64,
     pub accepts_sent: u64,
     pub entries_resent: u64,
+    /// Journal records a restart could not decode (written by another version of Kairos).
+    pub journal_unreadable: u64,
 }
 
 /// One replica of a shard's Multi-Paxos log (see the module docs).
@@ -209,57 +262,57 @@ pub struct MultiPaxos<E> {
     commit: u64,
     /// Leader: the log length at its election; ready once `commit` reaches it.
     recovered_len: u64,
-    voter: bool,
+    /// How many times this replica restarted (durable).
+    incarnation: u64,
+    /// Restarted from durable state and not started since: `start` journals the incarnation.
+    recovered: bool,
+    /// Changes of the durable state made by the current call, persisted when it ends.
+    journal: Vec<Change<E>>,
+    /// The promise state last journaled: a change of it is journaled at the end of the call.
+    journaled_promise: (Ballot, Ballot, u64),
+    /// Records persisted since the last snapshot.
+    journaled: u64,
     last_heard: LocalTime,
     election_after: Duration,
     progress: BTreeMap<u32, FollowerProgress>,
     /// Candidate: promises (replica → slots, applied) received for `promised`.
     promises: BTreeMap<u32, Promised<E>>,
-    /// Rejoining learner: the ballots other voters reported having promised ...
-    query_replies: BTreeMap<u32, Ballot>,
-    /// ... and, once enough answered, the highest: it becomes a voter only by copying the log
-    /// of a leader of a ballot at least this high.
-    rejoin_floor: Option<Ballot>,
     committed_out: Vec<(u64, E)>,
     stats: PaxosStats,
 }
 
-impl<E: Clone> MultiPaxos<E> {
-    /// Replica `me` of a shard replicated on `replicas`. `rejoining`: this replica restarted
-    /// and lost its state (see the module docs). `timer`: the tick timer id the embedding
-    /// server reserves for the log.
-    pub fn new(
-        config: PaxosConfig,
-        replicas: Vec<NodeId>,
-        me: u32,
-        initial_leader: u32,
-        rejoining: bool,
-        timer: TimerId,
-    ) -> Self {
+impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
+    /// Replica `me` of a shard replicated on `replicas`, in the initial configuration
+    /// (`initial_leader` leads ballot `(0, initial_leader)`). A restarted replica is built the
+    /// same way, then given its durable state with [`MultiPaxos::recover`]. `timer`: the tick
+    /// timer id the embedding server reserves for the log.
+    pub fn new(config: PaxosConfig, replicas: Vec<NodeId>, me: u32, initial_leader: u32, timer: TimerId) -> Self {
         let initial = Ballot { round: 0, replica: initial_leader };
-        let lead = !rejoining && me == initial_leader;
+        let lead = me == initial_leader;
         let mut p = MultiPaxos {
             config,
             replicas,
             me,
             timer,
             role: if lead { Role::Leader } else { Role::Follower },
-            promised: if rejoining { Ballot::default() } else { initial },
-            leader_ballot: (!rejoining).then_some(initial),
-            granted: if rejoining { Ballot::default() } else { initial },
+            promised: initial,
+            leader_ballot: Some(initial),
+            granted: initial,
             round_used: 0,
             log: Vec::new(),
             applied: 0,
             prefix: 0,
             commit: 0,
             recovered_len: 0,
-            voter: !rejoining,
+            incarnation: 0,
+            recovered: false,
+            journal: Vec::new(),
+            journaled_promise: (initial, initial, 0),
+            journaled: 0,
             last_heard: LocalTime::ZERO,
             election_after: Duration::ZERO,
             progress: BTreeMap::new(),
             promises: BTreeMap::new(),
-            query_replies: BTreeMap::new(),
-            rejoin_floor: None,
             committed_out: Vec::new(),
             stats: PaxosStats::default(),
         };
@@ -303,8 +356,9 @@ impl<E: Clone> MultiPaxos<E> {
         self.log.len() as u64
     }
 
-    pub fn is_voter(&self) -> bool {
-        self.voter
+    /// How many times this replica restarted.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
     }
 
     pub fn stats(&self) -> PaxosStats {
@@ -319,6 +373,91 @@ impl<E: Clone> MultiPaxos<E> {
     /// Newly committed entries, in slot order (no-ops skipped). Call after every other call.
     pub fn take_committed(&mut self) -> Vec<(u64, E)> {
         std::mem::take(&mut self.committed_out)
+    }
+
+    /// Restores what this replica made durable before a crash (call from the embedding
+    /// server's [`kairos_core::Process::on_recover`], before `start`): the last snapshot, then
+    /// every change since, up to the first record that does not decode (counted in
+    /// `journal_unreadable`; the host has already checked every record's checksum). The
+    /// replica comes back as a follower of no leader, with nothing applied.
+    pub fn recover(&mut self, stored: &Stored) {
+        // Without a snapshot, the journal starts from the initial configuration.
+        let initial = DurableLog {
+            promised: self.promised,
+            granted: self.granted,
+            round_used: self.round_used,
+            incarnation: 0,
+            log: Vec::new(),
+        };
+        let mut d = match stored.snapshot.as_deref().map(postcard::from_bytes::<DurableLog<E>>) {
+            Some(Ok(d)) => d,
+            Some(Err(_)) => {
+                self.stats.journal_unreadable += 1;
+                initial
+            }
+            None => initial,
+        };
+        for record in &stored.records {
+            let Ok(change) = postcard::from_bytes::<Change<E>>(record) else {
+                self.stats.journal_unreadable += 1;
+                break;
+            };
+            d.apply(change);
+        }
+        self.promised = d.promised;
+        self.granted = d.granted;
+        self.round_used = d.round_used;
+        self.incarnation = d.incarnation;
+        self.log = d.log;
+        self.journaled_promise = (d.promised, d.granted, d.round_used);
+        self.journaled = stored.records.len() as u64;
+        self.role = Role::Follower;
+        self.leader_ballot = None;
+        (self.applied, self.prefix, self.commit, self.recovered_len) = (0, 0, 0, 0);
+        self.progress.clear();
+        self.promises.clear();
+        self.recovered = true;
+    }
+
+    /// Persists the durable changes of the current call (write-ahead: the host makes them
+    /// durable before the call's messages leave). Every public entry point ends with it.
+    fn flush<M>(&mut self, ctx: &mut Ctx<'_, M>) {
+        let promise = (self.promised, self.granted, self.round_used);
+        if promise != self.journaled_promise {
+            self.journaled_promise = promise;
+            self.journal.push(Change::Promise { promised: promise.0, granted: promise.1, round_used: promise.2 });
+        }
+        if self.journal.is_empty() {
+            return;
+        }
+        let changes = std::mem::take(&mut self.journal);
+        self.journaled += changes.len() as u64;
+        if self.journaled > CHANGES_PER_SNAPSHOT.max(self.log_len()) {
+            let snapshot = DurableLog {
+                promised: self.promised,
+                granted: self.granted,
+                round_used: self.round_used,
+                incarnation: self.incarnation,
+                log: self.log.clone(),
+            };
+            if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
+                ctx.persist_snapshot(bytes);
+                self.journaled = 0;
+                return;
+            }
+        }
+        for change in changes {
+            if let Ok(bytes) = postcard::to_allocvec(&change) {
+                ctx.persist(bytes);
+            }
+        }
+    }
+
+    /// Journals that slots `first .. first + entries.len()` now hold `entries`, in `ballot`.
+    fn journal_slots(&mut self, ballot: Ballot, first: u64, entries: Vec<Option<E>>) {
+        if !entries.is_empty() {
+            self.journal.push(Change::Accept { ballot, first, entries });
+        }
     }
 
     /// The log's cheap invariants, for the embedding role's
@@ -363,7 +502,7 @@ impl<E: Clone> MultiPaxos<E> {
         let heard = self
             .progress
             .values()
-            .filter(|p| p.voter && now.saturating_since(p.replied_at) < self.config.election_timeout)
+            .filter(|p| now.saturating_since(p.replied_at) < self.config.election_timeout)
             .count();
         heard + 1 >= self.majority()
     }
@@ -379,26 +518,13 @@ impl<E: Clone> MultiPaxos<E> {
         if self.is_leader() {
             self.become_leader_progress(ctx.now());
         }
-        self.query_if_rejoining(ctx);
+        if std::mem::take(&mut self.recovered) {
+            self.incarnation += 1;
+            self.journal.push(Change::Incarnation(self.incarnation));
+            ctx.metric("paxos.recovered", 1);
+        }
         ctx.set_timer(self.timer, self.config.heartbeat_interval);
-    }
-
-    /// A rejoining learner asks the others which ballot they promised until enough answered.
-    fn query_if_rejoining<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
-        if self.voter || self.rejoin_floor.is_some() {
-            return;
-        }
-        for r in self.others().collect::<Vec<_>>() {
-            if !self.query_replies.contains_key(&r) {
-                ctx.send(self.node(r), PaxosMsg::Query.into());
-            }
-        }
-    }
-
-    /// Replies from this many other voters are needed: then they include at least one member
-    /// of every majority that may have chosen a value with this replica's (forgotten) help.
-    fn query_quorum(&self) -> usize {
-        self.replicas.len() - self.majority() + 1
+        self.flush(ctx);
     }
 
     fn draw_election_timeout<M>(&mut self, ctx: &mut Ctx<'_, M>) {
@@ -418,11 +544,13 @@ impl<E: Clone> MultiPaxos<E> {
             return Err(ProposeError::Busy);
         }
         let slot = self.log_len();
+        self.journal_slots(self.promised, slot, vec![Some(entry.clone())]);
         self.log.push(Some(Slot { ballot: self.promised, entry: Some(entry) }));
         for r in self.others().collect::<Vec<_>>() {
             self.send_to(ctx, r, false);
         }
         self.advance_leader_commit();
+        self.flush(ctx);
         Ok(slot)
     }
 
@@ -431,6 +559,12 @@ impl<E: Clone> MultiPaxos<E> {
         if timer != self.timer {
             return false;
         }
+        self.on_tick(ctx);
+        self.flush(ctx);
+        true
+    }
+
+    fn on_tick<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
         ctx.set_timer(self.timer, self.config.heartbeat_interval);
         let now = ctx.now();
         match self.role.clone() {
@@ -444,7 +578,7 @@ impl<E: Clone> MultiPaxos<E> {
                     self.leader_ballot = None;
                     self.progress.clear();
                     self.last_heard = now;
-                    return true;
+                    return;
                 }
                 for r in self.others().collect::<Vec<_>>() {
                     let p = self.progress.entry(r).or_default();
@@ -462,10 +596,9 @@ impl<E: Clone> MultiPaxos<E> {
                 }
             }
             Role::Follower => {
-                if self.voter && now.saturating_since(self.last_heard) >= self.election_after {
+                if now.saturating_since(self.last_heard) >= self.election_after {
                     self.start_election(ctx);
                 }
-                self.query_if_rejoining(ctx);
             }
             Role::Candidate { since } => {
                 if now.saturating_since(since) >= self.election_after {
@@ -473,7 +606,6 @@ impl<E: Clone> MultiPaxos<E> {
                 }
             }
         }
-        true
     }
 
     fn start_election<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
@@ -511,6 +643,11 @@ impl<E: Clone> MultiPaxos<E> {
 
     /// A message from another replica of this shard (others are ignored).
     pub fn on_message<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, from: NodeId, msg: PaxosMsg<E>) {
+        self.handle(ctx, from, msg);
+        self.flush(ctx);
+    }
+
+    fn handle<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, from: NodeId, msg: PaxosMsg<E>) {
         let Some(sender) = self.replica_of(from) else {
             ctx.metric("paxos.ignored_foreign", 1);
             return;
@@ -522,9 +659,9 @@ impl<E: Clone> MultiPaxos<E> {
             PaxosMsg::Accept { ballot, first, entries, commit, log_len } => {
                 self.on_accept(ctx, sender, ballot, first, entries, commit, log_len)
             }
-            PaxosMsg::Accepted { ballot, prefix, gap, voter } => {
+            PaxosMsg::Accepted { ballot, prefix, gap, incarnation } => {
                 if self.is_leader() && ballot == self.promised {
-                    self.on_accepted(ctx, sender, prefix, gap, voter);
+                    self.on_accepted(ctx, sender, prefix, gap, incarnation);
                 }
             }
             PaxosMsg::Reject { promised } => {
@@ -539,21 +676,6 @@ impl<E: Clone> MultiPaxos<E> {
                 if matches!(self.role, Role::Candidate { .. }) && ballot == self.promised {
                     self.promises.insert(sender, (slots, applied));
                     self.try_win(ctx);
-                }
-            }
-            PaxosMsg::Query => {
-                // Only a voter remembers its promises.
-                if self.voter {
-                    ctx.send(self.node(sender), PaxosMsg::QueryReply { promised: self.promised }.into());
-                }
-            }
-            PaxosMsg::QueryReply { promised } => {
-                if !self.voter && self.rejoin_floor.is_none() && self.plausible(promised) {
-                    self.query_replies.insert(sender, promised);
-                    if self.query_replies.len() >= self.query_quorum() {
-                        self.rejoin_floor = self.query_replies.values().max().copied();
-                        self.query_replies.clear();
-                    }
                 }
             }
         }
@@ -609,6 +731,7 @@ impl<E: Clone> MultiPaxos<E> {
             self.prefix = self.applied;
         }
         let gap = !entries.is_empty() && first > self.prefix;
+        let mut stored: Option<(u64, Vec<Option<E>>)> = None;
         for (i, entry) in entries.into_iter().enumerate() {
             let Some(slot) = first.checked_add(i as u64) else { break };
             if slot < self.applied {
@@ -622,7 +745,11 @@ impl<E: Clone> MultiPaxos<E> {
             if self.log.len() <= index {
                 self.log.resize_with(index + 1, || None);
             }
+            stored.get_or_insert_with(|| (slot, Vec::new())).1.push(entry.clone());
             self.log[index] = Some(Slot { ballot, entry });
+        }
+        if let Some((first, entries)) = stored {
+            self.journal_slots(ballot, first, entries);
         }
         self.prefix = self.prefix.max(self.applied);
         while let Some(Some(s)) = self.log.get(self.prefix as usize) {
@@ -635,14 +762,7 @@ impl<E: Clone> MultiPaxos<E> {
         // apply entries of its prefix that are not chosen).
         self.commit = self.commit.max(commit.min(log_len));
         self.apply_up_to(self.commit.min(self.prefix));
-        // A learner votes again once it holds the log of a leader whose ballot is at least every
-        // ballot the queried voters had promised: that leader's log holds every value chosen
-        // before (so every value this replica may have helped choose and forgot).
-        if !self.voter && self.prefix >= log_len && self.rejoin_floor.is_some_and(|f| ballot >= f) {
-            self.voter = true;
-            ctx.metric("paxos.rejoined", 1);
-        }
-        let reply = PaxosMsg::Accepted { ballot, prefix: self.prefix, gap, voter: self.voter };
+        let reply = PaxosMsg::Accepted { ballot, prefix: self.prefix, gap, incarnation: self.incarnation };
         ctx.send(self.node(sender), reply.into());
     }
 
@@ -652,24 +772,28 @@ impl<E: Clone> MultiPaxos<E> {
         sender: u32,
         prefix: u64,
         gap: bool,
-        voter: bool,
+        incarnation: u64,
     ) {
         let len = self.log_len();
         let now = ctx.now();
         let p = self.progress.entry(sender).or_default();
+        if incarnation < p.incarnation {
+            return; // sent before the follower's last restart
+        }
         p.replied_at = now;
         let prefix = prefix.min(len);
-        if prefix > p.matched {
-            p.matched = prefix;
-            p.progressed_at = now;
-        } else if !voter && prefix < p.matched {
-            // A voter's prefix never shrinks within a ballot; a learner's does: it restarted
-            // empty. Start over from what it has.
+        if incarnation > p.incarnation {
+            // The follower restarted: its slots are durable, but it forgot which it applied, so
+            // its prefix starts over. Start over from what it reports.
+            p.incarnation = incarnation;
             p.matched = prefix;
             p.next = prefix;
             p.progressed_at = now;
+            p.rewound_to = None;
+        } else if prefix > p.matched {
+            p.matched = prefix;
+            p.progressed_at = now;
         }
-        p.voter = voter;
         // A gap: something sent before was lost. Resend from its prefix, once per prefix (later
         // replies to messages already in flight report the same gap).
         if gap && prefix < p.next && p.rewound_to != Some(prefix) {
@@ -687,7 +811,7 @@ impl<E: Clone> MultiPaxos<E> {
             return;
         }
         let repeat = ballot == self.promised;
-        if !self.voter || (ballot <= self.promised && !repeat) {
+        if ballot <= self.promised && !repeat {
             ctx.send(self.node(sender), PaxosMsg::Reject { promised: self.promised }.into());
             return;
         }
@@ -745,10 +869,14 @@ impl<E: Clone> MultiPaxos<E> {
         let (Ok(from_i), Ok(end_i)) = (usize::try_from(from), usize::try_from(end)) else { return };
         self.log.truncate(from_i);
         self.log.resize_with(end_i, || None);
+        let mut rewritten = Vec::with_capacity(end_i - from_i);
         for i in from_i..end_i {
             let entry = best.remove(&(i as u64)).and_then(|(_, e)| e);
+            rewritten.push(entry.clone());
             self.log[i] = Some(Slot { ballot, entry });
         }
+        self.journal.push(Change::Truncate { keep: from });
+        self.journal_slots(ballot, from, rewritten);
         self.recovered_len = end;
         self.commit = from;
         self.role = Role::Leader;
@@ -761,7 +889,6 @@ impl<E: Clone> MultiPaxos<E> {
             if let Some(p) = self.progress.get_mut(&r) {
                 p.matched = applied.min(end);
                 p.next = p.matched;
-                p.voter = true;
             }
         }
         self.advance_leader_commit();
@@ -780,7 +907,7 @@ impl<E: Clone> MultiPaxos<E> {
                 let p = FollowerProgress {
                     next,
                     matched: 0,
-                    voter: true,
+                    incarnation: 0,
                     progressed_at: now,
                     rewound_to: None,
                     replied_at: now,
@@ -817,7 +944,7 @@ impl<E: Clone> MultiPaxos<E> {
         if !self.is_leader() {
             return;
         }
-        let mut held: Vec<u64> = self.progress.values().filter(|p| p.voter).map(|p| p.matched).collect();
+        let mut held: Vec<u64> = self.progress.values().map(|p| p.matched).collect();
         held.push(self.log_len());
         held.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(&c) = held.get(self.majority() - 1) {
@@ -860,9 +987,8 @@ mod tests {
 
     #[test]
     fn leader_commits_with_one_follower_and_followers_learn_the_commit() {
-        let mut p: Vec<_> = (0..3)
-            .map(|r| MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, false, TimerId(1)))
-            .collect();
+        let mut p: Vec<_> =
+            (0..3).map(|r| MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, TimerId(1))).collect();
         let (slot, out) = call(0, |ctx| p[0].propose(ctx, 7));
         assert_eq!(slot, Ok(0));
         assert_eq!(out.len(), 2);
@@ -891,7 +1017,7 @@ mod tests {
     fn three() -> Vec<MultiPaxos<u32>> {
         (0..3)
             .map(|r| {
-                let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, false, TimerId(1));
+                let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), r, 0, TimerId(1));
                 call(r, |ctx| p.start(ctx));
                 p
             })
@@ -905,7 +1031,7 @@ mod tests {
         let top = |replica| Ballot { round: u64::MAX, replica };
         let near = |replica| Ballot { round: u64::MAX - 1, replica };
         for me in [0, 1] {
-            let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), me, 0, false, TimerId(1));
+            let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), me, 0, TimerId(1));
             for (from, msg) in [
                 (2, PaxosMsg::Prepare { ballot: top(2), from: 0 }),
                 (2, PaxosMsg::Reject { promised: top(0) }),
@@ -979,7 +1105,7 @@ mod tests {
         assert!(ballot > p[0].ballot() && prepares.len() == 2);
         // Meanwhile the leader heartbeats replica 1 and hears back.
         let now = LocalTime::from_millis(3_100);
-        let ack = PaxosMsg::Accepted { ballot: p[0].ballot(), prefix: 0, gap: false, voter: true };
+        let ack = PaxosMsg::Accepted { ballot: p[0].ballot(), prefix: 0, gap: false, incarnation: 0 };
         call_at(0, now, |ctx| p[0].on_message(ctx, NodeId(1), ack));
         let (_, hb) = call_at(0, now, |ctx| p[0].on_timer(ctx, TimerId(1)));
         for (to, m) in hb {
@@ -1006,47 +1132,106 @@ mod tests {
         assert!(matches!(&out[..], [(_, PaxosMsg::Promise { .. })]), "{out:?}");
     }
 
-    /// A restarted learner copies a deposed leader's log (ballot (0, 0)) while the others have
-    /// promised ballot (1, 1): it must not vote again on that log (it may lack values the new
-    /// leader chose with this replica's forgotten help), only on the new leader's.
-    #[test]
-    fn a_restarted_learner_votes_again_only_on_a_current_leaders_log() {
-        let mut learner = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, true, TimerId(1));
-        let (_, queries) = call(2, |ctx| learner.start(ctx));
-        assert_eq!(queries.len(), 2, "it asks both others: {queries:?}");
-        let (old, new) = (Ballot { round: 0, replica: 0 }, Ballot { round: 1, replica: 1 });
-        for (from, promised) in [(0, old), (1, new)] {
-            call(2, |ctx| learner.on_message(ctx, NodeId(from), PaxosMsg::QueryReply { promised }));
+    /// Persist effects of a call, as the host would store them.
+    /// (Each call is 10 s after the last: no leader is live, so a `Prepare` is never ignored.)
+    fn call_stored<R>(me: u32, stored: &mut Stored, f: impl FnOnce(&mut Ctx<'_, M>) -> R) -> Vec<(NodeId, M)> {
+        let mut rng = Rng::seed_from_u64(u64::from(me));
+        let mut effects = Vec::new();
+        let at = LocalTime::from_secs(10 * (stored.records.len() as u64 + 1));
+        f(&mut Ctx::new(NodeId(me), at, &mut rng, &mut effects));
+        let mut sends = Vec::new();
+        for e in effects {
+            match e {
+                Effect::Persist(p) => stored.apply(p),
+                Effect::Send { to, msg } => sends.push((to, msg)),
+                _ => {}
+            }
         }
-        // The deposed leader 0 has not heard of ballot (1, 1) and sends its whole log.
-        let stale = PaxosMsg::Accept { ballot: old, first: 0, entries: vec![Some(1), Some(2)], commit: 1, log_len: 2 };
-        call(2, |ctx| learner.on_message(ctx, NodeId(0), stale));
-        assert!(!learner.is_voter(), "not on a deposed leader's log");
-        let current =
-            PaxosMsg::Accept { ballot: new, first: 0, entries: vec![Some(1), Some(3)], commit: 1, log_len: 2 };
-        call(2, |ctx| learner.on_message(ctx, NodeId(1), current));
-        assert!(learner.is_voter(), "on the current leader's log");
-        // A voter answers queries; a learner does not (it forgot its promises).
-        let mut voter = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 0, 0, false, TimerId(1));
-        let (_, out) = call(0, |ctx| voter.on_message(ctx, NodeId(2), PaxosMsg::Query));
-        assert!(matches!(&out[..], [(NodeId(2), PaxosMsg::QueryReply { promised }) ] if *promised == old));
-        let mut other = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, true, TimerId(1));
-        let (_, out) = call(1, |ctx| other.on_message(ctx, NodeId(2), PaxosMsg::Query));
-        assert!(out.is_empty());
+        sends
+    }
+
+    /// A replica that promised a ballot and accepted slots keeps both across a crash: it
+    /// rejects a lower ballot's `Prepare`, and a candidate it promises gets its slots back.
+    #[test]
+    fn promises_and_accepted_slots_survive_a_restart() {
+        let mut stored = Stored::default();
+        let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, TimerId(1));
+        call_stored(2, &mut stored, |ctx| p.start(ctx));
+        let b0 = Ballot { round: 0, replica: 0 };
+        let accept = PaxosMsg::Accept { ballot: b0, first: 0, entries: vec![Some(7), Some(8)], commit: 0, log_len: 2 };
+        call_stored(2, &mut stored, |ctx| p.on_message(ctx, NodeId(0), accept));
+        let b3 = Ballot { round: 3, replica: 1 };
+        let promise =
+            call_stored(2, &mut stored, |ctx| p.on_message(ctx, NodeId(1), PaxosMsg::Prepare { ballot: b3, from: 0 }));
+        assert!(matches!(&promise[..], [(_, PaxosMsg::Promise { .. })]), "{promise:?}");
+
+        // Crash: a fresh instance given only what was stored.
+        let mut q = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, TimerId(1));
+        q.recover(&stored);
+        call_stored(2, &mut stored, |ctx| q.start(ctx));
+        assert_eq!((q.ballot(), q.log_len(), q.applied(), q.incarnation()), (b3, 2, 0, 1));
+        let lower = Ballot { round: 2, replica: 0 };
+        let out = call_stored(2, &mut stored, |ctx| {
+            q.on_message(ctx, NodeId(0), PaxosMsg::Prepare { ballot: lower, from: 0 })
+        });
+        assert!(matches!(&out[..], [(_, PaxosMsg::Reject { promised })] if *promised == b3), "{out:?}");
+        // Negative control: with its disk wiped, the same replica promises the lower ballot
+        // and returns no slots, so a candidate could choose a second value for slot 0.
+        let mut wiped = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, TimerId(1));
+        let mut blank = Stored::default();
+        let prepare = PaxosMsg::Prepare { ballot: lower, from: 0 };
+        let out = call_stored(2, &mut blank, |ctx| wiped.on_message(ctx, NodeId(0), prepare));
+        assert!(matches!(&out[..], [(_, PaxosMsg::Promise { slots, .. })] if slots.is_empty()), "{out:?}");
+        let b4 = Ballot { round: 4, replica: 0 };
+        let out =
+            call_stored(2, &mut stored, |ctx| q.on_message(ctx, NodeId(0), PaxosMsg::Prepare { ballot: b4, from: 0 }));
+        let [(_, PaxosMsg::Promise { slots, .. })] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(slots, &vec![(0, b0, Some(7)), (1, b0, Some(8))]);
+        // Its acknowledgements carry the new incarnation, so a leader starts over from them.
+        let hb = PaxosMsg::Accept { ballot: b4, first: 2, entries: vec![], commit: 0, log_len: 2 };
+        let out = call_stored(2, &mut stored, |ctx| q.on_message(ctx, NodeId(0), hb));
+        assert!(matches!(&out[..], [(_, PaxosMsg::Accepted { incarnation: 1, .. })]), "{out:?}");
+
+        // Snapshots: after many records the journal is compacted, and recovery still agrees.
+        for i in 0..3_000u32 {
+            let accept =
+                PaxosMsg::Accept { ballot: b4, first: 2 + u64::from(i), entries: vec![Some(i)], commit: 0, log_len: 0 };
+            call_stored(2, &mut stored, |ctx| q.on_message(ctx, NodeId(0), accept));
+        }
+        assert!(stored.snapshot.is_some() && stored.records.len() < 3_000);
+        let mut r = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, TimerId(1));
+        r.recover(&stored);
+        assert_eq!((r.ballot(), r.log_len(), r.incarnation(), r.stats().journal_unreadable), (b4, 3_002, 1, 0));
+        assert_eq!(r.entry(3_001), Some(&2_999));
+    }
+
+    /// A journal record that does not decode stops replay there (a prefix is kept).
+    #[test]
+    fn an_unreadable_journal_record_keeps_the_prefix_before_it() {
+        let mut stored = Stored::default();
+        let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, TimerId(1));
+        let b0 = Ballot { round: 0, replica: 0 };
+        for i in 0..3u32 {
+            let accept =
+                PaxosMsg::Accept { ballot: b0, first: u64::from(i), entries: vec![Some(i)], commit: 0, log_len: 0 };
+            call_stored(1, &mut stored, |ctx| p.on_message(ctx, NodeId(0), accept));
+        }
+        stored.records[1] = vec![0xff; 3];
+        let mut q = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, TimerId(1));
+        q.recover(&stored);
+        assert_eq!((q.log_len(), q.stats().journal_unreadable), (1, 1));
     }
 
     #[test]
     fn garbage_never_panics() {
-        let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, false, TimerId(1));
+        let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, TimerId(1));
         let b = Ballot { round: 0, replica: 0 };
         for msg in [
             PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![Some(1)], commit: u64::MAX, log_len: 0 },
             PaxosMsg::Accept { ballot: b, first: 1 << 40, entries: vec![Some(1)], commit: 3, log_len: 0 },
-            PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, voter: true },
+            PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, incarnation: u64::MAX },
             PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: u64::MAX },
             PaxosMsg::Prepare { ballot: Ballot { round: u64::MAX, replica: 9 }, from: u64::MAX },
-            PaxosMsg::Query,
-            PaxosMsg::QueryReply { promised: Ballot { round: u64::MAX, replica: 9 } },
         ] {
             call(1, |ctx| p.on_message(ctx, NodeId(0), msg.clone()));
             call(1, |ctx| p.on_message(ctx, NodeId(2), msg.clone()));

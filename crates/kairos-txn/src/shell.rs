@@ -31,16 +31,14 @@
 //! # Jepsen processes across restarts
 //! A transaction in flight when its coordinator crashed keeps its invocation without a
 //! completion (the checker reads it as `info`), so its process may never invoke again. The
-//! shell cannot tell by itself that it is a restart (nothing survives a crash), so whoever
-//! builds the restarted coordinator says so with [`TxnShell::restarted`]: a first incarnation
-//! uses `process_base + slot` (the `inflight_max` ids reserved for it), a restarted one
-//! `2⁶² | (first seq mod 2³²) · 2³⁰ | (process_base + slot)` (below 2⁶³: the checkers take
-//! process ids as i64), fresh for every incarnation given the id rule above and
-//! `process_base + inflight_max ≤ 2³⁰`. Such processes lie outside the coordinator's reserved
-//! range, so per-region summaries do not count them. **`Bench` (deploy.rs) does not mark
-//! restarted coordinators yet**: a run that restarts a coordinator must build it through a
-//! [`Peer`](crate::deploy::Peer) that does (`tests/tapir.rs` has one); otherwise the restarted
-//! coordinator reuses processes and the checker rejects the history's structure.
+//! shell's one piece of durable state is its incarnation: [`TxnShell::start`] persists it
+//! ([`Ctx::persist_snapshot`]) and a restarted coordinator's shell reads it back in
+//! [`TxnShell::recover`] (call it from the coordinator's `on_recover`). The first incarnation
+//! uses processes `process_base + slot` (the `inflight_max` ids reserved for it), incarnation
+//! `i > 0` uses `2⁶² | (i mod 2³²) · 2³⁰ | (process_base + slot)` (below 2⁶³: the checkers take
+//! process ids as i64), fresh for every incarnation given `process_base + inflight_max ≤ 2³⁰`.
+//! Such processes lie outside the coordinator's reserved range, so per-region summaries do not
+//! count them.
 //!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
@@ -54,7 +52,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, TimerId};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId};
 use kairos_tiga::coordinator::{increment_completion, increment_invocation, OpenLoop};
 use kairos_tiga::msg::{Key, TxnId, Value};
 use kairos_tiga::workload::TxnSource;
@@ -178,10 +176,10 @@ pub struct TxnShell {
     arrivals: u64,
     /// The next sequence number in clock units (module docs), once the first is drawn.
     next_seq: Option<u64>,
-    /// The first sequence number of this incarnation.
-    first_seq: u64,
-    /// Built for a coordinator that restarted after a crash (fresh Jepsen processes).
-    restarted: bool,
+    /// How many times this coordinator restarted (durable; fresh Jepsen processes each time).
+    incarnation: u32,
+    /// Restarted from durable state and not started since.
+    recovered: bool,
     pending: BTreeMap<TxnId, Pending>,
     free_slots: BTreeSet<u64>,
     next_slot: u64,
@@ -200,8 +198,8 @@ impl TxnShell {
             arrival_due: LocalTime::ZERO,
             arrivals: 0,
             next_seq: None,
-            first_seq: 0,
-            restarted: false,
+            incarnation: 0,
+            recovered: false,
             pending: BTreeMap::new(),
             free_slots: BTreeSet::new(),
             next_slot: 0,
@@ -209,12 +207,22 @@ impl TxnShell {
         }
     }
 
-    /// The shell of a coordinator that restarted after a crash: its Jepsen processes are fresh
-    /// ones outside its reserved range, so none collides with a transaction of an earlier
-    /// incarnation left without a completion (module docs).
-    pub fn restarted(mut self) -> Self {
-        self.restarted = true;
-        self
+    /// Gives a restarted coordinator's shell its durable state (call from the coordinator's
+    /// `on_recover`, before `start`): the next incarnation then uses fresh Jepsen processes, so
+    /// none collides with a transaction of an earlier one left without a completion (module
+    /// docs). A note that does not decode (written by another version of Kairos) restarts the
+    /// count at 2³¹, far from any count that restarts reach.
+    pub fn recover(&mut self, stored: &Stored) {
+        self.incarnation = match stored.snapshot.as_deref().map(postcard::from_bytes::<u32>) {
+            Some(Ok(i)) => i,
+            _ => 1 << 31,
+        };
+        self.recovered = true;
+    }
+
+    /// How many times this coordinator restarted.
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
     }
 
     /// The first of this coordinator's reserved Jepsen process ids.
@@ -225,8 +233,8 @@ impl TxnShell {
     /// The Jepsen process of `slot` (module docs).
     fn process(&self, slot: u64) -> u64 {
         let p = self.process_base + slot;
-        if self.restarted {
-            RESTARTED_PROCESS_BIT | (self.first_seq & 0xffff_ffff) << 30 | (p & ((1 << 30) - 1))
+        if self.incarnation > 0 {
+            RESTARTED_PROCESS_BIT | u64::from(self.incarnation) << 30 | (p & ((1 << 30) - 1))
         } else {
             p
         }
@@ -241,10 +249,7 @@ impl TxnShell {
     /// [`ID_BURST`] ahead of the clock (module docs).
     fn next_seq(&mut self, now: LocalTime) -> Option<u32> {
         let clock = Self::id_clock(now);
-        let seq = *self.next_seq.get_or_insert_with(|| {
-            self.first_seq = clock;
-            clock
-        });
+        let seq = *self.next_seq.get_or_insert(clock);
         if seq > clock.saturating_add(ID_BURST) {
             return None;
         }
@@ -279,9 +284,14 @@ impl TxnShell {
     pub fn start<M>(&mut self, ctx: &mut Ctx<'_, M>) {
         self.started_at = ctx.now();
         self.arrival_due = ctx.now();
+        if std::mem::take(&mut self.recovered) {
+            self.incarnation = self.incarnation.saturating_add(1);
+        }
+        if let Ok(note) = postcard::to_allocvec(&self.incarnation) {
+            ctx.persist_snapshot(note);
+        }
         if self.next_seq.is_none() {
-            self.first_seq = Self::id_clock(ctx.now());
-            self.next_seq = Some(self.first_seq);
+            self.next_seq = Some(Self::id_clock(ctx.now()));
         }
         if self.generating(ctx.now()) {
             self.schedule_arrival(ctx);
@@ -496,14 +506,32 @@ mod tests {
         (r, effects)
     }
 
+    /// Applies the `Persist` effects of a call, as a host does.
+    fn persisted(stored: &mut Stored, effects: Vec<Effect<()>>) {
+        for e in effects {
+            if let Effect::Persist(p) = e {
+                stored.apply(p);
+            }
+        }
+    }
+
+    /// A shell built fresh and given `stored`, as the simulator restarts a node.
+    fn restarted(stored: &mut Stored) -> TxnShell {
+        let mut s = shell(3);
+        s.recover(stored);
+        s
+    }
+
     /// A coordinator crashes with transactions in flight and restarts 10 ms later as a fresh
     /// shell: its transaction ids are all above the first incarnation's (servers remember
     /// those), and its Jepsen processes are new (the lost invocations never complete).
     #[test]
     fn a_restarted_shell_never_reuses_transaction_ids_or_processes() {
         let t0 = LocalTime::from_secs(1_764_000_000);
+        let mut stored = Stored::default();
         let mut first = shell(3);
-        with_ctx_at(t0, |ctx| first.start(ctx));
+        let (_, fx) = with_ctx_at(t0, |ctx| first.start(ctx));
+        persisted(&mut stored, fx);
         let mut old = Vec::new();
         // A burst of ID_BURST ids at one instant is fine; the next one must wait for the clock.
         for _ in 0..=ID_BURST {
@@ -516,10 +544,12 @@ mod tests {
         let (later, _) = with_ctx_at(t0 + Duration::from_millis(1), |ctx| first.invoke(ctx, vec![1]));
         let later = later.expect("the clock caught up");
         old.push((later.txn, 100 + ID_BURST + 1));
-        // The crash loses everything in flight; the restart is a fresh shell.
-        let mut second = shell(3).restarted();
+        // The crash loses everything in flight; the restart is a fresh shell given what the
+        // first one persisted.
+        let mut second = restarted(&mut stored);
         let t1 = t0 + Duration::from_millis(10);
-        with_ctx_at(t1, |ctx| second.start(ctx));
+        let (_, fx) = with_ctx_at(t1, |ctx| second.start(ctx));
+        persisted(&mut stored, fx);
         let max_old = old.iter().map(|(t, _)| t.seq()).max().unwrap();
         for _ in 0..100 {
             let (a, fx) = with_ctx_at(t1, |ctx| second.invoke(ctx, vec![1]).unwrap());
@@ -529,12 +559,13 @@ mod tests {
             assert!(process & RESTARTED_PROCESS_BIT != 0);
         }
         // A second restart gets processes distinct from the first restart's too.
-        let mut third = shell(3).restarted();
+        let mut third = restarted(&mut stored);
         let t2 = t1 + Duration::from_millis(10);
         let (a, fx) = with_ctx_at(t2, |ctx| {
             third.start(ctx);
             third.invoke(ctx, vec![1]).unwrap()
         });
+        assert_eq!((second.incarnation(), third.incarnation()), (1, 2));
         let (b, fx2) = with_ctx_at(t2, |ctx| second.invoke(ctx, vec![1]).unwrap());
         assert_ne!(history(&fx)[0].process, history(&fx2)[0].process);
         assert!(a.txn.seq() > b.txn.seq());

@@ -47,11 +47,7 @@ impl Peer for TwoPlPaxos {
     const PROTOCOL: Protocol = Protocol::TwoPlPaxos;
 
     fn server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
-        TxnServer::new(Cc::Locking, topology, config, shard, replica, false)
-    }
-
-    fn restarted_server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
-        TxnServer::new(Cc::Locking, topology, config, shard, replica, true)
+        TxnServer::new(Cc::Locking, topology, config, shard, replica)
     }
 
     fn coordinator(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> TxnCoordinator {

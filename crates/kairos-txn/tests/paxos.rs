@@ -4,7 +4,7 @@
 //! applied log a prefix of one sequence.
 
 use kairos_clock::SimClock;
-use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, SimTime, TimerId};
+use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, SimTime, Stored, TimerId};
 use kairos_sim::{Fault, Sim, SimConfig};
 use kairos_txn::paxos::{MultiPaxos, PaxosConfig, PaxosMsg};
 use std::collections::BTreeMap;
@@ -30,10 +30,10 @@ struct LogNode {
 }
 
 impl LogNode {
-    fn new(me: u32, rejoining: bool, every: Duration) -> Self {
+    fn new(me: u32, every: Duration) -> Self {
         let replicas = vec![NodeId(0), NodeId(1), NodeId(2)];
         LogNode {
-            paxos: MultiPaxos::new(PaxosConfig::default(), replicas, me, 0, rejoining, TICK),
+            paxos: MultiPaxos::new(PaxosConfig::default(), replicas, me, 0, TICK),
             me,
             every,
             next: 0,
@@ -69,6 +69,10 @@ impl Process for LogNode {
         self.collect(ctx.now());
     }
 
+    fn on_recover(&mut self, stored: &Stored) {
+        self.paxos.recover(stored);
+    }
+
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Self::Msg>, timer: TimerId) {
         if timer == PROPOSE {
             ctx.set_timer(PROPOSE, self.every);
@@ -93,11 +97,8 @@ fn world(jitter: f64, every: Duration) -> Sim<PaxosMsg<u64>> {
     config.network.jitter_ratio = jitter;
     let mut sim = Sim::new(config, matrix.clone());
     for (r, region) in ["sc", "fi", "br"].into_iter().enumerate() {
-        let mut started = false;
         sim.add_node(matrix.region(region).unwrap(), SimClock::perfect(), move |_| {
-            let node = LogNode::new(r as u32, started, every);
-            started = true;
-            Box::new(node)
+            Box::new(LogNode::new(r as u32, every))
         });
     }
     sim
@@ -156,14 +157,14 @@ fn a_crashed_leader_is_replaced_and_a_restarted_replica_catches_up() {
 
     sim.run_until(SimTime::from_secs(8));
     let back = node(&sim, 0);
-    assert!(back.paxos.is_voter(), "the restarted replica caught up and votes again");
+    assert_eq!(back.paxos.incarnation(), 1, "it recovered its durable state");
     assert!(!back.paxos.is_leader());
     let leader_applied = node(&sim, new).applied.len();
     assert!(back.applied.len() + 50 >= leader_applied, "{} vs {leader_applied}", back.applied.len());
     // It re-learned the log from slot 0, including what the old leader had committed.
     assert_eq!(back.applied.first().map(|e| e.0), Some(0));
     assert_prefix_consistent(&sim, &[0, 1, 2]);
-    assert_eq!(sim.metric("paxos.rejoined"), 1);
+    assert_eq!(sim.metric("paxos.recovered"), 1);
 }
 
 #[test]
@@ -175,11 +176,11 @@ fn a_restarted_follower_rejoins_from_slot_zero_while_the_leader_keeps_committing
     let (leader, back) = (node(&sim, 0), node(&sim, 2));
     assert!(leader.paxos.is_leader(), "the leader never lost its majority");
     assert_eq!(sim.metric("paxos.elections_started"), 0);
-    assert!(back.paxos.is_voter(), "the restarted follower caught up and votes again");
+    assert_eq!(back.paxos.incarnation(), 1, "it recovered its durable state");
     assert_eq!(back.applied.first().map(|e| e.0), Some(0), "it re-learned the log from slot 0");
     assert!(back.applied.len() + 10 >= leader.applied.len(), "{} vs {}", back.applied.len(), leader.applied.len());
     assert_prefix_consistent(&sim, &[0, 1, 2]);
-    assert_eq!(sim.metric("paxos.rejoined"), 1);
+    assert_eq!(sim.metric("paxos.recovered"), 1);
     // Catch-up is not a resend storm: about one copy of the log went to the restarted follower.
     let resent = sim.metric("paxos.entries_resent");
     assert!(

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
 use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
 use kairos_tiga::Topology;
 
@@ -580,6 +580,10 @@ impl Process for Coordinator {
     fn on_start(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
         self.ping(ctx);
         self.shell.start(ctx);
+    }
+
+    fn on_recover(&mut self, stored: &Stored) {
+        self.shell.recover(stored);
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, from: NodeId, msg: TapirMsg) {

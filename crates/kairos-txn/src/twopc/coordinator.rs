@@ -11,7 +11,7 @@
 
 use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, TxnShell, TxnStats};
-use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
 use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
 use kairos_tiga::Topology;
 use std::collections::{BTreeMap, BTreeSet};
@@ -311,6 +311,10 @@ impl Process for TxnCoordinator {
         self.heard_from.iter_mut().for_each(|t| *t = now);
         self.shell.start(ctx);
         ctx.set_timer(RETRY_TICK, self.tick_interval());
+    }
+
+    fn on_recover(&mut self, stored: &Stored) {
+        self.shell.recover(stored);
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TxnMsg>, from: NodeId, msg: TxnMsg) {

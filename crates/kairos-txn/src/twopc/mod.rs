@@ -269,7 +269,7 @@ mod tests {
         let config = ClassicConfig::default();
         for cc in [Cc::Locking, Cc::Optimistic] {
             for (node, replica) in [(0u32, 0u32), (1, 1)] {
-                let mut s = TxnServer::new(cc, &t, &config, 0, replica, false);
+                let mut s = TxnServer::new(cc, &t, &config, 0, replica);
                 let mut rng = Rng::seed_from_u64(1);
                 let mut fx = Vec::new();
                 s.on_start(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx));
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn wound_wait_older_wounds_younger_holders_and_younger_waits() {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0, false);
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
@@ -354,7 +354,7 @@ mod tests {
     /// The ready leader (replica 0, ballot (0, 0)) of a one-shard, three-replica group.
     fn one_shard_leader(cc: Cc) -> TxnServer {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(cc, &t, &ClassicConfig::default(), 0, 0, false);
+        let mut s = TxnServer::new(cc, &t, &ClassicConfig::default(), 0, 0);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         assert!(s.paxos().is_ready());
@@ -464,7 +464,7 @@ mod tests {
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
         let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] };
         deliver(&mut s, prepare.clone());
-        let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, voter: true };
+        let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, incarnation: 0 };
         let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, TxnMsg::Paxos(ack));
         assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { yes: true, .. })), "{out:?}");
         deliver(&mut s, TxnMsg::Decide { tk: x, commit: false });
@@ -477,7 +477,7 @@ mod tests {
     #[test]
     fn a_resent_abort_decision_proposes_one_abort_record() {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 1, false);
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 1);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         // Replica 1 times out, campaigns and wins with replica 0's promise.

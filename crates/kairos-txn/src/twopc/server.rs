@@ -21,7 +21,7 @@
 use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
 use crate::paxos::{Ballot, MultiPaxos};
 use crate::store::Store;
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
 use kairos_tiga::msg::{Key, ShardId, Value};
 use kairos_tiga::Topology;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -118,16 +118,10 @@ pub struct TxnServer {
 }
 
 impl TxnServer {
-    /// Replica `replica` of `shard`. `rejoining`: restarted after a crash (see
-    /// [`crate::paxos`]).
-    pub fn new(
-        cc: Cc,
-        topology: &Topology,
-        config: &ClassicConfig,
-        shard: ShardId,
-        replica: u32,
-        rejoining: bool,
-    ) -> Self {
+    /// Replica `replica` of `shard`. A restarted replica is built the same way; the host then
+    /// hands it its durable Paxos state ([`Process::on_recover`]) and it rebuilds its store by
+    /// applying the log again.
+    pub fn new(cc: Cc, topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> Self {
         let replicas = topology.shards.get(shard as usize).cloned().unwrap_or_default();
         let leader = topology.leader.get(shard as usize).copied().unwrap_or(0);
         TxnServer {
@@ -135,7 +129,7 @@ impl TxnServer {
             config: config.clone(),
             shard,
             shards: topology.shard_count(),
-            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, rejoining, PAXOS_TICK),
+            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, PAXOS_TICK),
             store: Store::default(),
             prepared: BTreeMap::new(),
             done: BTreeMap::new(),
@@ -686,5 +680,11 @@ impl Process for TxnServer {
 
     fn invariants(&self) -> Result<(), String> {
         self.paxos.invariants()
+    }
+
+    /// Only the Paxos log is durable: the store, the prepared attempts and the logged outcomes
+    /// are rebuilt as the log is applied again.
+    fn on_recover(&mut self, stored: &Stored) {
+        self.paxos.recover(stored);
     }
 }
