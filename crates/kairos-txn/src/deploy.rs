@@ -200,11 +200,6 @@ pub trait Peer: 'static {
     type Config: Clone + 'static;
     const PROTOCOL: Protocol;
     fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
-    /// The server a crashed node restarts as (it lost its volatile state; a protocol that must
-    /// know this, e.g. to rejoin as a learner, overrides it). Defaults to [`Peer::server`].
-    fn restarted_server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server {
-        Self::server(topology, config, shard, replica)
-    }
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
@@ -244,20 +239,8 @@ impl Bench {
         let shell = self.shell.clone();
         let (sim, topology, process_regions) = self.tiga().build_with(
             self.shell.inflight_max as u64,
-            // Each node gets its own copy of this factory: the first call builds the server,
-            // later ones (after a crash) a restarted one.
-            {
-                let mut started = false;
-                move |t, shard, replica| {
-                    let server = if started {
-                        P::restarted_server(t, &s, shard, replica)
-                    } else {
-                        P::server(t, &s, shard, replica)
-                    };
-                    started = true;
-                    Box::new(server)
-                }
-            },
+            // A restarted server is built the same way and recovers from what it made durable.
+            move |t, shard, replica| Box::new(P::server(t, &s, shard, replica)),
             // A restarted coordinator recovers its shell's incarnation (fresh Jepsen processes).
             move |slot| {
                 let source = Box::new(slot.workload.clone());

@@ -9,14 +9,14 @@ use kairos_tiga::msg::{Key, Value};
 use std::collections::BTreeMap;
 
 /// A value and the version that wrote it.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Versioned {
     pub value: Value,
     pub version: u64,
 }
 
 /// See the module docs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Store {
     keys: BTreeMap<Key, Versioned>,
 }

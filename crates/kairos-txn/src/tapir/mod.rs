@@ -54,20 +54,20 @@
 //! aborts, abstains or retries past it. Clocks only affect performance.
 //!
 //! ## Simplifications (stated)
-//! - No view changes, replica recovery or coordinator recovery (the IR record and finalized
-//!   results are what they would use). A crashed replica stays down; with f + 1 replicas left
-//!   transactions commit on the slow path. A *restarted* replica has lost its state and so
-//!   refuses to vote or serve reads forever (it only acknowledges commits and aborts): to the
-//!   protocol it is still down (see [`replica`]). A crashed coordinator's prepared transactions stay
-//!   prepared (the paper's cooperative termination is not implemented).
+//! - No view changes or coordinator recovery. A crashed replica is down; with f + 1 replicas
+//!   left transactions commit on the slow path. A *restarted* replica replays its journal
+//!   (every prepare, finalize, commit and abort it handled is durable before it answers) and
+//!   votes and serves again, as if it had been slow (see [`replica`]); a replica whose disk is
+//!   lost is not detected. A crashed coordinator's prepared transactions stay prepared (the
+//!   paper's cooperative termination is not implemented).
 //! - Commits and aborts (IR inconsistent operations) are redelivered to every replica until
 //!   each acknowledges, with backoff, however long a replica is cut off — a replica that
 //!   missed one would keep the transaction prepared (its keys abstaining) for good, and
 //!   replicas do not expire prepared entries (that would be unsafe: the prepared entry is what
 //!   makes a conflicting transaction meet this one in the quorum intersection). A crashed
 //!   replica never acknowledges, so each coordinator bounds what it keeps delivering
-//!   (`finishing_max`, oldest given up first); a restarted replica acknowledges (it refuses to
-//!   vote anyway).
+//!   (`finishing_max`, oldest given up first); a restarted replica gets the rest after its
+//!   restart.
 //! - The IR record and the "finished" memory are bounded (`records_max`, `done_max`): a
 //!   prepare delayed beyond the last `done_max` finished transactions could re-prepare one
 //!   (harmless for safety, it only blocks its keys at that replica).
@@ -172,11 +172,6 @@ impl Peer for Tapir {
         Replica::new(topology, config, shard, replica)
     }
 
-    /// A restarted replica lost its state: it refuses to vote (see [`replica`]).
-    fn restarted_server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
-        Replica::restarted(topology, config, shard, replica)
-    }
-
     fn coordinator(topology: &Topology, config: &TapirConfig, shell: TxnShell) -> Coordinator {
         Coordinator::new(topology, config, shell)
     }
@@ -265,16 +260,7 @@ mod tests {
             leader: vec![0; 3],
         };
         let config = TapirConfig::default();
-        // Replica 2 of every shard restarted (recovering): it must not panic either.
-        let mut replicas: Vec<Replica> = (0..9)
-            .map(|i| {
-                if i % 3 == 2 {
-                    Replica::restarted(&topology, &config, i / 3, i % 3)
-                } else {
-                    Replica::new(&topology, &config, i / 3, i % 3)
-                }
-            })
-            .collect();
+        let mut replicas: Vec<Replica> = (0..9).map(|i| Replica::new(&topology, &config, i / 3, i % 3)).collect();
         let shell = TxnShell::new(
             Box::new(FixedKeys::new(vec![vec![1, 2, 3]])),
             OpenLoop::default(),

@@ -26,22 +26,27 @@
 //! newest [`OpId`] per transaction, the last `done_max` transactions) so that a late or
 //! duplicated prepare of a finished operation is ignored.
 //!
-//! # A restarted replica refuses to vote
-//! A replica that crashed lost its store, prepared list and IR record. Answering as if it were
-//! fresh would be unsafe: its validation would accept stale reads, and together with one other
-//! replica that missed the latest commit it would form f + 1 PREPARE-OKs on the slow path
-//! (a stale read committed). IR's replica recovery (fetching the record from f + 1 replicas
-//! in a view change) is not implemented, so a restarted replica ([`Replica::restarted`])
-//! stays **recovering**: it ignores pings (so no coordinator picks it as the closest replica),
-//! reads, prepares and finalizes, and only acknowledges commits and aborts (without applying
-//! them: it never serves or votes again) so coordinators stop redelivering them. Its shard
-//! keeps working with the f + 1 others, exactly as if it had stayed down.
+//! # Durable state: a journal of the messages that change it
+//! A replica that forgot its store, prepared list and IR record and answered as if fresh would
+//! be unsafe: its validation would accept stale reads, and together with one other replica that
+//! missed the latest commit it would form f + 1 PREPARE-OKs on the slow path (a stale read
+//! committed). So every prepare, finalize, commit and abort for this shard is journaled
+//! ([`Ctx::persist`]) before the replica answers it, and its handling depends only on the
+//! replica's state and the message (no clock, no randomness): a restarted replica replays the
+//! journal ([`Process::on_recover`]) and is exactly the replica that crashed, as if it had been
+//! slow. After `max(4096, size of the state)` records the whole state is written as one
+//! snapshot instead. This takes the place of IR's replica recovery (fetching the record from
+//! f + 1 replicas in a view change), which a replica with a disk does not need; a replica
+//! whose disk is lost is not detected (the history checker catches what follows, see
+//! `tests/tapir.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, Stored, TimerId};
 use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
 use kairos_tiga::Topology;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
 
 use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
 use super::TapirConfig;
@@ -57,12 +62,15 @@ pub struct ReplicaStats {
     pub prepare_retry: u64,
     pub commits: u64,
     pub aborts: u64,
-    /// Messages ignored: malformed, for another shard, stale operations, over a limit, or
-    /// anything but a commit or abort while recovering.
+    /// Messages ignored: malformed, for another shard, stale operations, over a limit.
     pub ignored: u64,
+    /// Journal records replayed at the last restart.
+    pub replayed: u64,
+    /// Journal records a restart could not decode (written by another version of Kairos).
+    pub journal_unreadable: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Prepared {
     op: OpId,
     ts: Ts,
@@ -71,10 +79,25 @@ struct Prepared {
 }
 
 /// IR's record of a transaction's newest consensus operation.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, Serialize, Deserialize)]
 struct Record {
     op: OpId,
     result: PrepareResult,
+}
+
+/// Journal records between two snapshots, at least (module docs).
+const RECORDS_PER_SNAPSHOT: usize = 4_096;
+
+/// The state a replica journals (module docs); a snapshot is all of it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct State {
+    store: Store,
+    /// Key → the largest commit timestamp of a committed transaction that read it.
+    last_read: BTreeMap<Key, Ts>,
+    prepared: BTreeMap<TxnId, Prepared>,
+    records: BTreeMap<TxnId, Record>,
+    done: BTreeMap<TxnId, OpId>,
+    done_order: VecDeque<TxnId>,
 }
 
 /// See the module docs.
@@ -92,8 +115,8 @@ pub struct Replica {
     records: BTreeMap<TxnId, Record>,
     done: BTreeMap<TxnId, OpId>,
     done_order: VecDeque<TxnId>,
-    /// Restarted after a crash with its state lost: never votes or serves (module docs).
-    recovering: bool,
+    /// Journal records written since the last snapshot.
+    journaled: usize,
     stats: ReplicaStats,
 }
 
@@ -112,20 +135,49 @@ impl Replica {
             records: BTreeMap::new(),
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
-            recovering: false,
+            journaled: 0,
             stats: ReplicaStats::default(),
         }
     }
 
-    /// The replica a crashed one restarts as: it lost its state and refuses to vote or serve
-    /// reads until recovery exists (module docs).
-    pub fn restarted(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Self {
-        Replica { recovering: true, ..Replica::new(topology, config, shard, replica) }
+    /// The journaled state, for a snapshot.
+    fn state(&self) -> State {
+        State {
+            store: self.store.clone(),
+            last_read: self.last_read.clone(),
+            prepared: self.prepared.clone(),
+            records: self.records.clone(),
+            done: self.done.clone(),
+            done_order: self.done_order.clone(),
+        }
     }
 
-    /// Whether this replica restarted with its state lost (and so never votes).
-    pub fn is_recovering(&self) -> bool {
-        self.recovering
+    /// Takes `s` as the state, rebuilding the prepared-key indexes from the prepared list.
+    fn restore(&mut self, s: State) {
+        (self.store, self.last_read, self.records, self.done, self.done_order) =
+            (s.store, s.last_read, s.records, s.done, s.done_order);
+        self.prepared.clear();
+        self.prepared_reads.clear();
+        self.prepared_writes.clear();
+        for p in s.prepared.into_values() {
+            self.prepare(p.op, p.ts, p.reads, p.writes);
+        }
+    }
+
+    /// Journals `msg` (already handled), or the whole state once the journal is long.
+    fn journal(&mut self, ctx: &mut Ctx<'_, TapirMsg>, msg: &TapirMsg) {
+        let size = self.store.len() + self.prepared.len() + self.records.len() + self.done.len();
+        if self.journaled >= RECORDS_PER_SNAPSHOT.max(size) {
+            if let Ok(bytes) = postcard::to_allocvec(&self.state()) {
+                ctx.persist_snapshot(bytes);
+                self.journaled = 0;
+                return;
+            }
+        }
+        if let Ok(bytes) = postcard::to_allocvec(msg) {
+            ctx.persist(bytes);
+            self.journaled += 1;
+        }
     }
 
     pub fn stats(&self) -> &ReplicaStats {
@@ -333,20 +385,50 @@ impl Process for Replica {
     fn on_start(&mut self, _ctx: &mut Ctx<'_, TapirMsg>) {}
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TapirMsg>, from: NodeId, msg: TapirMsg) {
-        let (shard, replica) = (self.shard, self.replica);
-        if self.recovering {
-            // Acknowledge commits and aborts (so coordinators stop redelivering them) without
-            // applying them; ignore everything else (module docs).
-            return match msg {
-                TapirMsg::Commit { op, shard: s, .. } | TapirMsg::Abort { op, shard: s } if s == shard => {
-                    ctx.send(from, TapirMsg::Done { op, shard, replica })
-                }
-                _ => {
-                    ctx.metric("tapir.replica_recovering_ignored", 1);
-                    self.ignore(ctx)
-                }
-            };
+        let durable = match &msg {
+            TapirMsg::Prepare { shard, .. }
+            | TapirMsg::Finalize { shard, .. }
+            | TapirMsg::Commit { shard, .. }
+            | TapirMsg::Abort { shard, .. } => *shard == self.shard,
+            _ => false,
+        };
+        let copy = durable.then(|| msg.clone());
+        self.handle(ctx, from, msg);
+        if let Some(msg) = copy {
+            self.journal(ctx, &msg);
         }
+    }
+
+    fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
+
+    /// The last snapshot, then every journaled message since, handled again with their
+    /// answers dropped (module docs). Replay stops at a record that does not decode.
+    fn on_recover(&mut self, stored: &Stored) {
+        match stored.snapshot.as_deref().map(postcard::from_bytes::<State>) {
+            Some(Ok(s)) => self.restore(s),
+            Some(Err(_)) => self.stats.journal_unreadable += 1,
+            None => {}
+        }
+        let mut rng = Rng::seed_from_u64(0);
+        let mut dropped = Vec::new();
+        for record in &stored.records {
+            let Ok(msg) = postcard::from_bytes::<TapirMsg>(record) else {
+                self.stats.journal_unreadable += 1;
+                break;
+            };
+            let mut ctx = Ctx::new(NodeId(u32::MAX), LocalTime::ZERO, &mut rng, &mut dropped);
+            self.handle(&mut ctx, NodeId(u32::MAX), msg);
+            dropped.clear();
+            self.stats.replayed += 1;
+        }
+        self.journaled = stored.records.len();
+    }
+}
+
+impl Replica {
+    /// Handles one message; depends only on the state and the message (module docs).
+    fn handle(&mut self, ctx: &mut Ctx<'_, TapirMsg>, from: NodeId, msg: TapirMsg) {
+        let (shard, replica) = (self.shard, self.replica);
         match msg {
             TapirMsg::Ping { nonce } => ctx.send(from, TapirMsg::Pong { nonce, shard, replica }),
             TapirMsg::Read { txn, attempt, keys } => {
@@ -397,8 +479,6 @@ impl Process for Replica {
             | TapirMsg::Done { .. } => self.ignore(ctx),
         }
     }
-
-    fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
 }
 
 #[cfg(test)]
@@ -510,33 +590,76 @@ mod tests {
         assert_eq!(r.prepared_count(), 2);
     }
 
-    /// A restarted replica has lost its store: it must not validate (it would accept the stale
-    /// read below) nor serve reads; it only acknowledges commits and aborts.
+    /// Delivers `msg` and applies what the replica persisted to `stored`, as a host does.
+    fn deliver_stored(r: &mut Replica, stored: &mut Stored, msg: TapirMsg) -> Vec<TapirMsg> {
+        let mut rng = Rng::seed_from_u64(1);
+        let mut effects = Vec::new();
+        r.on_message(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut effects), COORD, msg);
+        let mut sent = Vec::new();
+        for e in effects {
+            match e {
+                Effect::Persist(p) => stored.apply(p),
+                Effect::Send { msg, .. } => sent.push(msg),
+                _ => {}
+            }
+        }
+        sent
+    }
+
+    fn prepare_msg(op: OpId, ts: Ts, reads: &[(Key, Ts)], writes: &[Key]) -> TapirMsg {
+        TapirMsg::Prepare { op, shard: 0, ts, reads: reads.to_vec(), writes: writes.to_vec() }
+    }
+
+    /// A restarted replica replays its journal and is the replica that crashed: it rejects a
+    /// stale read, keeps its prepared list and answers a retransmission as before, also after
+    /// the journal was compacted into a snapshot. Negative control: a replica whose disk was
+    /// wiped accepts the stale read.
     #[test]
-    fn a_restarted_replica_refuses_to_vote_or_serve_reads() {
+    fn a_restarted_replica_replays_its_journal_and_votes_as_before() {
         let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut r = Replica::restarted(&topology, &TapirConfig::default(), 0, 1);
-        assert!(r.is_recovering());
-        // Version 0 of key 3 may well be stale (the lost store had a newer one): no vote.
-        assert_eq!(prepare(&mut r, op(1, 1, 1), 50, &[(3, 0)], &[3]), None);
-        let finalize = TapirMsg::Finalize {
-            op: op(1, 1, 1),
-            shard: 0,
-            ts: 50,
-            reads: vec![(3, 0)],
-            writes: vec![3],
-            result: PrepareResult::Ok,
-        };
-        assert!(deliver(&mut r, finalize).is_empty());
-        assert!(deliver(&mut r, TapirMsg::Read { txn: op(2, 1, 1).txn, attempt: 1, keys: vec![3] }).is_empty());
-        assert!(deliver(&mut r, TapirMsg::Ping { nonce: 1 }).is_empty(), "not a candidate for reads");
-        assert_eq!(r.prepared_count(), 0);
-        let done =
-            deliver(&mut r, TapirMsg::Commit { op: op(3, 1, 1), shard: 0, ts: 9, reads: vec![], writes: vec![(3, 1)] });
-        assert!(matches!(done[..], [TapirMsg::Done { .. }]));
-        assert!(matches!(deliver(&mut r, TapirMsg::Abort { op: op(4, 1, 1), shard: 0 })[..], [TapirMsg::Done { .. }]));
-        assert!(deliver(&mut r, TapirMsg::Abort { op: op(4, 1, 1), shard: 1 }).is_empty(), "another shard's");
-        assert!(r.store().is_empty(), "nothing applied");
+        // A short memory of finished transactions keeps the state small, so the journal
+        // compacts after RECORDS_PER_SNAPSHOT records.
+        let config = TapirConfig { done_max: 100, ..TapirConfig::default() };
+        let mut stored = Stored::default();
+        let mut r = Replica::new(&topology, &config, 0, 1);
+        let commit = TapirMsg::Commit { op: op(1, 1, 1), shard: 0, ts: 9, reads: vec![], writes: vec![(3, 7)] };
+        deliver_stored(&mut r, &mut stored, commit);
+        let answer = deliver_stored(&mut r, &mut stored, prepare_msg(op(2, 1, 1), 20, &[(3, 9)], &[3]));
+        assert!(matches!(answer[..], [TapirMsg::PrepareReply { result: PrepareResult::Ok, .. }]), "{answer:?}");
+        deliver_stored(&mut r, &mut stored, TapirMsg::Ping { nonce: 5 });
+        assert_eq!(stored.records.len(), 2, "pings are not journaled");
+
+        let mut back = Replica::new(&topology, &config, 0, 1);
+        back.on_recover(&stored);
+        assert_eq!((back.stats().replayed, back.prepared_count(), back.store().get(3).value), (2, 1, 7));
+        // A stale read of key 3 (version 0 < 9) aborts, as on the replica that crashed.
+        assert_eq!(prepare(&mut back, op(3, 1, 1), 30, &[(3, 0)], &[4]), Some(PrepareResult::Abort));
+        // The retransmitted prepare gets the recorded answer.
+        let again = deliver(&mut back, prepare_msg(op(2, 1, 1), 20, &[(3, 9)], &[3]));
+        assert_eq!(again, answer);
+
+        // Compaction: thousands of commits later the journal is a snapshot plus a short tail.
+        for i in 0..5_000u64 {
+            let c = TapirMsg::Commit {
+                op: op(100 + i as u32, 1, 1),
+                shard: 0,
+                ts: 100 + i,
+                reads: vec![],
+                writes: vec![(i % 10, i)],
+            };
+            deliver_stored(&mut r, &mut stored, c);
+        }
+        assert!(stored.snapshot.is_some() && stored.records.len() < 5_000, "{}", stored.records.len());
+        let mut compacted = Replica::new(&topology, &config, 0, 1);
+        compacted.on_recover(&stored);
+        assert_eq!(compacted.stats().journal_unreadable, 0);
+        assert_eq!((compacted.prepared_count(), compacted.store().len()), (r.prepared_count(), r.store().len()));
+        assert_eq!(compacted.store().get(9).value, 4_999);
+        assert_eq!(prepare(&mut compacted, op(3, 1, 1), 30, &[(3, 0)], &[4]), Some(PrepareResult::Abort));
+
+        let mut wiped = Replica::new(&topology, &config, 0, 1);
+        wiped.on_recover(&Stored::default());
+        assert_eq!(prepare(&mut wiped, op(3, 1, 1), 30, &[(3, 0)], &[4]), Some(PrepareResult::Ok));
     }
 
     #[test]
