@@ -17,7 +17,7 @@ use std::time::Duration;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, Process, SimTime};
-use kairos_sim::{CpuModel, Sim, SimStats};
+use kairos_sim::{CpuModel, Sim, SimStats, WorldCheck};
 use kairos_tiga::msg::ShardId;
 use kairos_tiga::sim::{Deployment as TigaDeployment, Placement};
 use kairos_tiga::Topology;
@@ -201,6 +201,12 @@ pub trait Peer: 'static {
     const PROTOCOL: Protocol;
     fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
+    /// Properties over all the protocol's nodes (e.g. replicas agree on what they applied),
+    /// checked as the run goes ([`Sim::add_world_check`]: every `u64` events).
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<Self::Msg>)> {
+        let _ = topology;
+        Vec::new()
+    }
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
 }
@@ -248,6 +254,10 @@ impl Bench {
                 Box::new(P::coordinator(&slot.topology, &c, shell))
             },
         )?;
+        let mut sim = sim;
+        for (every, check) in P::world_checks(&topology) {
+            sim.add_world_check(every, check);
+        }
         Ok(PeerWorld { sim, topology, process_regions })
     }
 

@@ -22,6 +22,7 @@ use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
 pub use crate::twopc::ClassicConfig;
 use crate::twopc::{Cc, TxnMsg};
+use kairos_sim::WorldCheck;
 use kairos_tiga::msg::ShardId;
 use kairos_tiga::Topology;
 
@@ -49,5 +50,9 @@ impl Peer for OccPaxos {
 
     fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
         c.txn_stats()
+    }
+
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TxnMsg>)> {
+        vec![(64, crate::twopc::agreement::applied_slots_agree(topology.clone()))]
     }
 }

@@ -121,6 +121,10 @@ pub struct PaxosConfig {
     pub uncommitted_max: u64,
     /// Entries sent to a follower and not acknowledged for this long are sent again.
     pub resend_after: Duration,
+    /// TEST ONLY: the leader commits what it proposes without waiting for a majority. Breaks
+    /// agreement once a partitioned leader is replaced (the negative control of
+    /// [`crate::twopc::agreement`]).
+    pub unsafe_commit_alone: bool,
 }
 
 impl Default for PaxosConfig {
@@ -133,6 +137,7 @@ impl Default for PaxosConfig {
             window_max: 8192,
             uncommitted_max: 100_000,
             resend_after: Duration::from_millis(600),
+            unsafe_commit_alone: false,
         }
     }
 }
@@ -949,6 +954,9 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
         held.sort_unstable_by(|a, b| b.cmp(a));
         if let Some(&c) = held.get(self.majority() - 1) {
             self.commit = self.commit.max(c);
+        }
+        if self.config.unsafe_commit_alone {
+            self.commit = self.log_len();
         }
         self.apply_up_to(self.commit);
     }

@@ -364,3 +364,29 @@ fn the_injected_bugs_are_caught_by_the_checker() {
         assert!(out.totals().committed > 100, "{name} control run: {:?}", out.totals());
     }
 }
+
+/// The applied-slots world check (`twopc::agreement`) against its negative control: shard 0's
+/// leader is cut off from its followers for 3 s. With the test-only switch that lets a leader
+/// commit alone, it applies records in slots where the new leader's majority applies others,
+/// and the run stops at the event that made them disagree; without it, nothing is flagged.
+#[test]
+fn replicas_that_apply_different_records_in_a_slot_stop_the_run() {
+    use kairos_core::{NodeId, SimTime};
+    use kairos_sim::Fault;
+    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(5), ..Bench::default() };
+    for unsafe_commit_alone in [false, true] {
+        let mut config = ClassicConfig::default();
+        config.paxos.unsafe_commit_alone = unsafe_commit_alone;
+        let mut world = bench.build::<TwoPlPaxos>(&config).unwrap();
+        let cut = Fault::Partition(vec![vec![NodeId(0)], vec![NodeId(1), NodeId(2)]]);
+        world.sim.schedule(SimTime::from_secs(1), cut);
+        world.sim.schedule(SimTime::from_secs(4), Fault::HealAll);
+        world.sim.run_until(SimTime::from_secs(10));
+        eprintln!("{unsafe_commit_alone}: {} records, {:?}", world.sim.history().len(), world.sim.violation());
+        match (unsafe_commit_alone, world.sim.violation()) {
+            (false, None) => {}
+            (true, Some(v)) => assert!(v.what.contains("in slot"), "{v:?}"),
+            (_, v) => panic!("unsafe_commit_alone = {unsafe_commit_alone}: {v:?}"),
+        }
+    }
+}
