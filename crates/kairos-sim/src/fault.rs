@@ -29,6 +29,12 @@ pub enum Fault {
     ClockStep { node: NodeId, delta_ns: i64 },
     /// Change the message-loss probability from now on.
     SetLoss(f64),
+    /// Change the probability that a message is delivered twice from now on.
+    SetDuplicate(f64),
+    /// Deliver again this many messages drawn from those sent recently (an old message that
+    /// resurfaces: a retransmission, a slow path through the network). Needs
+    /// [`crate::Sim::keep_sent_for_replay`]; cut links still drop them.
+    Replay(u32),
 }
 
 impl fmt::Display for Fault {
@@ -46,6 +52,8 @@ impl fmt::Display for Fault {
             Fault::HealAll => write!(f, "heal all"),
             Fault::ClockStep { node, delta_ns } => write!(f, "clock step {node} {:+.3}ms", *delta_ns as f64 / 1e6),
             Fault::SetLoss(p) => write!(f, "loss {p}"),
+            Fault::SetDuplicate(p) => write!(f, "duplicate {p}"),
+            Fault::Replay(n) => write!(f, "replay {n} old messages"),
         }
     }
 }
@@ -68,6 +76,10 @@ pub struct FaultRates {
     pub clock_step_max: Duration,
     /// Loss probability during a loss episode.
     pub loss: f64,
+    /// Largest duplication probability of a duplication episode.
+    pub duplicate_max: f64,
+    /// Most old messages one replay delivers again.
+    pub replay_max: u32,
     /// At most this many nodes down at once (keep it below what the protocol tolerates).
     pub max_crashed: usize,
     /// Which kinds of fault a plan may use at all (each seed then switches each on or off).
@@ -87,20 +99,41 @@ pub struct FaultKinds {
     pub clock_step: bool,
     /// Lose messages with probability [`FaultRates::loss`].
     pub loss: bool,
+    /// Deliver messages twice with a probability drawn up to [`FaultRates::duplicate_max`].
+    pub dup: bool,
+    /// Deliver old messages again ([`Fault::Replay`]).
+    pub replay: bool,
 }
 
 impl FaultKinds {
-    pub const ALL: FaultKinds = FaultKinds { crash: true, partition: true, oneway: true, clock_step: true, loss: true };
-    const NAMES: [&'static str; 5] = ["crash", "partition", "oneway", "clock-step", "loss"];
+    pub const ALL: FaultKinds = FaultKinds {
+        crash: true,
+        partition: true,
+        oneway: true,
+        clock_step: true,
+        loss: true,
+        dup: true,
+        replay: true,
+    };
+    const NONE: FaultKinds = FaultKinds {
+        crash: false,
+        partition: false,
+        oneway: false,
+        clock_step: false,
+        loss: false,
+        dup: false,
+        replay: false,
+    };
+    const NAMES: [&'static str; 7] = ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay"];
 
-    fn as_array(self) -> [bool; 5] {
-        [self.crash, self.partition, self.oneway, self.clock_step, self.loss]
+    fn as_array(self) -> [bool; 7] {
+        [self.crash, self.partition, self.oneway, self.clock_step, self.loss, self.dup, self.replay]
     }
 
-    /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`
-    /// (`restart` is part of `crash`; `all` is every kind).
+    /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`,
+    /// `dup`, `replay` (`restart` is part of `crash`; `all` is every kind).
     pub fn parse(list: &str) -> Result<FaultKinds, String> {
-        let mut k = FaultKinds { crash: false, partition: false, oneway: false, clock_step: false, loss: false };
+        let mut k = FaultKinds::NONE;
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match name {
                 "all" => k = FaultKinds::ALL,
@@ -109,6 +142,8 @@ impl FaultKinds {
                 "oneway" => k.oneway = true,
                 "clock-step" => k.clock_step = true,
                 "loss" => k.loss = true,
+                "dup" | "duplicate" => k.dup = true,
+                "replay" => k.replay = true,
                 other => {
                     return Err(format!(
                         "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
@@ -136,6 +171,8 @@ impl Default for FaultRates {
             episode: Duration::from_millis(600),
             clock_step_max: Duration::from_millis(20),
             loss: 0.05,
+            duplicate_max: 0.3,
+            replay_max: 40,
             max_crashed: 1,
             kinds: FaultKinds::ALL,
         }
@@ -145,7 +182,56 @@ impl Default for FaultRates {
 /// Draws a fault script for `targets` over `[start, end)` from `seed`. Every episode is
 /// repaired before `end`, so liveness can be checked after it. Swarm testing: the seed also
 /// decides which kinds of fault this run uses at all.
+///
+/// Duplication and replay are drawn from a stream of their own, after the other kinds: a
+/// seed's crashes, partitions, cuts, clock steps and loss are the same whether or not they
+/// are allowed (so a seed found before they existed replays as it did, with
+/// `--faults crash,partition,oneway,clock-step,loss`).
 pub fn random_plan(
+    seed: u64,
+    targets: &[NodeId],
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+) -> Vec<ScheduledFault> {
+    if targets.is_empty() || end <= start {
+        return Vec::new();
+    }
+    let mut plan = node_and_link_faults(seed, targets, start, end, rates);
+    plan.extend(duplication_and_replay(seed, start, end, rates));
+    plan.sort_by_key(|f| f.at);
+    plan
+}
+
+/// Duplication episodes and replays, each on for a seed with probability 1/2 (see
+/// [`random_plan`]); on for every seed when they are the only kinds allowed.
+fn duplication_and_replay(seed: u64, start: SimTime, end: SimTime, rates: &FaultRates) -> Vec<ScheduledFault> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7265_706c_6179);
+    let only_these = rates.kinds.as_array()[..5].iter().all(|on| !on);
+    let dup_on = rates.kinds.dup && (rng.random_bool(0.5) || only_these);
+    let replay_on = rates.kinds.replay && (rng.random_bool(0.5) || only_these);
+    let (s, e) = (start.as_nanos(), end.as_nanos());
+    let mut plan = Vec::new();
+    if dup_on && rates.duplicate_max > 0.0 {
+        for _ in 0..rng.random_range(1..=2) {
+            let at = rng.random_range(s..e);
+            let repair = rng.random_range(at..e);
+            let p = rng.random_range(0.01..=rates.duplicate_max.max(0.01));
+            plan.push(ScheduledFault { at: SimTime(at), fault: Fault::SetDuplicate(p) });
+            plan.push(ScheduledFault { at: SimTime(repair), fault: Fault::SetDuplicate(0.0) });
+        }
+    }
+    if replay_on && rates.replay_max > 0 {
+        for _ in 0..rng.random_range(2..=6) {
+            let at = rng.random_range(s..e);
+            plan.push(ScheduledFault { at: SimTime(at), fault: Fault::Replay(rng.random_range(1..=rates.replay_max)) });
+        }
+    }
+    plan
+}
+
+/// Crashes, partitions, one-way cuts, clock steps and loss (see [`random_plan`]).
+fn node_and_link_faults(
     seed: u64,
     targets: &[NodeId],
     start: SimTime,
@@ -154,11 +240,9 @@ pub fn random_plan(
 ) -> Vec<ScheduledFault> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6661_756c_7473);
     let mut plan = Vec::new();
-    if targets.is_empty() || end <= start {
-        return plan;
-    }
     // Swarm testing: each allowed kind is on with probability 1/2, and at least one is on.
-    let allowed = rates.kinds.as_array();
+    let all = rates.kinds.as_array();
+    let allowed = [all[0], all[1], all[2], all[3], all[4]];
     let coins =
         [rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5), rng.random_bool(0.5)];
     let mut kinds = [0, 1, 2, 3, 4].map(|k| coins[k] && allowed[k]);
@@ -236,7 +320,6 @@ pub fn random_plan(
         }
         t = repair_at;
     }
-    plan.sort_by_key(|f| f.at);
     plan
 }
 
@@ -258,5 +341,30 @@ mod tests {
         assert_eq!(crashes, restarts, "every crash is repaired");
         let differs = (0..20).any(|s| random_plan(s, &nodes, SimTime::ZERO, end, &rates) != a);
         assert!(differs, "other seeds give other plans");
+    }
+
+    /// Duplication and replay come from their own stream: allowing them adds faults to a
+    /// seed's plan without changing the others (old seeds replay as they did).
+    #[test]
+    fn duplication_and_replay_leave_the_other_faults_of_a_seed_unchanged() {
+        let nodes: Vec<NodeId> = (0..5).map(NodeId).collect();
+        let end = SimTime::from_secs(30);
+        let without = FaultRates {
+            kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss").unwrap(),
+            ..FaultRates::default()
+        };
+        let extra = |f: &Fault| matches!(f, Fault::SetDuplicate(_) | Fault::Replay(_));
+        let mut added = 0;
+        for seed in 0..50 {
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let old = random_plan(seed, &nodes, SimTime::ZERO, end, &without);
+            let kept: Vec<_> = all.iter().filter(|f| !extra(&f.fault)).cloned().collect();
+            assert_eq!(kept, old, "seed {seed}");
+            added += all.len() - old.len();
+        }
+        assert!(added > 50, "the extra kinds show up: {added}");
+        let only = FaultRates { kinds: FaultKinds::parse("replay").unwrap(), ..FaultRates::default() };
+        let plan = random_plan(1, &nodes, SimTime::ZERO, end, &only);
+        assert!(!plan.is_empty() && plan.iter().all(|f| matches!(f.fault, Fault::Replay(_))));
     }
 }

@@ -77,6 +77,21 @@ pub struct SimStats {
     pub dropped_overload: u64,
     pub dropped_unknown_node: u64,
     pub duplicated: u64,
+    /// Old messages delivered again by [`Fault::Replay`].
+    pub replayed: u64,
+}
+
+/// Messages kept for replays when a [`Fault::Replay`] is scheduled and nothing else was asked:
+/// the last few hundred milliseconds of a loaded run, so a replay delivers messages a protocol
+/// has already moved past.
+pub const REPLAY_BUFFER_DEFAULT: usize = 4_096;
+
+/// Recently sent messages that [`Fault::Replay`] may deliver again.
+struct ReplayBuffer<M> {
+    capacity: usize,
+    sent: VecDeque<(NodeId, NodeId, M)>,
+    /// Its own stream: keeping the buffer does not change any other random draw.
+    rng: Rng,
 }
 
 /// Work waiting for a node's CPU.
@@ -123,6 +138,8 @@ pub struct Sim<M: Message> {
     nodes: Vec<Node<M>>,
     net_rng: Rng,
     loss: f64,
+    duplicate: f64,
+    replay: Option<ReplayBuffer<M>>,
     /// blocked[from * n + to]: the directed link is cut.
     blocked: Vec<bool>,
     /// last_arrival[from * n + to]: keeps links FIFO.
@@ -141,6 +158,7 @@ impl<M: Message> Sim<M> {
     pub fn new(config: SimConfig, matrix: LatencyMatrix) -> Self {
         let net_rng = Rng::seed_from_u64(mix(config.seed, u64::MAX, 0));
         let loss = config.network.loss;
+        let duplicate = config.network.duplicate;
         let tracer = Tracer::new(config.keep_trace_log);
         Sim {
             config,
@@ -150,6 +168,8 @@ impl<M: Message> Sim<M> {
             nodes: Vec::new(),
             net_rng,
             loss,
+            duplicate,
+            replay: None,
             blocked: Vec::new(),
             last_arrival: Vec::new(),
             effects: Vec::new(),
@@ -208,7 +228,12 @@ impl<M: Message> Sim<M> {
     }
 
     /// Schedules a fault (or repair) at true time `at` (not before now).
+    /// Schedules `fault` at `at` (a [`Fault::Replay`] starts keeping sent messages now, if
+    /// nothing did: [`REPLAY_BUFFER_DEFAULT`] of them).
     pub fn schedule(&mut self, at: SimTime, fault: Fault) {
+        if matches!(fault, Fault::Replay(_)) && self.replay.is_none() {
+            self.keep_sent_for_replay(REPLAY_BUFFER_DEFAULT);
+        }
         self.queue.push(at.max(self.now), Event::Fault(fault));
     }
 
@@ -221,6 +246,13 @@ impl<M: Message> Sim<M> {
     /// True time now.
     pub fn now(&self) -> SimTime {
         self.now
+    }
+
+    /// Keeps the last `capacity` messages sent, for [`Fault::Replay`] (off by default: it
+    /// clones every message).
+    pub fn keep_sent_for_replay(&mut self, capacity: usize) {
+        let rng = Rng::seed_from_u64(mix(self.config.seed, u64::MAX - 1, 0));
+        self.replay = Some(ReplayBuffer { capacity: capacity.max(1), sent: VecDeque::new(), rng });
     }
 
     /// Adds a property over the whole world, checked after every `every_events` events (with
@@ -467,12 +499,17 @@ impl<M: Message> Sim<M> {
             self.stats.dropped_partition += 1;
             return;
         }
+        if let Some(r) = &mut self.replay {
+            if r.sent.len() == r.capacity {
+                r.sent.pop_front();
+            }
+            r.sent.push_back((from, to, msg.clone()));
+        }
         if self.loss > 0.0 && self.net_rng.random_bool(self.loss.clamp(0.0, 1.0)) {
             self.stats.dropped_loss += 1;
             return;
         }
-        let duplicate = self.config.network.duplicate > 0.0
-            && self.net_rng.random_bool(self.config.network.duplicate.clamp(0.0, 1.0));
+        let duplicate = self.duplicate > 0.0 && self.net_rng.random_bool(self.duplicate.clamp(0.0, 1.0));
         if duplicate {
             self.stats.duplicated += 1;
             let arrival = self.arrival(from, to, depart);
@@ -557,8 +594,30 @@ impl<M: Message> Sim<M> {
                 self.nodes[node.index()].clock.step_now(delta_ns);
             }
             Fault::SetLoss(p) => self.loss = p.clamp(0.0, 1.0),
+            Fault::SetDuplicate(p) => self.duplicate = p.clamp(0.0, 1.0),
+            Fault::Replay(count) => self.replay_old(count),
             // A fault naming a node that does not exist is ignored (and traced above).
             _ => {}
+        }
+    }
+
+    /// Delivers `count` messages drawn from the replay buffer again, over their links.
+    fn replay_old(&mut self, count: u32) {
+        let Some(r) = &mut self.replay else { return };
+        if r.sent.is_empty() {
+            return;
+        }
+        let picks: Vec<(NodeId, NodeId, M)> =
+            (0..count).map(|_| r.sent[r.rng.random_range(0..r.sent.len())].clone()).collect();
+        let n = self.nodes.len();
+        for (from, to, msg) in picks {
+            if self.blocked[from.index() * n + to.index()] {
+                self.stats.dropped_partition += 1;
+                continue;
+            }
+            self.stats.replayed += 1;
+            let arrival = self.arrival(from, to, self.now);
+            self.queue.push(arrival, Event::Deliver { to, from, msg });
         }
     }
 

@@ -270,6 +270,36 @@ fn loss_and_duplication_happen_at_their_configured_rates() {
     assert_eq!(sim.role::<Order>(NodeId(1)).unwrap().seen.len() as u64, 10_000 - s.dropped_loss + s.duplicated);
 }
 
+/// A replay delivers old messages again, after everything newer: the receiver sees sequence
+/// numbers go backwards. A duplication episode delivers copies only while it lasts.
+#[test]
+fn replays_deliver_old_messages_again_and_duplication_episodes_end() {
+    let m = LatencyMatrix::gcp();
+    let mut sim: Sim<Msg> = Sim::new(SimConfig::new(3), m);
+    sim.add_node(RegionId(0), SimClock::perfect(), |_| Box::new(Burst { to: NodeId(1), count: 1_000 }));
+    sim.add_node(RegionId(1), SimClock::perfect(), |_| Box::new(Order::default()));
+    sim.schedule(SimTime::from_secs(1), Fault::Replay(50));
+    sim.run_until(SimTime::from_secs(2));
+    let seen = &sim.role::<Order>(NodeId(1)).unwrap().seen;
+    assert_eq!((seen.len(), sim.stats().replayed), (1_050, 50));
+    assert!(seen[..1_000].windows(2).all(|w| w[0] < w[1]), "the originals arrive in order");
+    assert!(seen[1_000..].iter().all(|i| *i < 1_000), "then 50 old ones again");
+
+    let mut sim: Sim<Msg> = Sim::new(SimConfig::new(4), LatencyMatrix::gcp());
+    sim.add_node(RegionId(0), SimClock::perfect(), |_| {
+        Box::new(Chatter::new(vec![NodeId(1)], Duration::from_millis(1)))
+    });
+    sim.add_node(RegionId(0), SimClock::perfect(), |_| Box::new(Order::default()));
+    sim.schedule(SimTime::from_secs(1), Fault::SetDuplicate(0.5));
+    sim.schedule(SimTime::from_secs(2), Fault::SetDuplicate(0.0));
+    sim.run_until(SimTime::from_secs(3));
+    let seen = &sim.role::<Order>(NodeId(1)).unwrap().seen;
+    let copies = |lo: u64, hi: u64| seen.iter().filter(|i| (lo..hi).contains(*i)).count() as i64 - (hi - lo) as i64;
+    assert_eq!(copies(1, 990), 0, "before the episode");
+    assert!((350..=650).contains(&copies(1_010, 1_990)), "during it: {}", copies(1_010, 1_990));
+    assert_eq!(copies(2_010, 2_990), 0, "after it");
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace_hash_and_another_seed_another() {
     let run = |seed: u64| {

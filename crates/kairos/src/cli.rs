@@ -402,7 +402,8 @@ pub struct CampaignArgs {
     /// Seeds to run: `N`, `A..B` (B excluded) or `A..=B`.
     #[arg(long, default_value = "1..21")]
     pub seeds: String,
-    /// Fault kinds the plans may use, comma-separated: crash, partition, oneway, clock-step, loss (or all).
+    /// Fault kinds the plans may use, comma-separated: crash, partition, oneway, clock-step, loss, dup (messages
+    /// delivered twice), replay (old messages delivered again), or all.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Offered load, transactions per second over all coordinators (transactional protocols).
