@@ -84,5 +84,7 @@ pub mod sim;
 pub mod tpcc;
 
 pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats};
-pub use msg::{CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
+pub use msg::{
+    CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern, WriteOrigin,
+};
 pub use session::{Probe, ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};

@@ -8,7 +8,7 @@
 
 use crate::msg::{
     codes, CausalMsg, ClientOp, Entry, ErrorReply, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody,
-    Request, WriteConcern,
+    Request, WriteConcern, WriteOrigin,
 };
 use kairos_clock::{
     gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
@@ -141,6 +141,8 @@ pub struct MemberStats {
     pub journal_unreadable: u64,
     pub keys_generated: u64,
     pub ignored_messages: u64,
+    /// Client writes that reached the primary again after they ran (answered, not re-run).
+    pub retried_writes: u64,
 }
 
 struct Waiter {
@@ -168,6 +170,9 @@ pub struct Member {
     primary: Option<u32>,
     commit_point: ClusterTime,
     store: BTreeMap<u64, Vec<(u64, ClusterTime)>>,
+    /// Per client, its latest write in the oplog: (request id, optime). Rebuilt from the oplog
+    /// like the store (see [`WriteOrigin`]).
+    writes_by_client: BTreeMap<u32, (u64, ClusterTime)>,
     clock: LogicalClock,
     validator: ClusterTimeValidator,
     keys: KeyRing,
@@ -182,7 +187,10 @@ pub struct Member {
     pending_writes: BTreeMap<ClusterTime, PendingWrite>,
     last_write_at: LocalTime,
     // Secondary.
-    pull_sent_at: Option<LocalTime>,
+    /// The outstanding pull: when it was sent, and the oplog position it pulls after. Only a
+    /// batch answering it moves the secondary on (and makes it pull again), so a duplicated or
+    /// replayed batch cannot start a second pull chain.
+    pull_sent: Option<(LocalTime, OpPos)>,
     noop_requested: ClusterTime,
     waiters: Vec<Waiter>,
     stats: MemberStats,
@@ -206,6 +214,7 @@ impl Member {
             primary: None,
             commit_point: ClusterTime::ZERO,
             store: BTreeMap::new(),
+            writes_by_client: BTreeMap::new(),
             clock,
             validator: ClusterTimeValidator::new(),
             keys,
@@ -217,7 +226,7 @@ impl Member {
             commit_sent: BTreeMap::new(),
             pending_writes: BTreeMap::new(),
             last_write_at: LocalTime::ZERO,
-            pull_sent_at: None,
+            pull_sent: None,
             noop_requested: ClusterTime::ZERO,
             waiters: Vec::new(),
             stats: MemberStats::default(),
@@ -229,6 +238,7 @@ impl Member {
     /// Takes `d` as the durable part and rebuilds the document store from its oplog.
     fn restore(&mut self, d: Durable) {
         self.store.clear();
+        self.writes_by_client.clear();
         for e in &d.oplog {
             self.apply(e);
         }
@@ -321,6 +331,9 @@ impl Member {
     }
 
     fn apply(&mut self, e: &Entry) {
+        if let Some(o) = e.origin {
+            self.writes_by_client.insert(o.client, (o.request, e.optime));
+        }
         match &e.op {
             Op::Append { key, value } => self.store.entry(*key).or_default().push((*value, e.optime)),
             Op::Keys(keys) => {
@@ -445,9 +458,23 @@ impl Member {
             let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many writes waiting for majority");
             return self.reply_err(ctx, from, req.id, e);
         }
-        let optime = match self.write(ctx, Op::Append { key, value }) {
-            Ok(t) => t,
-            Err(e) => return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e)),
+        let origin = WriteOrigin { client: from.0, request: req.id };
+        let optime = match self.writes_by_client.get(&origin.client) {
+            // This request already ran (a retransmission, a duplicated or replayed message):
+            // answer with its optime, once the write concern holds for it.
+            Some(&(request, optime)) if request == req.id => {
+                self.stats.retried_writes += 1;
+                optime
+            }
+            Some(&(request, _)) if request > req.id => {
+                self.stats.retried_writes += 1;
+                let e = ErrorReply::new(codes::TRANSACTION_TOO_OLD, "a newer write of this client already ran");
+                return self.reply_err(ctx, from, req.id, e);
+            }
+            _ => match self.write_from(ctx, Op::Append { key, value }, Some(origin)) {
+                Ok(t) => t,
+                Err(e) => return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e)),
+            },
         };
         match req.write_concern {
             WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
@@ -533,11 +560,21 @@ impl Member {
 
     /// Appends one entry as primary: tick, log, apply, feed waiting pulls.
     fn write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, op: Op) -> Result<ClusterTime, kairos_clock::ClusterTimeError> {
+        self.write_from(ctx, op, None)
+    }
+
+    /// Writes `op` for the client request `origin` (if any).
+    fn write_from(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        op: Op,
+        origin: Option<WriteOrigin>,
+    ) -> Result<ClusterTime, kairos_clock::ClusterTimeError> {
         let optime = self.clock.reserve_ticks(1, ctx.now())?;
         if matches!(op, Op::Noop) {
             self.stats.noops_written += 1;
         }
-        let entry = Entry { optime, term: self.d.term, op };
+        let entry = Entry { optime, term: self.d.term, op, origin };
         self.apply(&entry);
         self.log_push(entry);
         self.last_write_at = ctx.now();
@@ -561,7 +598,7 @@ impl Member {
         let Ok(optime) = self.clock.reserve_ticks(1, ctx.now()) else { return };
         let created = self.keys.generate(ctx.rng(), optime, self.cfg.key_rotation_secs);
         self.stats.keys_generated += created.len() as u64;
-        let entry = Entry { optime, term: self.d.term, op: Op::Keys(created) };
+        let entry = Entry { optime, term: self.d.term, op: Op::Keys(created), origin: None };
         self.apply(&entry);
         self.log_push(entry);
         self.last_write_at = ctx.now();
@@ -729,13 +766,13 @@ impl Member {
             return;
         }
         let now = ctx.now();
-        if let Some(at) = self.pull_sent_at {
+        if let Some((at, _)) = self.pull_sent {
             if now.saturating_since(at) < self.cfg.pull_timeout {
                 return;
             }
         }
-        self.pull_sent_at = Some(now);
         let last = self.last_pos();
+        self.pull_sent = Some((now, last));
         self.send_peer(ctx, p, PeerBody::Pull { last });
     }
 
@@ -752,7 +789,13 @@ impl Member {
             return;
         }
         self.follow(ctx, from);
-        self.pull_sent_at = None;
+        if self.pull_sent.is_none_or(|(_, last)| last != after) {
+            // Not the answer to the outstanding pull (a duplicate, a replay, an answer to a
+            // pull that timed out): the outstanding pull or its timeout moves things on.
+            ctx.metric("causal.unsolicited_batches", 1);
+            return;
+        }
+        self.pull_sent = None;
         // A batch answers a pull made from `after`; if our oplog no longer ends there (a stale
         // batch for an older pull), it is dropped and we pull again.
         if after != self.last_pos() {
@@ -811,6 +854,15 @@ impl Member {
                 list.pop();
             }
         }
+        if removed.iter().any(|e| e.origin.is_some()) {
+            // A client's latest surviving write may be older than the one rolled back.
+            self.writes_by_client.clear();
+            for e in &self.d.oplog {
+                if let Some(o) = e.origin {
+                    self.writes_by_client.insert(o.client, (o.request, e.optime));
+                }
+            }
+        }
         self.commit_point = self.commit_point.min(self.last_applied());
     }
 
@@ -820,7 +872,7 @@ impl Member {
             self.state = MemberState::Secondary;
         }
         if self.primary != Some(from) {
-            self.pull_sent_at = None;
+            self.pull_sent = None;
             self.noop_requested = ClusterTime::ZERO;
         }
         self.primary = Some(from);

@@ -14,12 +14,26 @@ pub enum Op {
     Keys(Vec<SigningKey>),
 }
 
-/// An oplog entry: its optime (a cluster time), the term of the primary that wrote it, the op.
+/// An oplog entry: its optime (a cluster time), the term of the primary that wrote it, the op,
+/// and for a client's write, which request it executes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub optime: ClusterTime,
     pub term: u64,
     pub op: Op,
+    pub origin: Option<WriteOrigin>,
+}
+
+/// The client request a write executes (MongoDB keeps `lsid` and `txnNumber` of a retryable
+/// write in its oplog entry for the same reason): a request that reaches a primary again — a
+/// retransmission, a duplicated or replayed message, also after a failover — is answered with
+/// the first execution's optime instead of running twice.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteOrigin {
+    /// The client's node.
+    pub client: u32,
+    /// Its request id ([`Request::id`]); a client's ids increase.
+    pub request: u64,
 }
 
 /// The position of the last entry of an oplog: `(optime, term)`.
@@ -160,6 +174,7 @@ pub mod codes {
     pub const INTERRUPTED_DUE_TO_REPL_STATE_CHANGE: i32 = 11602;
     pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
     pub const EXCEEDED_LIMIT: i32 = 2;
+    pub const TRANSACTION_TOO_OLD: i32 = 225;
 
     /// The codeName of a code of this module.
     pub fn name(code: i32) -> &'static str {
@@ -174,6 +189,7 @@ pub mod codes {
             INTERRUPTED_DUE_TO_REPL_STATE_CHANGE => "InterruptedDueToReplStateChange",
             NOT_PRIMARY_OR_SECONDARY => "NotPrimaryOrSecondary",
             EXCEEDED_LIMIT => "BadValue",
+            TRANSACTION_TOO_OLD => "TransactionTooOld",
             _ => "UnknownError",
         }
     }

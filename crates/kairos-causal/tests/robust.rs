@@ -45,6 +45,7 @@ fn random_messages_never_panic_a_member() {
                     optime: ct(&mut rng),
                     term: rng.random_range(0..4),
                     op: Op::Append { key: 1, value: rng.random() },
+                    origin: None,
                 })
                 .collect();
             let pos = OpPos { optime: ct(&mut rng), term: rng.random_range(0..4) };

@@ -214,3 +214,33 @@ fn range_signing_needs_far_fewer_hmacs_than_per_reply_signing() {
     );
     assert!(r * 10.0 < p, "range {r} vs per-reply {p}");
 }
+
+/// A write request that reaches the primary again (a retransmission, or a message the network
+/// duplicated or replayed) runs once: the second copy is answered with the first's optime, a
+/// copy of an older request is refused, and the list holds the value once.
+#[test]
+fn a_write_request_that_arrives_twice_runs_once() {
+    let mut w = world(&quiet());
+    let p = primary(&w);
+    let w1 = req(1, ClientOp::Append { key: 7, value: 70 }, None);
+    let w2 = req(2, ClientOp::Append { key: 7, value: 71 }, None);
+    let script = vec![
+        (Duration::ZERO, p, w1.clone()),
+        (Duration::from_millis(5), p, w1.clone()),
+        (Duration::from_millis(10), p, w2),
+        (Duration::from_millis(15), p, w1),
+        (Duration::from_millis(20), p, req(3, ClientOp::Read { key: 7 }, None)),
+    ];
+    let pr = probe(&mut w, script, Duration::from_secs(1));
+    let probe_role = w.sim.role::<Probe>(pr).unwrap();
+    let answers: Vec<&Reply> = probe_role.replies.iter().map(|(_, r)| r).filter(|r| r.id == 1).collect();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert_eq!(answers[0].result, Ok(kairos_causal::ReplyBody::Written));
+    assert_eq!(
+        (answers[1].result.clone(), answers[1].operation_time),
+        (answers[0].result.clone(), answers[0].operation_time)
+    );
+    assert_eq!(code(answers[2]), Some(codes::TRANSACTION_TOO_OLD));
+    assert_eq!(reply(&w, pr, 3).result, Ok(kairos_causal::ReplyBody::Read(vec![70, 71])));
+    assert_eq!(w.sim.role::<Member>(p).unwrap().stats().retried_writes, 2);
+}
