@@ -6,6 +6,7 @@ mod causal;
 mod check;
 mod demo;
 mod micro;
+pub mod redis;
 pub mod report;
 mod serve;
 mod sim;
