@@ -1298,6 +1298,95 @@ mod tests {
         assert_eq!(history(&e)[0].process, BASE);
     }
 
+    /// A general transaction over three shards: each operation's output comes back in the
+    /// transaction's order, and the history records versions — a read only where the
+    /// transaction's first operation on the key reads it, a write of version + 1 where it writes.
+    #[test]
+    fn general_operations_return_outputs_in_order_and_record_versions() {
+        use crate::ops::{OpError, OpKind};
+        let mut h = H::std();
+        h.c.completions = Some(VecDeque::new());
+        let ops = vec![
+            Op::new(tk(0), OpKind::Set(b"v".to_vec())),
+            Op::new(tk(1), OpKind::Get),
+            Op::new(tk(0), OpKind::IncrBy(2)),
+            Op::new(tk(3), OpKind::Get),
+            Op::new(tk(2), OpKind::Del),
+        ];
+        let (txn, eff) = h.run(|c, ctx| c.submit(ctx, ops));
+        let txn = txn.unwrap();
+        let inv = history(&eff);
+        let placeholder = |k| MicroOp::Write { key: hk(k), value: write_placeholder(txn, hk(k)) };
+        assert_eq!(
+            inv[0].value,
+            vec![
+                placeholder(0),
+                MicroOp::Read { key: hk(1), value: None },
+                MicroOp::Read { key: hk(3), value: None },
+                placeholder(2)
+            ]
+        );
+        let pieces = submits(&eff);
+        let ops_of = |s: ShardId| pieces.iter().find(|p| p.1.shard == s).unwrap().1.ops.len();
+        assert_eq!((ops_of(0), ops_of(1), ops_of(2)), (3, 1, 1), "each shard gets its keys' operations");
+        let results = [
+            (
+                0,
+                PieceResult {
+                    outputs: vec![OpOutput::Ok, OpOutput::Error(OpError::NotInteger), OpOutput::Nil],
+                    versions: vec![5, 7],
+                },
+            ),
+            (1, PieceResult { outputs: vec![OpOutput::Bulk(b"x".to_vec())], versions: vec![2] }),
+            (2, PieceResult { outputs: vec![OpOutput::Int(0)], versions: vec![0] }),
+        ];
+        let mut all = Vec::new();
+        for (s, result) in results {
+            for r in 0..3 {
+                let from = node(&h.c.topology, s, r);
+                let result = (r == 0).then(|| result.clone());
+                let msg = TigaMsg::Reply {
+                    view: 0,
+                    txn,
+                    shard: s,
+                    replica: r,
+                    kind: ReplyKind::Fast,
+                    ts: 50,
+                    hash: [1; 20],
+                    result,
+                    owd_ns: 0,
+                };
+                all.extend(h.deliver(from, msg));
+            }
+        }
+        let ok = history(&all);
+        assert_eq!(ok.len(), 1);
+        assert_eq!(
+            ok[0].value,
+            vec![
+                MicroOp::Write { key: hk(0), value: 6 },
+                MicroOp::Read { key: hk(1), value: Some(ReadValue::Int(2)) },
+                MicroOp::Read { key: hk(3), value: Some(ReadValue::Int(7)) },
+                MicroOp::Write { key: hk(2), value: 1 },
+            ]
+        );
+        let done = h.c.take_completions();
+        assert_eq!(
+            done,
+            vec![Completion {
+                txn,
+                outputs: Some(vec![
+                    OpOutput::Ok,
+                    OpOutput::Bulk(b"x".to_vec()),
+                    OpOutput::Error(OpError::NotInteger),
+                    OpOutput::Nil,
+                    OpOutput::Int(0),
+                ]),
+            }]
+        );
+        assert!(h.c.take_completions().is_empty());
+    }
+
     #[test]
     fn slots_are_reused_smallest_first() {
         let mut h = H::std();

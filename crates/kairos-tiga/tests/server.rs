@@ -178,3 +178,29 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
     assert!(confirmed, "the lower leader confirms round 2");
     assert_eq!(h.role.log().len(), 1);
 }
+
+/// A piece whose declared read / write sets are not the ones its operations imply is refused:
+/// conflict detection trusts those sets.
+#[test]
+fn a_piece_whose_sets_do_not_match_its_operations_is_refused() {
+    let mut h = server(0, 0);
+    let mut bad = piece(1, &[0], &[6]);
+    bad.writes.clear(); // an increment that claims to write nothing
+    assert!(replies(&submit(&mut h, bad, Duration::from_millis(5))).is_empty());
+    assert!(replies(&h.advance(Duration::from_millis(20))).is_empty(), "never released");
+    assert_eq!(h.role.stats().rejected, 1);
+    // The honest piece goes through, and a GET after SET in one piece reads its own write.
+    let ops = vec![Op::new(tk(6), OpKind::Set(b"hello".to_vec())), Op::new(tk(6), OpKind::Get)];
+    let good = Piece::new(TxnId::new(COORDINATOR, 2), 0, vec![0], ops);
+    submit(&mut h, good, Duration::from_millis(5));
+    let e = h.advance(Duration::from_millis(20));
+    let outputs: Vec<Vec<OpOutput>> = sent(&e)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            TigaMsg::Reply { result: Some(r), .. } => Some(r.outputs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs, vec![vec![OpOutput::Ok, OpOutput::Bulk(b"hello".to_vec())]]);
+    assert_eq!(h.role.entry(&tk(6)).map(|e| e.version), Some(1));
+}

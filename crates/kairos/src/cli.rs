@@ -34,6 +34,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Run one node of a cluster as a real process over TCP.
     Serve(ServeArgs),
+    /// Run a whole local cluster: `kairos cluster up` starts Tiga with a Redis gateway per region.
+    #[command(subcommand)]
+    Cluster(crate::cmd::redis::cluster::ClusterCommand),
     /// Draw the papers' figures (HTML + SVG) from runs of the benches or their --json results.
     Report(crate::cmd::report::ReportArgs),
 }

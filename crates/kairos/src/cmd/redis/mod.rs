@@ -3,6 +3,7 @@
 //!
 //! - [`resp`]: RESP2 parsing (limit-checked) and reply encoding.
 //! - [`commands`]: Redis commands → Tiga operations, and their outputs → replies.
+//! - [`cluster`]: `kairos cluster up`, the paper's deployment as local processes.
 //! - [`gateway`]: the gateway's role (a coordinator that hands results back) and the RESP
 //!   listener with its per-connection state (pipelines, MULTI/EXEC).
 //!
@@ -13,6 +14,7 @@
 //! on `--redis-listen ADDR` and records the history of what it served with `--history FILE`
 //! (Jepsen processes from `node id × inflight_max`, so gateways' histories merge).
 
+pub mod cluster;
 pub mod commands;
 pub mod gateway;
 pub mod resp;
