@@ -14,12 +14,17 @@
 //! and at the end the gateway's history (everything it served) must be strictly serializable
 //! by `kairos check`.
 //!
+//! A second test runs `kairos cluster up` (the paper's deployment: 3 shards × 3 replicas in
+//! sc / fi / br, a gateway per region including hk, GCP one-way delays injected): redis-cli
+//! against the hk gateway, and redis-py clients in all four regions running concurrent
+//! MULTI/EXEC read-modify-write transactions on the same keys; the gateways' merged history
+//! must be strictly serializable.
+//!
 //! redis-cli and redis-benchmark come from Debian's `redis-tools`, redis-py from the virtual
 //! environment `target/pyvenv` (`.ci/run` installs both). A missing client skips its part with a
 //! printed reason — unless the environment variable `CI` is set, then it fails.
 #![allow(clippy::disallowed_methods)] // wall time for the printed measurements only
 
-#[allow(dead_code)] // merge_histories is for the other process tests
 mod common;
 
 use common::{free_ports, Children};
@@ -342,5 +347,134 @@ fn redis_clients_against_a_tiga_gateway() {
     for i in 0..=SHARDS * REPLICAS {
         let log = std::fs::read_to_string(dir.path().join(format!("node-{i}.log"))).unwrap_or_default();
         assert!(!log.contains("panicked"), "node {i} panicked:\n{log}");
+    }
+}
+
+const REGIONS_SCRIPT: &str = r#"
+import sys, threading, redis
+ports, txns = [int(p) for p in sys.argv[1].split(",")], int(sys.argv[2])
+errors = []
+def work(port):
+    r = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        for i in range(txns):
+            p = r.pipeline(transaction=True)
+            for k in ("geo:a", "geo:b", "geo:c"):
+                p.incr(k)
+            p.get("geo:a")
+            res = p.execute()
+            assert res[0] == int(res[3]), res
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=work, args=(p,)) for p in ports]
+for t in threads: t.start()
+for t in threads: t.join()
+r = redis.Redis(host="127.0.0.1", port=ports[0])
+values = [int(r.get(k)) for k in ("geo:a", "geo:b", "geo:c")]
+print("errors", errors[:3], "values", values)
+sys.exit(0 if not errors and values == [len(ports) * txns] * 3 else 1)
+"#;
+
+/// `n` consecutive loopback ports free at the time of the call.
+fn free_consecutive_ports(n: u16) -> u16 {
+    for _ in 0..200 {
+        let base = free_ports(1)[0];
+        if base > u16::MAX - n {
+            continue;
+        }
+        let ok: Vec<_> = (0..n).map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok()).collect();
+        if ok.len() == n as usize {
+            return base;
+        }
+    }
+    panic!("no {n} consecutive free ports");
+}
+
+#[test]
+fn cluster_up_serves_every_region_strictly_serializably() {
+    let cli = Path::new("redis-cli");
+    if !available(cli, "redis-cli") {
+        return;
+    }
+    let py = python();
+    if !available(&py, "redis-py's Python") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The default deployment, on free ports.
+    let ports = free_ports(13);
+    let regions = ["sc", "fi", "br", "sc", "fi", "br", "sc", "fi", "br", "sc", "fi", "br", "hk"];
+    let mut toml = String::from("[cluster]\nname = \"up-test\"\nlatency = \"gcp\"\ninject_delay = true\n");
+    for (i, (port, region)) in ports.iter().zip(regions).enumerate() {
+        let role = if i < 9 { "tiga-server" } else { "tiga-gateway" };
+        toml +=
+            &format!("\n[[node]]\nid = {i}\naddr = \"127.0.0.1:{port}\"\nregion = \"{region}\"\nrole = \"{role}\"\n");
+    }
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(&config, toml).unwrap();
+    let redis_base = free_consecutive_ports(4);
+    let out_dir = dir.path().join("up");
+    let mut up = Up(kairos()
+        .args(["cluster", "up", "--config", config.to_str().unwrap(), "--dir", out_dir.to_str().unwrap()])
+        .args(["--redis-port", &redis_base.to_string(), "--duration-s", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let mut stdout = BufReader::new(up.0.stdout.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("Ctrl-C stops the cluster") {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            panic!("cluster up ended early: {banner}");
+        }
+        banner += &line;
+    }
+    eprintln!("{banner}");
+    let hk = redis_base + 3;
+    let run_cli = |args: &[&str]| {
+        let o = Command::new(cli).args(["-p", &hk.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(run_cli(&["SET", "greeting", "hello from hk"]), "OK");
+    assert_eq!(run_cli(&["GET", "greeting"]), "hello from hk");
+    let started = Instant::now();
+    let gateways: Vec<String> = (0..4).map(|k| (redis_base + k).to_string()).collect();
+    let script = dir.path().join("regions.py");
+    std::fs::write(&script, REGIONS_SCRIPT).unwrap();
+    let o = Command::new(&py).args([script.to_str().unwrap(), &gateways.join(","), "6"]).output().unwrap();
+    eprintln!("redis-py in 4 regions × 6 MULTI/EXEC in {:.1} s: {}", started.elapsed().as_secs_f64(), text(&o));
+    // Stop the cluster (SIGINT lets the gateways finish their histories).
+    sigint(up.0.id());
+    let status = up.0.wait().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(status.success(), "cluster up exited with {status}");
+    let histories: Vec<PathBuf> = (9..13).map(|n| out_dir.join(format!("gateway-{n}.jsonl"))).collect();
+    let merged = dir.path().join("merged.jsonl");
+    let records = common::merge_histories(&histories, &merged, false);
+    assert!(records >= 2 * (2 + 4 * 6), "{records} records");
+    let c = kairos().args(["check", merged.to_str().unwrap(), "--model", "strict-serializable"]).output().unwrap();
+    eprintln!("kairos check of the 4 gateways' merged history: {}", text(&c));
+    assert!(c.status.success() && text(&c).contains("VALID"), "{}", text(&c));
+}
+
+/// Sends SIGINT to a process (as Ctrl-C would).
+fn sigint(pid: u32) {
+    let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+}
+
+/// `kairos cluster up`, stopped with SIGINT (so it stops its nodes) however the test ends.
+struct Up(std::process::Child);
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            sigint(self.0.id());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
 }
