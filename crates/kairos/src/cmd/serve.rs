@@ -117,6 +117,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     match spec.role.as_str() {
         "tiga-server" => {
+            if args.data_dir.is_some() {
+                eprintln!("note: Tiga servers keep no durable state yet (no recovery); --data-dir is not used");
+            }
             let server = super::redis::server(&cfg, me, &tiga()?)?;
             runtime.block_on(serve(cfg, me, server, node_opts, duration, None, history_out))
         }
