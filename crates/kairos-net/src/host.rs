@@ -271,13 +271,33 @@ impl Drop for NodeHandle {
     }
 }
 
+/// A call into a running node's role from outside it — a front end, such as a gateway that
+/// turns client requests into transactions. It runs in the role's task like a handler, with a
+/// context (clock, generator, outbox), and its effects are carried out like a handler's.
+pub type Call<P> = Box<dyn FnOnce(&mut P, &mut Ctx<'_, <P as Process>::Msg>) + Send>;
+
 /// Starts `process` as node `me` of `cfg`: binds (or takes) the listener, runs `on_start`,
 /// and serves until [`NodeHandle::shutdown`].
 pub async fn spawn_node<P>(
     cfg: Arc<ClusterConfig>,
     me: NodeId,
+    process: P,
+    opts: NodeOptions,
+) -> Result<NodeHandle, NetError>
+where
+    P: Process + Send + 'static,
+{
+    spawn_node_with_calls(cfg, me, process, opts, None).await
+}
+
+/// As [`spawn_node`], and the role also runs every [`Call`] that arrives on `calls` (a bounded
+/// channel the caller made: a full one pushes back on the front end), between handlers.
+pub async fn spawn_node_with_calls<P>(
+    cfg: Arc<ClusterConfig>,
+    me: NodeId,
     mut process: P,
     opts: NodeOptions,
+    calls: Option<mpsc::Receiver<Call<P>>>,
 ) -> Result<NodeHandle, NetError>
 where
     P: Process + Send + 'static,
@@ -356,7 +376,7 @@ where
         effects: Vec::new(),
         store,
     };
-    let process_task = tokio::spawn(node.run(inbound_rx, shutdown_rx, opts.shutdown_grace));
+    let process_task = tokio::spawn(node.run(inbound_rx, calls, shutdown_rx, opts.shutdown_grace));
     tracing::info!(node = %me, addr = %local_addr, cluster = cfg.name(), "node listening");
     Ok(NodeHandle {
         me,
@@ -480,15 +500,17 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(duration_nanos).unwrap_or(0)
 }
 
-enum Input<M> {
-    Message(NodeId, M),
+enum Input<P: Process> {
+    Message(NodeId, P::Msg),
     Timer(TimerId),
+    Call(Call<P>),
 }
 
 impl<P: Process + Send + 'static> Node<P> {
     async fn run(
         mut self,
         mut inbound: mpsc::Receiver<(NodeId, P::Msg)>,
+        mut calls: Option<mpsc::Receiver<Call<P>>>,
         mut shutdown: watch::Receiver<bool>,
         grace: Duration,
     ) {
@@ -504,8 +526,12 @@ impl<P: Process + Send + 'static> Node<P> {
                     break;
                 }
                 let deadline = self.timers.next_deadline();
-                let input = tokio::select! {
+                let input: Input<P> = tokio::select! {
                     _ = shutdown.changed() => break,
+                    c = async { match calls.as_mut() { Some(c) => c.recv().await, None => std::future::pending().await } } => match c {
+                        Some(call) => Input::Call(call),
+                        None => { calls = None; continue; }
+                    },
                     m = inbound.recv(), if inbound_open => match m {
                         Some((from, msg)) => Input::Message(from, msg),
                         None => { inbound_open = false; continue; }
@@ -529,6 +555,7 @@ impl<P: Process + Send + 'static> Node<P> {
                             self.shared.metrics.add(metric::TIMERS_FIRED, 1);
                             self.process.on_timer(&mut ctx, id)
                         }
+                        Input::Call(call) => call(&mut self.process, &mut ctx),
                     }
                 }
                 if !self.apply_effects(&mut shutdown).await {

@@ -29,18 +29,29 @@
 //! transaction commits or is given up. Coordinators must be given disjoint ranges
 //! (`process_id_base` spaced by at least `inflight_max`).
 //!
-//! A MicroBench transaction increments each of its keys. `kairos-check` pairs an `ok` with
-//! its `invoke` micro-op by micro-op (same count) and judges an `info` by its invocation's
-//! micro-ops, so the invocation must name the writes, but the written values (read + 1) are
-//! unknown until the leaders reply. Per key, in the transaction's key order:
-//! * `invoke`: `["r", k, null]`, `["w", k, P]` where `P` = [`write_placeholder`] is a value no
-//!   increment can produce and nobody reads (unique per transaction and key, `≥ 2^62`);
-//! * `ok`: `["r", k, v]`, `["w", k, v + 1]` with `v` from the leader (`v = 0`, the value of a
+//! A transaction is a list of [`Op`]s on byte-string keys ([`crate::ops`]); the checker sees
+//! each distinct key as an integer register holding the key's **version** (the number of
+//! transactions that wrote it), under the key [`history_key`]. `kairos-check` pairs an `ok`
+//! with its `invoke` micro-op by micro-op (same count) and judges an `info` by its
+//! invocation's micro-ops, so the invocation must name the writes, but the written versions
+//! are unknown until the leaders reply. Per distinct key, in order of first appearance:
+//! * `invoke`: `["r", k, null]` if the transaction's first operation on the key reads it, and
+//!   `["w", k, P]` if it writes the key, where `P` = [`write_placeholder`] is a value no
+//!   version reaches and nobody reads (unique per transaction and key, `≥ 2^62`);
+//! * `ok`: `["r", k, v]`, `["w", k, v + 1]` with `v` the version the leader saw (`v = 0`, a
 //!   never-written key, is recorded as `null`, the initial value);
 //! * `info` (given up): the invocation's micro-ops.
 //!
-//! Consequence: a given-up transaction that did take effect leaves a value no recorded
+//! A MicroBench transaction increments each of its keys by 1, so there the version is the
+//! value and the history is that of the original increment-only procedure.
+//!
+//! Consequence: a given-up transaction that did take effect leaves a version no recorded
 //! transaction wrote, which the checkers report as a garbage read.
+//!
+//! # Results for a front end
+//! With [`Coordinator::with_completions`], every finished transaction also leaves a
+//! [`Completion`] (each operation's output, or unknown) for [`Coordinator::take_completions`]:
+//! how a gateway that submits transactions on behalf of clients learns their results.
 //!
 //! # Metrics (cumulative counters)
 //! `tiga.committed`, `tiga.committed_fast` (every shard by the fast rule), `tiga.committed_slow`
@@ -57,21 +68,28 @@ use kairos_core::{duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId,
 use rand_distr::{Distribution, Exp};
 use thiserror::Error;
 
-use crate::msg::{Key, Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use crate::workload::TxnSource;
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TxnError {
-    #[error("a transaction needs at least one key")]
+    #[error("a transaction needs at least one operation")]
     NoKeys,
     #[error("a transaction may name at most {max} keys, this one names {keys}; split it")]
     TooManyKeys { keys: usize, max: usize },
-    #[error("key {0} appears more than once; name each key once")]
-    DuplicateKey(Key),
-    #[error("key {key} belongs to shard {shard}, which the topology does not serve (no replicas or no valid leader)")]
-    UnknownShard { key: Key, shard: ShardId },
+    #[error("a transaction may hold at most {max} operations, this one holds {ops}; split it")]
+    TooManyOps { ops: usize, max: usize },
+    #[error("a transaction may carry at most {max} bytes of keys and values, this one carries {bytes}; split it")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("keys {a:?} and {b:?} have the same 64-bit id; rename one")]
+    KeyCollision { a: String, b: String },
+    #[error(
+        "key {key:?} belongs to shard {shard}, which the topology does not serve (no replicas or no valid leader)"
+    )]
+    UnknownShard { key: String, shard: ShardId },
     #[error("{inflight} transactions are in flight, the limit is {max}; submit again once some complete")]
     Overloaded { inflight: usize, max: usize },
     #[error("this coordinator has used all 2^32 transaction ids; run a new coordinator node")]
@@ -172,6 +190,29 @@ const ARRIVAL_GAP_MAX: Duration = Duration::from_secs(24 * 3600);
 pub fn write_placeholder(txn: TxnId, key: Key) -> Value {
     const LOW: u64 = (1 << 62) - 1;
     (1 << 62) | ((txn.0 ^ key.rotate_left(32)) & LOW)
+}
+
+/// How a finished transaction turned out, for the front end that submitted it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub txn: TxnId,
+    /// Each operation's output, in the transaction's order; `None`: given up, outcome unknown.
+    pub outputs: Option<Vec<OpOutput>>,
+}
+
+/// The invocation's micro-ops of a general transaction (see the module docs).
+pub fn ops_invocation(txn: TxnId, ops: &[Op]) -> Vec<MicroOp> {
+    let mut out = Vec::new();
+    for (k, read, written) in distinct_keys(ops) {
+        let key = history_key(k);
+        if read {
+            out.push(MicroOp::Read { key, value: None });
+        }
+        if written {
+            out.push(MicroOp::Write { key, value: write_placeholder(txn, key) });
+        }
+    }
+    out
 }
 
 /// The invocation's micro-ops of a transaction incrementing `keys` (see the module docs):
@@ -293,13 +334,12 @@ impl OwdWindow {
     }
 }
 
-/// A replica's latest fast reply. `values` are the leader's reads, aligned with the shard's
-/// keys (empty for followers).
+/// A replica's latest fast reply, with the leader's result (none for followers).
 #[derive(Clone, Debug)]
 struct Fast {
     ts: Ts,
     hash: [u8; 20],
-    values: Vec<Value>,
+    result: Option<PieceResult>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -310,7 +350,7 @@ struct ReplicaReplies {
 
 #[derive(Clone, Debug)]
 struct Pending {
-    keys: Vec<Key>,
+    ops: Vec<Op>,
     /// One piece per involved shard, by shard id.
     pieces: Vec<Piece>,
     slot: u64,
@@ -340,6 +380,8 @@ pub struct Coordinator {
     free_slots: BTreeSet<u64>,
     next_slot: u64,
     stats: CoordinatorStats,
+    /// Finished transactions not yet taken, if a front end asked for them.
+    completions: Option<VecDeque<Completion>>,
 }
 
 impl Coordinator {
@@ -374,6 +416,7 @@ impl Coordinator {
             free_slots: BTreeSet::new(),
             next_slot: 0,
             stats: CoordinatorStats::default(),
+            completions: None,
         }
     }
 
@@ -381,6 +424,19 @@ impl Coordinator {
     pub fn with_open_loop(mut self, load: OpenLoop) -> Self {
         self.load = load;
         self
+    }
+
+    /// Keep a [`Completion`] of every finished transaction for [`Coordinator::take_completions`]
+    /// (a front end must take them after every handler call; they are not bounded otherwise
+    /// than by `inflight_max` per handler).
+    pub fn with_completions(mut self) -> Self {
+        self.completions = Some(VecDeque::new());
+        self
+    }
+
+    /// The transactions finished since the last call (see [`Coordinator::with_completions`]).
+    pub fn take_completions(&mut self) -> Vec<Completion> {
+        self.completions.as_mut().map(|c| c.drain(..).collect()).unwrap_or_default()
     }
 
     pub fn stats(&self) -> CoordinatorStats {
@@ -426,20 +482,25 @@ impl Coordinator {
         Duration::from_nanos(shifted as u64)
     }
 
-    /// Starts a transaction that increments `keys` (in this order): records its invocation,
-    /// sends it to every replica of every involved shard, and arms its retry timer.
-    pub fn submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, keys: Vec<Key>) -> Result<TxnId, TxnError> {
-        match self.plan(ctx.me(), &keys) {
+    /// Starts a transaction that increments `keys` by 1 (MicroBench; see [`Op::increment`]).
+    pub fn submit_increments(&mut self, ctx: &mut Ctx<'_, TigaMsg>, keys: &[Key]) -> Result<TxnId, TxnError> {
+        self.submit(ctx, keys.iter().map(|k| Op::increment(*k)).collect())
+    }
+
+    /// Starts a transaction running `ops` (in this order): records its invocation, sends it
+    /// to every replica of every involved shard, and arms its retry timer.
+    pub fn submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, ops: Vec<Op>) -> Result<TxnId, TxnError> {
+        match self.plan(ctx.me(), &ops) {
             Ok((txn, pieces)) => {
                 self.next_seq += 1;
                 let slot = self.free_slots.pop_first().unwrap_or_else(|| {
                     self.next_slot += 1;
                     self.next_slot - 1
                 });
-                let invoke = increment_invocation(txn, &keys);
+                let invoke = ops_invocation(txn, &ops);
                 ctx.record(HistoryEvent::new(OpType::Invoke, self.process_id_base + slot, "txn", invoke.clone()));
                 let p = Pending {
-                    keys,
+                    ops,
                     pieces,
                     slot,
                     sends: 0,
@@ -465,20 +526,32 @@ impl Coordinator {
     }
 
     /// Validates a transaction and splits it into pieces, changing nothing.
-    fn plan(&self, me: NodeId, keys: &[Key]) -> Result<(TxnId, Vec<Piece>), TxnError> {
-        if keys.is_empty() {
+    fn plan(&self, me: NodeId, ops: &[Op]) -> Result<(TxnId, Vec<Piece>), TxnError> {
+        if ops.is_empty() {
             return Err(TxnError::NoKeys);
         }
+        if ops.len() > self.config.ops_per_txn_max {
+            return Err(TxnError::TooManyOps { ops: ops.len(), max: self.config.ops_per_txn_max });
+        }
+        let bytes: usize = ops.iter().map(Op::payload_bytes).sum();
+        if bytes > self.config.txn_bytes_max {
+            return Err(TxnError::TooLarge { bytes, max: self.config.txn_bytes_max });
+        }
+        let keys = distinct_keys(ops);
         if keys.len() > self.config.keys_per_txn_max {
             return Err(TxnError::TooManyKeys { keys: keys.len(), max: self.config.keys_per_txn_max });
         }
-        let mut seen = BTreeSet::new();
-        if let Some(&k) = keys.iter().find(|k| !seen.insert(**k)) {
-            return Err(TxnError::DuplicateKey(k));
+        let mut ids: BTreeMap<Key, &[u8]> = BTreeMap::new();
+        for (k, _, _) in &keys {
+            if let Some(other) = ids.insert(key_id(k), k) {
+                let show = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                return Err(TxnError::KeyCollision { a: show(other), b: show(k) });
+            }
         }
-        let mut by_shard: BTreeMap<ShardId, Vec<Key>> = BTreeMap::new();
-        for &key in keys {
-            let shard = if self.topology.shard_count() == 0 { 0 } else { self.topology.shard_of_key(key) };
+        let mut by_shard: BTreeMap<ShardId, Vec<Op>> = BTreeMap::new();
+        for op in ops {
+            let key = &op.key;
+            let shard = if self.topology.shard_count() == 0 { 0 } else { self.topology.shard_of_bytes(key) };
             let served = self
                 .topology
                 .shards
@@ -486,9 +559,9 @@ impl Coordinator {
                 .zip(self.topology.leader.get(shard as usize))
                 .is_some_and(|(rs, &l)| (l as usize) < rs.len());
             if !served {
-                return Err(TxnError::UnknownShard { key, shard });
+                return Err(TxnError::UnknownShard { key: String::from_utf8_lossy(key).into_owned(), shard });
             }
-            by_shard.entry(shard).or_default().push(key);
+            by_shard.entry(shard).or_default().push(op.clone());
         }
         if self.pending.len() >= self.config.inflight_max {
             return Err(TxnError::Overloaded { inflight: self.pending.len(), max: self.config.inflight_max });
@@ -496,17 +569,7 @@ impl Coordinator {
         let seq = u32::try_from(self.next_seq).map_err(|_| TxnError::IdsExhausted)?;
         let txn = TxnId::new(me, seq);
         let shards: Vec<ShardId> = by_shard.keys().copied().collect();
-        let pieces = by_shard
-            .into_iter()
-            .map(|(shard, ks)| Piece {
-                txn,
-                shard,
-                shards: shards.clone(),
-                reads: ks.clone(),
-                writes: ks,
-                procedure: Procedure::Increment,
-            })
-            .collect();
+        let pieces = by_shard.into_iter().map(|(shard, ops)| Piece::new(txn, shard, shards.clone(), ops)).collect();
         Ok((txn, pieces))
     }
 
@@ -550,7 +613,7 @@ impl Coordinator {
         kind: ReplyKind,
         ts: Ts,
         hash: [u8; 20],
-        reads: Option<Vec<(Key, Value)>>,
+        result: Option<PieceResult>,
         owd_ns: u64,
     ) {
         let genuine = self.topology.shards.get(shard as usize).and_then(|rs| rs.get(replica as usize)) == Some(&from);
@@ -573,18 +636,19 @@ impl Coordinator {
                 if r.fast.as_ref().is_some_and(|f| f.ts > ts) {
                     return self.ignore(ctx);
                 }
-                let values = if is_leader {
-                    let reads = reads.unwrap_or_default();
-                    let values: Option<Vec<Value>> =
-                        piece.reads.iter().map(|k| reads.iter().find(|(rk, _)| rk == k).map(|(_, v)| *v)).collect();
-                    match values {
-                        Some(v) => v,
-                        None => return self.ignore(ctx),
+                let result = if is_leader {
+                    match result {
+                        Some(res)
+                            if res.outputs.len() == piece.ops.len() && res.versions.len() == piece.distinct_keys() =>
+                        {
+                            Some(res)
+                        }
+                        _ => return self.ignore(ctx),
                     }
                 } else {
-                    Vec::new()
+                    None
                 };
-                r.fast = Some(Fast { ts, hash, values });
+                r.fast = Some(Fast { ts, hash, result });
                 if is_leader {
                     p.first_leader_ts.entry(shard).or_insert(ts);
                 }
@@ -604,15 +668,11 @@ impl Coordinator {
         let Some(p) = self.pending.get(&txn) else { return };
         let Some(all_fast) = self.committed_path(p) else { return };
         let Some(p) = self.pending.remove(&txn) else { return };
-        let value = increment_completion(&p.keys, |key| {
-            let v = p.pieces.iter().find_map(|pc| {
-                let i = pc.reads.iter().position(|k| *k == key)?;
-                let leader = *self.topology.leader.get(pc.shard as usize)?;
-                p.replies.get(&(pc.shard, leader))?.fast.as_ref()?.values.get(i).copied()
-            });
-            v.unwrap_or(0)
-        });
+        let (value, outputs) = self.completion(&p);
         ctx.record(HistoryEvent::new(OpType::Ok, self.process_id_base + p.slot, "txn", value));
+        if let Some(c) = self.completions.as_mut() {
+            c.push_back(Completion { txn, outputs: Some(outputs) });
+        }
         ctx.cancel_timer(retry_timer(txn));
         self.free_slots.insert(p.slot);
         self.stats.committed += 1;
@@ -639,6 +699,47 @@ impl Coordinator {
             },
             1,
         );
+    }
+
+    /// A committed transaction's history micro-ops (see the module docs) and its outputs in
+    /// transaction order, from the leaders' results.
+    fn completion(&self, p: &Pending) -> (Vec<MicroOp>, Vec<OpOutput>) {
+        let result = |shard: ShardId| -> Option<&PieceResult> {
+            let leader = *self.topology.leader.get(shard as usize)?;
+            p.replies.get(&(shard, leader))?.fast.as_ref()?.result.as_ref()
+        };
+        let piece_of = |key: &[u8]| p.pieces.iter().find(|pc| self.topology.shard_of_bytes(key) == pc.shard);
+        let mut history = Vec::new();
+        for (k, read, written) in distinct_keys(&p.ops) {
+            let version = piece_of(k)
+                .and_then(|pc| {
+                    let i = distinct_keys(&pc.ops).iter().position(|d| d.0 == k)?;
+                    result(pc.shard)?.versions.get(i).copied()
+                })
+                .unwrap_or(0);
+            let key = history_key(k);
+            if read {
+                history.push(MicroOp::Read { key, value: (version != 0).then_some(ReadValue::Int(version)) });
+            }
+            if written {
+                history.push(MicroOp::Write { key, value: version.saturating_add(1) });
+            }
+        }
+        // Each piece's outputs are in its operations' order, which is the transaction's order
+        // restricted to that shard.
+        let mut next: BTreeMap<ShardId, usize> = BTreeMap::new();
+        let outputs = p
+            .ops
+            .iter()
+            .map(|op| {
+                let shard = self.topology.shard_of_bytes(&op.key);
+                let i = next.entry(shard).or_insert(0);
+                let out = result(shard).and_then(|r| r.outputs.get(*i).cloned()).unwrap_or(OpOutput::Nil);
+                *i += 1;
+                out
+            })
+            .collect();
+        (history, outputs)
     }
 
     /// `Some(every shard fast)` if `p` is committed, else `None`.
@@ -683,6 +784,9 @@ impl Coordinator {
         }
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Info, self.process_id_base + p.slot, "txn", p.invoke));
+        if let Some(c) = self.completions.as_mut() {
+            c.push_back(Completion { txn, outputs: None });
+        }
         self.free_slots.insert(p.slot);
         self.stats.info += 1;
         ctx.metric("tiga.info", 1);
@@ -713,9 +817,9 @@ impl Coordinator {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {
-            let keys = self.workload.next_keys(ctx.rng());
+            let ops = self.workload.next_ops(ctx.rng());
             // A rejected transaction is counted by `submit`; the load goes on.
-            let _ = self.submit(ctx, keys);
+            let _ = self.submit(ctx, ops);
         }
         self.schedule_arrival(ctx);
     }
@@ -738,8 +842,8 @@ impl Process for Coordinator {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         match msg {
-            TigaMsg::Reply { view, txn, shard, replica, kind, ts, hash, reads, owd_ns } => {
-                self.on_reply(ctx, from, view, txn, shard, replica, kind, ts, hash, reads, owd_ns)
+            TigaMsg::Reply { view, txn, shard, replica, kind, ts, hash, result, owd_ns } => {
+                self.on_reply(ctx, from, view, txn, shard, replica, kind, ts, hash, result, owd_ns)
             }
             _ => self.ignore(ctx),
         }
@@ -762,6 +866,39 @@ mod tests {
     use rand::SeedableRng;
 
     const ME: NodeId = NodeId(100);
+
+    /// Test key `k` as bytes: a key whose id is ≡ k (mod 60), so that it sits on shard
+    /// `k mod shards` for every shard count up to 6 (the old `key mod shards` placement).
+    fn tk(k: u64) -> Vec<u8> {
+        (0u32..)
+            .map(|j| format!("k{k}-{j}").into_bytes())
+            .find(|b| key_id(b) % 60 == k % 60)
+            .expect("some suffix lands there")
+    }
+
+    /// The history key of test key `k`.
+    fn hk(k: u64) -> u64 {
+        history_key(&tk(k))
+    }
+
+    /// A leader's result for its piece of `txn` on shard `s` from (test key, version read)
+    /// pairs; a key of the piece missing from `reads` makes the result malformed.
+    fn leader_result(c: &Coordinator, txn: TxnId, s: ShardId, reads: Vec<(Key, Value)>) -> PieceResult {
+        let Some(piece) = c.pending.get(&txn).and_then(|p| p.pieces.iter().find(|pc| pc.shard == s)) else {
+            return PieceResult { outputs: vec![], versions: reads.iter().map(|r| r.1).collect() };
+        };
+        let versions: Vec<Option<u64>> = distinct_keys(&piece.ops)
+            .iter()
+            .map(|(k, _, _)| reads.iter().find(|(t, _)| tk(*t).as_slice() == *k).map(|r| r.1))
+            .collect();
+        match versions.into_iter().collect::<Option<Vec<u64>>>() {
+            Some(versions) => {
+                let outputs = versions.iter().map(|v| OpOutput::Int(*v as i64 + 1)).collect();
+                PieceResult { outputs, versions }
+            }
+            None => PieceResult { outputs: vec![], versions: vec![] },
+        }
+    }
     const MS: u64 = 1_000_000;
     const BASE: u64 = 500;
 
@@ -805,7 +942,9 @@ mod tests {
         }
 
         fn submit(&mut self, keys: Vec<Key>) -> (Result<TxnId, TxnError>, Vec<Effect<TigaMsg>>) {
-            self.run(|c, ctx| c.submit(ctx, keys))
+            self.run(|c, ctx| {
+                c.submit(ctx, keys.into_iter().map(|k| Op::new(tk(k), crate::ops::OpKind::IncrBy(1))).collect())
+            })
         }
 
         fn deliver(&mut self, from: NodeId, msg: TigaMsg) -> Vec<Effect<TigaMsg>> {
@@ -829,8 +968,9 @@ mod tests {
             reads: Option<Vec<(Key, Value)>>,
         ) -> Vec<Effect<TigaMsg>> {
             let from = node(&self.c.topology, s, r);
+            let result = reads.map(|rd| leader_result(&self.c, txn, s, rd));
             let msg =
-                TigaMsg::Reply { view: 0, txn, shard: s, replica: r, kind, ts, hash: [hash; 20], reads, owd_ns: 0 };
+                TigaMsg::Reply { view: 0, txn, shard: s, replica: r, kind, ts, hash: [hash; 20], result, owd_ns: 0 };
             self.deliver(from, msg)
         }
     }
@@ -888,7 +1028,7 @@ mod tests {
             kind: ReplyKind::Fast,
             ts: 0,
             hash: [0; 20],
-            reads: None,
+            result: None,
             owd_ns: duration_nanos(owd),
         };
         h.deliver(from, msg);
@@ -990,15 +1130,15 @@ mod tests {
         let txn = txn.unwrap();
         let s = submits(&eff);
         assert_eq!(s.len(), 3, "one shard (keys 3 and 0 are on shard 0), 3 replicas");
-        assert_eq!(s[0].1.reads, vec![3, 0]);
-        assert_eq!(s[0].1.writes, vec![3, 0]);
+        assert_eq!(s[0].1.reads, vec![key_id(&tk(3)), key_id(&tk(0))]);
+        assert_eq!(s[0].1.writes, s[0].1.reads);
         assert_eq!(s[0].1.shards, vec![0]);
         let inv = history(&eff);
         assert_eq!(inv.len(), 1);
         assert_eq!((inv[0].op_type, inv[0].process, inv[0].f.as_str()), (OpType::Invoke, BASE, "txn"));
-        assert_eq!(inv[0].value[0], MicroOp::Read { key: 3, value: None });
-        assert_eq!(inv[0].value[1], MicroOp::Write { key: 3, value: write_placeholder(txn, 3) });
-        assert!(write_placeholder(txn, 3) >= 1 << 62 && write_placeholder(txn, 3) < 1 << 63);
+        assert_eq!(inv[0].value[0], MicroOp::Read { key: hk(3), value: None });
+        assert_eq!(inv[0].value[1], MicroOp::Write { key: hk(3), value: write_placeholder(txn, hk(3)) });
+        assert!(write_placeholder(txn, hk(3)) >= 1 << 62 && write_placeholder(txn, hk(3)) < 1 << 63);
         let ts = s[0].2;
 
         let e = h.reply(txn, 0, 0, ReplyKind::Fast, ts, 7, Some(vec![(0, 0), (3, 41)]));
@@ -1012,10 +1152,10 @@ mod tests {
         assert_eq!(
             ok[0].value,
             vec![
-                MicroOp::Read { key: 3, value: Some(ReadValue::Int(41)) },
-                MicroOp::Write { key: 3, value: 42 },
-                MicroOp::Read { key: 0, value: None },
-                MicroOp::Write { key: 0, value: 1 },
+                MicroOp::Read { key: hk(3), value: Some(ReadValue::Int(41)) },
+                MicroOp::Write { key: hk(3), value: 42 },
+                MicroOp::Read { key: hk(0), value: None },
+                MicroOp::Write { key: hk(0), value: 1 },
             ]
         );
         let m = metrics(&e);
@@ -1049,7 +1189,7 @@ mod tests {
         let e = h.reply(txn, 0, 2, ReplyKind::Slow, ts, 0, None);
         let ok = history(&e);
         assert_eq!(ok.len(), 1, "leader + f = 1 synced follower");
-        assert_eq!(ok[0].value[0], MicroOp::Read { key: 0, value: Some(ReadValue::Int(9)) });
+        assert_eq!(ok[0].value[0], MicroOp::Read { key: hk(0), value: Some(ReadValue::Int(9)) });
         assert!(metrics(&e).contains(&"tiga.committed_slow"));
         let st = h.c.stats();
         assert_eq!((st.committed, st.committed_fast, st.committed_slow), (1, 0, 1));
@@ -1088,10 +1228,10 @@ mod tests {
         assert_eq!(
             ok[0].value,
             vec![
-                MicroOp::Read { key: 0, value: Some(ReadValue::Int(7)) },
-                MicroOp::Write { key: 0, value: 8 },
-                MicroOp::Read { key: 1, value: Some(ReadValue::Int(6)) },
-                MicroOp::Write { key: 1, value: 7 },
+                MicroOp::Read { key: hk(0), value: Some(ReadValue::Int(7)) },
+                MicroOp::Write { key: hk(0), value: 8 },
+                MicroOp::Read { key: hk(1), value: Some(ReadValue::Int(6)) },
+                MicroOp::Write { key: hk(1), value: 7 },
             ]
         );
         let m = metrics(&e);
@@ -1158,6 +1298,95 @@ mod tests {
         assert_eq!(history(&e)[0].process, BASE);
     }
 
+    /// A general transaction over three shards: each operation's output comes back in the
+    /// transaction's order, and the history records versions — a read only where the
+    /// transaction's first operation on the key reads it, a write of version + 1 where it writes.
+    #[test]
+    fn general_operations_return_outputs_in_order_and_record_versions() {
+        use crate::ops::{OpError, OpKind};
+        let mut h = H::std();
+        h.c.completions = Some(VecDeque::new());
+        let ops = vec![
+            Op::new(tk(0), OpKind::Set(b"v".to_vec())),
+            Op::new(tk(1), OpKind::Get),
+            Op::new(tk(0), OpKind::IncrBy(2)),
+            Op::new(tk(3), OpKind::Get),
+            Op::new(tk(2), OpKind::Del),
+        ];
+        let (txn, eff) = h.run(|c, ctx| c.submit(ctx, ops));
+        let txn = txn.unwrap();
+        let inv = history(&eff);
+        let placeholder = |k| MicroOp::Write { key: hk(k), value: write_placeholder(txn, hk(k)) };
+        assert_eq!(
+            inv[0].value,
+            vec![
+                placeholder(0),
+                MicroOp::Read { key: hk(1), value: None },
+                MicroOp::Read { key: hk(3), value: None },
+                placeholder(2)
+            ]
+        );
+        let pieces = submits(&eff);
+        let ops_of = |s: ShardId| pieces.iter().find(|p| p.1.shard == s).unwrap().1.ops.len();
+        assert_eq!((ops_of(0), ops_of(1), ops_of(2)), (3, 1, 1), "each shard gets its keys' operations");
+        let results = [
+            (
+                0,
+                PieceResult {
+                    outputs: vec![OpOutput::Ok, OpOutput::Error(OpError::NotInteger), OpOutput::Nil],
+                    versions: vec![5, 7],
+                },
+            ),
+            (1, PieceResult { outputs: vec![OpOutput::Bulk(b"x".to_vec())], versions: vec![2] }),
+            (2, PieceResult { outputs: vec![OpOutput::Int(0)], versions: vec![0] }),
+        ];
+        let mut all = Vec::new();
+        for (s, result) in results {
+            for r in 0..3 {
+                let from = node(&h.c.topology, s, r);
+                let result = (r == 0).then(|| result.clone());
+                let msg = TigaMsg::Reply {
+                    view: 0,
+                    txn,
+                    shard: s,
+                    replica: r,
+                    kind: ReplyKind::Fast,
+                    ts: 50,
+                    hash: [1; 20],
+                    result,
+                    owd_ns: 0,
+                };
+                all.extend(h.deliver(from, msg));
+            }
+        }
+        let ok = history(&all);
+        assert_eq!(ok.len(), 1);
+        assert_eq!(
+            ok[0].value,
+            vec![
+                MicroOp::Write { key: hk(0), value: 6 },
+                MicroOp::Read { key: hk(1), value: Some(ReadValue::Int(2)) },
+                MicroOp::Read { key: hk(3), value: Some(ReadValue::Int(7)) },
+                MicroOp::Write { key: hk(2), value: 1 },
+            ]
+        );
+        let done = h.c.take_completions();
+        assert_eq!(
+            done,
+            vec![Completion {
+                txn,
+                outputs: Some(vec![
+                    OpOutput::Ok,
+                    OpOutput::Bulk(b"x".to_vec()),
+                    OpOutput::Error(OpError::NotInteger),
+                    OpOutput::Nil,
+                    OpOutput::Int(0),
+                ]),
+            }]
+        );
+        assert!(h.c.take_completions().is_empty());
+    }
+
     #[test]
     fn slots_are_reused_smallest_first() {
         let mut h = H::std();
@@ -1183,8 +1412,7 @@ mod tests {
         let cases = [
             (vec![], TxnError::NoKeys),
             (vec![0, 2, 4, 6], TxnError::TooManyKeys { keys: 4, max: 3 }),
-            (vec![0, 2, 0], TxnError::DuplicateKey(0)),
-            (vec![0, 1], TxnError::UnknownShard { key: 1, shard: 1 }),
+            (vec![0, 1], TxnError::UnknownShard { key: String::from_utf8(tk(1)).unwrap(), shard: 1 }),
         ];
         for (keys, want) in cases {
             let (r, e) = h.submit(keys);
@@ -1193,7 +1421,7 @@ mod tests {
             assert!(!err.to_string().is_empty());
             assert_eq!(e, vec![Effect::Metric { name: "tiga.rejected", value: 1 }]);
         }
-        assert_eq!(h.c.stats().rejected, 4);
+        assert_eq!(h.c.stats().rejected, 3);
         let (r, e) = h.submit(vec![2]);
         assert_eq!(r.unwrap(), TxnId::new(ME, 0), "no id was used by the rejected ones");
         assert_eq!(history(&e)[0].process, BASE);
@@ -1202,7 +1430,10 @@ mod tests {
         assert_eq!(e, vec![Effect::Metric { name: "tiga.admission_dropped", value: 1 }]);
         // No shards at all.
         let mut h = H::new(Topology { shards: vec![], leader: vec![] }, TigaConfig::default(), vec![]);
-        assert_eq!(h.submit(vec![1]).0.unwrap_err(), TxnError::UnknownShard { key: 1, shard: 0 });
+        assert_eq!(
+            h.submit(vec![1]).0.unwrap_err(),
+            TxnError::UnknownShard { key: String::from_utf8(tk(1)).unwrap(), shard: 0 }
+        );
         // A leader index outside the shard.
         let t = Topology { shards: vec![vec![NodeId(0)]], leader: vec![3] };
         let mut h = H::new(t, TigaConfig::default(), vec![]);
@@ -1213,7 +1444,9 @@ mod tests {
     fn garbage_replies_are_ignored() {
         let mut h = H::std();
         let txn = h.submit(vec![0]).0.unwrap();
-        let good = |replica, kind, reads| TigaMsg::Reply {
+        let ok_result = leader_result(&h.c, txn, 0, vec![(0, 1)]);
+        let wrong_key = PieceResult { outputs: vec![OpOutput::Int(2), OpOutput::Int(2)], versions: vec![1, 1] };
+        let good = |replica, kind, result: Option<PieceResult>| TigaMsg::Reply {
             view: 0,
             txn,
             shard: 0,
@@ -1221,7 +1454,7 @@ mod tests {
             kind,
             ts: 10,
             hash: [1; 20],
-            reads,
+            result,
             owd_ns: u64::MAX,
         };
         let with = |m: TigaMsg, f: &dyn Fn(&mut TigaMsg)| {
@@ -1229,7 +1462,7 @@ mod tests {
             f(&mut m);
             m
         };
-        let leader = good(0, ReplyKind::Fast, Some(vec![(0, 1)]));
+        let leader = good(0, ReplyKind::Fast, Some(ok_result));
         let bad: Vec<(NodeId, TigaMsg)> = vec![
             (NodeId(1), leader.clone()),  // claims to be replica 0 but is node 1
             (NodeId(77), leader.clone()), // not a server
@@ -1274,7 +1507,7 @@ mod tests {
                 }),
             ),
             (NodeId(0), good(0, ReplyKind::Fast, None)), // leader without reads
-            (NodeId(0), good(0, ReplyKind::Fast, Some(vec![(3, 1)]))), // leader reads the wrong key
+            (NodeId(0), good(0, ReplyKind::Fast, Some(wrong_key))), // a result of the wrong shape
             (NodeId(0), good(0, ReplyKind::Slow, None)), // leaders send no slow replies
             (
                 NodeId(3),

@@ -17,9 +17,13 @@
 //!   mode, log synchronization with sync- and commit-points, execution of the committed state
 //!   up to the commit-point on every replica, and checkpoints of it every
 //!   `checkpoint_interval` positions.
+//! - [`ops`]: general one-shot transactions — byte-string keys and values, a key's shard is
+//!   xxh3(key) mod shards, and a transaction is a list of per-key Redis-style operations (GET,
+//!   SET, SETNX, DEL, EXISTS, INCRBY, APPEND, STRLEN) whose read and write sets are known up
+//!   front; servers run each shard's piece as a stored procedure in timestamp order.
 //! - [`workload::MicroBench`]: 3 distinct keys per transaction drawn from Zipf(skew) over
-//!   1,000,000 keys per shard, key → shard by `key mod shards`; each transaction increments its
-//!   keys and returns the values read.
+//!   1,000,000 keys per shard; each transaction is a general one that increments its keys by 1
+//!   (a key's bytes are its decimal digits, so it lands on a shard by hash like any key).
 //! - [`sim`]: the paper's deployment in the simulator (3 shards × 3 replicas in sc / fi / br,
 //!   2 coordinators in each of sc / fi / br / hk), co-located or separated leaders.
 //!
@@ -75,11 +79,13 @@
 
 pub mod coordinator;
 pub mod msg;
+pub mod ops;
 mod release_queue;
 pub mod server;
 pub mod sim;
 pub mod topology;
 pub mod workload;
 
-pub use msg::{Piece, Procedure, TigaMsg, TxnId};
+pub use msg::{Piece, PieceResult, TigaMsg, TxnId};
+pub use ops::{Op, OpKind, OpOutput};
 pub use topology::{TigaConfig, Topology};

@@ -4,6 +4,7 @@
 //! Every message carries the sender's view so that view changes (a later issue) can reject
 //! messages from other views without changing the message shapes.
 
+use crate::ops::{distinct_keys, key_id, Op, OpOutput};
 use kairos_core::NodeId;
 use serde::{Deserialize, Serialize};
 
@@ -28,18 +29,15 @@ impl TxnId {
 /// A timestamp: nanoseconds of a node's local clock (future timestamps are send time +
 /// headroom). Ties are broken by transaction id: the order is `(Ts, TxnId)`.
 pub type Ts = u64;
+/// A key's protocol identity ([`crate::ops::key_id`] of its bytes): what conflict detection
+/// and log hashes work on. (Tiga's peers in `kairos-txn` use plain integer keys of this type.)
 pub type Key = u64;
+/// An integer value (the peers' increment-only store).
 pub type Value = u64;
 pub type ShardId = u32;
 
-/// The stored procedure a one-shot transaction runs. Read and write sets are known up front.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Procedure {
-    /// MicroBench: read each key and write it back plus one; returns the values read.
-    Increment,
-}
-
-/// The part of a transaction one shard executes.
+/// The part of a transaction one shard executes: its operations (in transaction order) and
+/// their read and write sets as key ids, distinct, in order of first appearance.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Piece {
     pub txn: TxnId,
@@ -48,7 +46,47 @@ pub struct Piece {
     pub shards: Vec<ShardId>,
     pub reads: Vec<Key>,
     pub writes: Vec<Key>,
-    pub procedure: Procedure,
+    pub ops: Vec<Op>,
+}
+
+impl Piece {
+    /// The piece running `ops` (all on `shard`), with its read and write sets derived from them.
+    pub fn new(txn: TxnId, shard: ShardId, shards: Vec<ShardId>, ops: Vec<Op>) -> Self {
+        let (reads, writes) = Self::sets(&ops);
+        Piece { txn, shard, shards, reads, writes, ops }
+    }
+
+    fn sets(ops: &[Op]) -> (Vec<Key>, Vec<Key>) {
+        let keys = distinct_keys(ops);
+        let reads = keys.iter().filter(|k| k.1 || !k.2).map(|k| key_id(k.0)).collect();
+        let writes = keys.iter().filter(|k| k.2).map(|k| key_id(k.0)).collect();
+        (reads, writes)
+    }
+
+    /// Whether the read and write sets are the ones its operations imply (a server checks
+    /// this before trusting them for conflict detection).
+    pub fn sets_match_ops(&self) -> bool {
+        let (reads, writes) = Self::sets(&self.ops);
+        reads == self.reads && writes == self.writes
+    }
+
+    /// Number of distinct keys (the length of a leader's `versions`).
+    pub fn distinct_keys(&self) -> usize {
+        distinct_keys(&self.ops).len()
+    }
+
+    /// Bytes of keys and arguments, for size limits.
+    pub fn payload_bytes(&self) -> usize {
+        self.ops.iter().map(Op::payload_bytes).sum()
+    }
+}
+
+/// What a leader's execution of a piece returned: an output per operation, and the version
+/// of each distinct key before it ran (in order of first appearance).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceResult {
+    pub outputs: Vec<OpOutput>,
+    pub versions: Vec<u64>,
 }
 
 /// How a server replied.
@@ -74,8 +112,8 @@ pub enum TigaMsg {
         kind: ReplyKind,
         ts: Ts,
         hash: [u8; 20],
-        /// Values read (leaders only; followers send none).
-        reads: Option<Vec<(Key, Value)>>,
+        /// The execution's result (leaders only; followers send none).
+        result: Option<PieceResult>,
         /// One-way delay the server measured for the submit: arrival − send time, ns.
         owd_ns: u64,
     },

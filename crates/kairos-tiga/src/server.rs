@@ -34,7 +34,8 @@
 //! agree on order, while every replica of a fast quorum has released the same conflicting
 //! transactions at the same timestamps before T.
 
-use crate::msg::{Key, LogEntry, Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::msg::{Key, LogEntry, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
 use kairos_core::{duration_nanos, Ctx, NodeId, Process, TimerId};
@@ -47,6 +48,9 @@ const SYNC: TimerId = TimerId(2);
 const AGREE_RETRY: TimerId = TimerId(3);
 /// Most log entries one LogSync carries.
 const SYNC_BATCH_MAX: usize = 1024;
+/// Most payload bytes (keys and values) one LogSync carries beyond its first entry: well
+/// inside the hosts' default 4 MiB frame.
+const SYNC_BATCH_BYTES_MAX: usize = 1 << 20;
 /// Agreement messages buffered for transactions that have not arrived yet.
 const EARLY_AGREE_MAX: usize = 100_000;
 /// Transactions remembered as refused (declared absent).
@@ -75,8 +79,8 @@ struct Txn {
     owd_ns: u64,
     /// The last reply sent to the coordinator (re-sent on retransmission).
     last_reply: Option<TigaMsg>,
-    /// Leader: values read by the current execution, and the values its writes replaced.
-    undo: Vec<(Key, Value)>,
+    /// Leader: the entries the current execution's writes replaced.
+    undo: Vec<(Bytes, Option<Entry>)>,
     /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
     peer_ts: BTreeMap<ShardId, Ts>,
     confirms: BTreeSet<ShardId>,
@@ -115,7 +119,7 @@ impl Txn {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
     pub position: u64,
-    pub state: BTreeMap<Key, Value>,
+    pub state: Store,
 }
 
 /// Counters for tests and reports.
@@ -143,7 +147,7 @@ pub struct Server {
     rmap: BTreeMap<Key, Ts>,
     wmap: BTreeMap<Key, Ts>,
     key_hash: BTreeMap<Key, Hash>,
-    store: BTreeMap<Key, Value>,
+    store: Store,
     log: Vec<LogEntry>,
     /// Leader: keys held by a speculative (not yet agreed) transaction.
     locked: BTreeMap<Key, TxnId>,
@@ -158,7 +162,7 @@ pub struct Server {
     executed: u64,
     /// Leader: the committed state (log entries up to the commit point), apart from the live
     /// store that also holds speculative executions.
-    committed: BTreeMap<Key, Value>,
+    committed: Store,
     /// The latest checkpoint of the committed state.
     checkpoint: Option<Checkpoint>,
     /// Agreement messages that arrived before their transaction.
@@ -223,9 +227,9 @@ impl Server {
         self.checkpoint.as_ref()
     }
 
-    /// The value of `key` (leader: including speculative writes; follower: executed log).
-    pub fn value(&self, key: Key) -> Value {
-        self.store.get(&key).copied().unwrap_or(0)
+    /// The state of `key` (leader: including speculative writes; follower: executed log).
+    pub fn entry(&self, key: &[u8]) -> Option<&Entry> {
+        self.store.get(key)
     }
 
     fn conflicts_last_ts(&self, piece: &Piece) -> Ts {
@@ -273,6 +277,9 @@ impl Server {
             && piece.shards.iter().all(|s| (*s as usize) < self.topology.shard_count())
             && !piece.reads.is_empty() | !piece.writes.is_empty()
             && piece.reads.len() + piece.writes.len() <= 2 * self.config.keys_per_txn_max
+            && piece.ops.len() <= self.config.ops_per_txn_max
+            && piece.payload_bytes() <= self.config.txn_bytes_max
+            && piece.sets_match_ops()
             && unique(&piece.reads)
             && unique(&piece.writes)
             && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
@@ -432,7 +439,7 @@ impl Server {
     fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get(&id) else { return };
         let hash = self.reply_hash(&t.piece);
-        let reads = if self.is_leader() { Some(self.execute(id)) } else { None };
+        let result = if self.is_leader() { Some(self.execute(id)) } else { None };
         let t = self.txns.get_mut(&id).expect("exists");
         let reply = TigaMsg::Reply {
             view: self.view,
@@ -442,30 +449,21 @@ impl Server {
             kind: ReplyKind::Fast,
             ts: t.ts,
             hash,
-            reads,
+            result,
             owd_ns: t.owd_ns,
         };
         t.last_reply = Some(reply.clone());
         ctx.send(id.coordinator(), reply);
     }
 
-    /// Runs the stored procedure on the current state, remembering what it overwrote.
-    fn execute(&mut self, id: TxnId) -> Vec<(Key, Value)> {
-        let Some(t) = self.txns.get(&id) else { return Vec::new() };
-        let Procedure::Increment = t.piece.procedure;
-        let reads: Vec<(Key, Value)> = t.piece.reads.iter().map(|k| (*k, self.value(*k))).collect();
-        let writes = t.piece.writes.clone();
-        let mut undo = Vec::with_capacity(writes.len());
-        for k in writes {
-            let old = self.value(k);
-            undo.push((k, old));
-            self.store.insert(k, old.wrapping_add(1));
-        }
+    /// Runs the piece's operations on the current state, remembering what they overwrote.
+    fn execute(&mut self, id: TxnId) -> PieceResult {
+        let Some(t) = self.txns.get_mut(&id) else { return PieceResult { outputs: Vec::new(), versions: Vec::new() } };
+        let ops::Execution { outputs, versions, undo } = ops::execute(&mut self.store, &t.piece.ops);
         self.stats.executed += 1;
-        let t = self.txns.get_mut(&id).expect("exists");
         t.undo = undo;
         t.executed = true;
-        reads
+        PieceResult { outputs, versions }
     }
 
     fn revoke(&mut self, id: TxnId) {
@@ -477,9 +475,7 @@ impl Server {
         t.executed = false;
         let piece = t.piece.clone();
         let ts = t.ts;
-        for (k, old) in undo.into_iter().rev() {
-            self.store.insert(k, old);
-        }
+        ops::undo(&mut self.store, undo);
         self.xor_hash(&piece, ts);
         for k in Self::keys(&piece) {
             if self.locked.get(k) == Some(&id) {
@@ -736,11 +732,7 @@ impl Server {
         while self.executed < upto.min(self.log.len() as u64) {
             let piece = &self.log[self.executed as usize].piece;
             let state = if leader { &mut self.committed } else { &mut self.store };
-            let Procedure::Increment = piece.procedure;
-            for k in &piece.writes {
-                let v = state.get(k).copied().unwrap_or(0);
-                state.insert(*k, v.wrapping_add(1));
-            }
+            ops::execute(state, &piece.ops);
             self.executed += 1;
             let interval = self.config.checkpoint_interval.max(1);
             if self.executed.is_multiple_of(interval) {
@@ -770,7 +762,15 @@ impl Server {
             if from >= len && self.commit_point_sent[r] == self.commit_point {
                 continue;
             }
-            let end = (from as usize + SYNC_BATCH_MAX).min(len as usize);
+            let mut end = from as usize;
+            let mut bytes = 0;
+            while end < (from as usize + SYNC_BATCH_MAX).min(len as usize) {
+                bytes += self.log[end].piece.payload_bytes();
+                if end > from as usize && bytes > SYNC_BATCH_BYTES_MAX {
+                    break;
+                }
+                end += 1;
+            }
             let entries = self.log[from as usize..end].to_vec();
             self.next_send[r] = end as u64;
             self.commit_point_sent[r] = self.commit_point;
@@ -850,7 +850,7 @@ impl Server {
             kind: ReplyKind::Slow,
             ts,
             hash: [0; 20],
-            reads: None,
+            result: None,
             owd_ns,
         };
         ctx.send(id.coordinator(), reply.clone());

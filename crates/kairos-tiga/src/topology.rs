@@ -32,9 +32,15 @@ impl Topology {
     pub fn leader_node(&self, shard: ShardId) -> NodeId {
         self.shards[shard as usize][self.leader[shard as usize] as usize]
     }
-    /// MicroBench's placement of keys: key mod shards.
+    /// The shard of a key id: id mod shards. Tiga's keys are byte strings whose id is
+    /// [`crate::ops::key_id`] (xxh3), so a key's shard is xxh3(bytes) mod shards; the peers'
+    /// integer MicroBench keys are their own ids.
     pub fn shard_of_key(&self, key: Key) -> ShardId {
         (key % self.shards.len() as u64) as ShardId
+    }
+    /// The shard of a byte-string key.
+    pub fn shard_of_bytes(&self, key: &[u8]) -> ShardId {
+        self.shard_of_key(crate::ops::key_id(key))
     }
     /// (shard, replica index) of a server node, if it is one.
     pub fn locate(&self, node: NodeId) -> Option<(ShardId, u32)> {
@@ -85,6 +91,9 @@ pub struct TigaConfig {
     /// Keys one transaction may name, and transactions a coordinator keeps in flight.
     pub keys_per_txn_max: usize,
     pub inflight_max: usize,
+    /// Operations one transaction may hold, and bytes of keys and arguments over them.
+    pub ops_per_txn_max: usize,
+    pub txn_bytes_max: usize,
     /// Preventive mode: leaders of a multi-shard transaction agree on its timestamp before
     /// executing it (no revocations; best when leaders are close). Otherwise detective mode:
     /// execute, then agree, revoking on disagreement. The deployment picks it per placement.
@@ -118,6 +127,8 @@ impl Default for TigaConfig {
             max_sends: 3,
             keys_per_txn_max: 64,
             inflight_max: 15_000,
+            ops_per_txn_max: 1_024,
+            txn_bytes_max: 2 << 20,
             preventive: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,

@@ -2,9 +2,11 @@
 //!
 //! [`MicroBench`] is the paper's micro-benchmark: every transaction increments
 //! `keys_per_txn` (3) distinct keys drawn from a Zipf distribution over all keys
-//! (`keys_per_shard × shards`); rank 1 (the hottest) is key 0. Keys map to shards by
-//! `key % shards` ([`crate::Topology::shard_of_key`]), so a transaction may touch fewer shards
-//! than it has keys. [`FixedKeys`] replays a fixed list, for tests.
+//! (`keys_per_shard × shards`); rank 1 (the hottest) is key 0. Tiga runs each key as an
+//! increment of the byte-string key of its decimal digits ([`TxnSource::next_ops`]), placed by
+//! hash; the peers in `kairos-txn` place the integer key by `key % shards`
+//! ([`crate::Topology::shard_of_key`]). Either way a transaction may touch fewer shards than it
+//! has keys. [`FixedKeys`] replays a fixed list, for tests.
 //!
 //! Every draw comes from the generator the caller passes in (the node's seeded `ctx.rng()`),
 //! so a source is reproducible from the run's seed.
@@ -15,10 +17,16 @@ use rand_distr::{Distribution, Zipf};
 use thiserror::Error;
 
 use crate::msg::Key;
+use crate::ops::Op;
 
 /// A source of transactions: the keys the next transaction touches, in its order.
 pub trait TxnSource: Send {
     fn next_keys(&mut self, rng: &mut Rng) -> Vec<Key>;
+    /// The next transaction as Tiga's general operations: by default an increment by 1 of
+    /// each key of [`TxnSource::next_keys`] (MicroBench; the peers use the keys directly).
+    fn next_ops(&mut self, rng: &mut Rng) -> Vec<Op> {
+        self.next_keys(rng).into_iter().map(Op::increment).collect()
+    }
 }
 
 /// A workload that cannot be built as asked.

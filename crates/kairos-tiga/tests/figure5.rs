@@ -27,8 +27,17 @@ use std::time::Duration;
 
 const L1: NodeId = NodeId(0);
 const L2: NodeId = NodeId(1);
-const X: u64 = 0; // shard 0
-const Y: u64 = 1; // shard 1
+/// Key x and key y: the first MicroBench (integer) keys on shard 0 and shard 1 (a key's
+/// shard is the xxh3 of its decimal digits mod 2).
+fn key_on(shard: u64) -> u64 {
+    (0..).find(|k: &u64| kairos_tiga::ops::key_id(k.to_string().as_bytes()) % 2 == shard).unwrap()
+}
+fn x() -> u64 {
+    key_on(0)
+}
+fn y() -> u64 {
+    key_on(1)
+}
 
 fn ms(t: u64) -> LocalTime {
     LocalTime::from_millis(t)
@@ -112,7 +121,7 @@ impl World {
         let mut effects = Vec::new();
         {
             let mut ctx = Ctx::new(node, ms(local_ms), &mut self.rng, &mut effects);
-            self.coordinators[c].submit(&mut ctx, keys).unwrap();
+            self.coordinators[c].submit_increments(&mut ctx, &keys).unwrap();
         }
         self.effects(node, effects);
     }
@@ -171,10 +180,10 @@ fn agree_to(to: NodeId, confirm: bool) -> impl Fn(NodeId, NodeId, &TigaMsg) -> b
 fn play(skip_second_round: bool) -> World {
     let mut w = World::new(skip_second_round);
     // T1 (x, y) is proposed at 90. L2 receives it in time and executes it at 90.
-    w.submit(80, 1, 90, vec![X, Y]);
+    w.submit(80, 1, 90, vec![x(), y()]);
     w.deliver(81, 91, submit_to(L2, 1));
     // T0 (x) at 100 reaches L1 first and is released there.
-    w.submit(95, 0, 100, vec![X]);
+    w.submit(95, 0, 100, vec![x()]);
     w.deliver(96, 101, submit_to(L1, 0));
     w.deliver(97, 101, replies_to(0)); // T0 commits (one replica per shard: fast quorum of 1).
                                        // T1 reaches L1 late: 90 ≤ last released 100 on x, so L1 bumps it to its clock, 102.
@@ -184,11 +193,11 @@ fn play(skip_second_round: bool) -> World {
     w.deliver(100, 103, agree_to(L1, false));
     w.deliver(100, 92, agree_to(L2, false));
     // T2 (x) at 104 reaches L1 when its clock passes 104.
-    w.submit(101, 2, 104, vec![X]);
+    w.submit(101, 2, 104, vec![x()]);
     w.deliver(102, 105, submit_to(L1, 2));
     w.deliver(103, 0, replies_to(2)); // without round 2 T2 was released: T2 commits now.
                                       // T3 (y) from a coordinator whose clock is behind: timestamp 95 at L2, whose clock reads 96.
-    w.submit(104, 3, 95, vec![Y]);
+    w.submit(104, 3, 95, vec![y()]);
     w.deliver(105, 96, submit_to(L2, 3));
     w.deliver(106, 0, replies_to(3)); // T3 commits, having read y before T1's write.
                                       // L2's clock passes 102: it re-executes T1 and confirms to L1 (round 2).

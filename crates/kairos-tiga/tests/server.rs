@@ -4,7 +4,8 @@
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
-use kairos_tiga::msg::{Piece, Procedure, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::msg::{Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::ops::{key_id, Op, OpKind, OpOutput};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
 use std::time::Duration;
@@ -30,16 +31,16 @@ fn ns(t: LocalTime) -> Ts {
     t.as_nanos()
 }
 
-/// A piece of shard `shards[0]` (keys map to shards by `key mod 2`: even keys are shard 0).
+/// Test key `k` as bytes: a key on shard `k mod 2` (its id has k's parity), so even test
+/// keys are shard 0.
+fn tk(k: u64) -> Vec<u8> {
+    (0u32..).map(|j| format!("k{k}-{j}").into_bytes()).find(|b| key_id(b) % 2 == k % 2).expect("some suffix")
+}
+
+/// A piece of shard `shards[0]` incrementing the test keys `keys`.
 fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
-    Piece {
-        txn: TxnId::new(COORDINATOR, seq),
-        shard: shards[0],
-        shards: shards.to_vec(),
-        reads: keys.to_vec(),
-        writes: keys.to_vec(),
-        procedure: Procedure::Increment,
-    }
+    let ops = keys.iter().map(|k| Op::new(tk(*k), OpKind::IncrBy(1))).collect();
+    Piece::new(TxnId::new(COORDINATOR, seq), shards[0], shards.to_vec(), ops)
 }
 
 /// Submits `piece` with a timestamp `after` from now.
@@ -49,16 +50,21 @@ fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Eff
     h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece, ts, send_time: now })
 }
 
-/// A reply to the coordinator: (transaction's sequence number, kind, timestamp, values read).
-type Reply = (u32, ReplyKind, Ts, Option<Vec<(u64, u64)>>);
+/// A reply to the coordinator: (transaction's sequence number, kind, timestamp, the versions
+/// the leader read — for increments also the values read).
+type Reply = (u32, ReplyKind, Ts, Option<Vec<u64>>);
 
 /// The replies to the coordinator among `effects`.
 fn replies(effects: &[Effect<TigaMsg>]) -> Vec<Reply> {
     sent(effects)
         .into_iter()
         .filter_map(|(to, m)| match m {
-            TigaMsg::Reply { txn, kind, ts, reads, .. } if to == COORDINATOR => {
-                Some((txn.seq(), *kind, *ts, reads.clone()))
+            TigaMsg::Reply { txn, kind, ts, result, .. } if to == COORDINATOR => {
+                if let Some(r) = result {
+                    let values: Vec<OpOutput> = r.versions.iter().map(|v| OpOutput::Int(*v as i64 + 1)).collect();
+                    assert_eq!(r.outputs, values, "an increment returns the value after it");
+                }
+                Some((txn.seq(), *kind, *ts, result.as_ref().map(|r| r.versions.clone())))
             }
             _ => None,
         })
@@ -74,8 +80,8 @@ fn transactions_are_released_in_timestamp_order_once_the_clock_passes_them() {
     let r = replies(&h.advance(Duration::from_millis(30)));
     assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2], "{r:?}");
     // The leader executes: the first read 0, the second read the first's increment.
-    assert_eq!(r[0].3, Some(vec![(6, 0)]));
-    assert_eq!(r[1].3, Some(vec![(6, 1)]));
+    assert_eq!(r[0].3, Some(vec![0]));
+    assert_eq!(r[1].3, Some(vec![1]));
     assert!(r.iter().all(|x| x.1 == ReplyKind::Fast));
     assert!(r[0].2 < r[1].2);
 }
@@ -138,7 +144,7 @@ fn a_speculative_transaction_holds_its_keys_until_its_timestamp_is_agreed() {
         resend: false,
     };
     let r = replies(&h.deliver(NodeId(3), agree));
-    assert_eq!(r.iter().map(|x| (x.0, x.3.clone())).collect::<Vec<_>>(), vec![(2, Some(vec![(8, 1)]))]);
+    assert_eq!(r.iter().map(|x| (x.0, x.3.clone())).collect::<Vec<_>>(), vec![(2, Some(vec![1]))]);
 }
 
 #[test]
@@ -163,7 +169,7 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
     assert_eq!(r.len(), 1);
     assert_eq!(
         (r[0].2, r[0].3.clone()),
-        (agreed, Some(vec![(10, 0)])),
+        (agreed, Some(vec![0])),
         "re-executed at the agreed timestamp on the undone state"
     );
     let confirmed = sent(&e)
@@ -171,4 +177,30 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
         .any(|(to, m)| matches!(m, TigaMsg::Agree { confirm: true, ts, .. } if to == NodeId(3) && *ts == agreed));
     assert!(confirmed, "the lower leader confirms round 2");
     assert_eq!(h.role.log().len(), 1);
+}
+
+/// A piece whose declared read / write sets are not the ones its operations imply is refused:
+/// conflict detection trusts those sets.
+#[test]
+fn a_piece_whose_sets_do_not_match_its_operations_is_refused() {
+    let mut h = server(0, 0);
+    let mut bad = piece(1, &[0], &[6]);
+    bad.writes.clear(); // an increment that claims to write nothing
+    assert!(replies(&submit(&mut h, bad, Duration::from_millis(5))).is_empty());
+    assert!(replies(&h.advance(Duration::from_millis(20))).is_empty(), "never released");
+    assert_eq!(h.role.stats().rejected, 1);
+    // The honest piece goes through, and a GET after SET in one piece reads its own write.
+    let ops = vec![Op::new(tk(6), OpKind::Set(b"hello".to_vec())), Op::new(tk(6), OpKind::Get)];
+    let good = Piece::new(TxnId::new(COORDINATOR, 2), 0, vec![0], ops);
+    submit(&mut h, good, Duration::from_millis(5));
+    let e = h.advance(Duration::from_millis(20));
+    let outputs: Vec<Vec<OpOutput>> = sent(&e)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            TigaMsg::Reply { result: Some(r), .. } => Some(r.outputs.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs, vec![vec![OpOutput::Ok, OpOutput::Bulk(b"hello".to_vec())]]);
+    assert_eq!(h.role.entry(&tk(6)).map(|e| e.version), Some(1));
 }

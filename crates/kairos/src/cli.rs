@@ -34,6 +34,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Run one node of a cluster as a real process over TCP.
     Serve(ServeArgs),
+    /// Run a whole local cluster: `kairos cluster up` starts Tiga with a Redis gateway per region.
+    #[command(subcommand)]
+    Cluster(crate::cmd::redis::cluster::ClusterCommand),
     /// Draw the papers' figures (HTML + SVG) from runs of the benches or their --json results.
     Report(crate::cmd::report::ReportArgs),
 }
@@ -518,6 +521,21 @@ pub struct ServeArgs {
     /// causal-session: seconds to wait before the first operation (the set elects a primary and makes signing keys).
     #[arg(long, default_value_t = 3.0)]
     pub warmup_s: f64,
+    /// tiga-server / tiga-gateway: replicas per shard (the `tiga-server` nodes, in id order, are shard-major).
+    #[arg(long, default_value_t = 3)]
+    pub tiga_replicas: usize,
+    /// tiga-server / tiga-gateway: the headroom margin Δ added to the one-way delay estimate, ms (paper: 10).
+    #[arg(long, default_value_t = 10.0)]
+    pub tiga_margin_ms: f64,
+    /// tiga-gateway: address to listen on for Redis (RESP2) clients, e.g. 127.0.0.1:6379 (port 0 picks one; it is printed).
+    #[arg(long, value_name = "ADDR")]
+    pub redis_listen: Option<std::net::SocketAddr>,
+    /// tiga-gateway: largest bulk string a Redis client may send, bytes (at most Redis's 512 MiB).
+    #[arg(long, default_value_t = 512 << 20)]
+    pub redis_max_bulk_bytes: usize,
+    /// tiga-gateway: Redis client connections served at once; more are refused.
+    #[arg(long, default_value_t = 1024)]
+    pub redis_max_clients: usize,
 }
 
 #[derive(Subcommand, Debug)]

@@ -6,6 +6,7 @@ mod causal;
 mod check;
 mod demo;
 mod micro;
+pub mod redis;
 pub mod report;
 mod serve;
 mod sim;
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sim(SimCommand::DmAbd(a)) => campaign::run(CampaignProtocol::DmAbd, a),
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Cluster(redis::cluster::ClusterCommand::Up(a)) => redis::cluster::up(a),
         Command::Report(a) => report::run(a),
     }
 }

@@ -3,6 +3,8 @@
 //! * `register-replica`, `register-client` — the replicated register;
 //! * `causal-member` — a member of the causal replica set (the set is every node with this
 //!   role, in node-id order);
+//! * `tiga-server`, `tiga-gateway` — Tiga's servers and a coordinator serving Redis clients
+//!   on `--redis-listen` (see [`super::redis`]);
 //! * `causal-session` — a session against those members, set by `--read-pref`,
 //!   `--write-concern`, `--read-concern`, `--causal` (defaults: reads from secondaries,
 //!   majority writes and reads, causal on), starting after `--warmup-s` (keys exist only after
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Roles `kairos serve` can run, as named in the cluster file.
-const ROLES: &str = "register-replica, register-client, causal-member, causal-session";
+const ROLES: &str = "register-replica, register-client, causal-member, causal-session, tiga-server, tiga-gateway";
 
 /// How a `causal-session` node runs its session.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,7 +97,35 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         ),
         None => None,
     };
+    let tiga = || -> Result<super::redis::TigaServeOptions, CliError> {
+        if !(args.tiga_margin_ms >= 0.0 && args.tiga_margin_ms <= 10_000.0) {
+            return Err(CliError::Usage(format!("--tiga-margin-ms must be 0..=10000, not {}", args.tiga_margin_ms)));
+        }
+        if args.redis_max_bulk_bytes == 0 || args.redis_max_bulk_bytes > super::redis::resp::BULK_BYTES_MAX {
+            return Err(CliError::Usage("--redis-max-bulk-bytes must be 1..=536870912".into()));
+        }
+        Ok(super::redis::TigaServeOptions {
+            replicas_per_shard: args.tiga_replicas,
+            margin: Duration::from_secs_f64(args.tiga_margin_ms / 1e3),
+            redis_listen: args.redis_listen,
+            redis_limits: super::redis::resp::Limits {
+                bulk_bytes_max: args.redis_max_bulk_bytes,
+                ..Default::default()
+            },
+            redis_max_clients: args.redis_max_clients,
+        })
+    };
     match spec.role.as_str() {
+        "tiga-server" => {
+            if args.data_dir.is_some() {
+                eprintln!("note: Tiga servers keep no durable state yet (no recovery); --data-dir is not used");
+            }
+            let server = super::redis::server(&cfg, me, &tiga()?)?;
+            runtime.block_on(serve(cfg, me, server, node_opts, duration, None, history_out))
+        }
+        "tiga-gateway" => {
+            runtime.block_on(super::redis::run_gateway(cfg, me, tiga()?, node_opts, duration, history_out))
+        }
         "register-replica" => {
             runtime.block_on(serve(cfg, me, Replica::new(me, &replicas), node_opts, duration, None, history_out))
         }

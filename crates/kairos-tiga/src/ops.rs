@@ -1,0 +1,360 @@
+//! General one-shot transactions: byte-string keys and values, and the deterministic per-key
+//! operations a transaction is made of.
+//!
+//! A transaction is a list of [`Op`]s. Every operation names one key, and whether it reads
+//! and/or writes that key is fixed by its kind ([`OpKind::reads`], [`OpKind::writes`]), so the
+//! read and write sets are known before anything runs — what Tiga's one-shot model needs. The
+//! coordinator splits the list by shard (a key's shard is [`key_id`] mod shards, i.e. xxh3 of
+//! the key bytes); each shard's server runs its piece with [`execute`] as a stored procedure in
+//! timestamp order. Execution is a pure function of the store and the operations, so every
+//! replica that executes the same log reaches the same state. Operations on different keys
+//! commute, so running each shard's operations in their transaction order gives the same
+//! results as running the whole list in order.
+//!
+//! The kinds are the Redis string commands one key at a time (multi-key commands such as MGET,
+//! MSET or `DEL a b` are several operations): a runtime error (INCRBY on a non-integer) is a
+//! result of that operation, not an abort, as in Redis's EXEC.
+//!
+//! # Versions and the history
+//! Besides its value, every key has a **version**: the number of transactions that wrote it
+//! (a write bumps it once per transaction, even a SETNX that did not set or a DEL of a missing
+//! key). `kairos-check` reasons about integer registers with unique writes, so a transaction's
+//! history records, per distinct key, a read of the version it saw (if its first operation on
+//! the key reads it) and a write of `version + 1` (if it writes the key) — see
+//! [`crate::coordinator`]. For a key only ever incremented by 1 (MicroBench) the version equals
+//! the value, so the history is the same as that of the original increment-only procedure.
+//!
+//! # Limits
+//! A value may grow to [`VALUE_BYTES_MAX`] (APPEND beyond it is an error result): values travel
+//! in replies and log synchronization, which are framed with a size limit.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// A key or a value: a byte string.
+pub type Bytes = Vec<u8>;
+
+/// Largest value a key may hold, bytes (1 MiB: well inside the hosts' frame limit).
+pub const VALUE_BYTES_MAX: usize = 1 << 20;
+
+/// The protocol's identity of a key: xxh3-64 of its bytes. Conflict detection, log hashes and
+/// shard placement (`key_id % shards`) use it; two distinct keys with the same id would only
+/// conflict more than needed (a coordinator refuses a transaction naming two of them).
+pub fn key_id(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+/// The key a history records for `key`: its id folded below 2^63 (adya reads keys as i64).
+pub fn history_key(key: &[u8]) -> u64 {
+    key_id(key) & (u64::MAX >> 1)
+}
+
+/// What one operation does to its key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// The value, or nil.
+    Get,
+    /// 1 if the key holds a value, else 0.
+    Exists,
+    /// The value's length (0 for a missing key).
+    Strlen,
+    /// Store the value; replies OK.
+    Set(Bytes),
+    /// Store the value only if the key holds none; 1 if it was set, else 0.
+    SetNx(Bytes),
+    /// Remove the value; 1 if there was one, else 0.
+    Del,
+    /// Add to the value read as a signed 64-bit decimal integer (missing = 0); the new value,
+    /// or an error if the value is not such an integer or the sum overflows.
+    IncrBy(i64),
+    /// Append to the value (missing = empty); the new length.
+    Append(Bytes),
+}
+
+impl OpKind {
+    /// Whether the operation's result depends on the key's state before it.
+    pub fn reads(&self) -> bool {
+        !matches!(self, OpKind::Set(_) | OpKind::Del)
+    }
+    /// Whether the operation may change the key.
+    pub fn writes(&self) -> bool {
+        matches!(self, OpKind::Set(_) | OpKind::SetNx(_) | OpKind::Del | OpKind::IncrBy(_) | OpKind::Append(_))
+    }
+}
+
+/// One operation of a transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    pub key: Bytes,
+    pub kind: OpKind,
+}
+
+impl Op {
+    pub fn new(key: impl Into<Bytes>, kind: OpKind) -> Self {
+        Op { key: key.into(), kind }
+    }
+    /// The MicroBench increment of an integer key (its decimal digits are the key's bytes).
+    pub fn increment(key: u64) -> Self {
+        Op::new(key.to_string().into_bytes(), OpKind::IncrBy(1))
+    }
+    /// Bytes this operation carries (key and argument), for size limits.
+    pub fn payload_bytes(&self) -> usize {
+        let arg = match &self.kind {
+            OpKind::Set(v) | OpKind::SetNx(v) | OpKind::Append(v) => v.len(),
+            _ => 8,
+        };
+        self.key.len() + arg
+    }
+}
+
+/// Why an operation failed at run time (its result; the transaction still commits).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Error)]
+pub enum OpError {
+    #[error("ERR value is not an integer or out of range")]
+    NotInteger,
+    #[error("ERR increment or decrement would overflow")]
+    Overflow,
+    #[error("ERR string exceeds maximum allowed size (1 MiB in Kairos)")]
+    TooLarge,
+}
+
+/// The result of one operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpOutput {
+    Ok,
+    Nil,
+    Int(i64),
+    Bulk(Bytes),
+    Error(OpError),
+}
+
+/// A key's state: its value (none: missing or deleted) and its version (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Option<Bytes>,
+    pub version: u64,
+}
+
+/// A shard's data. A deleted key keeps its entry (and version) with no value.
+pub type Store = BTreeMap<Bytes, Entry>;
+
+/// The distinct keys of `ops` in order of first appearance, with whether the first operation
+/// on each reads it and whether any operation writes it.
+pub fn distinct_keys(ops: &[Op]) -> Vec<(&[u8], bool, bool)> {
+    let mut out: Vec<(&[u8], bool, bool)> = Vec::new();
+    for op in ops {
+        match out.iter_mut().find(|(k, _, _)| *k == op.key.as_slice()) {
+            Some(e) => e.2 |= op.kind.writes(),
+            None => out.push((&op.key, op.kind.reads(), op.kind.writes())),
+        }
+    }
+    out
+}
+
+/// What [`execute`] did: an output per operation, the version of each distinct key before it
+/// ran (in [`distinct_keys`] order), and what to restore to undo it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Execution {
+    pub outputs: Vec<OpOutput>,
+    pub versions: Vec<u64>,
+    pub undo: Vec<(Bytes, Option<Entry>)>,
+}
+
+/// Runs `ops` on `store` in order (see the module docs). Deterministic.
+pub fn execute(store: &mut Store, ops: &[Op]) -> Execution {
+    let keys = distinct_keys(ops);
+    let mut versions = Vec::with_capacity(keys.len());
+    let mut undo = Vec::new();
+    for (k, _, written) in &keys {
+        let old = store.get(*k);
+        versions.push(old.map_or(0, |e| e.version));
+        if *written {
+            undo.push((k.to_vec(), old.cloned()));
+        }
+    }
+    let outputs = ops.iter().map(|op| apply(store, op)).collect();
+    for (k, _, written) in &keys {
+        if *written {
+            let e = store.entry(k.to_vec()).or_default();
+            let before =
+                undo.iter().find(|(u, _)| u.as_slice() == *k).and_then(|(_, o)| o.as_ref()).map_or(0, |o| o.version);
+            e.version = before + 1;
+        }
+    }
+    Execution { outputs, versions, undo }
+}
+
+/// Restores what an [`Execution`] changed (its `undo`, newest first).
+pub fn undo(store: &mut Store, undo: Vec<(Bytes, Option<Entry>)>) {
+    for (k, old) in undo.into_iter().rev() {
+        match old {
+            Some(e) => store.insert(k, e),
+            None => store.remove(&k),
+        };
+    }
+}
+
+fn value<'a>(store: &'a Store, key: &[u8]) -> Option<&'a Bytes> {
+    store.get(key).and_then(|e| e.value.as_ref())
+}
+
+fn set(store: &mut Store, key: &[u8], v: Option<Bytes>) {
+    match store.get_mut(key) {
+        Some(e) => e.value = v,
+        None => {
+            store.insert(key.to_vec(), Entry { value: v, version: 0 });
+        }
+    }
+}
+
+/// Parses a value as Redis does for INCRBY: a signed 64-bit decimal, no spaces or `+`.
+pub fn parse_int(v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?;
+    if s.is_empty() || s.starts_with('+') || (s.len() > 1 && (s.starts_with('0') || s.starts_with("-0"))) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn apply(store: &mut Store, op: &Op) -> OpOutput {
+    let k = op.key.as_slice();
+    match &op.kind {
+        OpKind::Get => value(store, k).map_or(OpOutput::Nil, |v| OpOutput::Bulk(v.clone())),
+        OpKind::Exists => OpOutput::Int(i64::from(value(store, k).is_some())),
+        OpKind::Strlen => OpOutput::Int(value(store, k).map_or(0, |v| v.len() as i64)),
+        OpKind::Set(v) => {
+            if v.len() > VALUE_BYTES_MAX {
+                return OpOutput::Error(OpError::TooLarge);
+            }
+            set(store, k, Some(v.clone()));
+            OpOutput::Ok
+        }
+        OpKind::SetNx(v) => {
+            if value(store, k).is_some() {
+                return OpOutput::Int(0);
+            }
+            if v.len() > VALUE_BYTES_MAX {
+                return OpOutput::Error(OpError::TooLarge);
+            }
+            set(store, k, Some(v.clone()));
+            OpOutput::Int(1)
+        }
+        OpKind::Del => {
+            let had = value(store, k).is_some();
+            if had {
+                set(store, k, None);
+            }
+            OpOutput::Int(i64::from(had))
+        }
+        OpKind::IncrBy(by) => {
+            let cur = match value(store, k) {
+                None => 0,
+                Some(v) => match parse_int(v) {
+                    Some(n) => n,
+                    None => return OpOutput::Error(OpError::NotInteger),
+                },
+            };
+            match cur.checked_add(*by) {
+                Some(n) => {
+                    set(store, k, Some(n.to_string().into_bytes()));
+                    OpOutput::Int(n)
+                }
+                None => OpOutput::Error(OpError::Overflow),
+            }
+        }
+        OpKind::Append(tail) => {
+            let len = value(store, k).map_or(0, Vec::len);
+            if len + tail.len() > VALUE_BYTES_MAX {
+                return OpOutput::Error(OpError::TooLarge);
+            }
+            let mut v = value(store, k).cloned().unwrap_or_default();
+            v.extend_from_slice(tail);
+            let n = v.len() as i64;
+            set(store, k, Some(v));
+            OpOutput::Int(n)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(k: &str, kind: OpKind) -> Op {
+        Op::new(k.as_bytes().to_vec(), kind)
+    }
+
+    #[test]
+    fn redis_semantics_per_kind() {
+        let mut s = Store::new();
+        let e = execute(
+            &mut s,
+            &[
+                op("a", OpKind::Get),
+                op("a", OpKind::Set(b"10".to_vec())),
+                op("a", OpKind::IncrBy(-3)),
+                op("a", OpKind::Append(b"x".to_vec())),
+                op("a", OpKind::IncrBy(1)),
+                op("a", OpKind::Strlen),
+                op("b", OpKind::SetNx(b"1".to_vec())),
+                op("b", OpKind::SetNx(b"2".to_vec())),
+                op("b", OpKind::Exists),
+                op("c", OpKind::Del),
+                op("b", OpKind::Del),
+                op("b", OpKind::Exists),
+            ],
+        );
+        assert_eq!(
+            e.outputs,
+            vec![
+                OpOutput::Nil,
+                OpOutput::Ok,
+                OpOutput::Int(7),
+                OpOutput::Int(2),
+                OpOutput::Error(OpError::NotInteger),
+                OpOutput::Int(2),
+                OpOutput::Int(1),
+                OpOutput::Int(0),
+                OpOutput::Int(1),
+                OpOutput::Int(0),
+                OpOutput::Int(1),
+                OpOutput::Int(0),
+            ]
+        );
+        assert_eq!(e.versions, vec![0, 0, 0]);
+        // One version bump per written key per transaction.
+        assert_eq!(s[b"a".as_slice()], Entry { value: Some(b"7x".to_vec()), version: 1 });
+        assert_eq!(s[b"b".as_slice()].version, 1);
+        assert_eq!(s[b"c".as_slice()], Entry { value: None, version: 1 });
+        // Overflow and undo.
+        let before = s.clone();
+        let e = execute(&mut s, &[op("n", OpKind::IncrBy(i64::MAX)), op("n", OpKind::IncrBy(1)), op("a", OpKind::Get)]);
+        assert_eq!(e.outputs[1], OpOutput::Error(OpError::Overflow));
+        assert_eq!(e.versions, vec![0, 1]);
+        undo(&mut s, e.undo);
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn integers_parse_as_redis_does() {
+        for ok in ["0", "-1", "9223372036854775807", "-9223372036854775808", "42"] {
+            assert!(parse_int(ok.as_bytes()).is_some(), "{ok}");
+        }
+        for bad in ["", "+1", " 1", "1 ", "01", "-0", "1.5", "9223372036854775808", "abc"] {
+            assert!(parse_int(bad.as_bytes()).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn read_and_write_sets() {
+        let ops =
+            [op("a", OpKind::Set(vec![])), op("a", OpKind::Get), op("b", OpKind::Get), op("c", OpKind::IncrBy(1))];
+        let d = distinct_keys(&ops);
+        assert_eq!(
+            d,
+            vec![(b"a".as_slice(), false, true), (b"b".as_slice(), true, false), (b"c".as_slice(), true, true)]
+        );
+        assert_eq!(Op::increment(17).key, b"17".to_vec());
+    }
+}

@@ -1,0 +1,224 @@
+//! `kairos cluster up`: the paper's Tiga deployment as local processes, one command.
+//!
+//! Without `--config` it writes (if absent) and uses `DIR/cluster.toml`: 3 shards × 3 replicas
+//! (`tiga-server`, replica r of every shard in sc / fi / br, so every leader is in sc) and one
+//! `tiga-gateway` per region (sc, fi, br, hk), all on 127.0.0.1 with the GCP matrix's one-way
+//! delay injected on every link. Each node is a `kairos serve` child process logging to
+//! `DIR/node-N.log`; gateway k (in id order) serves Redis clients on `--redis-port + k` and
+//! writes its history to `DIR/gateway-N.jsonl`. The command prints each region's gateway
+//! address once all answer PING, then waits: Ctrl-C (or `--duration-s`) stops every child with
+//! SIGINT (so gateways finish their histories), and kills what has not stopped after 5 s.
+//!
+//! A user can edit the file (or pass their own) for other hosts: `cluster up` starts every node
+//! of the file on this machine, so for real hosts run `kairos serve --config … --node N` on
+//! each instead.
+
+use crate::CliError;
+use clap::{Args, Subcommand};
+use kairos_net::ClusterConfig;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a Tiga cluster of local processes (default: the paper's 3 shards × 3 replicas in sc / fi / br with
+    /// a Redis gateway per region, GCP delays injected); prints the gateways' addresses; Ctrl-C stops it.
+    Up(ClusterUpArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterUpArgs {
+    /// Cluster file to use (default: DIR/cluster.toml, written with the paper's deployment if absent).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Folder for the default cluster file, the nodes' logs and the gateways' histories.
+    #[arg(long, default_value = "kairos-cluster")]
+    pub dir: PathBuf,
+    /// Passed to every node (`kairos serve --data-dir`); Tiga's servers keep no durable state yet.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Redis port of the first gateway; the k-th gateway (in node-id order) listens on this + k.
+    #[arg(long, default_value_t = 6379)]
+    pub redis_port: u16,
+    /// Replicas per shard (the `tiga-server` nodes, in id order, are shard-major).
+    #[arg(long, default_value_t = 3)]
+    pub tiga_replicas: usize,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+}
+
+/// The paper's deployment (see the module docs), peers on ports `port_base..`.
+pub fn default_config(port_base: u16) -> String {
+    let mut s = String::from(
+        "# Tiga, as in the paper: 3 shards x 3 replicas (replica r of every shard in sc / fi / br;\n\
+         # leaders in sc) and a Redis gateway per region. Written by `kairos cluster up`; edit freely.\n\
+         [cluster]\nname = \"tiga\"\nlatency = \"gcp\"\ninject_delay = true\n",
+    );
+    let servers = ["sc", "fi", "br"];
+    let mut id = 0u16;
+    for _shard in 0..3 {
+        for region in servers {
+            s += &format!(
+                "\n[[node]]\nid = {id}\naddr = \"127.0.0.1:{}\"\nregion = \"{region}\"\nrole = \"tiga-server\"\n",
+                port_base + id
+            );
+            id += 1;
+        }
+    }
+    for region in ["sc", "fi", "br", "hk"] {
+        s += &format!(
+            "\n[[node]]\nid = {id}\naddr = \"127.0.0.1:{}\"\nregion = \"{region}\"\nrole = \"tiga-gateway\"\n",
+            port_base + id
+        );
+        id += 1;
+    }
+    s
+}
+
+/// Kills every child still running when dropped (however `up` ends).
+struct Children(Vec<Child>);
+
+impl Children {
+    /// SIGINT to each, then waits up to `grace` before killing the rest.
+    fn stop(&mut self, grace: Duration) {
+        for c in &self.0 {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                // SAFETY: sending a signal to our own child process by its id.
+                unsafe {
+                    libc::kill(pid, libc::SIGINT);
+                }
+            }
+        }
+        let deadline = Instant::now() + grace;
+        for c in &mut self.0 {
+            while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn ping(addr: std::net::SocketAddr) -> bool {
+    let Ok(s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut w = match s.try_clone() {
+        Ok(w) => w,
+        Err(_) => return false,
+    };
+    if w.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+}
+
+pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
+    let io = |what: &str, e: std::io::Error| CliError::Io(format!("{what}: {e}"));
+    std::fs::create_dir_all(&a.dir).map_err(|e| io(&format!("cannot create {}", a.dir.display()), e))?;
+    let config = match &a.config {
+        Some(c) => c.clone(),
+        None => {
+            let c = a.dir.join("cluster.toml");
+            if !c.exists() {
+                std::fs::write(&c, default_config(7100))
+                    .map_err(|e| io(&format!("cannot write {}", c.display()), e))?;
+                eprintln!("wrote the default cluster file {}", c.display());
+            }
+            c
+        }
+    };
+    let cfg = ClusterConfig::load(&config).map_err(|e| CliError::Io(e.to_string()))?;
+    super::topology(&cfg, a.tiga_replicas)?;
+    let gateways = cfg.nodes_with_role("tiga-gateway");
+    if gateways.is_empty() {
+        return Err(CliError::Usage(format!("{} has no node with role `tiga-gateway`", config.display())));
+    }
+    let exe = std::env::current_exe().map_err(|e| io("cannot find the kairos executable", e))?;
+    let mut children = Children(Vec::new());
+    let mut table = Vec::new();
+    for spec in cfg.nodes() {
+        if spec.role != "tiga-server" && spec.role != "tiga-gateway" {
+            continue;
+        }
+        let mut c = Command::new(&exe);
+        c.args(["serve", "--config"]).arg(&config).args(["--node", &spec.id.0.to_string()]);
+        c.args(["--tiga-replicas", &a.tiga_replicas.to_string()]);
+        if let Some(d) = &a.data_dir {
+            c.arg("--data-dir").arg(d);
+        }
+        if spec.role == "tiga-gateway" {
+            let k = gateways.iter().position(|g| *g == spec.id).unwrap_or(0);
+            let port = a
+                .redis_port
+                .checked_add(k as u16)
+                .ok_or_else(|| CliError::Usage("--redis-port leaves no room for every gateway".into()))?;
+            let addr = std::net::SocketAddr::new(spec.addr.ip(), port);
+            let history = a.dir.join(format!("gateway-{}.jsonl", spec.id.0));
+            c.arg("--redis-listen").arg(addr.to_string()).arg("--history").arg(&history);
+            table.push((spec.region.clone(), addr, history));
+        }
+        let log = a.dir.join(format!("node-{}.log", spec.id.0));
+        let log = std::fs::File::create(&log).map_err(|e| io(&format!("cannot write {}", log.display()), e))?;
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        children.0.push(c.spawn().map_err(|e| io("cannot start a node", e))?);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (region, addr, _) in &table {
+        while !ping(*addr) {
+            if Instant::now() > deadline || children.0.iter_mut().any(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+                children.stop(Duration::from_secs(5));
+                return Err(CliError::Runtime(format!(
+                    "the {region} gateway ({addr}) did not come up; see the node logs in {}",
+                    a.dir.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    println!("Tiga cluster up ({} nodes, {}); Redis gateways:", children.0.len(), config.display());
+    for (region, addr, history) in &table {
+        println!("  {region:<3} redis-cli -h {} -p {}   (history: {})", addr.ip(), addr.port(), history.display());
+    }
+    println!("Ctrl-C stops the cluster.");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
+    let duration = a.duration_s.map(|s| Duration::from_secs_f64(s.clamp(0.0, 86_400.0 * 365.0)));
+    runtime.block_on(async {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match duration { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {}
+        }
+    });
+    eprintln!("stopping the cluster");
+    children.stop(Duration::from_secs(5));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_default_cluster_file_is_the_papers_deployment() {
+        let cfg = kairos_net::ClusterConfig::parse(&super::default_config(7100), "default").unwrap();
+        assert_eq!(cfg.nodes_with_role("tiga-server").len(), 9);
+        let t = super::super::topology(&cfg, 3).unwrap();
+        assert_eq!(t.shard_count(), 3);
+        let regions: Vec<String> =
+            cfg.nodes_with_role("tiga-gateway").iter().map(|g| cfg.node(*g).unwrap().region.clone()).collect();
+        assert_eq!(regions, ["sc", "fi", "br", "hk"]);
+        assert!(cfg.inject_delay());
+    }
+}

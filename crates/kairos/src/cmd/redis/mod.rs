@@ -1,0 +1,174 @@
+//! Tiga as a service: the `tiga-server` and `tiga-gateway` roles of `kairos serve`, and the
+//! Redis-protocol front end of the gateway.
+//!
+//! - [`resp`]: RESP2 parsing (limit-checked) and reply encoding.
+//! - [`commands`]: Redis commands → Tiga operations, and their outputs → replies.
+//! - [`cluster`]: `kairos cluster up`, the paper's deployment as local processes.
+//! - [`gateway`]: the gateway's role (a coordinator that hands results back) and the RESP
+//!   listener with its per-connection state (pipelines, MULTI/EXEC).
+//!
+//! ## The Tiga cluster from a cluster file
+//! Nodes with role `tiga-server`, in id order, are the servers: with `--tiga-replicas n`
+//! (default 3) the i-th is replica `i mod n` of shard `i / n`, and replica 0 leads every shard
+//! (view 0). Nodes with role `tiga-gateway` are coordinators; each listens for Redis clients
+//! on `--redis-listen ADDR` and records the history of what it served with `--history FILE`
+//! (Jepsen processes from `node id × inflight_max`, so gateways' histories merge).
+
+pub mod cluster;
+pub mod commands;
+pub mod gateway;
+pub mod resp;
+
+use crate::CliError;
+use gateway::{GatewayRole, RedisOptions};
+use kairos_core::history::HistoryRecord;
+use kairos_core::NodeId;
+use kairos_net::{ClusterConfig, HistorySink, NodeOptions};
+use kairos_tiga::coordinator::Coordinator;
+use kairos_tiga::server::Server;
+use kairos_tiga::workload::FixedKeys;
+use kairos_tiga::{TigaConfig, Topology};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of the Tiga roles under `kairos serve`.
+#[derive(Clone, Debug)]
+pub struct TigaServeOptions {
+    pub replicas_per_shard: usize,
+    pub margin: Duration,
+    pub redis_listen: Option<SocketAddr>,
+    pub redis_limits: resp::Limits,
+    pub redis_max_clients: usize,
+}
+
+/// The topology the cluster file describes (see the module docs).
+pub fn topology(cfg: &ClusterConfig, replicas_per_shard: usize) -> Result<Topology, CliError> {
+    let servers = cfg.nodes_with_role("tiga-server");
+    let n = replicas_per_shard;
+    if n == 0 || servers.is_empty() || !servers.len().is_multiple_of(n) {
+        return Err(CliError::Usage(format!(
+            "the cluster file has {} nodes with role `tiga-server`; with --tiga-replicas {n} that must be a \
+             positive multiple of {n} (shard-major: replicas 0..{n} of shard 0, then shard 1, …)",
+            servers.len()
+        )));
+    }
+    Ok(Topology { shards: servers.chunks(n).map(<[NodeId]>::to_vec).collect(), leader: vec![0; servers.len() / n] })
+}
+
+fn config(o: &TigaServeOptions) -> TigaConfig {
+    TigaConfig { margin: o.margin, ..TigaConfig::default() }
+}
+
+/// The server role of node `me`.
+pub fn server(cfg: &ClusterConfig, me: NodeId, o: &TigaServeOptions) -> Result<Server, CliError> {
+    let t = topology(cfg, o.replicas_per_shard)?;
+    let (shard, replica) = t.locate(me).ok_or_else(|| CliError::Usage(format!("node {me} is not a tiga-server")))?;
+    Ok(Server::new(t, config(o), shard, replica))
+}
+
+/// Runs node `me` as a gateway until Ctrl-C or `duration`, writing its history to
+/// `history_out` (JSON lines).
+pub async fn run_gateway(
+    cfg: Arc<ClusterConfig>,
+    me: NodeId,
+    o: TigaServeOptions,
+    mut node_opts: NodeOptions,
+    duration: Option<Duration>,
+    mut history_out: Option<std::fs::File>,
+) -> Result<(), CliError> {
+    let t = topology(&cfg, o.replicas_per_shard)?;
+    let tiga = config(&o);
+    let here = cfg.region_of(me);
+    // Initial one-way delay bounds: the matrix's, when it describes the links; else the floor.
+    let owd: Vec<Vec<Duration>> = t
+        .shards
+        .iter()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| match (cfg.inject_delay(), here, cfg.region_of(*r)) {
+                    (true, Some(a), Some(b)) => cfg.matrix().one_way(a, b),
+                    _ => tiga.owd_floor,
+                })
+                .collect()
+        })
+        .collect();
+    let process_base = u64::from(me.0) * tiga.inflight_max as u64;
+    let coordinator = Coordinator::new(t, tiga.clone(), Box::new(FixedKeys::default()), owd, process_base);
+    let listen = o.redis_listen.ok_or_else(|| {
+        CliError::Usage("a tiga-gateway needs --redis-listen ADDR (e.g. 127.0.0.1:6379) for its Redis clients".into())
+    })?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::Io(format!("cannot listen for Redis clients on {listen}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| CliError::Io(e.to_string()))?;
+    let region = here.map(|r| cfg.matrix().name(r).to_string()).unwrap_or_default();
+    let info = format!(
+        "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\nkairos_role:tiga-gateway\r\nkairos_node:{me}\r\n\
+         kairos_region:{region}\r\nkairos_view:0\r\nkairos_shards:{}\r\ntcp_port:{}\r\n",
+        commands::REDIS_VERSION,
+        cfg.nodes_with_role("tiga-server").len() / o.replicas_per_shard,
+        local.port()
+    );
+    let ropts = Arc::new(RedisOptions {
+        limits: o.redis_limits,
+        max_clients: o.redis_max_clients,
+        pipeline_max: 1024,
+        ops_per_txn_max: tiga.ops_per_txn_max,
+        keys_per_txn_max: tiga.keys_per_txn_max,
+        txn_bytes_max: tiga.txn_bytes_max,
+        info,
+    });
+    node_opts.history = HistorySink::Channel { capacity: 65_536 };
+    let (calls_tx, calls_rx) = tokio::sync::mpsc::channel(4096);
+    let mut node = kairos_net::spawn_node_with_calls(cfg, me, GatewayRole::new(coordinator), node_opts, Some(calls_rx))
+        .await
+        .map_err(|e| CliError::Io(e.to_string()))?;
+    eprintln!("node {me} (tiga-gateway) listening on {} for peers, on {local} for Redis clients", node.local_addr());
+    let redis = tokio::spawn(gateway::serve_redis(listener, calls_tx, ropts));
+    let mut history = node.take_history();
+    let deadline = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut write = |rec: &HistoryRecord| -> Result<(), CliError> {
+        if let Some(f) = history_out.as_mut() {
+            let line = serde_json::to_string(rec).map_err(|e| CliError::Runtime(e.to_string()))?;
+            writeln!(f, "{line}").map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
+            f.flush().map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
+        }
+        Ok(())
+    };
+    loop {
+        tokio::select! {
+            _ = &mut deadline => break,
+            r = &mut ctrl_c => {
+                r.map_err(|e| CliError::Runtime(format!("cannot wait for Ctrl-C: {e}")))?;
+                break;
+            }
+            rec = async { match history.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                match rec {
+                    Some(rec) => write(&rec)?,
+                    None => history = None,
+                }
+            }
+            _ = node.stopped() => break,
+        }
+    }
+    redis.abort();
+    let metrics = node.shutdown().await.map_err(|e| CliError::Runtime(e.to_string()))?;
+    if let Some(mut h) = history {
+        while let Ok(rec) = h.try_recv() {
+            write(&rec)?;
+        }
+    }
+    let shown: Vec<String> = metrics.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!("node {me} stopped; {}", shown.join(" "));
+    Ok(())
+}

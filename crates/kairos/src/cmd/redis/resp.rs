@@ -1,0 +1,252 @@
+//! RESP, the Redis serialization protocol: parsing client commands (RESP2 and inline) and
+//! encoding replies in RESP2 or, after `HELLO 3`, RESP3 (which differs for the replies the
+//! gateway sends only in nil, `_`, and maps, `%`).
+//!
+//! Hand-written rather than taken from a crate: the gateway needs only the client half of
+//! RESP2 (a command is an array of bulk strings, or an inline line), and it needs every limit
+//! checked *before* memory is committed — a declared bulk length of 2^40 or an array of a
+//! billion elements must be refused from its header, never allocated. The small parsers on
+//! crates.io either allocate from declared lengths, parse all RESP3 types a server never
+//! receives, or are tied to a client library; a 150-line parser whose every limit is visible
+//! is easier to trust.
+//!
+//! [`parse_command`] looks at the front of a buffer and returns a complete command, "need more
+//! bytes", or a [`ProtocolError`] (the connection answers `-ERR Protocol error: …` and closes,
+//! as Redis does). Limits ([`Limits`]): bulk length (Redis's `proto-max-bulk-len`, 512 MiB,
+//! configurable lower), array length (1,048,576 arguments) and inline command length (64 KiB).
+//! Inline commands are split on spaces without Redis's quote handling.
+
+use thiserror::Error;
+
+/// What a client may send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest bulk string (one argument), bytes.
+    pub bulk_bytes_max: usize,
+    /// Most arguments in one command.
+    pub array_len_max: usize,
+    /// Longest inline command or array / bulk header line, bytes.
+    pub inline_bytes_max: usize,
+}
+
+/// Redis's own bulk limit (`proto-max-bulk-len`).
+pub const BULK_BYTES_MAX: usize = 512 << 20;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { bulk_bytes_max: BULK_BYTES_MAX, array_len_max: 1 << 20, inline_bytes_max: 64 << 10 }
+    }
+}
+
+/// A malformed request; the message follows `-ERR Protocol error: ` as in Redis.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ProtocolError {
+    #[error("invalid multibulk length")]
+    ArrayLength,
+    #[error("invalid bulk length")]
+    BulkLength,
+    #[error("expected '$', got '{0}'")]
+    ExpectedBulk(char),
+    #[error("too big inline request")]
+    InlineTooBig,
+    #[error("too big mbulk count string")]
+    HeaderTooBig,
+    #[error("bulk string not followed by CRLF")]
+    MissingCrlf,
+}
+
+/// A command: its arguments (the first is the name).
+pub type Args = Vec<Vec<u8>>;
+
+/// The line at the front of `buf` without its CRLF, and the bytes it takes with it.
+fn line(buf: &[u8], max: usize, too_big: ProtocolError) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    let window = &buf[..buf.len().min(max + 2)];
+    match window.windows(2).position(|w| w == b"\r\n") {
+        Some(i) => Ok(Some((&buf[..i], i + 2))),
+        None if buf.len() > max => Err(too_big),
+        None => Ok(None),
+    }
+}
+
+fn int(digits: &[u8]) -> Option<i64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// Parses one command from the front of `buf`: `Ok(Some((args, bytes used)))` (args may be
+/// empty: an empty line or a `*0` array, which callers skip), `Ok(None)` if the command is not
+/// complete yet, or the protocol error.
+pub fn parse_command(buf: &[u8], limits: &Limits) -> Result<Option<(Args, usize)>, ProtocolError> {
+    let Some(&first) = buf.first() else { return Ok(None) };
+    if first != b'*' {
+        let Some((l, used)) = line(buf, limits.inline_bytes_max, ProtocolError::InlineTooBig)? else {
+            return Ok(None);
+        };
+        let args = l.split(|b| *b == b' ' || *b == b'\t').filter(|a| !a.is_empty()).map(<[u8]>::to_vec).collect();
+        return Ok(Some((args, used)));
+    }
+    let Some((header, mut pos)) = line(&buf[1..], 32, ProtocolError::HeaderTooBig)? else { return Ok(None) };
+    pos += 1;
+    let n = int(header).ok_or(ProtocolError::ArrayLength)?;
+    if n <= 0 {
+        return Ok(Some((Vec::new(), pos)));
+    }
+    if n as u64 > limits.array_len_max as u64 {
+        return Err(ProtocolError::ArrayLength);
+    }
+    // Capacity from what has arrived, never from the declared count alone.
+    let mut args = Vec::with_capacity((n as usize).min(1024));
+    for _ in 0..n {
+        let Some(&b) = buf.get(pos) else { return Ok(None) };
+        if b != b'$' {
+            return Err(ProtocolError::ExpectedBulk(b as char));
+        }
+        let Some((header, used)) = line(&buf[pos + 1..], 32, ProtocolError::BulkLength)? else { return Ok(None) };
+        let len = int(header).ok_or(ProtocolError::BulkLength)?;
+        if len < 0 || len as u64 > limits.bulk_bytes_max as u64 {
+            return Err(ProtocolError::BulkLength);
+        }
+        let start = pos + 1 + used;
+        let end = start + len as usize;
+        if buf.len() < end + 2 {
+            return Ok(None);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Err(ProtocolError::MissingCrlf);
+        }
+        args.push(buf[start..end].to_vec());
+        pos = end + 2;
+    }
+    Ok(Some((args, pos)))
+}
+
+/// A reply, as RESP2 encodes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    /// An error line, e.g. `ERR unknown command`: the first word is the error kind.
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Reply>),
+    /// Key-value pairs: a flat array in RESP2, a map in RESP3.
+    Map(Vec<(Reply, Reply)>),
+}
+
+impl Reply {
+    pub fn ok() -> Self {
+        Reply::Simple("OK".into())
+    }
+    pub fn err(msg: impl Into<String>) -> Self {
+        Reply::Error(msg.into())
+    }
+    pub fn bulk(s: impl AsRef<[u8]>) -> Self {
+        Reply::Bulk(s.as_ref().to_vec())
+    }
+}
+
+/// Simple strings and errors are one line: CR and LF become spaces.
+fn one_line(s: &str, out: &mut Vec<u8>) {
+    out.extend(s.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+}
+
+/// Appends `reply`'s encoding to `out`: RESP3 if `resp3`, else RESP2.
+pub fn encode_as(resp3: bool, reply: &Reply, out: &mut Vec<u8>) {
+    match reply {
+        Reply::Simple(s) => {
+            out.push(b'+');
+            one_line(s, out);
+        }
+        Reply::Error(s) => {
+            out.push(b'-');
+            one_line(s, out);
+        }
+        Reply::Int(n) => out.extend_from_slice(format!(":{n}").as_bytes()),
+        Reply::Bulk(b) => {
+            out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+            out.extend_from_slice(b);
+        }
+        Reply::Nil if resp3 => out.push(b'_'),
+        Reply::Nil => out.extend_from_slice(b"$-1"),
+        Reply::Array(items) => {
+            out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+            for item in items {
+                encode_as(resp3, item, out);
+            }
+            return;
+        }
+        Reply::Map(pairs) => {
+            let header = if resp3 { format!("%{}\r\n", pairs.len()) } else { format!("*{}\r\n", 2 * pairs.len()) };
+            out.extend_from_slice(header.as_bytes());
+            for (k, v) in pairs {
+                encode_as(resp3, k, out);
+                encode_as(resp3, v, out);
+            }
+            return;
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(b: &[u8]) -> Result<Option<(Args, usize)>, ProtocolError> {
+        parse_command(b, &Limits::default())
+    }
+
+    #[test]
+    fn arrays_inline_and_partial_input() {
+        let cmd = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n";
+        let (args, used) = parse(cmd).unwrap().unwrap();
+        assert_eq!(args, vec![b"SET".to_vec(), b"k".to_vec(), b"hello".to_vec()]);
+        assert_eq!(used, cmd.len());
+        for cut in 0..cmd.len() {
+            assert_eq!(parse(&cmd[..cut]).unwrap(), None, "prefix of {cut} bytes");
+        }
+        let (args, used) = parse(b"PING  hi\r\nGET").unwrap().unwrap();
+        assert_eq!((args, used), (vec![b"PING".to_vec(), b"hi".to_vec()], 10));
+        assert_eq!(parse(b"*0\r\n").unwrap(), Some((vec![], 4)));
+        assert_eq!(parse(b"\r\n").unwrap(), Some((vec![], 2)));
+        // Binary-safe bulk strings.
+        let (args, _) = parse(b"*1\r\n$4\r\na\r\nb\r\n").unwrap().unwrap();
+        assert_eq!(args, vec![b"a\r\nb".to_vec()]);
+    }
+
+    #[test]
+    fn limits_are_checked_from_the_headers() {
+        assert_eq!(parse(b"*1\r\n$1099511627776\r\n"), Err(ProtocolError::BulkLength));
+        assert_eq!(parse(b"*1\r\n$-5\r\n"), Err(ProtocolError::BulkLength));
+        assert_eq!(parse(b"*2000000\r\n"), Err(ProtocolError::ArrayLength));
+        assert_eq!(parse(b"*x\r\n"), Err(ProtocolError::ArrayLength));
+        assert_eq!(parse(b"*1\r\n:5\r\n"), Err(ProtocolError::ExpectedBulk(':')));
+        assert_eq!(parse(b"*1\r\n$1\r\nab\r\n"), Err(ProtocolError::MissingCrlf));
+        assert_eq!(parse(&[b'*'; 100]), Err(ProtocolError::HeaderTooBig));
+        let long = vec![b'a'; 70_000];
+        assert_eq!(parse(&long), Err(ProtocolError::InlineTooBig));
+        let small = Limits { bulk_bytes_max: 4, ..Limits::default() };
+        assert_eq!(parse_command(b"*1\r\n$5\r\n", &small), Err(ProtocolError::BulkLength));
+    }
+
+    #[test]
+    fn replies_encode_as_resp2() {
+        let mut out = Vec::new();
+        let r = Reply::Array(vec![
+            Reply::ok(),
+            Reply::Int(-3),
+            Reply::bulk("hi"),
+            Reply::Nil,
+            Reply::err("ERR bad\r\nthing"),
+        ]);
+        encode_as(false, &r, &mut out);
+        assert_eq!(out, b"*5\r\n+OK\r\n:-3\r\n$2\r\nhi\r\n$-1\r\n-ERR bad  thing\r\n".to_vec());
+        let m = Reply::Map(vec![(Reply::bulk("proto"), Reply::Int(3)), (Reply::bulk("x"), Reply::Nil)]);
+        let mut out = Vec::new();
+        encode_as(true, &m, &mut out);
+        assert_eq!(out, b"%2\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n_\r\n".to_vec());
+        out.clear();
+        encode_as(false, &m, &mut out);
+        assert_eq!(out, b"*4\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n$-1\r\n".to_vec());
+    }
+}
