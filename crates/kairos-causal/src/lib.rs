@@ -78,11 +78,12 @@
 //! and majority writes by `max_waiters`, batches by `batch_max`, `maxTimeMS` capped at 60 s).
 
 pub mod member;
+pub mod mongo;
 pub mod msg;
 pub mod session;
 pub mod sim;
 pub mod tpcc;
 
-pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats};
+pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats, MongoSetConfig};
 pub use msg::{CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
 pub use session::{Probe, ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};

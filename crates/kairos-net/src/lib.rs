@@ -96,4 +96,7 @@ pub mod storage;
 
 pub use config::{ClusterConfig, ConfigError, NodeSpec};
 pub use frame::{FrameError, FrameKind, Hello};
-pub use host::{metric, run_until_ctrl_c, spawn_node, HistorySink, NetError, NodeHandle, NodeOptions};
+pub use host::{
+    metric, run_until_ctrl_c, spawn_node, spawn_node_with_local_port, HistorySink, LocalPort, LocalSubmitter, NetError,
+    NodeHandle, NodeOptions,
+};

@@ -517,6 +517,12 @@ pub struct ServeArgs {
     /// causal-session: seconds to wait before the first operation (the set elects a primary and makes signing keys).
     #[arg(long, default_value_t = 3.0)]
     pub warmup_s: f64,
+    /// causal-member: also serve MongoDB drivers on ADDR (default: the node's `mongo_addr` in the cluster file, if any).
+    #[arg(long, value_name = "ADDR")]
+    pub mongo_listen: Option<String>,
+    /// causal-member: the replica-set name MongoDB drivers connect with (`replicaSet=NAME`).
+    #[arg(long, value_name = "NAME", default_value = "kairos")]
+    pub mongo_set_name: String,
 }
 
 #[derive(Subcommand, Debug)]

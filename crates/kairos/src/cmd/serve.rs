@@ -2,7 +2,8 @@
 //! TCP. The node's `role` in the cluster file picks the role:
 //! * `register-replica`, `register-client` — the replicated register;
 //! * `causal-member` — a member of the causal replica set (the set is every node with this
-//!   role, in node-id order);
+//!   role, in node-id order); with `--mongo-listen ADDR` (or `mongo_addr` in the cluster file)
+//!   it also serves MongoDB drivers ([`super::mongo_listen`]);
 //! * `causal-session` — a session against those members, set by `--read-pref`,
 //!   `--write-concern`, `--read-concern`, `--causal` (defaults: reads from secondaries,
 //!   majority writes and reads, causal on), starting after `--warmup-s` (keys exist only after
@@ -114,10 +115,17 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             let Some(index) = causal_members.iter().position(|&m| m == me) else {
                 return Err(CliError::Usage(format!("node {me} is not among the causal members")));
             };
-            let mc = Arc::new(MemberConfig::new(causal_members));
+            let mut mc = MemberConfig::new(causal_members.clone());
+            let mongo = super::mongo_listen::listen_addr(&args, &cfg, me)?;
+            if let Some(l) = &mongo {
+                mc.mongo = Some(super::mongo_listen::set_config(&args, &cfg, &causal_members, index, l)?);
+            }
             // With --data-dir, a restarted process recovers its term, vote and oplog.
-            let member = Member::new(mc, index as u32);
-            runtime.block_on(serve(cfg, me, member, node_opts, duration, None, history_out))
+            let member = Member::new(Arc::new(mc), index as u32);
+            match mongo {
+                Some(l) => runtime.block_on(super::mongo_listen::serve(cfg, me, member, node_opts, duration, l)),
+                None => runtime.block_on(serve(cfg, me, member, node_opts, duration, None, history_out)),
+            }
         }
         "causal-session" => {
             if causal_members.is_empty() {

@@ -6,10 +6,15 @@
 //! ([`kairos_core::Process::on_recover`]); everything else (commit point, document store, keys,
 //! clock) is rebuilt from the oplog.
 
+mod mongo_exec;
+
+pub use mongo_exec::MongoSetConfig;
+
 use crate::msg::{
     codes, CausalMsg, ClientOp, Entry, ErrorReply, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody,
     Request, WriteConcern,
 };
+use kairos_clock::SigningKey;
 use kairos_clock::{
     gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
     TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
@@ -55,6 +60,12 @@ pub struct MemberConfig {
     pub max_waiters: usize,
     /// `maxAcceptableLogicalClockDriftSecs`.
     pub max_drift_secs: u64,
+    /// The MongoDB wire-protocol surface (`hello`'s set name and hosts); `None`: the member
+    /// still executes MongoDB commands, and `hello` names no set.
+    pub mongo: Option<MongoSetConfig>,
+    /// Largest oplog entry a MongoDB write may produce, in bytes of its documents (it must fit
+    /// a frame between members; larger writes get BSONObjectTooLarge).
+    pub max_docs_entry_bytes: usize,
 }
 
 impl MemberConfig {
@@ -72,6 +83,8 @@ impl MemberConfig {
             batch_max: 1_000,
             max_waiters: 10_000,
             max_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
+            mongo: None,
+            max_docs_entry_bytes: 3 * 1024 * 1024,
         }
     }
 
@@ -143,16 +156,26 @@ pub struct MemberStats {
     pub ignored_messages: u64,
 }
 
+/// A read waiting for `after` (applied, or committed when `majority`).
 struct Waiter {
     client: NodeId,
-    req: Request,
     deadline: LocalTime,
+    after: Option<ClusterTime>,
+    majority: bool,
+    what: Waiting,
+}
+
+enum Waiting {
+    Kv(Request),
+    Mongo(Box<mongo_exec::ParkedRead>),
 }
 
 struct PendingWrite {
     client: NodeId,
     id: u64,
     deadline: LocalTime,
+    /// A MongoDB write: the reply body to send once the write is majority-committed.
+    mongo: Option<bson::Document>,
 }
 
 /// One member of the replica set.
@@ -168,9 +191,19 @@ pub struct Member {
     primary: Option<u32>,
     commit_point: ClusterTime,
     store: BTreeMap<u64, Vec<(u64, ClusterTime)>>,
+    /// MongoDB documents (from [`Op::Docs`]) and retryable-write records.
+    docs: mongo_exec::DocStore,
     clock: LogicalClock,
     validator: ClusterTimeValidator,
+    /// Every key this member has applied: validates client times.
     keys: KeyRing,
+    /// Keys whose oplog entry is majority-committed: only these sign replies, so a client never
+    /// holds a time signed with a key another member may not have (or that may roll back).
+    signing_keys: KeyRing,
+    /// Applied keys not yet committed, by the optime of their entry.
+    pending_keys: Vec<(ClusterTime, SigningKey)>,
+    /// Cursors, waiting `hello`s, topology version (not replicated).
+    mongo: mongo_exec::MongoState,
     proofs: TimeProofService,
     hmac_reported: u64,
     // Primary.
@@ -195,6 +228,7 @@ impl Member {
         let mut proofs = TimeProofService::new();
         proofs.set_per_reply(cfg.per_reply_signing);
         let keys = KeyRing::new().with_retention_secs(cfg.key_rotation_secs);
+        let signing_keys = keys.clone();
         let clock = LogicalClock::new().with_max_acceptable_drift_secs(cfg.max_drift_secs);
         let mut m = Member {
             cfg,
@@ -206,9 +240,13 @@ impl Member {
             primary: None,
             commit_point: ClusterTime::ZERO,
             store: BTreeMap::new(),
+            docs: mongo_exec::DocStore::default(),
             clock,
             validator: ClusterTimeValidator::new(),
             keys,
+            signing_keys,
+            pending_keys: Vec::new(),
+            mongo: mongo_exec::MongoState::default(),
             proofs,
             hmac_reported: 0,
             progress: BTreeMap::new(),
@@ -229,6 +267,8 @@ impl Member {
     /// Takes `d` as the durable part and rebuilds the document store from its oplog.
     fn restore(&mut self, d: Durable) {
         self.store.clear();
+        self.docs = mongo_exec::DocStore::default();
+        self.pending_keys.clear();
         for e in &d.oplog {
             self.apply(e);
         }
@@ -326,9 +366,11 @@ impl Member {
             Op::Keys(keys) => {
                 for k in keys {
                     self.keys.insert(k.clone());
+                    self.pending_keys.push((e.optime, k.clone()));
                 }
             }
             Op::Noop => {}
+            Op::Docs { ns, writes, retry } => self.docs.apply(ns, writes, retry.as_ref(), e.optime, self.commit_point),
         }
         let _ = self.clock.advance_trusted(e.optime);
     }
@@ -364,9 +406,23 @@ impl Member {
 
     // ----- replies to clients -----
 
+    /// Moves keys whose entry the commit point has reached into the signing ring.
+    fn promote_keys(&mut self) {
+        if self.pending_keys.first().is_none_or(|(t, _)| *t > self.commit_point) {
+            return;
+        }
+        let cp = self.commit_point;
+        let (ready, wait): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending_keys).into_iter().partition(|(t, _)| *t <= cp);
+        self.pending_keys = wait;
+        for (_, k) in ready {
+            self.signing_keys.insert(k);
+        }
+    }
+
     fn sign_for_client(&mut self) -> Option<SignedClusterTime> {
         let t = self.clock.current();
-        let signed = sign_reply(t, self.cfg.trusted_clients, &self.keys, &mut self.proofs);
+        let signed = sign_reply(t, self.cfg.trusted_clients, &self.signing_keys, &mut self.proofs);
         if signed.is_some() && !self.cfg.trusted_clients {
             // We produced that signature ourselves: a client echoing it needs no HMAC check.
             self.validator.note_valid(t);
@@ -429,7 +485,8 @@ impl Member {
                 } else {
                     let t = req.after_cluster_time.unwrap_or_default();
                     let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
-                    self.waiters.push(Waiter { client: from, req, deadline });
+                    let (after, majority) = (req.after_cluster_time, req.read_concern == ReadConcern::Majority);
+                    self.waiters.push(Waiter { client: from, deadline, after, majority, what: Waiting::Kv(req) });
                     self.want_noop(ctx, t);
                 }
             }
@@ -453,17 +510,23 @@ impl Member {
             WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
             WriteConcern::Majority => {
                 let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
-                self.pending_writes.insert(optime, PendingWrite { client: from, id: req.id, deadline });
+                self.pending_writes.insert(optime, PendingWrite { client: from, id: req.id, deadline, mongo: None });
                 self.advance_commit(ctx);
             }
         }
     }
 
     fn read_ready(&self, req: &Request) -> bool {
-        let Some(t) = req.after_cluster_time else { return true };
-        match req.read_concern {
-            ReadConcern::Local => self.last_applied() >= t,
-            ReadConcern::Majority => self.commit_point >= t,
+        self.ready_at(req.after_cluster_time, req.read_concern == ReadConcern::Majority)
+    }
+
+    /// Whether a read waiting for `after` may run: applied up to it (or committed, `majority`).
+    fn ready_at(&self, after: Option<ClusterTime>, majority: bool) -> bool {
+        let Some(t) = after else { return true };
+        if majority {
+            self.commit_point >= t
+        } else {
+            self.last_applied() >= t
         }
     }
 
@@ -497,8 +560,11 @@ impl Member {
         }
         let waiters = std::mem::take(&mut self.waiters);
         for w in waiters {
-            if self.read_ready(&w.req) {
-                self.answer_read(ctx, w.client, &w.req);
+            if self.ready_at(w.after, w.majority) {
+                match w.what {
+                    Waiting::Kv(req) => self.answer_read(ctx, w.client, &req),
+                    Waiting::Mongo(p) => self.mongo_answer_parked(ctx, w.client, *p),
+                }
             } else {
                 self.waiters.push(w);
             }
@@ -514,7 +580,10 @@ impl Member {
                     codes::MAX_TIME_MS_EXPIRED,
                     "operation exceeded time limit waiting for afterClusterTime",
                 );
-                self.reply_err(ctx, w.client, w.req.id, e);
+                match w.what {
+                    Waiting::Kv(req) => self.reply_err(ctx, w.client, req.id, e),
+                    Waiting::Mongo(p) => self.mongo_reply_error(ctx, w.client, p.id, e.code, &e.errmsg, false),
+                }
             } else {
                 self.waiters.push(w);
             }
@@ -524,7 +593,10 @@ impl Member {
         for t in expired {
             if let Some(p) = self.pending_writes.remove(&t) {
                 let e = ErrorReply::new(codes::WRITE_CONCERN_FAILED, "waiting for replication timed out");
-                self.reply(ctx, p.client, p.id, Err(e), t);
+                match p.mongo {
+                    Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),
+                    None => self.reply(ctx, p.client, p.id, Err(e), t),
+                }
             }
         }
     }
@@ -566,6 +638,9 @@ impl Member {
         self.log_push(entry);
         self.last_write_at = ctx.now();
         self.feed_held_pulls(ctx);
+        if self.cfg.members.len() == 1 {
+            self.advance_commit(ctx);
+        }
     }
 
     fn entries_after(&self, last: OpPos) -> Option<Vec<Entry>> {
@@ -658,10 +733,14 @@ impl Member {
             return;
         }
         self.commit_point = candidate;
+        self.promote_keys();
         let done: Vec<ClusterTime> = self.pending_writes.range(..=candidate).map(|(t, _)| *t).collect();
         for t in done {
             if let Some(p) = self.pending_writes.remove(&t) {
-                self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t);
+                match p.mongo {
+                    Some(body) => self.mongo_send(ctx, p.client, p.id, body, t),
+                    None => self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t),
+                }
             }
         }
         // Tell the secondaries (their held pulls) the new commit point.
@@ -702,7 +781,10 @@ impl Member {
             let pending = std::mem::take(&mut self.pending_writes);
             for (t, p) in pending {
                 let e = ErrorReply::new(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, "primary stepped down");
-                self.reply(ctx, p.client, p.id, Err(e), t);
+                match p.mongo {
+                    Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),
+                    None => self.reply(ctx, p.client, p.id, Err(e), t),
+                }
             }
             self.primary = None;
         }
@@ -771,6 +853,7 @@ impl Member {
                 let cp = commit_point.min(self.last_applied());
                 if cp > self.commit_point {
                     self.commit_point = cp;
+                    self.promote_keys();
                 }
                 self.check_waiters(ctx);
             }
@@ -811,6 +894,8 @@ impl Member {
                 list.pop();
             }
         }
+        self.pending_keys.retain(|(t, _)| *t < first);
+        self.docs.truncate_from(first, &self.d.oplog);
         self.commit_point = self.commit_point.min(self.last_applied());
     }
 
@@ -940,7 +1025,9 @@ impl Member {
             self.maybe_pull(ctx);
             self.keys.expire(self.clock.current());
         }
+        self.signing_keys.expire(self.clock.current());
         self.expire_deadlines(ctx);
+        self.mongo_tick(ctx);
     }
 }
 
@@ -949,6 +1036,7 @@ impl Process for Member {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
         self.last_write_at = ctx.now();
+        self.mongo.started_at = ctx.now();
         ctx.set_timer(TICK, self.cfg.heartbeat);
         self.arm_election(ctx);
     }
@@ -958,8 +1046,10 @@ impl Process for Member {
         match (msg, member) {
             (CausalMsg::Peer(p), Some(m)) if m != self.me => self.on_peer(ctx, m, p),
             (CausalMsg::Request(r), _) => self.on_request(ctx, from, r),
+            (CausalMsg::MongoRequest(r), None) => self.on_mongo(ctx, from, r),
             _ => self.stats.ignored_messages += 1,
         }
+        self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
     }
@@ -970,6 +1060,7 @@ impl Process for Member {
             TICK => self.on_tick(ctx),
             _ => {}
         }
+        self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
     }
