@@ -310,3 +310,41 @@ fn node_driver_causal_session_reads_its_writes_from_secondaries() {
     assert!(stale >= 1, "with causal consistency off, some secondary read is stale: {out}");
     drop(set.children);
 }
+
+#[test]
+fn pymongo_session_continues_after_the_primary_is_killed_and_keeps_every_majority_write() {
+    let Some(python) = driver(workspace_root().join("target/pyvenv/bin/python"), "pymongo's venv") else { return };
+    let mut set = Set::start("mongo-failover");
+    let dir = tempfile::tempdir().unwrap();
+    let (marker, history) = (dir.path().join("kill-now"), dir.path().join("history.jsonl"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_drivers/failover.py");
+    let mut c = Command::new(python);
+    c.arg(script).arg(set.uri()).arg("150").arg(&marker).arg(&history);
+    let run = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the driver did not get a third of the way in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let old = set.primary();
+    let i = set.mongo.iter().position(|a| *a == old).unwrap();
+    set.children.0[i].kill().unwrap(); // SIGKILL
+    let out = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "driver failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let out: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    eprintln!("pymongo across a failover (killed {old}): {out}");
+    assert_eq!(out["missing"], serde_json::json!([]), "every majority-acknowledged append survives: {out}");
+    assert!(out["acked_appends"].as_u64().unwrap() > 20, "{out}");
+    let new = format!("{}:{}", out["primary"][0].as_str().unwrap(), out["primary"][1]);
+    assert_ne!(new, old, "the session ended on a new primary: {out}");
+    // The session's history (appends and majority reads) passes the causal session checker.
+    let check = Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(["check", history.to_str().unwrap(), "--model", "causal"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&check.stdout);
+    eprintln!("{report}");
+    assert!(check.status.success(), "the causal checker rejects the history:\n{report}");
+    drop(set.children);
+}

@@ -250,7 +250,13 @@ pub fn project(d: &Document, projection: Option<&Document>) -> CmdResult<Documen
 #[derive(Clone, Debug, PartialEq)]
 pub enum Update {
     Replace(Document),
-    Ops { set: Document, inc: Document, unset: Vec<String> },
+    /// `$set`, `$inc`, `$unset`, and `$push` of one value onto a top-level array.
+    Ops {
+        set: Document,
+        inc: Document,
+        unset: Vec<String>,
+        push: Document,
+    },
 }
 
 impl Update {
@@ -261,7 +267,7 @@ impl Update {
         if !u.keys().any(|k| k.starts_with('$')) {
             return Ok(Update::Replace(u.clone()));
         }
-        let (mut set, mut inc, mut unset) = (Document::new(), Document::new(), Vec::new());
+        let (mut set, mut inc, mut unset, mut push) = (Document::new(), Document::new(), Vec::new(), Document::new());
         for (op, fields) in u {
             let fields = fields
                 .as_document()
@@ -286,16 +292,22 @@ impl Update {
                         inc.insert(k.clone(), v.clone());
                     }
                     "$unset" => unset.push(k.clone()),
+                    "$push" => {
+                        if v.as_document().is_some_and(|d| d.keys().any(|k| k.starts_with('$'))) {
+                            return Err(CommandError::bad_value("$push modifiers ($each, …) are not supported"));
+                        }
+                        push.insert(k.clone(), v.clone());
+                    }
                     _ => {
                         return Err(CommandError::new(
                             codes::FAILED_TO_PARSE,
-                            format!("update operator {op} is not supported (only $set, $inc, $unset)"),
+                            format!("update operator {op} is not supported (only $set, $inc, $unset, $push)"),
                         ))
                     }
                 }
             }
         }
-        Ok(Update::Ops { set, inc, unset })
+        Ok(Update::Ops { set, inc, unset, push })
     }
 
     /// The document after the update; `_id` is kept from `old`.
@@ -316,7 +328,7 @@ impl Update {
                 }
                 Ok(out)
             }
-            Update::Ops { set, inc, unset } => {
+            Update::Ops { set, inc, unset, push } => {
                 let mut out = old.clone();
                 for (k, v) in set {
                     out.insert(k.clone(), v.clone());
@@ -345,6 +357,20 @@ impl Update {
                 }
                 for k in unset {
                     out.remove(k);
+                }
+                for (k, v) in push {
+                    match out.get_mut(k) {
+                        None => {
+                            out.insert(k.clone(), vec![v.clone()]);
+                        }
+                        Some(Bson::Array(a)) => a.push(v.clone()),
+                        Some(_) => {
+                            return Err(CommandError::new(
+                                14,
+                                format!("The field '{k}' must be an array to $push onto it"),
+                            ))
+                        }
+                    }
                 }
                 Ok(out)
             }
@@ -399,7 +425,10 @@ mod tests {
         assert_eq!(u.apply(&d).unwrap(), doc! { "_id": 1, "a": 5i64, "b": "z" });
         let r = Update::parse(&Bson::Document(doc! { "c": 1 })).unwrap();
         assert_eq!(r.apply(&d).unwrap(), doc! { "_id": 1, "c": 1 });
-        assert!(Update::parse(&Bson::Document(doc! { "$push": { "a": 1 } })).is_err());
+        assert!(Update::parse(&Bson::Document(doc! { "$pull": { "a": 1 } })).is_err());
+        let p = Update::parse(&Bson::Document(doc! { "$push": { "l": 7 } })).unwrap();
+        let once = p.apply(&d).unwrap();
+        assert_eq!(p.apply(&once).unwrap().get_array("l").unwrap(), &vec![Bson::Int32(7), Bson::Int32(7)]);
     }
 
     #[test]
