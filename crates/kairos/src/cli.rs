@@ -523,6 +523,9 @@ pub struct ServeArgs {
     /// causal-member: the replica-set name MongoDB drivers connect with (`replicaSet=NAME`).
     #[arg(long, value_name = "NAME", default_value = "kairos")]
     pub mongo_set_name: String,
+    /// causal-member: one HMAC per reply instead of range signing (to measure what range signing saves).
+    #[arg(long)]
+    pub per_reply_signing: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -30,13 +30,18 @@ fn workspace_root() -> PathBuf {
 
 /// A replica set of three `causal-member` processes, each with a MongoDB listener.
 struct Set {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     children: Children,
     mongo: Vec<String>,
 }
 
 impl Set {
     fn start(name: &str) -> Set {
+        Set::start_with(name, &[])
+    }
+
+    /// Three members started with `extra` flags.
+    fn start_with(name: &str, extra: &[&str]) -> Set {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rtt.csv"), "region,a,b,c\na,0.2,60,60\nb,60,0.2,60\nc,60,60,0.2\n").unwrap();
         let ports = free_ports(6);
@@ -56,13 +61,35 @@ impl Set {
             let log = std::fs::File::create(dir.path().join(format!("node{i}.log"))).unwrap();
             let mut c = Command::new(env!("CARGO_BIN_EXE_kairos"));
             c.args(["serve", "--config", cfg.to_str().unwrap(), "--node", &i.to_string(), "--duration-s", "120"]);
-            c.args(["--seed", &(i + 3).to_string(), "--mongo-set-name", SET_NAME]);
+            c.args(["--seed", &(i + 3).to_string(), "--mongo-set-name", SET_NAME]).args(extra);
             children.0.push(c.stdout(Stdio::null()).stderr(log).spawn().unwrap());
         }
         let mongo = (3..6).map(|i| format!("127.0.0.1:{}", ports[i])).collect();
-        let set = Set { _dir: dir, children, mongo };
+        let set = Set { dir, children, mongo };
         set.wait_ready();
         set
+    }
+
+    /// Stops every member with SIGINT (a clean shutdown that prints its counters) and sums
+    /// the counters `names` over the members' logs.
+    fn stop_and_sum(mut self, names: &[&str]) -> Vec<u64> {
+        for c in &mut self.children.0 {
+            // SAFETY: kill(2) on the id of a child process we own; no memory is touched.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGINT) };
+        }
+        for c in &mut self.children.0 {
+            let _ = c.wait();
+        }
+        let mut sums = vec![0u64; names.len()];
+        for i in 0..3 {
+            let log = std::fs::read_to_string(self.dir.path().join(format!("node{i}.log"))).unwrap();
+            let line = log.lines().find(|l| l.contains("stopped;")).unwrap_or_else(|| panic!("node {i}: {log}"));
+            for (sum, name) in sums.iter_mut().zip(names) {
+                let field = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}=")));
+                *sum += field.map_or(0, |v| v.parse::<u64>().unwrap());
+            }
+        }
+        sums
     }
 
     fn uri(&self) -> String {
@@ -347,4 +374,29 @@ fn pymongo_session_continues_after_the_primary_is_killed_and_keeps_every_majorit
     eprintln!("{report}");
     assert!(check.status.success(), "the causal checker rejects the history:\n{report}");
     drop(set.children);
+}
+
+/// HMAC computations (signing and validating) per 10^6 replies with pymongo driving the set:
+/// range signing (one HMAC per 65,536 cluster times per key, cached) against one per reply.
+#[test]
+fn range_signing_computes_far_fewer_hmacs_per_reply_than_per_reply_signing_under_pymongo() {
+    let Some(python) = driver(workspace_root().join("target/pyvenv/bin/python"), "pymongo's venv") else { return };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_drivers/causal.py");
+    let mut per_million = Vec::new();
+    for (name, extra) in [("mongo-hmac-range", &[][..]), ("mongo-hmac-per-reply", &["--per-reply-signing"][..])] {
+        let set = Set::start_with(name, extra);
+        let mut c = Command::new(&python);
+        c.arg(&script).arg(set.uri()).arg("100");
+        run_json(c);
+        let sums = set.stop_and_sum(&["causal.hmac_computations", "causal.replies"]);
+        let (hmacs, replies) = (sums[0], sums[1]);
+        assert!(replies > 400, "{name}: {replies} replies");
+        let rate = hmacs as f64 * 1e6 / replies as f64;
+        eprintln!("{name}: {hmacs} HMAC computations for {replies} replies = {rate:.0} per 10^6 replies");
+        per_million.push(rate);
+    }
+    let (range, per_reply) = (per_million[0], per_million[1]);
+    assert!(per_reply >= 1e6, "per-reply signing computes at least one HMAC per reply: {per_reply:.0}");
+    eprintln!("range signing: {:.0}x fewer HMAC computations per reply", per_reply / range.max(1.0));
+    assert!(range * 10.0 < per_reply, "range signing: {range:.0} per 10^6 replies, per-reply: {per_reply:.0}");
 }

@@ -116,6 +116,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 return Err(CliError::Usage(format!("node {me} is not among the causal members")));
             };
             let mut mc = MemberConfig::new(causal_members.clone());
+            mc.per_reply_signing = args.per_reply_signing;
             let mongo = super::mongo_listen::listen_addr(&args, &cfg, me)?;
             if let Some(l) = &mongo {
                 mc.mongo = Some(super::mongo_listen::set_config(&args, &cfg, &causal_members, index, l)?);
