@@ -6,8 +6,9 @@
 //!
 //! ## Documents
 //! A namespace (`db.collection`) maps a document's `_id` to its versions. The key is the BSON
-//! encoding of `{_id: value}` ([`id_key`]), so two `_id`s are the same when their type and bytes
-//! are (an `Int32` 1 and an `Int64` 1 are different ids, unlike MongoDB). Writes reach the
+//! encoding of `{_id: value}` ([`id_key`], integral numbers as Int64), so two `_id`s are the same
+//! when their bytes are (except that `1`, `1L` and `1.0` are one id, as in MongoDB; other
+//! values that MongoDB deems equal, like documents with reordered fields, are not). Writes reach the
 //! oplog as [`crate::msg::Op::Docs`]: full documents to put and ids to delete, computed on the
 //! primary (like MongoDB's idempotent oplog), so secondaries, rollback and majority reads treat
 //! them like any other entry.
@@ -137,10 +138,17 @@ pub fn signed_from_bson(b: &Bson) -> CmdResult<SignedClusterTime> {
     Ok(SignedClusterTime { time, signature: Some(Signature { hash: TimeProof(hash), key_id }) })
 }
 
-/// The store key of an `_id` value: the BSON bytes of `{_id: value}`.
+/// The store key of an `_id` value: the BSON bytes of `{_id: value}`, with integral numbers
+/// (Int32, Int64, a Double without fraction) written as Int64, so `1`, `1L` and `1.0` are one
+/// `_id` as in MongoDB.
 pub fn id_key(id: &Bson) -> Vec<u8> {
+    let id = match id {
+        Bson::Int32(v) => Bson::Int64(i64::from(*v)),
+        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => Bson::Int64(*d as i64),
+        other => other.clone(),
+    };
     let mut out = Vec::new();
-    let _ = doc! { "_id": id.clone() }.to_writer(&mut out);
+    let _ = doc! { "_id": id }.to_writer(&mut out);
     out
 }
 
