@@ -17,6 +17,32 @@ pub enum Op {
     Docs { ns: String, writes: Vec<DocWrite>, retry: Option<RetryRecord> },
 }
 
+impl Op {
+    /// About how many bytes the entry takes on the wire (documents counted exactly).
+    pub fn approx_bytes(&self) -> usize {
+        const ENTRY_OVERHEAD_BYTES: usize = 48;
+        ENTRY_OVERHEAD_BYTES
+            + match self {
+                Op::Append { .. } | Op::Noop => 0,
+                Op::Keys(keys) => keys.len() * 48,
+                Op::Docs { ns, writes, retry } => {
+                    ns.len()
+                        + writes.iter().map(DocWrite::approx_bytes).sum::<usize>()
+                        + retry.as_ref().map_or(0, |r| r.lsid.len() + r.reply.len() + 16)
+                }
+            }
+    }
+}
+
+impl DocWrite {
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            DocWrite::Put { id, doc } => id.len() + doc.len() + 8,
+            DocWrite::Delete { id } => id.len() + 8,
+        }
+    }
+}
+
 /// One document change of [`Op::Docs`]. `id` is [`crate::mongo::id_key`] of the `_id`, `doc`
 /// the whole document's BSON bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -317,6 +317,7 @@ fn pymongo_causal_session_reads_its_writes_from_secondaries() {
     assert_eq!(out["causal_found"], TRIALS, "every causal read from a secondary finds the insert: {out}");
     let stale = TRIALS - out["non_causal_found"].as_u64().unwrap();
     assert!(stale >= 1, "with causal consistency off, some secondary read is stale: {out}");
+    assert_eq!(out["big_found"], 6, "a 6 MiB insert_many (several oplog entries) reaches a secondary: {out}");
     drop(set.children);
 }
 

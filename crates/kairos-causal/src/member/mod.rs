@@ -56,6 +56,8 @@ pub struct MemberConfig {
     pub per_reply_signing: bool,
     /// Largest number of oplog entries in one batch.
     pub batch_max: usize,
+    /// A batch stops growing past this many bytes of entries (it holds at least one entry).
+    pub batch_max_bytes: usize,
     /// Largest number of reads waiting for afterClusterTime, and of writes waiting for majority.
     pub max_waiters: usize,
     /// `maxAcceptableLogicalClockDriftSecs`.
@@ -63,8 +65,10 @@ pub struct MemberConfig {
     /// The MongoDB wire-protocol surface (`hello`'s set name and hosts); `None`: the member
     /// still executes MongoDB commands, and `hello` names no set.
     pub mongo: Option<MongoSetConfig>,
-    /// Largest oplog entry a MongoDB write may produce, in bytes of its documents (it must fit
-    /// a frame between members; larger writes get BSONObjectTooLarge).
+    /// Largest oplog entry a MongoDB write produces, in bytes of its documents: a write that
+    /// changes more is split into several entries, and one document larger than this gets
+    /// BSONObjectTooLarge. An entry must fit a frame between members, with a batch's other
+    /// entries (`batch_max_bytes`).
     pub max_docs_entry_bytes: usize,
 }
 
@@ -81,6 +85,7 @@ impl MemberConfig {
             trusted_clients: false,
             per_reply_signing: false,
             batch_max: 1_000,
+            batch_max_bytes: 1024 * 1024,
             max_waiters: 10_000,
             max_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
             mongo: None,
@@ -212,7 +217,10 @@ pub struct Member {
     held_pulls: BTreeSet<u32>,
     /// The commit point last sent to each secondary (in a batch).
     commit_sent: BTreeMap<u32, ClusterTime>,
-    pending_writes: BTreeMap<ClusterTime, PendingWrite>,
+    /// Writes waiting for the commit point, by (optime, arrival number): a retried write may
+    /// wait for the same optime as the original.
+    pending_writes: BTreeMap<(ClusterTime, u64), PendingWrite>,
+    pending_seq: u64,
     last_write_at: LocalTime,
     // Secondary.
     pull_sent_at: Option<LocalTime>,
@@ -254,6 +262,7 @@ impl Member {
             held_pulls: BTreeSet::new(),
             commit_sent: BTreeMap::new(),
             pending_writes: BTreeMap::new(),
+            pending_seq: 0,
             last_write_at: LocalTime::ZERO,
             pull_sent_at: None,
             noop_requested: ClusterTime::ZERO,
@@ -510,10 +519,16 @@ impl Member {
             WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
             WriteConcern::Majority => {
                 let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
-                self.pending_writes.insert(optime, PendingWrite { client: from, id: req.id, deadline, mongo: None });
+                self.add_pending(optime, PendingWrite { client: from, id: req.id, deadline, mongo: None });
                 self.advance_commit(ctx);
             }
         }
+    }
+
+    /// Parks a write until the commit point reaches `t`.
+    fn add_pending(&mut self, t: ClusterTime, p: PendingWrite) {
+        self.pending_seq += 1;
+        self.pending_writes.insert((t, self.pending_seq), p);
     }
 
     fn read_ready(&self, req: &Request) -> bool {
@@ -588,10 +603,11 @@ impl Member {
                 self.waiters.push(w);
             }
         }
-        let expired: Vec<ClusterTime> =
-            self.pending_writes.iter().filter(|(_, p)| p.deadline <= now).map(|(t, _)| *t).collect();
-        for t in expired {
-            if let Some(p) = self.pending_writes.remove(&t) {
+        let expired: Vec<(ClusterTime, u64)> =
+            self.pending_writes.iter().filter(|(_, p)| p.deadline <= now).map(|(k, _)| *k).collect();
+        for k in expired {
+            let t = k.0;
+            if let Some(p) = self.pending_writes.remove(&k) {
                 let e = ErrorReply::new(codes::WRITE_CONCERN_FAILED, "waiting for replication timed out");
                 match p.mongo {
                     Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),
@@ -652,7 +668,18 @@ impl Member {
                 _ => return None,
             }
         };
-        let end = (start + self.cfg.batch_max).min(self.d.oplog.len());
+        // At most `batch_max` entries and about `batch_max_bytes` (always at least one entry),
+        // so that a batch of large document writes still fits a frame.
+        let mut end = start;
+        let mut bytes = 0;
+        while end < self.d.oplog.len() && end - start < self.cfg.batch_max {
+            let b = self.d.oplog[end].op.approx_bytes();
+            if end > start && bytes + b > self.cfg.batch_max_bytes {
+                break;
+            }
+            bytes += b;
+            end += 1;
+        }
         Some(self.d.oplog[start..end].to_vec())
     }
 
@@ -734,9 +761,11 @@ impl Member {
         }
         self.commit_point = candidate;
         self.promote_keys();
-        let done: Vec<ClusterTime> = self.pending_writes.range(..=candidate).map(|(t, _)| *t).collect();
-        for t in done {
-            if let Some(p) = self.pending_writes.remove(&t) {
+        let done: Vec<(ClusterTime, u64)> =
+            self.pending_writes.range(..=(candidate, u64::MAX)).map(|(k, _)| *k).collect();
+        for k in done {
+            let t = k.0;
+            if let Some(p) = self.pending_writes.remove(&k) {
                 match p.mongo {
                     Some(body) => self.mongo_send(ctx, p.client, p.id, body, t),
                     None => self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t),
@@ -779,7 +808,7 @@ impl Member {
         if self.is_primary() {
             self.stats.step_downs += 1;
             let pending = std::mem::take(&mut self.pending_writes);
-            for (t, p) in pending {
+            for ((t, _), p) in pending {
                 let e = ErrorReply::new(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, "primary stepped down");
                 match p.mongo {
                     Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),

@@ -234,18 +234,14 @@ fn docs_array(cmd: &Document, field: &str) -> CmdResult<Vec<Document>> {
 struct Overlay {
     changed: BTreeMap<Vec<u8>, Option<Document>>,
     writes: Vec<DocWrite>,
-    bytes: usize,
 }
 
 impl Overlay {
     fn put(&mut self, id: Vec<u8>, d: Document) {
-        let bytes = doc_bytes(&d);
-        self.bytes += bytes.len() + id.len();
-        self.writes.push(DocWrite::Put { id: id.clone(), doc: bytes });
+        self.writes.push(DocWrite::Put { id: id.clone(), doc: doc_bytes(&d) });
         self.changed.insert(id, Some(d));
     }
     fn delete(&mut self, id: Vec<u8>) {
-        self.bytes += id.len();
         self.writes.push(DocWrite::Delete { id: id.clone() });
         self.changed.insert(id, None);
     }
@@ -646,12 +642,17 @@ impl Member {
         if let Some((lsid, n)) = &txn {
             if let Some(r) = self.docs.retry.get(lsid).cloned() {
                 if r.txn_number == *n {
-                    // Already executed: the same answer, no second execution.
+                    // Already executed: the same answer, no second execution; it waits for the
+                    // write concern like the first attempt did.
                     let mut body = Document::from_reader(&mut r.reply.as_slice()).unwrap_or_default();
-                    body.insert("retriedStmtIds", Vec::<i32>::new());
                     body.insert("ok", 1.0);
                     ctx.metric("causal.mongo.retried_writes", 1);
-                    return self.mongo_send(ctx, from, id, body, r.optime);
+                    if wc == WriteConcern::W1 || r.optime <= self.commit_point {
+                        return self.mongo_send(ctx, from, id, body, r.optime);
+                    }
+                    let deadline = ctx.now() + Duration::from_millis(u64::from(MAX_TIME_MS_CAP));
+                    self.add_pending(r.optime, PendingWrite { client: from, id, deadline, mongo: Some(body) });
+                    return;
                 }
                 if r.txn_number > *n {
                     let msg = format!("txnNumber {n} is older than this session's {}", r.txn_number);
@@ -674,19 +675,33 @@ impl Member {
             Ok(s) => s,
             Err(e) => return self.mongo_reply_error(ctx, from, id, e.code, &e.errmsg, false),
         };
-        if ov.bytes > self.cfg.max_docs_entry_bytes {
-            let msg = format!(
-                "this write changes {} bytes of documents; one write may change at most {}: split it",
-                ov.bytes, self.cfg.max_docs_entry_bytes
-            );
+        let cap = self.cfg.max_docs_entry_bytes;
+        if let Some(big) = ov.writes.iter().map(DocWrite::approx_bytes).find(|&b| b > cap) {
+            let msg = format!("a document of {big} bytes is larger than this set's limit of {cap} bytes per write");
             return self.mongo_reply_error(ctx, from, id, codes::BSON_OBJECT_TOO_LARGE, &msg, false);
         }
-        let retry = txn.map(|(lsid, txn_number)| RetryRecord { lsid, txn_number, reply: doc_bytes(&summary) });
-        let op = Op::Docs { ns, writes: ov.writes, retry };
-        let optime = match self.write(ctx, op) {
-            Ok(t) => t,
-            Err(e) => return self.mongo_reply_error(ctx, from, id, e.code(), &e.to_string(), retryable),
-        };
+        // Several entries when the documents do not fit one; the last carries the retry record.
+        let (mut chunks, mut current, mut bytes) = (Vec::new(), Vec::new(), 0);
+        for w in ov.writes {
+            let b = w.approx_bytes();
+            if bytes + b > cap && !current.is_empty() {
+                chunks.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
+            bytes += b;
+            current.push(w);
+        }
+        chunks.push(current);
+        let mut retry = txn.map(|(lsid, txn_number)| RetryRecord { lsid, txn_number, reply: doc_bytes(&summary) });
+        let last = chunks.len() - 1;
+        let mut optime = ClusterTime::ZERO;
+        for (i, writes) in chunks.into_iter().enumerate() {
+            let op = Op::Docs { ns: ns.clone(), writes, retry: if i == last { retry.take() } else { None } };
+            match self.write(ctx, op) {
+                Ok(t) => optime = t,
+                Err(e) => return self.mongo_reply_error(ctx, from, id, e.code(), &e.to_string(), retryable),
+            }
+        }
         ctx.metric("causal.mongo.writes", 1);
         let mut body = summary;
         body.insert("ok", 1.0);
@@ -700,7 +715,7 @@ impl Member {
                     .filter(|&ms| ms > 0)
                     .map_or(u64::from(MAX_TIME_MS_CAP), |ms| (ms as u64).min(u64::from(MAX_TIME_MS_CAP)));
                 let deadline = ctx.now() + Duration::from_millis(max_ms);
-                self.pending_writes.insert(optime, PendingWrite { client: from, id, deadline, mongo: Some(body) });
+                self.add_pending(optime, PendingWrite { client: from, id, deadline, mongo: Some(body) });
                 self.advance_commit(ctx);
             }
         }

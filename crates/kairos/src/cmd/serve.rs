@@ -117,6 +117,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             };
             let mut mc = MemberConfig::new(causal_members.clone());
             mc.per_reply_signing = args.per_reply_signing;
+            // A batch of document writes must fit one frame between members.
+            let frame_bytes = cfg.max_frame_bytes() as usize;
+            (mc.max_docs_entry_bytes, mc.batch_max_bytes) = (frame_bytes / 5 * 3, frame_bytes / 5);
             let mongo = super::mongo_listen::listen_addr(&args, &cfg, me)?;
             if let Some(l) = &mongo {
                 mc.mongo = Some(super::mongo_listen::set_config(&args, &cfg, &causal_members, index, l)?);

@@ -33,4 +33,10 @@ def run(causal, base):
 out["causal_found"] = run(True, 0)
 out["non_causal_found"] = run(False, 1_000_000)
 out["trials"] = trials
+
+# A write larger than one oplog entry (the member splits it), read back from a secondary.
+big = [{"_id": f"big-{i}", "pad": "x" * (1 << 20)} for i in range(6)]
+with client.start_session(causal_consistency=True) as s:
+    coll.insert_many(big, session=s)
+    out["big_found"] = len(list(secondary.find({"pad": "x" * (1 << 20)}, {"_id": 1}, session=s)))
 print(json.dumps(out))
