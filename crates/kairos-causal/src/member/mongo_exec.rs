@@ -400,8 +400,8 @@ impl Member {
         if let Some(m) = &self.cfg.mongo {
             d.insert("setName", m.set_name.clone());
             d.insert("setVersion", 1);
-            d.insert("hosts", m.hosts.clone());
-            if let Some(h) = self.primary.and_then(|p| m.hosts.get(p as usize)) {
+            d.insert("hosts", m.hosts.iter().filter(|h| !h.is_empty()).cloned().collect::<Vec<_>>());
+            if let Some(h) = self.primary.and_then(|p| m.hosts.get(p as usize)).filter(|h| !h.is_empty()) {
                 d.insert("primary", h.clone());
             }
             if let Some(h) = m.hosts.get(self.me as usize) {

@@ -2,7 +2,8 @@
 
 Usage: causal.py URI TRIALS. Inserts on the primary (w:1) then reads the document back from a
 secondary, TRIALS times in a causally consistent session and TRIALS times in a session with
-causal consistency off. Prints one JSON line with the counts.
+causal consistency off; then a 6 MiB insert_many (more than one oplog entry) read back from a
+secondary. Prints one JSON line with the counts.
 """
 import json
 import sys
