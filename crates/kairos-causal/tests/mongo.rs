@@ -105,6 +105,17 @@ fn documents_replicate_and_a_retried_write_executes_once() {
             7,
             doc! { "update": "c", "updates": [{ "q": { "_id": 1 }, "u": { "$set": { "a": 5 } } }], "$db": "t" },
         ),
+        (
+            ms(2_500),
+            p,
+            8,
+            doc! { "insert": "d", "documents": [{ "_id": 1, "k": 1 }, { "_id": 2, "k": 1 }, { "_id": 3 }], "$db": "t" },
+        ),
+        (ms(2_600), p, 9, doc! { "count": "d", "query": { "k": 1 }, "$db": "t" }),
+        (ms(2_700), p, 10, doc! { "delete": "d", "deletes": [{ "q": { "_id": 3 }, "limit": 1 }], "$db": "t" }),
+        (ms(2_800), p, 11, doc! { "drop": "d", "$db": "t" }),
+        (ms(2_900), p, 12, doc! { "count": "d", "$db": "t" }),
+        (ms(3_000), p, 13, doc! { "drop": "d", "$db": "t" }),
     ];
     let r = run(&mut w, script, Duration::from_secs(4));
     let first = get(&r, 1);
@@ -118,8 +129,16 @@ fn documents_replicate_and_a_retried_write_executes_once() {
     assert_eq!(code(get(&r, 5)), Some(13435), "{}", get(&r, 5));
     assert_eq!(code(get(&r, 6)), Some(59), "{}", get(&r, 6));
     assert_eq!(get(&r, 7).get_i32("nModified").unwrap(), 1, "{}", get(&r, 7));
+    assert_eq!(get(&r, 9).get_i64("n").unwrap(), 2, "{}", get(&r, 9));
+    assert_eq!(get(&r, 10).get_i32("n").unwrap(), 1, "{}", get(&r, 10));
+    assert_eq!(get(&r, 11).get_f64("ok").unwrap(), 1.0, "{}", get(&r, 11));
+    assert_eq!(get(&r, 12).get_i64("n").unwrap(), 0, "{}", get(&r, 12));
+    assert_eq!(code(get(&r, 13)), Some(26), "dropping a dropped collection: {}", get(&r, 13));
     for &m in &w.members {
-        assert_eq!(w.sim.role::<Member>(m).unwrap().mongo_document_count("t.c"), 1, "member {m}");
+        let member = w.sim.role::<Member>(m).unwrap();
+        assert_eq!(member.mongo_document_count("t.c"), 1, "member {m}");
+        assert_eq!(member.mongo_document_count("t.d"), 0, "member {m}");
+        assert_eq!(member.mongo_namespaces(), vec!["t.c".to_string()], "member {m} forgot the deleted documents");
     }
 }
 

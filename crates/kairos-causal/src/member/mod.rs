@@ -415,6 +415,12 @@ impl Member {
 
     // ----- replies to clients -----
 
+    /// The commit point moved: keys become signing keys, deleted documents are forgotten.
+    fn commit_advanced(&mut self) {
+        self.promote_keys();
+        self.docs.compact(self.commit_point);
+    }
+
     /// Moves keys whose entry the commit point has reached into the signing ring.
     fn promote_keys(&mut self) {
         if self.pending_keys.first().is_none_or(|(t, _)| *t > self.commit_point) {
@@ -760,7 +766,7 @@ impl Member {
             return;
         }
         self.commit_point = candidate;
-        self.promote_keys();
+        self.commit_advanced();
         let done: Vec<(ClusterTime, u64)> =
             self.pending_writes.range(..=(candidate, u64::MAX)).map(|(k, _)| *k).collect();
         for k in done {
@@ -882,7 +888,7 @@ impl Member {
                 let cp = commit_point.min(self.last_applied());
                 if cp > self.commit_point {
                     self.commit_point = cp;
-                    self.promote_keys();
+                    self.commit_advanced();
                 }
                 self.check_waiters(ctx);
             }

@@ -62,7 +62,15 @@ type Version = (ClusterTime, Option<Document>);
 pub(super) struct DocStore {
     ns: BTreeMap<String, BTreeMap<Vec<u8>, Vec<Version>>>,
     retry: BTreeMap<Vec<u8>, Retried>,
+    /// The retry records by optime, to drop the oldest beyond [`MAX_RETRY_RECORDS`].
+    retry_by_time: BTreeMap<ClusterTime, Vec<u8>>,
+    /// Deletes whose document is forgotten once the commit point passes them.
+    tombstones: VecDeque<(ClusterTime, String, Vec<u8>)>,
 }
+
+/// Retryable-write records kept (one per session); the oldest goes first. Derived from the
+/// oplog alone, so every member keeps the same ones.
+const MAX_RETRY_RECORDS: usize = 100_000;
 
 #[derive(Clone)]
 struct Retried {
@@ -84,7 +92,10 @@ impl DocStore {
         for w in writes {
             let (id, doc) = match w {
                 DocWrite::Put { id, doc } => (id, Document::from_reader(&mut doc.as_slice()).ok()),
-                DocWrite::Delete { id } => (id, None),
+                DocWrite::Delete { id } => {
+                    self.tombstones.push_back((t, ns.to_string(), id.clone()));
+                    (id, None)
+                }
             };
             let versions = coll.entry(id.clone()).or_default();
             // Keep only the newest version at or below the commit point, and everything after.
@@ -94,7 +105,33 @@ impl DocStore {
             versions.push((t, doc));
         }
         if let Some(r) = retry {
-            self.retry.insert(r.lsid.clone(), Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone() });
+            self.record_retry(r, t);
+        }
+    }
+
+    fn record_retry(&mut self, r: &RetryRecord, t: ClusterTime) {
+        let rec = Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone() };
+        if let Some(old) = self.retry.insert(r.lsid.clone(), rec) {
+            self.retry_by_time.remove(&old.optime);
+        }
+        self.retry_by_time.insert(t, r.lsid.clone());
+        while self.retry.len() > MAX_RETRY_RECORDS {
+            let Some((_, lsid)) = self.retry_by_time.pop_first() else { break };
+            self.retry.remove(&lsid);
+        }
+    }
+
+    /// Forgets deleted documents whose delete the commit point has passed (no read needs them).
+    pub(super) fn compact(&mut self, commit_point: ClusterTime) {
+        while self.tombstones.front().is_some_and(|(t, _, _)| *t <= commit_point) {
+            let Some((t, ns, id)) = self.tombstones.pop_front() else { break };
+            let Some(coll) = self.ns.get_mut(&ns) else { continue };
+            if coll.get(&id).and_then(|v| v.last()).is_some_and(|(vt, d)| *vt == t && d.is_none()) {
+                coll.remove(&id);
+                if coll.is_empty() {
+                    self.ns.remove(&ns);
+                }
+            }
         }
     }
 
@@ -109,13 +146,12 @@ impl DocStore {
             }
             coll.retain(|_, v| !v.is_empty());
         }
+        self.tombstones.retain(|(t, _, _)| *t < first);
         self.retry.clear();
+        self.retry_by_time.clear();
         for e in oplog {
             if let Op::Docs { retry: Some(r), .. } = &e.op {
-                self.retry.insert(
-                    r.lsid.clone(),
-                    Retried { txn_number: r.txn_number, optime: e.optime, reply: r.reply.clone() },
-                );
+                self.record_retry(r, e.optime);
             }
         }
     }
@@ -253,6 +289,11 @@ impl Member {
         self.docs.count(ns)
     }
 
+    /// Namespaces that hold documents or versions a read may still need, in order.
+    pub fn mongo_namespaces(&self) -> Vec<String> {
+        self.docs.ns.keys().cloned().collect()
+    }
+
     pub(super) fn on_mongo(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: MongoRequest) {
         self.stats.client_requests += 1;
         let cmd = match Document::from_reader(&mut req.command.as_slice()) {
@@ -269,7 +310,7 @@ impl Member {
             }
         };
         let name = cmd.keys().next().cloned().unwrap_or_default();
-        let is_write = matches!(name.as_str(), "insert" | "update" | "delete");
+        let is_write = matches!(name.as_str(), "insert" | "update" | "delete" | "drop");
         let retryable = is_write && cmd.contains_key("txnNumber");
         if let Err(e) = self.mongo_prepare(ctx, &cmd) {
             return self.mongo_reply_error(ctx, from, req.id, e.code, &e.errmsg, retryable);
@@ -285,8 +326,8 @@ impl Member {
                 "ok": 1.0,
             }),
             "getParameter" => Ok(doc! { "ok": 1.0 }),
-            "insert" | "update" | "delete" => return self.mongo_write(ctx, from, req.id, &name, &cmd),
-            "find" => return self.mongo_find(ctx, from, req.id, cmd),
+            "insert" | "update" | "delete" | "drop" => return self.mongo_write(ctx, from, req.id, &name, &cmd),
+            "find" | "count" => return self.mongo_find(ctx, from, req.id, cmd),
             "getMore" => self.mongo_get_more(ctx, &cmd),
             "killCursors" => self.mongo_kill_cursors(&cmd),
             _ => Err(CommandError::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
@@ -483,8 +524,9 @@ impl Member {
             if !self.is_primary() && !secondary_ok(&cmd) {
                 return Err(CommandError::new(codes::NOT_PRIMARY_NO_SECONDARY_OK, "not primary and secondaryOk=false"));
             }
-            namespace(&cmd, "find")?;
-            Filter::parse(cmd.get_document("filter").ok())?;
+            let name = cmd.keys().next().map_or("find", |k| k.as_str());
+            namespace(&cmd, name)?;
+            Filter::parse(cmd.get_document(if name == "count" { "query" } else { "filter" }).ok())?;
             if cmd.get_document("sort").is_ok_and(|s| !s.is_empty()) {
                 return Err(CommandError::bad_value("sort is not supported by Kairos"));
             }
@@ -514,7 +556,12 @@ impl Member {
     pub(super) fn mongo_answer_parked(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, p: ParkedRead) {
         let (upto, op_time) =
             if p.majority { (self.commit_point, self.commit_point) } else { (ClusterTime::MAX, self.last_applied()) };
-        match self.run_find(ctx, &p.cmd, upto) {
+        let result = if p.cmd.keys().next().is_some_and(|k| k == "count") {
+            self.run_count(&p.cmd, upto)
+        } else {
+            self.run_find(ctx, &p.cmd, upto)
+        };
+        match result {
             Ok(body) => self.mongo_send(ctx, to, p.id, body, op_time),
             Err(e) => self.mongo_reply_error(ctx, to, p.id, e.code, &e.errmsg, false),
         }
@@ -544,6 +591,15 @@ impl Member {
         let first = take_batch(&mut docs, batch);
         let cursor_id = if single_batch || docs.is_empty() { 0 } else { self.open_cursor(ctx, ns.clone(), docs) };
         Ok(doc! { "cursor": { "firstBatch": first, "id": cursor_id, "ns": ns }, "ok": 1.0 })
+    }
+
+    fn run_count(&self, cmd: &Document, upto: ClusterTime) -> CmdResult<Document> {
+        let ns = namespace(cmd, "count")?;
+        let filter = Filter::parse(cmd.get_document("query").ok())?;
+        let skip = get_count(cmd, "skip")?.unwrap_or(0) as usize;
+        let limit = get_count(cmd, "limit")?.filter(|&l| l > 0).map_or(usize::MAX, |l| l as usize);
+        let n = self.docs.scan(&ns, upto).filter(|(_, d)| filter.matches(d)).skip(skip).take(limit).count();
+        Ok(doc! { "n": n as i64, "ok": 1.0 })
     }
 
     fn open_cursor(&mut self, ctx: &mut Ctx<'_, CausalMsg>, ns: String, docs: VecDeque<Document>) -> i64 {
@@ -669,6 +725,7 @@ impl Member {
         let summary = match name {
             "insert" => self.plan_insert(ctx, &ns, cmd, ordered, &mut ov),
             "update" => self.plan_update(ctx, &ns, cmd, ordered, &mut ov),
+            "drop" => self.plan_drop(&ns, &mut ov),
             _ => self.plan_delete(&ns, cmd, ordered, &mut ov),
         };
         let summary = match summary {
@@ -880,6 +937,18 @@ impl Member {
             out.insert("writeErrors", errors);
         }
         Ok(out)
+    }
+
+    /// `drop`: deletes every document (there are no indexes or collection options to drop).
+    fn plan_drop(&mut self, ns: &str, ov: &mut Overlay) -> CmdResult<Document> {
+        let ids: Vec<Vec<u8>> = self.docs.scan(ns, ClusterTime::MAX).map(|(k, _)| k.clone()).collect();
+        if ids.is_empty() {
+            return Err(CommandError::new(codes::NAMESPACE_NOT_FOUND, "ns not found"));
+        }
+        for id in ids {
+            ov.delete(id);
+        }
+        Ok(doc! { "ns": ns, "nIndexesWas": 1 })
     }
 
     fn plan_delete(&mut self, ns: &str, cmd: &Document, ordered: bool, ov: &mut Overlay) -> CmdResult<Document> {

@@ -37,6 +37,7 @@ pub mod codes {
     pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
     pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
     pub const ILLEGAL_OPERATION: i32 = 20;
+    pub const NAMESPACE_NOT_FOUND: i32 = 26;
 
     pub fn name(code: i32) -> &'static str {
         match code {
@@ -50,6 +51,7 @@ pub mod codes {
             NOT_PRIMARY_NO_SECONDARY_OK => "NotPrimaryNoSecondaryOk",
             BSON_OBJECT_TOO_LARGE => "BSONObjectTooLarge",
             ILLEGAL_OPERATION => "IllegalOperation",
+            NAMESPACE_NOT_FOUND => "NamespaceNotFound",
             c => crate::msg::codes::name(c),
         }
     }
