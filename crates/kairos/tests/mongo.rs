@@ -382,22 +382,24 @@ fn pymongo_session_continues_after_the_primary_is_killed_and_keeps_every_majorit
 #[test]
 fn range_signing_computes_far_fewer_hmacs_per_reply_than_per_reply_signing_under_pymongo() {
     let Some(python) = driver(workspace_root().join("target/pyvenv/bin/python"), "pymongo's venv") else { return };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_drivers/causal.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mongo_drivers/hmac_load.py");
     let mut per_million = Vec::new();
     for (name, extra) in [("mongo-hmac-range", &[][..]), ("mongo-hmac-per-reply", &["--per-reply-signing"][..])] {
         let set = Set::start_with(name, extra);
         let mut c = Command::new(&python);
-        c.arg(&script).arg(set.uri()).arg("100");
+        c.arg(&script).arg(set.uri()).arg("3000");
         run_json(c);
         let sums = set.stop_and_sum(&["causal.hmac_computations", "causal.replies"]);
         let (hmacs, replies) = (sums[0], sums[1]);
-        assert!(replies > 400, "{name}: {replies} replies");
+        assert!(replies >= 3_000, "{name}: {replies} replies");
         let rate = hmacs as f64 * 1e6 / replies as f64;
         eprintln!("{name}: {hmacs} HMAC computations for {replies} replies = {rate:.0} per 10^6 replies");
         per_million.push(rate);
     }
     let (range, per_reply) = (per_million[0], per_million[1]);
-    assert!(per_reply >= 1e6, "per-reply signing computes at least one HMAC per reply: {per_reply:.0}");
+    // About one per reply (the `hello`s with which the test waits for the set go out before
+    // the members can sign, and carry no `$clusterTime`).
+    assert!(per_reply >= 0.9e6, "per-reply signing computes about one HMAC per reply: {per_reply:.0}");
     eprintln!("range signing: {:.0}x fewer HMAC computations per reply", per_reply / range.max(1.0));
-    assert!(range * 10.0 < per_reply, "range signing: {range:.0} per 10^6 replies, per-reply: {per_reply:.0}");
+    assert!(range * 20.0 < per_reply, "range signing: {range:.0} per 10^6 replies, per-reply: {per_reply:.0}");
 }
