@@ -39,6 +39,9 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(90);
 /// Replies queued from the node to all connections.
 const REPLY_QUEUE: usize = 4_096;
+/// Bytes of messages being read or parsed at once over all connections (a message waits for
+/// its share, so 512 connections cannot each hold 48 MB).
+const INFLIGHT_BYTES_MAX: usize = 256 * 1024 * 1024;
 
 /// The listener of this node, bound now (so `--mongo-listen 127.0.0.1:0` learns its port), or
 /// `None` when neither `--mongo-listen` nor the cluster file's `mongo_addr` asks for one.
@@ -142,6 +145,7 @@ pub async fn serve(
 
 async fn accept_loop(listener: TcpListener, submit: LocalSubmitter<CausalMsg>, routes: Routes) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let budget = Arc::new(Semaphore::new(INFLIGHT_BYTES_MAX));
     let mut next_id = submit.first_client_id();
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -158,11 +162,11 @@ async fn accept_loop(listener: TcpListener, submit: LocalSubmitter<CausalMsg>, r
         };
         let conn = NodeId(next_id);
         next_id = next_id.checked_add(1).unwrap_or(submit.first_client_id());
-        let (submit, routes) = (submit.clone(), routes.clone());
+        let (submit, routes, budget) = (submit.clone(), routes.clone(), budget.clone());
         tokio::spawn(async move {
             let (tx, rx) = mpsc::channel(16);
             routes.lock().unwrap_or_else(|e| e.into_inner()).insert(conn, tx);
-            if let Err(why) = serve_conn(stream, conn, &submit, rx).await {
+            if let Err(why) = serve_conn(stream, conn, &submit, rx, &budget).await {
                 tracing::debug!(%peer, "MongoDB connection closed: {why}");
             }
             routes.lock().unwrap_or_else(|e| e.into_inner()).remove(&conn);
@@ -177,6 +181,7 @@ async fn serve_conn(
     conn: NodeId,
     submit: &LocalSubmitter<CausalMsg>,
     mut answers: mpsc::Receiver<MongoReply>,
+    budget: &Semaphore,
 ) -> Result<(), String> {
     let _ = stream.set_nodelay(true);
     let (rd, mut wr) = stream.into_split();
@@ -194,6 +199,8 @@ async fn serve_conn(
         let header = wire::parse_header(&h).map_err(|e| e.to_string())?;
         // The buffer grows only as bytes arrive: a claimed length costs nothing until sent.
         let want = header.length - HEADER_LEN;
+        // `want` is at most 48 MB (checked by parse_header), so it fits a u32.
+        let share = budget.acquire_many(want as u32).await.map_err(|e| e.to_string())?;
         let mut body = Vec::with_capacity(want.min(64 * 1024));
         let read = tokio::time::timeout(IDLE_TIMEOUT, (&mut rd).take(want as u64).read_to_end(&mut body)).await;
         match read {
@@ -219,6 +226,8 @@ async fn serve_conn(
         };
         let mut command = Vec::new();
         req.command.to_writer(&mut command).map_err(|e| e.to_string())?;
+        drop(body);
+        drop(share);
         next_request_id += 1;
         let id = next_request_id;
         submit.submit(conn, CausalMsg::MongoRequest(MongoRequest { id, command })).await?;
