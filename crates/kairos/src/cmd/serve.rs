@@ -3,7 +3,8 @@
 //! * `register-replica`, `register-client` — the replicated register;
 //! * `causal-member` — a member of the causal replica set (the set is every node with this
 //!   role, in node-id order); with `--mongo-listen ADDR` (or `mongo_addr` in the cluster file)
-//!   it also serves MongoDB drivers ([`super::mongo_listen`]);
+//!   it also serves MongoDB drivers ([`super::mongo_listen`]); `--per-reply-signing` turns
+//!   range signing off (to measure it);
 //! * `causal-session` — a session against those members, set by `--read-pref`,
 //!   `--write-concern`, `--read-concern`, `--causal` (defaults: reads from secondaries,
 //!   majority writes and reads, causal on), starting after `--warmup-s` (keys exist only after
