@@ -203,3 +203,43 @@ fn a_cluster_time_signed_by_another_set_is_refused_and_the_clock_does_not_move()
         assert!(w.sim.role::<Member>(*m).unwrap().cluster_time().secs < t.secs + 2, "member {m}'s clock moved");
     }
 }
+
+#[test]
+fn a_w1_write_on_a_cut_off_primary_is_rolled_back_with_its_retry_record() {
+    let ms = Duration::from_millis;
+    let mut w = world();
+    let (old, secs) = roles(&w);
+    let kept = doc! { "insert": "r", "documents": [{ "_id": "kept" }], "$db": "t" };
+    let r = run(&mut w, vec![(ms(0), old, 1, kept)], Duration::from_secs(1));
+    assert_eq!(get(&r, 1).get_i32("n").unwrap(), 1, "{}", get(&r, 1));
+    // Cut the primary off from both secondaries; a client next to it still reaches it.
+    let lsid =
+        doc! { "id": Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![2; 16] }) };
+    let lost = doc! {
+        "insert": "r", "documents": [{ "_id": "lost" }], "writeConcern": { "w": 1 },
+        "lsid": lsid.clone(), "txnNumber": 1i64, "$db": "t",
+    };
+    let now = w.sim.now();
+    w.sim.schedule(now, kairos_sim::Fault::Partition(vec![vec![old], secs.clone()]));
+    let r = run(&mut w, vec![(ms(10), old, 2, lost.clone())], Duration::from_secs(6));
+    assert_eq!(get(&r, 2).get_i32("n").unwrap(), 1, "the cut-off primary acknowledges w:1: {}", get(&r, 2));
+    let (new, _) = roles(&w);
+    assert_ne!(new, old, "the secondaries elected a new primary");
+    let now = w.sim.now();
+    w.sim.schedule(now, kairos_sim::Fault::HealAll);
+    w.sim.run_until(now + Duration::from_secs(6));
+    let member = w.sim.role::<Member>(old).unwrap();
+    assert!(member.stats().rolled_back_entries >= 1, "the old primary rolled back");
+    assert_eq!(member.stats().rolled_back_committed, 0);
+    for &m in &w.members {
+        assert_eq!(w.sim.role::<Member>(m).unwrap().mongo_document_count("t.r"), 1, "member {m}: only `kept`");
+    }
+    // The rolled-back retry record is gone too: the same lsid + txnNumber executes again.
+    // (The isolated member's elections may have moved the term on, and the primary with it.)
+    let (primary, _) = roles(&w);
+    let r = run(&mut w, vec![(ms(0), primary, 3, lost)], Duration::from_secs(2));
+    assert_eq!(get(&r, 3).get_i32("n").ok(), Some(1), "{}", get(&r, 3));
+    for &m in &w.members {
+        assert_eq!(w.sim.role::<Member>(m).unwrap().mongo_document_count("t.r"), 2, "member {m}");
+    }
+}
