@@ -243,3 +243,35 @@ fn a_w1_write_on_a_cut_off_primary_is_rolled_back_with_its_retry_record() {
         assert_eq!(w.sim.role::<Member>(m).unwrap().mongo_document_count("t.r"), 2, "member {m}");
     }
 }
+
+#[test]
+fn the_same_seed_gives_the_same_trace_with_mongo_commands() {
+    let trace = || {
+        let mut w = world();
+        let (p, secs) = roles(&w);
+        let ms = Duration::from_millis;
+        let script = vec![
+            (ms(0), p, 1, doc! { "insert": "c", "documents": [{ "a": 1 }, { "a": 2 }], "$db": "t" }),
+            (
+                ms(5),
+                p,
+                2,
+                doc! { "update": "c", "updates": [{ "q": { "a": 1 }, "u": { "$inc": { "a": 5 } }, "multi": true }], "$db": "t" },
+            ),
+            (
+                ms(10),
+                secs[0],
+                3,
+                doc! { "find": "c", "$readPreference": { "mode": "secondary" }, "batchSize": 1, "$db": "t" },
+            ),
+            (ms(20), p, 4, doc! { "hello": 1, "$db": "admin" }),
+        ];
+        let r = run(&mut w, script, Duration::from_secs(2));
+        (w.sim.trace_hash(), r)
+    };
+    let (a, ra) = trace();
+    let (b, rb) = trace();
+    assert_eq!(ra.len(), 4, "every command answered: {ra:?}");
+    assert_eq!(a, b);
+    assert_eq!(ra, rb, "the same replies, generated _ids and cursor ids included");
+}
