@@ -57,11 +57,21 @@
 //!   single-document operations (no multi-document transactions).
 //! * [`sim`] — the deployment in the simulator, for tests and `kairos bench causal`
 //!   ([`sim::WorkloadKind`] picks the workload).
+//! * [`mongo`] — unmodified MongoDB drivers against the set: the wire protocol
+//!   ([`mongo::wire`]: OP_MSG, OP_QUERY handshake, BSON, size limits) and the commands
+//!   (`hello`, `find`, `insert`, `update`, `delete`, cursors, sessions), executed by the member
+//!   on a document store replicated as [`msg::Op::Docs`] oplog entries, so majority commit,
+//!   rollback, read concern, `afterClusterTime` waits and the no-op writer apply to documents
+//!   as they do to lists. The member only ever sees a command's bytes
+//!   ([`msg::MongoRequest`]); the TCP listener is in the `kairos` binary. Replies to clients
+//!   are signed only with keys whose oplog entry is majority-committed, so a driver never
+//!   gossips a time signed with a key another member may lack.
 //!
 //! ## Simplified versus MongoDB
-//! * No BSON, no wire protocol, no commands: [`msg::Request`] / [`msg::Reply`] carry the
-//!   fields that matter (`readConcern`, `writeConcern`, `afterClusterTime`, `$clusterTime`,
-//!   `maxTimeMS`, `operationTime`, `{code, codeName, errmsg}`).
+//! * Kairos's own sessions use no BSON: [`msg::Request`] / [`msg::Reply`] carry the fields
+//!   that matter (`readConcern`, `writeConcern`, `afterClusterTime`, `$clusterTime`,
+//!   `maxTimeMS`, `operationTime`, `{code, codeName, errmsg}`). MongoDB drivers get the subset
+//!   of commands described in [`mongo`].
 //! * Replication is Raft-shaped (pull from the primary only, no chained sync sources, no
 //!   heartbeats between secondaries, no priorities, no catch-up phase, no arbiters).
 //! * Durability: every handler's changes to the term, the vote and the oplog are journaled
@@ -78,12 +88,13 @@
 //! and majority writes by `max_waiters`, batches by `batch_max`, `maxTimeMS` capped at 60 s).
 
 pub mod member;
+pub mod mongo;
 pub mod msg;
 pub mod session;
 pub mod sim;
 pub mod tpcc;
 
-pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats};
+pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats, MongoSetConfig};
 pub use msg::{
     CausalMsg, ClientOp, Entry, ErrorReply, Op, ReadConcern, Reply, ReplyBody, Request, WriteConcern, WriteOrigin,
 };

@@ -12,6 +12,71 @@ pub enum Op {
     Noop,
     /// New HMAC keys (MongoDB's `admin.system.keys` documents), replicated like data.
     Keys(Vec<SigningKey>),
+    /// One MongoDB write command's effect on namespace `ns` (`db.collection`): whole documents
+    /// to put and ids to delete, computed by the primary, plus the retryable-write record.
+    Docs { ns: String, writes: Vec<DocWrite>, retry: Option<RetryRecord> },
+}
+
+impl Op {
+    /// About how many bytes the entry takes on the wire (documents counted exactly).
+    pub fn approx_bytes(&self) -> usize {
+        const ENTRY_OVERHEAD_BYTES: usize = 48;
+        ENTRY_OVERHEAD_BYTES
+            + match self {
+                Op::Append { .. } | Op::Noop => 0,
+                Op::Keys(keys) => keys.len() * 48,
+                Op::Docs { ns, writes, retry } => {
+                    ns.len()
+                        + writes.iter().map(DocWrite::approx_bytes).sum::<usize>()
+                        + retry.as_ref().map_or(0, |r| r.lsid.len() + r.reply.len() + 16)
+                }
+            }
+    }
+}
+
+impl DocWrite {
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            DocWrite::Put { id, doc } => id.len() + doc.len() + 8,
+            DocWrite::Delete { id } => id.len() + 8,
+        }
+    }
+}
+
+/// One document change of [`Op::Docs`]. `id` is [`crate::mongo::id_key`] of the `_id`, `doc`
+/// the whole document's BSON bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DocWrite {
+    Put { id: Vec<u8>, doc: Vec<u8> },
+    Delete { id: Vec<u8> },
+}
+
+/// A retryable write (`lsid` + `txnNumber`) and the reply body it got, so that a retry, on this
+/// primary or the next, gets the same answer without executing twice.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryRecord {
+    /// The BSON bytes of the session id (`lsid.id`).
+    pub lsid: Vec<u8>,
+    pub txn_number: i64,
+    /// The BSON bytes of the reply body (`n`, `nModified`, `upserted`, `writeErrors`).
+    pub reply: Vec<u8>,
+}
+
+/// A MongoDB command handed to a member by its wire-protocol listener: the command document
+/// (body and document sequences merged) as BSON bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MongoRequest {
+    /// Listener-chosen id, echoed in the reply.
+    pub id: u64,
+    pub command: Vec<u8>,
+}
+
+/// The member's answer to a [`MongoRequest`]: the reply document as BSON bytes (with `ok`,
+/// `operationTime` and `$clusterTime`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MongoReply {
+    pub id: u64,
+    pub reply: Vec<u8>,
 }
 
 /// An oplog entry: its optime (a cluster time), the term of the primary that wrote it, the op,
@@ -160,6 +225,9 @@ pub enum CausalMsg {
     Peer(PeerMsg),
     Request(Request),
     Reply(Reply),
+    /// From the MongoDB listener of the member's process (never between members).
+    MongoRequest(MongoRequest),
+    MongoReply(MongoReply),
 }
 
 /// MongoDB error codes this crate answers with.

@@ -12,6 +12,7 @@
 //! addr = "127.0.0.1:7100"
 //! region = "sc"
 //! role = "replica"           # optional free-form string for the command line
+//! mongo_addr = "127.0.0.1:27017"  # optional: where this node's MongoDB listener is (`hello` lists it)
 //! ```
 
 use crate::frame::DEFAULT_MAX_FRAME_BYTES;
@@ -86,6 +87,8 @@ pub struct ClusterConfig {
     regions: Vec<RegionId>,
     inject_delay: bool,
     max_frame_bytes: u32,
+    /// `mongo_addr` of the nodes that have one.
+    mongo_addrs: BTreeMap<NodeId, SocketAddr>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +117,7 @@ struct RawNode {
     region: Spanned<String>,
     #[serde(default)]
     role: String,
+    mongo_addr: Option<Spanned<String>>,
 }
 
 /// 1-based line and column of a byte offset.
@@ -198,7 +202,20 @@ impl ClusterConfig {
             }
             nodes.push(NodeSpec { id: NodeId(id), addr, region: n.region.get_ref().clone(), role: n.role.clone() });
         }
+        let mut mongo_addrs = BTreeMap::new();
+        for n in &raw.node {
+            if let Some(m) = &n.mongo_addr {
+                let id = *n.id.get_ref();
+                let addr = check_addr(m.get_ref(), id, &at(m.span().start))?;
+                if let Some(&other) = seen_addr.get(&addr) {
+                    return Err(ConfigError::DuplicateAddr { at: at(m.span().start), id, other, addr });
+                }
+                seen_addr.insert(addr, id);
+                mongo_addrs.insert(NodeId(id), addr);
+            }
+        }
         let mut cfg = Self::build(origin, raw.cluster.name, matrix, nodes)?;
+        cfg.mongo_addrs = mongo_addrs;
         cfg.inject_delay = raw.cluster.inject_delay;
         if let Some(m) = raw.cluster.max_frame_bytes {
             cfg = cfg.with_max_frame_bytes(*m.get_ref()).map_err(|e| match e {
@@ -267,6 +284,7 @@ impl ClusterConfig {
             regions,
             inject_delay: false,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            mongo_addrs: BTreeMap::new(),
         })
     }
 
@@ -318,6 +336,10 @@ impl ClusterConfig {
     }
     pub fn region_of(&self, id: NodeId) -> Option<RegionId> {
         self.regions.get(id.index()).copied()
+    }
+    /// The node's MongoDB listener address (`mongo_addr`), if the file gives one.
+    pub fn mongo_addr(&self, id: NodeId) -> Option<SocketAddr> {
+        self.mongo_addrs.get(&id).copied()
     }
     pub fn inject_delay(&self) -> bool {
         self.inject_delay

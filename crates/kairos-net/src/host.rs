@@ -65,6 +65,8 @@ pub mod metric {
     pub const TIMERS_FIRED: &str = "net.timers.fired";
     /// History records handed to the sink.
     pub const HISTORY_RECORDS: &str = "net.history.records";
+    /// Messages to local clients (see `LocalPort`) dropped because their queue was full.
+    pub const LOCAL_QUEUE_FULL: &str = "net.local.queue_full";
 }
 
 /// Why a node could not be started or did not stop cleanly.
@@ -276,6 +278,46 @@ impl Drop for NodeHandle {
 /// context (clock, generator, outbox), and its effects are carried out like a handler's.
 pub type Call<P> = Box<dyn FnOnce(&mut P, &mut Ctx<'_, <P as Process>::Msg>) + Send>;
 
+/// Process-local clients of a node (a gateway speaking another protocol, in the same
+/// process): they submit messages to the role as if sent by a node id outside the cluster
+/// (`>= cfg.len()`), and receive every message the role sends to such an id. Both directions
+/// are bounded: a full request queue makes [`LocalPort::submit`] wait; a full reply queue
+/// drops the reply (counted in [`metric::LOCAL_QUEUE_FULL`]).
+pub struct LocalPort<M> {
+    requests: mpsc::Sender<(NodeId, M)>,
+    replies: mpsc::Receiver<(NodeId, M)>,
+    first_client: u32,
+}
+
+/// The sending half of a [`LocalPort`], to share between connections.
+#[derive(Clone)]
+pub struct LocalSubmitter<M> {
+    requests: mpsc::Sender<(NodeId, M)>,
+    first_client: u32,
+}
+
+impl<M> LocalSubmitter<M> {
+    /// The smallest id a local client may use (the cluster's size).
+    pub fn first_client_id(&self) -> u32 {
+        self.first_client
+    }
+    /// Hands `msg` to the role as sent by `from`. Fails when `from` is a cluster node's id or
+    /// the node has stopped.
+    pub async fn submit(&self, from: NodeId, msg: M) -> Result<(), &'static str> {
+        if from.0 < self.first_client {
+            return Err("a local client may not use the id of a cluster node");
+        }
+        self.requests.send((from, msg)).await.map_err(|_| "the node has stopped")
+    }
+}
+
+impl<M> LocalPort<M> {
+    /// Splits into the submitting half and the receiver of the role's replies.
+    pub fn split(self) -> (LocalSubmitter<M>, mpsc::Receiver<(NodeId, M)>) {
+        (LocalSubmitter { requests: self.requests, first_client: self.first_client }, self.replies)
+    }
+}
+
 /// Starts `process` as node `me` of `cfg`: binds (or takes) the listener, runs `on_start`,
 /// and serves until [`NodeHandle::shutdown`].
 pub async fn spawn_node<P>(
@@ -287,7 +329,7 @@ pub async fn spawn_node<P>(
 where
     P: Process + Send + 'static,
 {
-    spawn_node_with_calls(cfg, me, process, opts, None).await
+    Ok(spawn_inner(cfg, me, process, opts, None, None).await?.0)
 }
 
 /// As [`spawn_node`], and the role also runs every [`Call`] that arrives on `calls` (a bounded
@@ -295,10 +337,41 @@ where
 pub async fn spawn_node_with_calls<P>(
     cfg: Arc<ClusterConfig>,
     me: NodeId,
-    mut process: P,
+    process: P,
     opts: NodeOptions,
     calls: Option<mpsc::Receiver<Call<P>>>,
 ) -> Result<NodeHandle, NetError>
+where
+    P: Process + Send + 'static,
+{
+    Ok(spawn_inner(cfg, me, process, opts, None, calls).await?.0)
+}
+
+/// [`spawn_node`], plus a [`LocalPort`] whose reply queue holds `reply_queue` messages.
+pub async fn spawn_node_with_local_port<P>(
+    cfg: Arc<ClusterConfig>,
+    me: NodeId,
+    process: P,
+    opts: NodeOptions,
+    reply_queue: usize,
+) -> Result<(NodeHandle, LocalPort<P::Msg>), NetError>
+where
+    P: Process + Send + 'static,
+{
+    let first_client = cfg.len() as u32;
+    let (tx, rx) = mpsc::channel(reply_queue.max(1));
+    let (handle, requests) = spawn_inner(cfg, me, process, opts, Some(tx), None).await?;
+    Ok((handle, LocalPort { requests, replies: rx, first_client }))
+}
+
+async fn spawn_inner<P>(
+    cfg: Arc<ClusterConfig>,
+    me: NodeId,
+    mut process: P,
+    opts: NodeOptions,
+    local: Option<mpsc::Sender<(NodeId, P::Msg)>>,
+    calls: Option<mpsc::Receiver<Call<P>>>,
+) -> Result<(NodeHandle, mpsc::Sender<(NodeId, P::Msg)>), NetError>
 where
     P: Process + Send + 'static,
 {
@@ -351,6 +424,7 @@ where
             (Some(tx), Some(rx))
         }
     };
+    let local_requests = inbound_tx.clone();
     let accept_task = tokio::spawn(accept_loop::<P::Msg>(
         listener,
         shared.clone(),
@@ -375,10 +449,11 @@ where
         history_index: 0,
         effects: Vec::new(),
         store,
+        local,
     };
     let process_task = tokio::spawn(node.run(inbound_rx, calls, shutdown_rx, opts.shutdown_grace));
     tracing::info!(node = %me, addr = %local_addr, cluster = cfg.name(), "node listening");
-    Ok(NodeHandle {
+    let handle = NodeHandle {
         me,
         local_addr,
         metrics,
@@ -387,7 +462,8 @@ where
         process_task: Some(process_task),
         process_result: None,
         accept_task: Some(accept_task),
-    })
+    };
+    Ok((handle, local_requests))
 }
 
 /// Runs node `me` until Ctrl-C (or until its role's task dies), handing every history record
@@ -486,6 +562,8 @@ struct Node<P: Process> {
     history_index: u64,
     effects: Vec<Effect<P::Msg>>,
     store: Option<crate::storage::DiskStore>,
+    /// Where messages to ids outside the cluster go (a [`LocalPort`]).
+    local: Option<mpsc::Sender<(NodeId, P::Msg)>>,
 }
 
 /// `now + after`, saturating at 30 years from now (a role may ask for any Duration).
@@ -528,13 +606,13 @@ impl<P: Process + Send + 'static> Node<P> {
                 let deadline = self.timers.next_deadline();
                 let input: Input<P> = tokio::select! {
                     _ = shutdown.changed() => break,
-                    c = async { match calls.as_mut() { Some(c) => c.recv().await, None => std::future::pending().await } } => match c {
-                        Some(call) => Input::Call(call),
-                        None => { calls = None; continue; }
-                    },
                     m = inbound.recv(), if inbound_open => match m {
                         Some((from, msg)) => Input::Message(from, msg),
                         None => { inbound_open = false; continue; }
+                    },
+                    c = async { match calls.as_mut() { Some(c) => c.recv().await, None => std::future::pending().await } } => match c {
+                        Some(call) => Input::Call(call),
+                        None => { calls = None; continue; }
                     },
                     _ = std::future::ready(()), if !self.loopback.is_empty() => match self.loopback.pop_front() {
                         Some(msg) => Input::Message(me, msg),
@@ -551,11 +629,11 @@ impl<P: Process + Send + 'static> Node<P> {
                     let mut ctx = Ctx::new(me, LocalTime(now_ns()), &mut self.rng, &mut self.effects);
                     match input {
                         Input::Message(from, msg) => self.process.on_message(&mut ctx, from, msg),
+                        Input::Call(call) => call(&mut self.process, &mut ctx),
                         Input::Timer(id) => {
                             self.shared.metrics.add(metric::TIMERS_FIRED, 1);
                             self.process.on_timer(&mut ctx, id)
                         }
-                        Input::Call(call) => call(&mut self.process, &mut ctx),
                     }
                 }
                 if !self.apply_effects(&mut shutdown).await {
@@ -641,6 +719,14 @@ impl<P: Process + Send + 'static> Node<P> {
                 self.loopback.push_back(msg);
             }
             return;
+        }
+        if to.index() >= self.peers.len() {
+            if let Some(local) = &self.local {
+                if local.try_send((to, msg)).is_err() {
+                    shared.metrics.add(metric::LOCAL_QUEUE_FULL, 1);
+                }
+                return;
+            }
         }
         let Some(slot) = self.peers.get_mut(to.index()) else {
             shared.metrics.add(metric::OUT_UNKNOWN_PEER, 1);

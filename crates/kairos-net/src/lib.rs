@@ -26,6 +26,11 @@
 //! [`run_until_ctrl_c`] is the whole life of a `serve` command: start, pass on history, stop
 //! gracefully on Ctrl-C.
 //!
+//! [`spawn_node_with_local_port`] also returns a [`LocalPort`]: a gateway in the same process
+//! (the MongoDB listener of `kairos serve`) submits messages to the role as if from node ids
+//! above the cluster's, and receives what the role sends to such ids. Both directions are
+//! bounded queues.
+//!
 //! ## Connections
 //!
 //! Each node dials each peer it sends to; links are one-way (a pair that talks both ways has
@@ -97,5 +102,6 @@ pub mod storage;
 pub use config::{ClusterConfig, ConfigError, NodeSpec};
 pub use frame::{FrameError, FrameKind, Hello};
 pub use host::{
-    metric, run_until_ctrl_c, spawn_node, spawn_node_with_calls, Call, HistorySink, NetError, NodeHandle, NodeOptions,
+    metric, run_until_ctrl_c, spawn_node, spawn_node_with_calls, spawn_node_with_local_port, Call, HistorySink,
+    LocalPort, LocalSubmitter, NetError, NodeHandle, NodeOptions,
 };

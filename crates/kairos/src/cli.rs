@@ -536,6 +536,15 @@ pub struct ServeArgs {
     /// tiga-gateway: Redis client connections served at once; more are refused.
     #[arg(long, default_value_t = 1024)]
     pub redis_max_clients: usize,
+    /// causal-member: also serve MongoDB drivers on ADDR (default: the node's `mongo_addr` in the cluster file, if any).
+    #[arg(long, value_name = "ADDR")]
+    pub mongo_listen: Option<String>,
+    /// causal-member: the replica-set name MongoDB drivers connect with (`replicaSet=NAME`).
+    #[arg(long, value_name = "NAME", default_value = "kairos")]
+    pub mongo_set_name: String,
+    /// causal-member: one HMAC per reply instead of range signing (to measure what range signing saves).
+    #[arg(long)]
+    pub per_reply_signing: bool,
 }
 
 #[derive(Subcommand, Debug)]

@@ -6,6 +6,7 @@ mod causal;
 mod check;
 mod demo;
 mod micro;
+mod mongo_listen;
 pub mod redis;
 pub mod report;
 mod serve;

@@ -2,7 +2,9 @@
 //! TCP. The node's `role` in the cluster file picks the role:
 //! * `register-replica`, `register-client` — the replicated register;
 //! * `causal-member` — a member of the causal replica set (the set is every node with this
-//!   role, in node-id order);
+//!   role, in node-id order); with `--mongo-listen ADDR` (or `mongo_addr` in the cluster file)
+//!   it also serves MongoDB drivers ([`super::mongo_listen`]); `--per-reply-signing` turns
+//!   range signing off (to measure it);
 //! * `tiga-server`, `tiga-gateway` — Tiga's servers and a coordinator serving Redis clients
 //!   on `--redis-listen` (see [`super::redis`]);
 //! * `causal-session` — a session against those members, set by `--read-pref`,
@@ -144,10 +146,21 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
             let Some(index) = causal_members.iter().position(|&m| m == me) else {
                 return Err(CliError::Usage(format!("node {me} is not among the causal members")));
             };
-            let mc = Arc::new(MemberConfig::new(causal_members));
+            let mut mc = MemberConfig::new(causal_members.clone());
+            mc.per_reply_signing = args.per_reply_signing;
+            // A batch of document writes must fit one frame between members.
+            let frame_bytes = cfg.max_frame_bytes() as usize;
+            (mc.max_docs_entry_bytes, mc.batch_max_bytes) = (frame_bytes / 5 * 3, frame_bytes / 5);
+            let mongo = super::mongo_listen::listen_addr(&args, &cfg, me)?;
+            if let Some(l) = &mongo {
+                mc.mongo = Some(super::mongo_listen::set_config(&args, &cfg, &causal_members, index, l)?);
+            }
             // With --data-dir, a restarted process recovers its term, vote and oplog.
-            let member = Member::new(mc, index as u32);
-            runtime.block_on(serve(cfg, me, member, node_opts, duration, None, history_out))
+            let member = Member::new(Arc::new(mc), index as u32);
+            match mongo {
+                Some(l) => runtime.block_on(super::mongo_listen::serve(cfg, me, member, node_opts, duration, l)),
+                None => runtime.block_on(serve(cfg, me, member, node_opts, duration, None, history_out)),
+            }
         }
         "causal-session" => {
             if causal_members.is_empty() {

@@ -6,10 +6,15 @@
 //! ([`kairos_core::Process::on_recover`]); everything else (commit point, document store, keys,
 //! clock) is rebuilt from the oplog.
 
+mod mongo_exec;
+
+pub use mongo_exec::MongoSetConfig;
+
 use crate::msg::{
     codes, CausalMsg, ClientOp, Entry, ErrorReply, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody,
     Request, WriteConcern, WriteOrigin,
 };
+use kairos_clock::SigningKey;
 use kairos_clock::{
     gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
     TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
@@ -51,10 +56,20 @@ pub struct MemberConfig {
     pub per_reply_signing: bool,
     /// Largest number of oplog entries in one batch.
     pub batch_max: usize,
+    /// A batch stops growing past this many bytes of entries (it holds at least one entry).
+    pub batch_max_bytes: usize,
     /// Largest number of reads waiting for afterClusterTime, and of writes waiting for majority.
     pub max_waiters: usize,
     /// `maxAcceptableLogicalClockDriftSecs`.
     pub max_drift_secs: u64,
+    /// The MongoDB wire-protocol surface (`hello`'s set name and hosts); `None`: the member
+    /// still executes MongoDB commands, and `hello` names no set.
+    pub mongo: Option<MongoSetConfig>,
+    /// Largest oplog entry a MongoDB write produces, in bytes of its documents: a write that
+    /// changes more is split into several entries, and one document larger than this gets
+    /// BSONObjectTooLarge. An entry must fit a frame between members, with a batch's other
+    /// entries (`batch_max_bytes`).
+    pub max_docs_entry_bytes: usize,
 }
 
 impl MemberConfig {
@@ -70,8 +85,11 @@ impl MemberConfig {
             trusted_clients: false,
             per_reply_signing: false,
             batch_max: 1_000,
+            batch_max_bytes: 1024 * 1024,
             max_waiters: 10_000,
             max_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
+            mongo: None,
+            max_docs_entry_bytes: 3 * 1024 * 1024,
         }
     }
 
@@ -145,16 +163,26 @@ pub struct MemberStats {
     pub retried_writes: u64,
 }
 
+/// A read waiting for `after` (applied, or committed when `majority`).
 struct Waiter {
     client: NodeId,
-    req: Request,
     deadline: LocalTime,
+    after: Option<ClusterTime>,
+    majority: bool,
+    what: Waiting,
+}
+
+enum Waiting {
+    Kv(Request),
+    Mongo(Box<mongo_exec::ParkedRead>),
 }
 
 struct PendingWrite {
     client: NodeId,
     id: u64,
     deadline: LocalTime,
+    /// A MongoDB write: the reply body to send once the write is majority-committed.
+    mongo: Option<bson::Document>,
 }
 
 /// One member of the replica set.
@@ -173,9 +201,19 @@ pub struct Member {
     /// Per client, its latest write in the oplog: (request id, optime). Rebuilt from the oplog
     /// like the store (see [`WriteOrigin`]).
     writes_by_client: BTreeMap<u32, (u64, ClusterTime)>,
+    /// MongoDB documents (from [`Op::Docs`]) and retryable-write records.
+    docs: mongo_exec::DocStore,
     clock: LogicalClock,
     validator: ClusterTimeValidator,
+    /// Every key this member has applied: validates client times.
     keys: KeyRing,
+    /// Keys whose oplog entry is majority-committed: only these sign replies, so a client never
+    /// holds a time signed with a key another member may not have (or that may roll back).
+    signing_keys: KeyRing,
+    /// Applied keys not yet committed, by the optime of their entry.
+    pending_keys: Vec<(ClusterTime, SigningKey)>,
+    /// Cursors, waiting `hello`s, topology version (not replicated).
+    mongo: mongo_exec::MongoState,
     proofs: TimeProofService,
     hmac_reported: u64,
     // Primary.
@@ -184,7 +222,10 @@ pub struct Member {
     held_pulls: BTreeSet<u32>,
     /// The commit point last sent to each secondary (in a batch).
     commit_sent: BTreeMap<u32, ClusterTime>,
-    pending_writes: BTreeMap<ClusterTime, PendingWrite>,
+    /// Writes waiting for the commit point, by (optime, arrival number): a retried write may
+    /// wait for the same optime as the original.
+    pending_writes: BTreeMap<(ClusterTime, u64), PendingWrite>,
+    pending_seq: u64,
     last_write_at: LocalTime,
     // Secondary.
     /// The outstanding pull: when it was sent, and the oplog position it pulls after. Only a
@@ -203,6 +244,7 @@ impl Member {
         let mut proofs = TimeProofService::new();
         proofs.set_per_reply(cfg.per_reply_signing);
         let keys = KeyRing::new().with_retention_secs(cfg.key_rotation_secs);
+        let signing_keys = keys.clone();
         let clock = LogicalClock::new().with_max_acceptable_drift_secs(cfg.max_drift_secs);
         let mut m = Member {
             cfg,
@@ -215,9 +257,13 @@ impl Member {
             commit_point: ClusterTime::ZERO,
             store: BTreeMap::new(),
             writes_by_client: BTreeMap::new(),
+            docs: mongo_exec::DocStore::default(),
             clock,
             validator: ClusterTimeValidator::new(),
             keys,
+            signing_keys,
+            pending_keys: Vec::new(),
+            mongo: mongo_exec::MongoState::default(),
             proofs,
             hmac_reported: 0,
             progress: BTreeMap::new(),
@@ -225,6 +271,7 @@ impl Member {
             held_pulls: BTreeSet::new(),
             commit_sent: BTreeMap::new(),
             pending_writes: BTreeMap::new(),
+            pending_seq: 0,
             last_write_at: LocalTime::ZERO,
             pull_sent: None,
             noop_requested: ClusterTime::ZERO,
@@ -239,6 +286,8 @@ impl Member {
     fn restore(&mut self, d: Durable) {
         self.store.clear();
         self.writes_by_client.clear();
+        self.docs = mongo_exec::DocStore::default();
+        self.pending_keys.clear();
         for e in &d.oplog {
             self.apply(e);
         }
@@ -339,9 +388,11 @@ impl Member {
             Op::Keys(keys) => {
                 for k in keys {
                     self.keys.insert(k.clone());
+                    self.pending_keys.push((e.optime, k.clone()));
                 }
             }
             Op::Noop => {}
+            Op::Docs { ns, writes, retry } => self.docs.apply(ns, writes, retry.as_ref(), e.optime, self.commit_point),
         }
         let _ = self.clock.advance_trusted(e.optime);
     }
@@ -377,9 +428,29 @@ impl Member {
 
     // ----- replies to clients -----
 
+    /// The commit point moved: keys become signing keys, deleted documents are forgotten.
+    fn commit_advanced(&mut self) {
+        self.promote_keys();
+        self.docs.compact(self.commit_point);
+    }
+
+    /// Moves keys whose entry the commit point has reached into the signing ring.
+    fn promote_keys(&mut self) {
+        if self.pending_keys.first().is_none_or(|(t, _)| *t > self.commit_point) {
+            return;
+        }
+        let cp = self.commit_point;
+        let (ready, wait): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.pending_keys).into_iter().partition(|(t, _)| *t <= cp);
+        self.pending_keys = wait;
+        for (_, k) in ready {
+            self.signing_keys.insert(k);
+        }
+    }
+
     fn sign_for_client(&mut self) -> Option<SignedClusterTime> {
         let t = self.clock.current();
-        let signed = sign_reply(t, self.cfg.trusted_clients, &self.keys, &mut self.proofs);
+        let signed = sign_reply(t, self.cfg.trusted_clients, &self.signing_keys, &mut self.proofs);
         if signed.is_some() && !self.cfg.trusted_clients {
             // We produced that signature ourselves: a client echoing it needs no HMAC check.
             self.validator.note_valid(t);
@@ -442,7 +513,8 @@ impl Member {
                 } else {
                     let t = req.after_cluster_time.unwrap_or_default();
                     let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
-                    self.waiters.push(Waiter { client: from, req, deadline });
+                    let (after, majority) = (req.after_cluster_time, req.read_concern == ReadConcern::Majority);
+                    self.waiters.push(Waiter { client: from, deadline, after, majority, what: Waiting::Kv(req) });
                     self.want_noop(ctx, t);
                 }
             }
@@ -480,17 +552,29 @@ impl Member {
             WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
             WriteConcern::Majority => {
                 let deadline = ctx.now() + Duration::from_millis(u64::from(req.max_time_ms));
-                self.pending_writes.insert(optime, PendingWrite { client: from, id: req.id, deadline });
+                self.add_pending(optime, PendingWrite { client: from, id: req.id, deadline, mongo: None });
                 self.advance_commit(ctx);
             }
         }
     }
 
+    /// Parks a write until the commit point reaches `t`.
+    fn add_pending(&mut self, t: ClusterTime, p: PendingWrite) {
+        self.pending_seq += 1;
+        self.pending_writes.insert((t, self.pending_seq), p);
+    }
+
     fn read_ready(&self, req: &Request) -> bool {
-        let Some(t) = req.after_cluster_time else { return true };
-        match req.read_concern {
-            ReadConcern::Local => self.last_applied() >= t,
-            ReadConcern::Majority => self.commit_point >= t,
+        self.ready_at(req.after_cluster_time, req.read_concern == ReadConcern::Majority)
+    }
+
+    /// Whether a read waiting for `after` may run: applied up to it (or committed, `majority`).
+    fn ready_at(&self, after: Option<ClusterTime>, majority: bool) -> bool {
+        let Some(t) = after else { return true };
+        if majority {
+            self.commit_point >= t
+        } else {
+            self.last_applied() >= t
         }
     }
 
@@ -524,8 +608,11 @@ impl Member {
         }
         let waiters = std::mem::take(&mut self.waiters);
         for w in waiters {
-            if self.read_ready(&w.req) {
-                self.answer_read(ctx, w.client, &w.req);
+            if self.ready_at(w.after, w.majority) {
+                match w.what {
+                    Waiting::Kv(req) => self.answer_read(ctx, w.client, &req),
+                    Waiting::Mongo(p) => self.mongo_answer_parked(ctx, w.client, *p),
+                }
             } else {
                 self.waiters.push(w);
             }
@@ -541,17 +628,24 @@ impl Member {
                     codes::MAX_TIME_MS_EXPIRED,
                     "operation exceeded time limit waiting for afterClusterTime",
                 );
-                self.reply_err(ctx, w.client, w.req.id, e);
+                match w.what {
+                    Waiting::Kv(req) => self.reply_err(ctx, w.client, req.id, e),
+                    Waiting::Mongo(p) => self.mongo_reply_error(ctx, w.client, p.id, e.code, &e.errmsg, false),
+                }
             } else {
                 self.waiters.push(w);
             }
         }
-        let expired: Vec<ClusterTime> =
-            self.pending_writes.iter().filter(|(_, p)| p.deadline <= now).map(|(t, _)| *t).collect();
-        for t in expired {
-            if let Some(p) = self.pending_writes.remove(&t) {
+        let expired: Vec<(ClusterTime, u64)> =
+            self.pending_writes.iter().filter(|(_, p)| p.deadline <= now).map(|(k, _)| *k).collect();
+        for k in expired {
+            let t = k.0;
+            if let Some(p) = self.pending_writes.remove(&k) {
                 let e = ErrorReply::new(codes::WRITE_CONCERN_FAILED, "waiting for replication timed out");
-                self.reply(ctx, p.client, p.id, Err(e), t);
+                match p.mongo {
+                    Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),
+                    None => self.reply(ctx, p.client, p.id, Err(e), t),
+                }
             }
         }
     }
@@ -603,6 +697,9 @@ impl Member {
         self.log_push(entry);
         self.last_write_at = ctx.now();
         self.feed_held_pulls(ctx);
+        if self.cfg.members.len() == 1 {
+            self.advance_commit(ctx);
+        }
     }
 
     fn entries_after(&self, last: OpPos) -> Option<Vec<Entry>> {
@@ -614,7 +711,18 @@ impl Member {
                 _ => return None,
             }
         };
-        let end = (start + self.cfg.batch_max).min(self.d.oplog.len());
+        // At most `batch_max` entries and about `batch_max_bytes` (always at least one entry),
+        // so that a batch of large document writes still fits a frame.
+        let mut end = start;
+        let mut bytes = 0;
+        while end < self.d.oplog.len() && end - start < self.cfg.batch_max {
+            let b = self.d.oplog[end].op.approx_bytes();
+            if end > start && bytes + b > self.cfg.batch_max_bytes {
+                break;
+            }
+            bytes += b;
+            end += 1;
+        }
         Some(self.d.oplog[start..end].to_vec())
     }
 
@@ -695,10 +803,16 @@ impl Member {
             return;
         }
         self.commit_point = candidate;
-        let done: Vec<ClusterTime> = self.pending_writes.range(..=candidate).map(|(t, _)| *t).collect();
-        for t in done {
-            if let Some(p) = self.pending_writes.remove(&t) {
-                self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t);
+        self.commit_advanced();
+        let done: Vec<(ClusterTime, u64)> =
+            self.pending_writes.range(..=(candidate, u64::MAX)).map(|(k, _)| *k).collect();
+        for k in done {
+            let t = k.0;
+            if let Some(p) = self.pending_writes.remove(&k) {
+                match p.mongo {
+                    Some(body) => self.mongo_send(ctx, p.client, p.id, body, t),
+                    None => self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t),
+                }
             }
         }
         // Tell the secondaries (their held pulls) the new commit point.
@@ -737,9 +851,12 @@ impl Member {
         if self.is_primary() {
             self.stats.step_downs += 1;
             let pending = std::mem::take(&mut self.pending_writes);
-            for (t, p) in pending {
+            for ((t, _), p) in pending {
                 let e = ErrorReply::new(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE, "primary stepped down");
-                self.reply(ctx, p.client, p.id, Err(e), t);
+                match p.mongo {
+                    Some(body) => self.mongo_write_concern_error(ctx, p.client, p.id, body, &e, t),
+                    None => self.reply(ctx, p.client, p.id, Err(e), t),
+                }
             }
             self.primary = None;
         }
@@ -814,6 +931,7 @@ impl Member {
                 let cp = commit_point.min(self.last_applied());
                 if cp > self.commit_point {
                     self.commit_point = cp;
+                    self.commit_advanced();
                 }
                 self.check_waiters(ctx);
             }
@@ -863,6 +981,8 @@ impl Member {
                 }
             }
         }
+        self.pending_keys.retain(|(t, _)| *t < first);
+        self.docs.truncate_from(first, &self.d.oplog);
         self.commit_point = self.commit_point.min(self.last_applied());
     }
 
@@ -992,7 +1112,9 @@ impl Member {
             self.maybe_pull(ctx);
             self.keys.expire(self.clock.current());
         }
+        self.signing_keys.expire(self.clock.current());
         self.expire_deadlines(ctx);
+        self.mongo_tick(ctx);
     }
 }
 
@@ -1001,6 +1123,7 @@ impl Process for Member {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
         self.last_write_at = ctx.now();
+        self.mongo.started_at = ctx.now();
         ctx.set_timer(TICK, self.cfg.heartbeat);
         self.arm_election(ctx);
     }
@@ -1010,8 +1133,10 @@ impl Process for Member {
         match (msg, member) {
             (CausalMsg::Peer(p), Some(m)) if m != self.me => self.on_peer(ctx, m, p),
             (CausalMsg::Request(r), _) => self.on_request(ctx, from, r),
+            (CausalMsg::MongoRequest(r), None) => self.on_mongo(ctx, from, r),
             _ => self.stats.ignored_messages += 1,
         }
+        self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
     }
@@ -1022,6 +1147,7 @@ impl Process for Member {
             TICK => self.on_tick(ctx),
             _ => {}
         }
+        self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
     }

@@ -1,0 +1,1001 @@
+//! MongoDB commands on a member: `hello`, `find` / `getMore` / `killCursors`, `insert` /
+//! `update` / `delete`, and the small ones (see [`crate::mongo`] for the subset). A command
+//! arrives as [`MongoRequest`] (its BSON bytes) from the member's wire-protocol listener and
+//! is answered with [`MongoReply`]; both stay inside the member's process.
+//!
+//! The causal machinery is the member's own: `$clusterTime` goes through `gossip_in` (a
+//! forged or foreign time is refused and the clock does not move); `readConcern
+//! {afterClusterTime}` waits like a session read (parked as a waiter, answered when the oplog
+//! reaches it, bounded by `maxTimeMS`); writes become one [`Op::Docs`] oplog entry each, and
+//! `w: "majority"` (the default, as in MongoDB 5+) waits for the commit point. Every reply
+//! carries `operationTime` and `$clusterTime` signed with a majority-committed key, or
+//! neither while the member has no such key.
+//!
+//! Retryable writes: the entry carries the `lsid` + `txnNumber` and the reply; a retry with
+//! the same pair gets that reply again without executing (on this member or a later primary:
+//! the record is replicated), an older `txnNumber` gets TransactionTooOld (225).
+
+use super::{Member, MemberState, PendingWrite, Waiter, Waiting, MAX_TIME_MS_CAP};
+use crate::mongo::wire::{MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
+use crate::mongo::{
+    codes, get_count, get_flag, id_key, namespace, project, signed_from_bson, signed_to_bson, timestamp, CmdResult,
+    CommandError, Filter, Update,
+};
+use crate::msg::{CausalMsg, DocWrite, ErrorReply, MongoReply, MongoRequest, Op, RetryRecord, WriteConcern};
+use bson::{doc, Bson, Document};
+use kairos_clock::{gossip_in, ClusterTime};
+use kairos_core::{Ctx, LocalTime, NodeId};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+/// `maxWireVersion` announced (MongoDB 6.0); 0 is the minimum.
+pub const MAX_WIRE_VERSION: i32 = 17;
+/// `maxWriteBatchSize` announced.
+pub const MAX_WRITE_BATCH_SIZE: i32 = 100_000;
+/// `logicalSessionTimeoutMinutes` announced.
+pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
+/// Open cursors per member; the oldest is dropped beyond this.
+const MAX_CURSORS: usize = 1_000;
+/// An unused cursor is dropped after this long.
+const CURSOR_IDLE: Duration = Duration::from_secs(600);
+/// Awaitable `hello`s parked at once; beyond this they are answered at once.
+const MAX_HELLO_WAITERS: usize = 1_000;
+/// Default and largest batch of a cursor, in documents and bytes.
+const DEFAULT_BATCH_DOCS: usize = 101;
+const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// The replica set as drivers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MongoSetConfig {
+    /// `setName`: drivers connect with `replicaSet=NAME`.
+    pub set_name: String,
+    /// `host:port` of each member's listener, in member-index order (`hosts`, `me`, `primary`).
+    pub hosts: Vec<String>,
+}
+
+/// One version of a document: written at `t`, `None` = deleted.
+type Version = (ClusterTime, Option<Document>);
+
+/// The documents of every namespace, with the versions a majority read may still need, and the
+/// retryable-write records (rebuilt from the oplog after a rollback).
+#[derive(Default)]
+pub(super) struct DocStore {
+    ns: BTreeMap<String, BTreeMap<Vec<u8>, Vec<Version>>>,
+    retry: BTreeMap<Vec<u8>, Retried>,
+    /// The retry records by optime, to drop the oldest beyond [`MAX_RETRY_RECORDS`].
+    retry_by_time: BTreeMap<ClusterTime, Vec<u8>>,
+    /// Deletes whose document is forgotten once the commit point passes them.
+    tombstones: VecDeque<(ClusterTime, String, Vec<u8>)>,
+}
+
+/// Retryable-write records kept (one per session); the oldest goes first. Derived from the
+/// oplog alone, so every member keeps the same ones.
+const MAX_RETRY_RECORDS: usize = 100_000;
+
+#[derive(Clone)]
+struct Retried {
+    txn_number: i64,
+    optime: ClusterTime,
+    reply: Vec<u8>,
+}
+
+impl DocStore {
+    pub(super) fn apply(
+        &mut self,
+        ns: &str,
+        writes: &[DocWrite],
+        retry: Option<&RetryRecord>,
+        t: ClusterTime,
+        commit_point: ClusterTime,
+    ) {
+        let coll = self.ns.entry(ns.to_string()).or_default();
+        for w in writes {
+            let (id, doc) = match w {
+                DocWrite::Put { id, doc } => (id, Document::from_reader(&mut doc.as_slice()).ok()),
+                DocWrite::Delete { id } => {
+                    self.tombstones.push_back((t, ns.to_string(), id.clone()));
+                    (id, None)
+                }
+            };
+            let versions = coll.entry(id.clone()).or_default();
+            // Keep only the newest version at or below the commit point, and everything after.
+            if let Some(i) = versions.iter().rposition(|(vt, _)| *vt <= commit_point) {
+                versions.drain(..i);
+            }
+            versions.push((t, doc));
+        }
+        if let Some(r) = retry {
+            self.record_retry(r, t);
+        }
+    }
+
+    fn record_retry(&mut self, r: &RetryRecord, t: ClusterTime) {
+        let rec = Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone() };
+        if let Some(old) = self.retry.insert(r.lsid.clone(), rec) {
+            self.retry_by_time.remove(&old.optime);
+        }
+        self.retry_by_time.insert(t, r.lsid.clone());
+        while self.retry.len() > MAX_RETRY_RECORDS {
+            let Some((_, lsid)) = self.retry_by_time.pop_first() else { break };
+            self.retry.remove(&lsid);
+        }
+    }
+
+    /// Forgets deleted documents whose delete the commit point has passed (no read needs them).
+    pub(super) fn compact(&mut self, commit_point: ClusterTime) {
+        while self.tombstones.front().is_some_and(|(t, _, _)| *t <= commit_point) {
+            let Some((t, ns, id)) = self.tombstones.pop_front() else { break };
+            let Some(coll) = self.ns.get_mut(&ns) else { continue };
+            if coll.get(&id).and_then(|v| v.last()).is_some_and(|(vt, d)| *vt == t && d.is_none()) {
+                coll.remove(&id);
+                if coll.is_empty() {
+                    self.ns.remove(&ns);
+                }
+            }
+        }
+    }
+
+    /// Rollback: forgets versions written at or after `first`; rebuilds the retry records from
+    /// what is left of the oplog.
+    pub(super) fn truncate_from(&mut self, first: ClusterTime, oplog: &[crate::msg::Entry]) {
+        for coll in self.ns.values_mut() {
+            for versions in coll.values_mut() {
+                while versions.last().is_some_and(|(t, _)| *t >= first) {
+                    versions.pop();
+                }
+            }
+            coll.retain(|_, v| !v.is_empty());
+        }
+        self.tombstones.retain(|(t, _, _)| *t < first);
+        self.retry.clear();
+        self.retry_by_time.clear();
+        for e in oplog {
+            if let Op::Docs { retry: Some(r), .. } = &e.op {
+                self.record_retry(r, e.optime);
+            }
+        }
+    }
+
+    fn version_at(versions: &[Version], upto: ClusterTime) -> Option<&Document> {
+        versions.iter().rev().find(|(t, _)| *t <= upto).and_then(|(_, d)| d.as_ref())
+    }
+
+    fn get(&self, ns: &str, id: &[u8], upto: ClusterTime) -> Option<&Document> {
+        self.ns.get(ns)?.get(id).and_then(|v| Self::version_at(v, upto))
+    }
+
+    /// Every document of `ns` as of `upto`, in `_id`-key order.
+    fn scan<'a>(&'a self, ns: &str, upto: ClusterTime) -> impl Iterator<Item = (&'a Vec<u8>, &'a Document)> + 'a {
+        self.ns.get(ns).into_iter().flatten().filter_map(move |(k, v)| Self::version_at(v, upto).map(|d| (k, d)))
+    }
+
+    /// Number of live documents in `ns` at the newest version (tests).
+    pub(super) fn count(&self, ns: &str) -> usize {
+        self.scan(ns, ClusterTime::MAX).count()
+    }
+}
+
+struct Cursor {
+    ns: String,
+    docs: VecDeque<Document>,
+    last_used: LocalTime,
+}
+
+struct HelloWaiter {
+    client: NodeId,
+    id: u64,
+    deadline: LocalTime,
+    cmd: Document,
+}
+
+/// A `find` waiting for its `afterClusterTime`.
+pub(super) struct ParkedRead {
+    pub(super) id: u64,
+    cmd: Document,
+    majority: bool,
+}
+
+/// What the member keeps for drivers that is not replicated.
+#[derive(Default)]
+pub(super) struct MongoState {
+    /// Start of this process (`topologyVersion.processId`).
+    pub(super) started_at: LocalTime,
+    cursors: BTreeMap<i64, Cursor>,
+    next_cursor_id: i64,
+    hello_waiters: Vec<HelloWaiter>,
+    topology: (bool, Option<u32>),
+    topology_counter: i64,
+    generated_ids: u64,
+}
+
+/// The `$readPreference` allows a secondary (anything but mode `primary`).
+fn secondary_ok(cmd: &Document) -> bool {
+    cmd.get_document("$readPreference").ok().and_then(|rp| rp.get_str("mode").ok()).is_some_and(|m| m != "primary")
+}
+
+/// `readConcern`: (majority?, afterClusterTime).
+fn read_concern(cmd: &Document) -> CmdResult<(bool, Option<ClusterTime>)> {
+    let Some(rc) = cmd.get("readConcern") else { return Ok((false, None)) };
+    let rc = rc.as_document().ok_or_else(|| CommandError::bad_value("readConcern must be a document"))?;
+    let majority = match rc.get_str("level").unwrap_or("local") {
+        "local" | "available" => false,
+        "majority" => true,
+        other => {
+            return Err(CommandError::bad_value(format!(
+                "readConcern level `{other}` is not supported (local, available, majority)"
+            )))
+        }
+    };
+    let after = match rc.get("afterClusterTime") {
+        None => None,
+        Some(b) => Some(
+            crate::mongo::cluster_time_of(b)
+                .ok_or_else(|| CommandError::bad_value("readConcern.afterClusterTime must be a Timestamp"))?,
+        ),
+    };
+    Ok((majority, after))
+}
+
+/// `writeConcern`: `w: 0 | 1` acknowledge on the primary; anything else (and the default)
+/// waits for a majority.
+fn write_concern(cmd: &Document) -> WriteConcern {
+    match cmd.get_document("writeConcern").ok().and_then(|wc| wc.get("w")) {
+        Some(Bson::Int32(0 | 1)) | Some(Bson::Int64(0 | 1)) => WriteConcern::W1,
+        Some(Bson::Double(w)) if *w <= 1.0 => WriteConcern::W1,
+        _ => WriteConcern::Majority,
+    }
+}
+
+fn doc_bytes(d: &Document) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = d.to_writer(&mut out);
+    out
+}
+
+fn docs_array(cmd: &Document, field: &str) -> CmdResult<Vec<Document>> {
+    let arr = cmd.get_array(field).map_err(|_| CommandError::bad_value(format!("`{field}` must be an array")))?;
+    if arr.len() > MAX_WRITE_BATCH_SIZE as usize {
+        return Err(CommandError::bad_value(format!("more than {MAX_WRITE_BATCH_SIZE} entries in `{field}`")));
+    }
+    arr.iter()
+        .map(|b| {
+            b.as_document().cloned().ok_or_else(|| CommandError::bad_value(format!("`{field}` holds a non-document")))
+        })
+        .collect()
+}
+
+/// A write command's changes before they reach the oplog: what later statements of the same
+/// command see, and the writes in order.
+#[derive(Default)]
+struct Overlay {
+    changed: BTreeMap<Vec<u8>, Option<Document>>,
+    writes: Vec<DocWrite>,
+}
+
+impl Overlay {
+    fn put(&mut self, id: Vec<u8>, d: Document) {
+        self.writes.push(DocWrite::Put { id: id.clone(), doc: doc_bytes(&d) });
+        self.changed.insert(id, Some(d));
+    }
+    fn delete(&mut self, id: Vec<u8>) {
+        self.writes.push(DocWrite::Delete { id: id.clone() });
+        self.changed.insert(id, None);
+    }
+}
+
+impl Member {
+    /// Number of documents in namespace `ns` (`db.collection`) as last applied.
+    pub fn mongo_document_count(&self, ns: &str) -> usize {
+        self.docs.count(ns)
+    }
+
+    /// Namespaces that hold documents or versions a read may still need, in order.
+    pub fn mongo_namespaces(&self) -> Vec<String> {
+        self.docs.ns.keys().cloned().collect()
+    }
+
+    pub(super) fn on_mongo(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: MongoRequest) {
+        self.stats.client_requests += 1;
+        let cmd = match Document::from_reader(&mut req.command.as_slice()) {
+            Ok(d) => d,
+            Err(e) => {
+                return self.mongo_reply_error(
+                    ctx,
+                    from,
+                    req.id,
+                    codes::BAD_VALUE,
+                    &format!("invalid BSON: {e}"),
+                    false,
+                )
+            }
+        };
+        let name = cmd.keys().next().cloned().unwrap_or_default();
+        let is_write = matches!(name.as_str(), "insert" | "update" | "delete" | "drop");
+        let retryable = is_write && cmd.contains_key("txnNumber");
+        if let Err(e) = self.mongo_prepare(ctx, &cmd) {
+            return self.mongo_reply_error(ctx, from, req.id, e.code, &e.errmsg, retryable);
+        }
+        let r = match name.as_str() {
+            "hello" | "isMaster" | "ismaster" => return self.mongo_hello(ctx, from, req.id, cmd),
+            "ping" | "endSessions" | "refreshSessions" | "killSessions" => Ok(doc! { "ok": 1.0 }),
+            "buildInfo" | "buildinfo" => Ok(doc! {
+                "version": "6.0.0-kairos",
+                "versionArray": [6, 0, 0, 0],
+                "gitVersion": "kairos",
+                "maxBsonObjectSize": MAX_BSON_OBJECT_SIZE as i32,
+                "ok": 1.0,
+            }),
+            "getParameter" => Ok(doc! { "ok": 1.0 }),
+            "insert" | "update" | "delete" | "drop" => return self.mongo_write(ctx, from, req.id, &name, &cmd),
+            "find" | "count" => return self.mongo_find(ctx, from, req.id, cmd),
+            "getMore" => self.mongo_get_more(ctx, &cmd),
+            "killCursors" => self.mongo_kill_cursors(&cmd),
+            _ => Err(CommandError::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
+        };
+        match r {
+            Ok(body) => {
+                let t = self.last_applied();
+                self.mongo_send(ctx, from, req.id, body, t)
+            }
+            Err(e) => self.mongo_reply_error(ctx, from, req.id, e.code, &e.errmsg, false),
+        }
+    }
+
+    /// What every command does first: `$clusterTime` gossip (refused: the clock does not move)
+    /// and the `afterClusterTime` bound.
+    fn mongo_prepare(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document) -> CmdResult<()> {
+        if let Some(ct) = cmd.get("$clusterTime") {
+            let ct = signed_from_bson(ct)?;
+            let (trusted, now) = (self.cfg.trusted_clients, ctx.now());
+            gossip_in(&mut self.clock, &mut self.validator, &self.keys, &mut self.proofs, &ct, trusted, now)
+                .map_err(|e| CommandError::from(&e))?;
+        }
+        let (_, after) = read_concern(cmd)?;
+        if let Some(t) = after {
+            self.clock.check_after_cluster_time(t).map_err(|e| CommandError::from(&e))?;
+        }
+        Ok(())
+    }
+
+    /// Sends `body` with `operationTime` and `$clusterTime` (when the member can sign).
+    pub(super) fn mongo_send(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        to: NodeId,
+        id: u64,
+        mut body: Document,
+        operation_time: ClusterTime,
+    ) {
+        match self.sign_for_client() {
+            Some(ct) => {
+                body.insert("operationTime", timestamp(operation_time));
+                body.insert("$clusterTime", signed_to_bson(&ct));
+            }
+            None => self.stats.replies_without_cluster_time += 1,
+        }
+        self.stats.replies += 1;
+        ctx.metric("causal.replies", 1);
+        ctx.send(to, CausalMsg::MongoReply(MongoReply { id, reply: doc_bytes(&body) }));
+    }
+
+    pub(super) fn mongo_reply_error(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        to: NodeId,
+        id: u64,
+        code: i32,
+        errmsg: &str,
+        retryable_write: bool,
+    ) {
+        let mut d = CommandError::new(code, errmsg).to_document();
+        if retryable_write && codes::retryable_write(code) {
+            d.insert("errorLabels", vec!["RetryableWriteError"]);
+        }
+        *self.stats.errors.entry(code).or_default() += 1;
+        let t = self.last_applied();
+        self.mongo_send(ctx, to, id, d, t);
+    }
+
+    /// A write that was applied but whose write concern failed (timeout, step-down).
+    pub(super) fn mongo_write_concern_error(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        to: NodeId,
+        id: u64,
+        mut body: Document,
+        e: &ErrorReply,
+        t: ClusterTime,
+    ) {
+        body.insert(
+            "writeConcernError",
+            doc! { "code": e.code, "codeName": e.code_name.clone(), "errmsg": e.errmsg.clone() },
+        );
+        if codes::retryable_write(e.code) {
+            body.insert("errorLabels", vec!["RetryableWriteError"]);
+        }
+        *self.stats.errors.entry(e.code).or_default() += 1;
+        self.mongo_send(ctx, to, id, body, t);
+    }
+
+    // ----- hello -----
+
+    fn topology_version(&self) -> Document {
+        let mut pid = [0u8; 12];
+        pid[..8].copy_from_slice(&self.mongo.started_at.0.to_be_bytes());
+        pid[8..].copy_from_slice(&self.me.to_be_bytes());
+        doc! { "processId": bson::oid::ObjectId::from_bytes(pid), "counter": self.mongo.topology_counter }
+    }
+
+    fn hello_doc(&self, now: LocalTime, cmd: &Document) -> Document {
+        let primary = self.is_primary();
+        let mut d = Document::new();
+        if cmd.contains_key("helloOk") {
+            d.insert("helloOk", true);
+        }
+        if cmd.keys().next().is_some_and(|k| k == "hello") {
+            d.insert("isWritablePrimary", primary);
+        } else {
+            d.insert("ismaster", primary);
+        }
+        d.insert("secondary", !primary && self.state == MemberState::Secondary);
+        if let Some(m) = &self.cfg.mongo {
+            d.insert("setName", m.set_name.clone());
+            d.insert("setVersion", 1);
+            d.insert("hosts", m.hosts.iter().filter(|h| !h.is_empty()).cloned().collect::<Vec<_>>());
+            if let Some(h) = self.primary.and_then(|p| m.hosts.get(p as usize)).filter(|h| !h.is_empty()) {
+                d.insert("primary", h.clone());
+            }
+            if let Some(h) = m.hosts.get(self.me as usize) {
+                d.insert("me", h.clone());
+            }
+            if primary {
+                let mut eid = [0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0];
+                eid[4..].copy_from_slice(&self.d.term.to_be_bytes());
+                d.insert("electionId", bson::oid::ObjectId::from_bytes(eid));
+            }
+            let last = timestamp(self.last_applied());
+            d.insert("lastWrite", doc! { "opTime": { "ts": last.clone(), "t": self.d.term as i64 }, "majorityOpTime": { "ts": timestamp(self.commit_point), "t": self.d.term as i64 } });
+        }
+        d.insert("topologyVersion", self.topology_version());
+        d.insert("maxBsonObjectSize", MAX_BSON_OBJECT_SIZE as i32);
+        d.insert("maxMessageSizeBytes", MAX_MESSAGE_SIZE_BYTES as i32);
+        d.insert("maxWriteBatchSize", MAX_WRITE_BATCH_SIZE);
+        d.insert("localTime", bson::DateTime::from_millis((now.0 / 1_000_000) as i64));
+        d.insert("logicalSessionTimeoutMinutes", LOGICAL_SESSION_TIMEOUT_MINUTES);
+        d.insert("minWireVersion", 0);
+        d.insert("maxWireVersion", MAX_WIRE_VERSION);
+        d.insert("readOnly", false);
+        d.insert("ok", 1.0);
+        d
+    }
+
+    /// `hello`; an awaitable one (with this member's current `topologyVersion` and
+    /// `maxAwaitTimeMS`) waits for a topology change or its time.
+    fn mongo_hello(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, id: u64, cmd: Document) {
+        let awaitable = cmd.get_document("topologyVersion").ok().is_some_and(|tv| *tv == self.topology_version());
+        if awaitable && self.mongo.hello_waiters.len() < MAX_HELLO_WAITERS {
+            if let Ok(Some(ms)) = get_count(&cmd, "maxAwaitTimeMS") {
+                let wait_ms = (ms as u64).min(u64::from(MAX_TIME_MS_CAP));
+                let deadline = ctx.now() + Duration::from_millis(wait_ms);
+                self.mongo.hello_waiters.push(HelloWaiter { client: from, id, deadline, cmd });
+                return;
+            }
+        }
+        let body = self.hello_doc(ctx.now(), &cmd);
+        let t = self.last_applied();
+        self.mongo_send(ctx, from, id, body, t);
+    }
+
+    fn answer_hellos(&mut self, ctx: &mut Ctx<'_, CausalMsg>, all: bool) {
+        let now = ctx.now();
+        let waiters = std::mem::take(&mut self.mongo.hello_waiters);
+        for w in waiters {
+            if all || w.deadline <= now {
+                let body = self.hello_doc(now, &w.cmd);
+                let t = self.last_applied();
+                self.mongo_send(ctx, w.client, w.id, body, t);
+            } else {
+                self.mongo.hello_waiters.push(w);
+            }
+        }
+    }
+
+    /// After every handler: a change of role or primary bumps `topologyVersion.counter` and
+    /// answers the waiting `hello`s.
+    pub(super) fn mongo_topology_check(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let now = (self.is_primary(), self.primary);
+        if now != self.mongo.topology {
+            self.mongo.topology = now;
+            self.mongo.topology_counter += 1;
+            self.answer_hellos(ctx, true);
+        }
+    }
+
+    pub(super) fn mongo_tick(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        self.answer_hellos(ctx, false);
+        let now = ctx.now();
+        self.mongo.cursors.retain(|_, c| now.saturating_since(c.last_used) < CURSOR_IDLE);
+    }
+
+    // ----- reads -----
+
+    fn mongo_find(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, id: u64, cmd: Document) {
+        let parsed = (|| -> CmdResult<(bool, Option<ClusterTime>, u64)> {
+            if !self.is_primary() && !secondary_ok(&cmd) {
+                return Err(CommandError::new(codes::NOT_PRIMARY_NO_SECONDARY_OK, "not primary and secondaryOk=false"));
+            }
+            let name = cmd.keys().next().map_or("find", |k| k.as_str());
+            namespace(&cmd, name)?;
+            Filter::parse(cmd.get_document(if name == "count" { "query" } else { "filter" }).ok())?;
+            if cmd.get_document("sort").is_ok_and(|s| !s.is_empty()) {
+                return Err(CommandError::bad_value("sort is not supported by Kairos"));
+            }
+            let (majority, after) = read_concern(&cmd)?;
+            let max_time_ms = get_count(&cmd, "maxTimeMS")?.unwrap_or(i64::from(MAX_TIME_MS_CAP)) as u64;
+            Ok((majority, after, max_time_ms.clamp(1, u64::from(MAX_TIME_MS_CAP))))
+        })();
+        let (majority, after, max_time_ms) = match parsed {
+            Ok(p) => p,
+            Err(e) => return self.mongo_reply_error(ctx, from, id, e.code, &e.errmsg, false),
+        };
+        let parked = ParkedRead { id, cmd, majority };
+        if self.ready_at(after, majority) {
+            self.mongo_answer_parked(ctx, from, parked);
+        } else if self.waiters.len() >= self.cfg.max_waiters {
+            let e = crate::msg::codes::EXCEEDED_LIMIT;
+            self.mongo_reply_error(ctx, from, id, e, "too many reads waiting for afterClusterTime", false);
+        } else {
+            let deadline = ctx.now() + Duration::from_millis(max_time_ms);
+            let what = Waiting::Mongo(Box::new(parked));
+            self.waiters.push(Waiter { client: from, deadline, after, majority, what });
+            self.want_noop(ctx, after.unwrap_or_default());
+        }
+    }
+
+    /// Runs a `find` whose `afterClusterTime` has been reached.
+    pub(super) fn mongo_answer_parked(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, p: ParkedRead) {
+        let (upto, op_time) =
+            if p.majority { (self.commit_point, self.commit_point) } else { (ClusterTime::MAX, self.last_applied()) };
+        let result = if p.cmd.keys().next().is_some_and(|k| k == "count") {
+            self.run_count(&p.cmd, upto)
+        } else {
+            self.run_find(ctx, &p.cmd, upto)
+        };
+        match result {
+            Ok(body) => self.mongo_send(ctx, to, p.id, body, op_time),
+            Err(e) => self.mongo_reply_error(ctx, to, p.id, e.code, &e.errmsg, false),
+        }
+    }
+
+    fn run_find(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document, upto: ClusterTime) -> CmdResult<Document> {
+        let ns = namespace(cmd, "find")?;
+        let filter = Filter::parse(cmd.get_document("filter").ok())?;
+        let projection = cmd.get_document("projection").ok();
+        let skip = get_count(cmd, "skip")?.unwrap_or(0) as usize;
+        let limit = match get_count(cmd, "limit")? {
+            Some(0) | None => usize::MAX,
+            Some(n) => n as usize,
+        };
+        let single_batch = get_flag(cmd, "singleBatch");
+        let batch = get_count(cmd, "batchSize")?.map_or(DEFAULT_BATCH_DOCS, |b| b as usize);
+        let found: Vec<Document> = match filter.id() {
+            Some(id) => {
+                self.docs.get(&ns, &id_key(id), upto).filter(|d| filter.matches(d)).cloned().into_iter().collect()
+            }
+            None => self.docs.scan(&ns, upto).filter(|(_, d)| filter.matches(d)).map(|(_, d)| d.clone()).collect(),
+        };
+        let mut docs = VecDeque::new();
+        for d in found.into_iter().skip(skip).take(limit) {
+            docs.push_back(project(&d, projection)?);
+        }
+        let first = take_batch(&mut docs, batch);
+        let cursor_id = if single_batch || docs.is_empty() { 0 } else { self.open_cursor(ctx, ns.clone(), docs) };
+        Ok(doc! { "cursor": { "firstBatch": first, "id": cursor_id, "ns": ns }, "ok": 1.0 })
+    }
+
+    fn run_count(&self, cmd: &Document, upto: ClusterTime) -> CmdResult<Document> {
+        let ns = namespace(cmd, "count")?;
+        let filter = Filter::parse(cmd.get_document("query").ok())?;
+        let skip = get_count(cmd, "skip")?.unwrap_or(0) as usize;
+        let limit = get_count(cmd, "limit")?.filter(|&l| l > 0).map_or(usize::MAX, |l| l as usize);
+        let n = self.docs.scan(&ns, upto).filter(|(_, d)| filter.matches(d)).skip(skip).take(limit).count();
+        Ok(doc! { "n": n as i64, "ok": 1.0 })
+    }
+
+    fn open_cursor(&mut self, ctx: &mut Ctx<'_, CausalMsg>, ns: String, docs: VecDeque<Document>) -> i64 {
+        if self.mongo.cursors.len() >= MAX_CURSORS {
+            if let Some((&oldest, _)) = self.mongo.cursors.iter().next() {
+                self.mongo.cursors.remove(&oldest);
+            }
+        }
+        self.mongo.next_cursor_id += 1;
+        let id = self.mongo.next_cursor_id;
+        self.mongo.cursors.insert(id, Cursor { ns, docs, last_used: ctx.now() });
+        id
+    }
+
+    fn mongo_get_more(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document) -> CmdResult<Document> {
+        let id = match cmd.get("getMore") {
+            Some(Bson::Int64(i)) => *i,
+            Some(Bson::Int32(i)) => i64::from(*i),
+            _ => return Err(CommandError::bad_value("getMore needs a cursor id (long)")),
+        };
+        let ns = namespace(cmd, "collection")?;
+        let batch = get_count(cmd, "batchSize")?.map_or(usize::MAX, |b| if b == 0 { usize::MAX } else { b as usize });
+        let Some(c) = self.mongo.cursors.get_mut(&id).filter(|c| c.ns == ns) else {
+            return Err(CommandError::new(codes::CURSOR_NOT_FOUND, format!("cursor id {id} not found")));
+        };
+        c.last_used = ctx.now();
+        let next = take_batch(&mut c.docs, batch);
+        let left = if c.docs.is_empty() {
+            self.mongo.cursors.remove(&id);
+            0
+        } else {
+            id
+        };
+        Ok(doc! { "cursor": { "nextBatch": next, "id": left, "ns": ns }, "ok": 1.0 })
+    }
+
+    fn mongo_kill_cursors(&mut self, cmd: &Document) -> CmdResult<Document> {
+        namespace(cmd, "killCursors")?;
+        let ids = cmd.get_array("cursors").map_err(|_| CommandError::bad_value("killCursors needs `cursors`"))?;
+        let (mut killed, mut not_found) = (Vec::new(), Vec::new());
+        for b in ids {
+            let id = match b {
+                Bson::Int64(i) => *i,
+                Bson::Int32(i) => i64::from(*i),
+                _ => return Err(CommandError::bad_value("cursor ids must be longs")),
+            };
+            if self.mongo.cursors.remove(&id).is_some() {
+                killed.push(id);
+            } else {
+                not_found.push(id);
+            }
+        }
+        let empty: Vec<i64> = Vec::new();
+        Ok(
+            doc! { "cursorsKilled": killed, "cursorsNotFound": not_found, "cursorsAlive": empty.clone(), "cursorsUnknown": empty, "ok": 1.0 },
+        )
+    }
+
+    // ----- writes -----
+
+    fn mongo_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, id: u64, name: &str, cmd: &Document) {
+        let retryable = cmd.contains_key("txnNumber");
+        if !self.is_primary() {
+            let code = crate::msg::codes::NOT_WRITABLE_PRIMARY;
+            return self.mongo_reply_error(ctx, from, id, code, "not primary", retryable);
+        }
+        let wc = write_concern(cmd);
+        if wc == WriteConcern::Majority && self.pending_writes.len() >= self.cfg.max_waiters {
+            let code = crate::msg::codes::EXCEEDED_LIMIT;
+            return self.mongo_reply_error(ctx, from, id, code, "too many writes waiting for majority", retryable);
+        }
+        let txn = match (cmd.get("lsid"), cmd.get("txnNumber")) {
+            (Some(lsid), Some(n)) => {
+                let n = match n {
+                    Bson::Int64(n) => *n,
+                    Bson::Int32(n) => i64::from(*n),
+                    _ => {
+                        return self.mongo_reply_error(
+                            ctx,
+                            from,
+                            id,
+                            codes::BAD_VALUE,
+                            "txnNumber must be a long",
+                            false,
+                        )
+                    }
+                };
+                Some((id_key(lsid), n))
+            }
+            (None, Some(_)) => {
+                let msg = "txnNumber needs an lsid";
+                return self.mongo_reply_error(ctx, from, id, codes::ILLEGAL_OPERATION, msg, false);
+            }
+            _ => None,
+        };
+        if let Some((lsid, n)) = &txn {
+            if let Some(r) = self.docs.retry.get(lsid).cloned() {
+                if r.txn_number == *n {
+                    // Already executed: the same answer, no second execution; it waits for the
+                    // write concern like the first attempt did.
+                    let mut body = Document::from_reader(&mut r.reply.as_slice()).unwrap_or_default();
+                    body.insert("ok", 1.0);
+                    ctx.metric("causal.mongo.retried_writes", 1);
+                    if wc == WriteConcern::W1 || r.optime <= self.commit_point {
+                        return self.mongo_send(ctx, from, id, body, r.optime);
+                    }
+                    let deadline = ctx.now() + Duration::from_millis(u64::from(MAX_TIME_MS_CAP));
+                    self.add_pending(r.optime, PendingWrite { client: from, id, deadline, mongo: Some(body) });
+                    return;
+                }
+                if r.txn_number > *n {
+                    let msg = format!("txnNumber {n} is older than this session's {}", r.txn_number);
+                    return self.mongo_reply_error(ctx, from, id, codes::TRANSACTION_TOO_OLD, &msg, false);
+                }
+            }
+        }
+        let ns = match namespace(cmd, name) {
+            Ok(ns) => ns,
+            Err(e) => return self.mongo_reply_error(ctx, from, id, e.code, &e.errmsg, false),
+        };
+        let ordered = cmd.get_bool("ordered").unwrap_or(true);
+        let mut ov = Overlay::default();
+        let summary = match name {
+            "insert" => self.plan_insert(ctx, &ns, cmd, ordered, &mut ov),
+            "update" => self.plan_update(ctx, &ns, cmd, ordered, &mut ov),
+            "drop" => self.plan_drop(&ns, &mut ov),
+            _ => self.plan_delete(&ns, cmd, ordered, &mut ov),
+        };
+        let summary = match summary {
+            Ok(s) => s,
+            Err(e) => return self.mongo_reply_error(ctx, from, id, e.code, &e.errmsg, false),
+        };
+        let cap = self.cfg.max_docs_entry_bytes;
+        if let Some(big) = ov.writes.iter().map(DocWrite::approx_bytes).find(|&b| b > cap) {
+            let msg = format!("a document of {big} bytes is larger than this set's limit of {cap} bytes per write");
+            return self.mongo_reply_error(ctx, from, id, codes::BSON_OBJECT_TOO_LARGE, &msg, false);
+        }
+        // Several entries when the documents do not fit one; the last carries the retry record.
+        let (mut chunks, mut current, mut bytes) = (Vec::new(), Vec::new(), 0);
+        for w in ov.writes {
+            let b = w.approx_bytes();
+            if bytes + b > cap && !current.is_empty() {
+                chunks.push(std::mem::take(&mut current));
+                bytes = 0;
+            }
+            bytes += b;
+            current.push(w);
+        }
+        chunks.push(current);
+        let mut retry = txn.map(|(lsid, txn_number)| RetryRecord { lsid, txn_number, reply: doc_bytes(&summary) });
+        let last = chunks.len() - 1;
+        let mut optime = ClusterTime::ZERO;
+        for (i, writes) in chunks.into_iter().enumerate() {
+            let op = Op::Docs { ns: ns.clone(), writes, retry: if i == last { retry.take() } else { None } };
+            match self.write(ctx, op) {
+                Ok(t) => optime = t,
+                Err(e) => return self.mongo_reply_error(ctx, from, id, e.code(), &e.to_string(), retryable),
+            }
+        }
+        ctx.metric("causal.mongo.writes", 1);
+        let mut body = summary;
+        body.insert("ok", 1.0);
+        match wc {
+            WriteConcern::W1 => self.mongo_send(ctx, from, id, body, optime),
+            WriteConcern::Majority => {
+                let max_ms = cmd
+                    .get_document("writeConcern")
+                    .ok()
+                    .and_then(|wc| get_count(wc, "wtimeout").ok().flatten())
+                    .filter(|&ms| ms > 0)
+                    .map_or(u64::from(MAX_TIME_MS_CAP), |ms| (ms as u64).min(u64::from(MAX_TIME_MS_CAP)));
+                let deadline = ctx.now() + Duration::from_millis(max_ms);
+                self.add_pending(optime, PendingWrite { client: from, id, deadline, mongo: Some(body) });
+                self.advance_commit(ctx);
+            }
+        }
+    }
+
+    /// The current version of a document, seen through the command's own earlier changes.
+    fn current<'a>(&'a self, ns: &str, key: &[u8], ov: &'a Overlay) -> Option<&'a Document> {
+        match ov.changed.get(key) {
+            Some(d) => d.as_ref(),
+            None => self.docs.get(ns, key, ClusterTime::MAX),
+        }
+    }
+
+    /// Documents matching `filter`, newest versions with the overlay, in key order.
+    fn matching(&self, ns: &str, filter: &Filter, ov: &Overlay) -> Vec<(Vec<u8>, Document)> {
+        if let Some(id) = filter.id() {
+            let key = id_key(id);
+            return self
+                .current(ns, &key, ov)
+                .filter(|d| filter.matches(d))
+                .map(|d| (key, d.clone()))
+                .into_iter()
+                .collect();
+        }
+        let mut out: BTreeMap<Vec<u8>, Document> = BTreeMap::new();
+        for (k, d) in self.docs.scan(ns, ClusterTime::MAX) {
+            if !ov.changed.contains_key(k) && filter.matches(d) {
+                out.insert(k.clone(), d.clone());
+            }
+        }
+        for (k, d) in &ov.changed {
+            if let Some(d) = d.as_ref().filter(|d| filter.matches(d)) {
+                out.insert(k.clone(), d.clone());
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    fn new_object_id(&mut self, ctx: &mut Ctx<'_, CausalMsg>) -> Bson {
+        self.mongo.generated_ids += 1;
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&((ctx.now().0 / 1_000_000_000) as u32).to_be_bytes());
+        b[4] = self.me as u8;
+        b[5..].copy_from_slice(&self.mongo.generated_ids.to_be_bytes()[1..]);
+        Bson::ObjectId(bson::oid::ObjectId::from_bytes(b))
+    }
+
+    fn plan_insert(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        ns: &str,
+        cmd: &Document,
+        ordered: bool,
+        ov: &mut Overlay,
+    ) -> CmdResult<Document> {
+        let docs = docs_array(cmd, "documents")?;
+        let (mut n, mut errors) = (0i32, Vec::new());
+        for (i, mut d) in docs.into_iter().enumerate() {
+            if !d.contains_key("_id") {
+                let oid = self.new_object_id(ctx);
+                let mut with_id = doc! { "_id": oid };
+                with_id.extend(d);
+                d = with_id;
+            }
+            let key = id_key(d.get("_id").unwrap_or(&Bson::Null));
+            let err = if self.current(ns, &key, ov).is_some() {
+                Some((codes::DUPLICATE_KEY, format!("E11000 duplicate key error collection: {ns} index: _id_")))
+            } else if doc_bytes(&d).len() > MAX_BSON_OBJECT_SIZE {
+                Some((codes::BSON_OBJECT_TOO_LARGE, "document is larger than 16 MiB".to_string()))
+            } else {
+                None
+            };
+            match err {
+                None => {
+                    ov.put(key, d);
+                    n += 1;
+                }
+                Some((code, errmsg)) => {
+                    errors.push(
+                        doc! { "index": i as i32, "code": code, "codeName": codes::name(code), "errmsg": errmsg },
+                    );
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        let mut out = doc! { "n": n };
+        if !errors.is_empty() {
+            out.insert("writeErrors", errors);
+        }
+        Ok(out)
+    }
+
+    fn plan_update(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        ns: &str,
+        cmd: &Document,
+        ordered: bool,
+        ov: &mut Overlay,
+    ) -> CmdResult<Document> {
+        let stmts = docs_array(cmd, "updates")?;
+        let (mut n, mut modified, mut upserted, mut errors) = (0i32, 0i32, Vec::new(), Vec::new());
+        for (i, s) in stmts.iter().enumerate() {
+            let r = (|| -> CmdResult<()> {
+                let filter = Filter::parse(s.get_document("q").ok())?;
+                let update = Update::parse(s.get("u").unwrap_or(&Bson::Null))?;
+                let multi = get_flag(s, "multi");
+                if multi && matches!(update, Update::Replace(_)) {
+                    return Err(CommandError::new(
+                        codes::FAILED_TO_PARSE,
+                        "multi update is not supported with a replacement",
+                    ));
+                }
+                let mut hits = self.matching(ns, &filter, ov);
+                if !multi {
+                    hits.truncate(1);
+                }
+                if hits.is_empty() && get_flag(s, "upsert") {
+                    let mut base = Document::new();
+                    for (k, v) in &filter.equals {
+                        base.insert(k.clone(), v.clone());
+                    }
+                    let mut new = update.apply(&base)?;
+                    if !new.contains_key("_id") {
+                        let id = base.get("_id").cloned().unwrap_or_else(|| self.new_object_id(ctx));
+                        let mut with_id = doc! { "_id": id };
+                        with_id.extend(new);
+                        new = with_id;
+                    }
+                    let id = new.get("_id").cloned().unwrap_or(Bson::Null);
+                    ov.put(id_key(&id), new);
+                    n += 1;
+                    upserted.push(doc! { "index": i as i32, "_id": id });
+                    return Ok(());
+                }
+                for (key, old) in hits {
+                    let new = update.apply(&old)?;
+                    n += 1;
+                    if new != old {
+                        modified += 1;
+                        ov.put(key, new);
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                errors.push(
+                    doc! { "index": i as i32, "code": e.code, "codeName": codes::name(e.code), "errmsg": e.errmsg },
+                );
+                if ordered {
+                    break;
+                }
+            }
+        }
+        let mut out = doc! { "n": n, "nModified": modified };
+        if !upserted.is_empty() {
+            out.insert("upserted", upserted);
+        }
+        if !errors.is_empty() {
+            out.insert("writeErrors", errors);
+        }
+        Ok(out)
+    }
+
+    /// `drop`: deletes every document (there are no indexes or collection options to drop).
+    fn plan_drop(&mut self, ns: &str, ov: &mut Overlay) -> CmdResult<Document> {
+        let ids: Vec<Vec<u8>> = self.docs.scan(ns, ClusterTime::MAX).map(|(k, _)| k.clone()).collect();
+        if ids.is_empty() {
+            return Err(CommandError::new(codes::NAMESPACE_NOT_FOUND, "ns not found"));
+        }
+        for id in ids {
+            ov.delete(id);
+        }
+        Ok(doc! { "ns": ns, "nIndexesWas": 1 })
+    }
+
+    fn plan_delete(&mut self, ns: &str, cmd: &Document, ordered: bool, ov: &mut Overlay) -> CmdResult<Document> {
+        let stmts = docs_array(cmd, "deletes")?;
+        let (mut n, mut errors) = (0i32, Vec::new());
+        for (i, s) in stmts.iter().enumerate() {
+            match Filter::parse(s.get_document("q").ok()) {
+                Ok(filter) => {
+                    let mut hits = self.matching(ns, &filter, ov);
+                    if get_count(s, "limit").ok().flatten() == Some(1) {
+                        hits.truncate(1);
+                    }
+                    for (key, _) in hits {
+                        ov.delete(key);
+                        n += 1;
+                    }
+                }
+                Err(e) => {
+                    errors.push(
+                        doc! { "index": i as i32, "code": e.code, "codeName": codes::name(e.code), "errmsg": e.errmsg },
+                    );
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        let mut out = doc! { "n": n };
+        if !errors.is_empty() {
+            out.insert("writeErrors", errors);
+        }
+        Ok(out)
+    }
+}
+
+/// Takes up to `n` documents (and at most [`MAX_BATCH_BYTES`], at least one) off the front.
+fn take_batch(docs: &mut VecDeque<Document>, n: usize) -> Vec<Document> {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    while out.len() < n {
+        let Some(d) = docs.front() else { break };
+        let len = doc_bytes(d).len();
+        if !out.is_empty() && bytes + len > MAX_BATCH_BYTES {
+            break;
+        }
+        bytes += len;
+        out.extend(docs.pop_front());
+    }
+    out
+}
