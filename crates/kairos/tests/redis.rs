@@ -423,7 +423,7 @@ fn cluster_up_serves_every_region_strictly_serializably() {
         .unwrap());
     let mut stdout = BufReader::new(up.0.stdout.take().unwrap());
     let mut banner = String::new();
-    while !banner.contains("Ctrl-C stops the cluster") {
+    while !banner.contains("stops the cluster") {
         let mut line = String::new();
         if stdout.read_line(&mut line).unwrap() == 0 {
             panic!("cluster up ended early: {banner}");
@@ -444,9 +444,15 @@ fn cluster_up_serves_every_region_strictly_serializably() {
     std::fs::write(&script, REGIONS_SCRIPT).unwrap();
     let o = Command::new(&py).args([script.to_str().unwrap(), &gateways.join(","), "6"]).output().unwrap();
     eprintln!("redis-py in 4 regions × 6 MULTI/EXEC in {:.1} s: {}", started.elapsed().as_secs_f64(), text(&o));
-    // Stop the cluster (SIGINT lets the gateways finish their histories).
-    sigint(up.0.id());
+    // Stop the cluster from outside, as a user in another terminal would (`cluster down` sends
+    // SIGINT, which lets the gateways finish their histories).
+    let down = kairos().args(["cluster", "down", "--dir", out_dir.to_str().unwrap()]).output().unwrap();
+    assert!(down.status.success(), "{}", text(&down));
     let status = up.0.wait().unwrap();
+    assert!(!out_dir.join("cluster.pid").exists(), "cluster up removes its pid file");
+    let again = kairos().args(["cluster", "down", "--dir", out_dir.to_str().unwrap()]).output().unwrap();
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("no cluster runs in"), "{}", text(&again));
     assert!(o.status.success(), "{}", text(&o));
     assert!(status.success(), "cluster up exited with {status}");
     let histories: Vec<PathBuf> = (9..13).map(|n| out_dir.join(format!("gateway-{n}.jsonl"))).collect();

@@ -42,6 +42,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Cluster(redis::cluster::ClusterCommand::Up(a)) => redis::cluster::up(a),
+        Command::Cluster(redis::cluster::ClusterCommand::Down(a)) => redis::cluster::down(a),
         Command::Report(a) => report::run(a),
     }
 }

@@ -8,6 +8,8 @@
 //! writes its history to `DIR/gateway-N.jsonl`. The command prints each region's gateway
 //! address once all answer PING, then waits: Ctrl-C (or `--duration-s`) stops every child with
 //! SIGINT (so gateways finish their histories), and kills what has not stopped after 5 s.
+//! While it runs, `DIR/cluster.pid` holds its process id, so `kairos cluster down --dir DIR`
+//! (from another terminal) stops it the same way.
 //!
 //! A user can edit the file (or pass their own) for other hosts: `cluster up` starts every node
 //! of the file on this machine, so for real hosts run `kairos serve --config … --node N` on
@@ -26,6 +28,77 @@ pub enum ClusterCommand {
     /// Start a Tiga cluster of local processes (default: the paper's 3 shards × 3 replicas in sc / fi / br with
     /// a Redis gateway per region, GCP delays injected); prints the gateways' addresses; Ctrl-C stops it.
     Up(ClusterUpArgs),
+    /// Stop the cluster that `kairos cluster up --dir DIR` runs (as Ctrl-C in its terminal would).
+    Down(ClusterDownArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterDownArgs {
+    /// The folder `kairos cluster up` was given.
+    #[arg(long, default_value = "kairos-cluster")]
+    pub dir: PathBuf,
+    /// Seconds to wait for the cluster to stop.
+    #[arg(long, default_value_t = 20.0)]
+    pub wait_s: f64,
+}
+
+/// The file in the cluster's folder that holds the process id of `kairos cluster up`.
+const PID_FILE: &str = "cluster.pid";
+
+/// Removes the pid file when `up` ends, however it ends.
+struct PidFile(PathBuf);
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whether `pid` is a running `kairos cluster up` (not a process that reused the id).
+fn is_cluster_up(pid: i32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    args.windows(2).any(|w| w[0] == b"cluster" && w[1] == b"up")
+}
+
+/// `kairos cluster down`: SIGINT to the `cluster up` of `--dir`, then waits for it to stop.
+pub fn down(a: ClusterDownArgs) -> Result<(), CliError> {
+    let path = a.dir.join(PID_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        CliError::Usage(format!(
+            "no cluster runs in {} (no {PID_FILE} there); start one with `kairos cluster up --dir {}`",
+            a.dir.display(),
+            a.dir.display()
+        ))
+    })?;
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .map_err(|_| CliError::Usage(format!("{} does not hold a process id: {text:?}", path.display())))?;
+    if !is_cluster_up(pid) {
+        let _ = std::fs::remove_file(&path);
+        return Err(CliError::Usage(format!(
+            "the cluster of {} is not running any more (process {pid} is gone); removed the stale {PID_FILE}",
+            a.dir.display()
+        )));
+    }
+    // SAFETY: a signal to a process we checked is `kairos cluster up`.
+    unsafe {
+        libc::kill(pid, libc::SIGINT);
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(a.wait_s.clamp(0.0, 3_600.0));
+    while is_cluster_up(pid) {
+        if Instant::now() > deadline {
+            return Err(CliError::Runtime(format!(
+                "the cluster (process {pid}) did not stop within {} s; see the node logs in {}",
+                a.wait_s,
+                a.dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("stopped the cluster of {}", a.dir.display());
+    Ok(())
 }
 
 #[derive(Args, Debug)]
@@ -191,7 +264,11 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
     for (region, addr, history) in &table {
         println!("  {region:<3} redis-cli -h {} -p {}   (history: {})", addr.ip(), addr.port(), history.display());
     }
-    println!("Ctrl-C stops the cluster.");
+    let pid_path = a.dir.join(PID_FILE);
+    std::fs::write(&pid_path, format!("{}\n", std::process::id()))
+        .map_err(|e| io(&format!("cannot write {}", pid_path.display()), e))?;
+    let _pid_file = PidFile(pid_path);
+    println!("Ctrl-C (or `kairos cluster down --dir {}`) stops the cluster.", a.dir.display());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
