@@ -28,6 +28,16 @@
 //! acknowledges its sync-point. The commit-point is the highest position f + 1 replicas have
 //! synchronized; followers execute up to it.
 //!
+//! **Durable state (followers).** A follower journals every entry it adopts into its
+//! synchronized log ([`Ctx::persist`]: durable before its `SyncAck` leaves; one snapshot of the
+//! whole log after `max(4096, log length)` records). A restarted follower rebuilds its log,
+//! maps and hashes from it ([`Process::on_recover`]), re-executes the log as the leader's
+//! commit point reaches it, and catches up through the leader's resend from its acknowledged
+//! sync-point (a follower without its log could never catch up: the leader resends only from
+//! what it acknowledged). Transactions it had released but not yet seen final are forgotten:
+//! its hashes may then differ from the leader's until they are final, which only costs fast
+//! paths. The leader's own recovery is the view change, which Tiga does not have yet.
+//!
 //! **Log hash.** Per key, the XOR of `SHA-1(ts ‖ id)` of every released transaction touching
 //! it (incremental on release, revocation and timestamp fixes). A reply's hash is SHA-1 over
 //! the accumulators of the transaction's keys, so commuting transactions on other keys need not
@@ -38,7 +48,7 @@ use crate::msg::{Key, LogEntry, Piece, PieceResult, ReplyKind, ShardId, TigaMsg,
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
-use kairos_core::{duration_nanos, Ctx, NodeId, Process, TimerId};
+use kairos_core::{duration_nanos, Ctx, NodeId, Process, Stored, TimerId};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +65,8 @@ const SYNC_BATCH_BYTES_MAX: usize = 1 << 20;
 const EARLY_AGREE_MAX: usize = 100_000;
 /// Transactions remembered as refused (declared absent).
 const ABSENT_MAX: usize = 1_000_000;
+/// A follower's journal records between snapshots of its log, at least (module docs).
+const JOURNAL_RECORDS_PER_SNAPSHOT: u64 = 4_096;
 
 pub type Hash = [u8; 20];
 
@@ -132,6 +144,10 @@ pub struct ServerStats {
     pub finalized: u64,
     pub executed: u64,
     pub rejected: u64,
+    /// Log entries a restarted follower recovered from its journal.
+    pub recovered_entries: u64,
+    /// Journal records a restart could not decode (written by another version of Kairos).
+    pub journal_unreadable: u64,
 }
 
 /// A replica of one shard; the leader of view 0 is `topology.leader[shard]`.
@@ -172,6 +188,8 @@ pub struct Server {
     /// Leader: transactions declared absent here (too old to arrive); a late submit is refused.
     absent: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
+    /// Follower: journal records written since the last snapshot of the log.
+    journaled: u64,
     stats: ServerStats,
 }
 
@@ -204,6 +222,7 @@ impl Server {
             awaiting: BTreeSet::new(),
             absent: BTreeSet::new(),
             release_timer_at: None,
+            journaled: 0,
             stats: ServerStats::default(),
         }
     }
@@ -859,11 +878,45 @@ impl Server {
         t.ts = ts;
         t.status = Status::Final;
         t.last_reply = Some(reply);
-        if self.config.unsafe_follower_keeps_own_ts {
-            self.log.push(LogEntry { ts: released_at, ..entry });
-        } else {
-            self.log.push(entry);
+        let entry =
+            if self.config.unsafe_follower_keeps_own_ts { LogEntry { ts: released_at, ..entry } } else { entry };
+        self.journal(ctx, &entry);
+        self.log.push(entry);
+    }
+
+    /// Follower: makes `entry` (about to join the log) durable, or the whole log once the
+    /// journal is long (module docs).
+    fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, entry: &LogEntry) {
+        if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(self.log.len() as u64) {
+            let mut log = self.log.clone();
+            log.push(entry.clone());
+            if let Ok(bytes) = postcard::to_allocvec(&log) {
+                ctx.persist_snapshot(bytes);
+                self.journaled = 0;
+                return;
+            }
         }
+        if let Ok(bytes) = postcard::to_allocvec(entry) {
+            ctx.persist(bytes);
+            self.journaled += 1;
+        }
+    }
+
+    /// Follower: takes a recovered log entry back, as adopting it did, without answering
+    /// anyone (the coordinator had its answer, or retries).
+    fn recover_entry(&mut self, entry: LogEntry) {
+        self.xor_hash(&entry.piece, entry.ts);
+        for k in &entry.piece.reads {
+            let e = self.rmap.entry(*k).or_insert(0);
+            *e = (*e).max(entry.ts);
+        }
+        for k in &entry.piece.writes {
+            let e = self.wmap.entry(*k).or_insert(0);
+            *e = (*e).max(entry.ts);
+        }
+        self.txns.insert(entry.piece.txn, Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0));
+        self.log.push(entry);
+        self.stats.recovered_entries += 1;
     }
 
     fn on_sync_ack(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, sync_point: u64) {
@@ -884,6 +937,9 @@ impl Process for Server {
     type Msg = TigaMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if self.stats.recovered_entries > 0 {
+            ctx.metric("tiga.follower_recovered_entries", self.stats.recovered_entries);
+        }
         if self.is_leader() {
             ctx.set_timer(SYNC, self.config.sync_interval);
             ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
@@ -939,6 +995,35 @@ impl Process for Server {
 
     /// Cheap local invariants: the log, commit point and execution point are ordered; the
     /// priority queue's head is a queued transaction at its queued timestamp.
+    /// A restarted follower's synchronized log: the last snapshot, then every entry journaled
+    /// since, up to the first record that does not decode (module docs).
+    fn on_recover(&mut self, stored: &Stored) {
+        if self.is_leader() {
+            return;
+        }
+        let mut entries: Vec<LogEntry> = match stored.snapshot.as_deref().map(postcard::from_bytes) {
+            Some(Ok(log)) => log,
+            Some(Err(_)) => {
+                self.stats.journal_unreadable += 1;
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        for r in &stored.records {
+            match postcard::from_bytes::<LogEntry>(r) {
+                Ok(e) => entries.push(e),
+                Err(_) => {
+                    self.stats.journal_unreadable += 1;
+                    break;
+                }
+            }
+        }
+        for e in entries {
+            self.recover_entry(e);
+        }
+        self.journaled = stored.records.len() as u64;
+    }
+
     fn invariants(&self) -> Result<(), String> {
         let len = self.log.len() as u64;
         if self.executed > len {

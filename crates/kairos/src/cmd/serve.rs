@@ -119,9 +119,8 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     match spec.role.as_str() {
         "tiga-server" => {
-            if args.data_dir.is_some() {
-                eprintln!("note: Tiga servers keep no durable state yet (no recovery); --data-dir is not used");
-            }
+            // With --data-dir, a restarted follower recovers its synchronized log (a leader keeps
+            // nothing yet: its recovery is the view change Tiga does not have).
             let server = super::redis::server(&cfg, me, &tiga()?)?;
             runtime.block_on(serve(cfg, me, server, node_opts, duration, None, history_out))
         }

@@ -109,7 +109,7 @@ pub struct ClusterUpArgs {
     /// Folder for the default cluster file, the nodes' logs and the gateways' histories.
     #[arg(long, default_value = "kairos-cluster")]
     pub dir: PathBuf,
-    /// Passed to every node (`kairos serve --data-dir`); Tiga's servers keep no durable state yet.
+    /// Passed to every node (`kairos serve --data-dir`): a restarted follower recovers its log from it.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// Redis port of the first gateway; the k-th gateway (in node-id order) listens on this + k.
