@@ -74,10 +74,10 @@ fn tapir_survives_40_fault_plans() {
 }
 
 #[test]
-fn tiga_survives_40_fault_plans_without_crashes() {
+fn tiga_survives_40_fault_plans_with_follower_crashes() {
     let s = campaign("tiga", "1..41");
     assert_eq!(s["seeds_run"], 40);
-    assert!(!s["fault_kinds"].as_array().unwrap().iter().any(|k| k == "crash"), "{s}");
+    assert!(s["fault_kinds"].as_array().unwrap().iter().any(|k| k == "crash"), "{s}");
 }
 
 #[test]
@@ -107,9 +107,6 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
     let o = kairos(&["sim", "tapir", "--seeds", "1..3", "--faults", "crash,meteor"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("unknown fault kind `meteor`"), "{}", text(&o));
-    let o = kairos(&["sim", "tiga", "--seeds", "1", "--faults", "crash"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("view changes"), "{}", text(&o));
     let o = kairos(&["sim", "causal", "--seeds", "5..5"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }

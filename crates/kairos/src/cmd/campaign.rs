@@ -13,7 +13,7 @@ use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::fault::random_plan;
-use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
+use kairos_sim::{Fault, FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::SwarmRun;
 use kairos_tiga::Topology;
@@ -86,19 +86,9 @@ pub struct CampaignSummary {
     pub seeds: Vec<SeedResult>,
 }
 
-fn rates(args: &CampaignArgs, protocol: CampaignProtocol) -> Result<FaultRates, CliError> {
+fn rates(args: &CampaignArgs) -> Result<FaultRates, CliError> {
     let kinds = FaultKinds::parse(&args.faults).map_err(CliError::Usage)?;
-    let mut rates = FaultRates { kinds, ..FaultRates::default() };
-    if protocol == CampaignProtocol::Tiga && rates.kinds.crash {
-        // Tiga has no view change yet: a crashed server loses its log and never rejoins.
-        if args.faults.split(',').any(|k| k.trim() == "crash") {
-            return Err(CliError::Usage(
-                "tiga cannot survive crashes until it has view changes; leave `crash` out of --faults".into(),
-            ));
-        }
-        rates.kinds.crash = false;
-    }
-    Ok(rates)
+    Ok(FaultRates { kinds, ..FaultRates::default() })
 }
 
 fn faults_end(args: &CampaignArgs) -> Duration {
@@ -141,7 +131,15 @@ fn run_seed(
             let w = d.build().map_err(|e| usage(&e))?;
             let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
             let until = SimTime::ZERO + end + recovery + drain;
-            transactional(w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed)
+            // Tiga has no view change yet: only followers crash (and recover their logs).
+            let leaders: Vec<NodeId> =
+                (0..w.topology.shard_count() as u32).map(|s| w.topology.leader_node(s)).collect();
+            let followers_crash = |servers: &[NodeId]| {
+                let mut plan = plan_servers(servers);
+                plan.retain(|f| !matches!(f.fault, Fault::Crash(n) | Fault::Restart(n) if leaders.contains(&n)));
+                plan
+            };
+            transactional(w.sim, &w.topology, &w.process_regions, &followers_crash, until, healed)
         }
         CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd => {
             let p = if protocol == CampaignProtocol::SwarmKv { Protocol::SwarmKv } else { Protocol::DmAbd };
@@ -277,7 +275,7 @@ fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimT
 
 pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliError> {
     let seeds = super::sim::parse_seeds(&args.seeds)?;
-    let rates = rates(&args, protocol)?;
+    let rates = rates(&args)?;
     let name = protocol.name();
     #[allow(clippy::disallowed_methods)] // wall time of the campaign, for the summary only
     let started = std::time::Instant::now();
