@@ -90,6 +90,10 @@ fn the_causal_replica_set_survives_40_fault_plans() {
     // appended twice (every seed of `--faults dup,replay` failed); writes now carry their
     // request in the oplog and run once.
     assert_eq!(campaign_with("causal", "1..4", "dup,replay")["seeds_run"], 3);
+    // Regression: a write refused with NotWritablePrimary (the session recorded it failed) was
+    // replayed to the same member once it was primary, and ran; members now remember, durably,
+    // the newest write they refused per client and refuse its copies.
+    assert_eq!(campaign("causal", "59")["seeds_run"], 1);
 }
 
 #[test]

@@ -104,6 +104,10 @@ pub struct Durable {
     pub term: u64,
     pub voted_for: Option<u32>,
     pub oplog: Vec<Entry>,
+    /// Per client, the newest write request this member refused: a copy of it (or of an
+    /// older one) that reaches this member again later, even once it is primary, is refused
+    /// too, so a write its client saw fail never runs.
+    pub refused_writes: BTreeMap<u32, u64>,
 }
 
 /// One change of the durable part, as journaled. A snapshot is a whole [`Durable`].
@@ -118,6 +122,11 @@ enum Change {
     Truncate {
         keep: u64,
     },
+    /// This member refused write request `request` of `client`.
+    RefusedWrite {
+        client: u32,
+        request: u64,
+    },
 }
 
 /// Journal records between two snapshots: beyond this many (and more than the oplog holds),
@@ -130,6 +139,10 @@ impl Durable {
             Change::Vote { term, voted_for } => (self.term, self.voted_for) = (term, voted_for),
             Change::Append(e) => self.oplog.push(e),
             Change::Truncate { keep } => self.oplog.truncate(keep as usize),
+            Change::RefusedWrite { client, request } => {
+                let r = self.refused_writes.entry(client).or_default();
+                *r = (*r).max(request);
+            }
         }
     }
 }
@@ -485,6 +498,25 @@ impl Member {
         self.reply(ctx, to, id, Err(e), t);
     }
 
+    /// Refuses write request `id` of `to`, remembering it durably (see
+    /// [`Durable::refused_writes`]).
+    fn refuse_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, id: u64, e: ErrorReply) {
+        let r = self.d.refused_writes.entry(to.0).or_default();
+        if id > *r {
+            *r = id;
+            self.journal.push(Change::RefusedWrite { client: to.0, request: id });
+        }
+        self.reply_err(ctx, to, id, e);
+    }
+
+    /// Refuses request `req` with `e`: as a write (remembered) or a read.
+    fn refuse(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, req: &Request, e: ErrorReply) {
+        match req.op {
+            ClientOp::Append { .. } => self.refuse_write(ctx, to, req.id, e),
+            ClientOp::Read { .. } => self.reply_err(ctx, to, req.id, e),
+        }
+    }
+
     fn on_request(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, mut req: Request) {
         self.stats.client_requests += 1;
         req.max_time_ms = req.max_time_ms.min(MAX_TIME_MS_CAP);
@@ -494,12 +526,12 @@ impl Member {
             if let Err(e) =
                 gossip_in(&mut self.clock, &mut self.validator, &self.keys, &mut self.proofs, ct, trusted, now)
             {
-                return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e));
+                return self.refuse(ctx, from, &req, ErrorReply::from_clock(&e));
             }
         }
         if let Some(t) = req.after_cluster_time {
             if let Err(e) = self.clock.check_after_cluster_time(t) {
-                return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e));
+                return self.refuse(ctx, from, &req, ErrorReply::from_clock(&e));
             }
         }
         match req.op {
@@ -522,32 +554,39 @@ impl Member {
     }
 
     fn client_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: &Request, key: u64, value: u64) {
+        let origin = WriteOrigin { client: from.0, request: req.id };
+        let executed = self.writes_by_client.get(&origin.client).copied();
+        if let Some((_, optime)) = executed.filter(|(request, _)| *request == req.id) {
+            // This request already ran (a retransmission, a duplicated or replayed message):
+            // answer with its optime, once the write concern holds for it.
+            self.stats.retried_writes += 1;
+            return self.acknowledge_write(ctx, from, req, optime);
+        }
+        let refused = self.d.refused_writes.get(&origin.client).copied();
+        if executed.map(|(r, _)| r).max(refused).is_some_and(|newest| req.id <= newest) {
+            // A copy of a request this member refused, or older than one it handled: the
+            // client has moved on (it saw this one fail, or never waits for it any more).
+            self.stats.retried_writes += 1;
+            let e = ErrorReply::new(codes::TRANSACTION_TOO_OLD, "this write request was refused or superseded");
+            return self.reply_err(ctx, from, req.id, e);
+        }
         if !self.is_primary() {
             let e = ErrorReply::new(codes::NOT_WRITABLE_PRIMARY, "not primary: send writes to the primary");
-            return self.reply_err(ctx, from, req.id, e);
+            return self.refuse_write(ctx, from, req.id, e);
         }
         if req.write_concern == WriteConcern::Majority && self.pending_writes.len() >= self.cfg.max_waiters {
             let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many writes waiting for majority");
-            return self.reply_err(ctx, from, req.id, e);
+            return self.refuse_write(ctx, from, req.id, e);
         }
-        let origin = WriteOrigin { client: from.0, request: req.id };
-        let optime = match self.writes_by_client.get(&origin.client) {
-            // This request already ran (a retransmission, a duplicated or replayed message):
-            // answer with its optime, once the write concern holds for it.
-            Some(&(request, optime)) if request == req.id => {
-                self.stats.retried_writes += 1;
-                optime
-            }
-            Some(&(request, _)) if request > req.id => {
-                self.stats.retried_writes += 1;
-                let e = ErrorReply::new(codes::TRANSACTION_TOO_OLD, "a newer write of this client already ran");
-                return self.reply_err(ctx, from, req.id, e);
-            }
-            _ => match self.write_from(ctx, Op::Append { key, value }, Some(origin)) {
-                Ok(t) => t,
-                Err(e) => return self.reply_err(ctx, from, req.id, ErrorReply::from_clock(&e)),
-            },
+        let optime = match self.write_from(ctx, Op::Append { key, value }, Some(origin)) {
+            Ok(t) => t,
+            Err(e) => return self.refuse_write(ctx, from, req.id, ErrorReply::from_clock(&e)),
         };
+        self.acknowledge_write(ctx, from, req, optime);
+    }
+
+    /// Answers write `req` (at `optime`) once its write concern holds.
+    fn acknowledge_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: &Request, optime: ClusterTime) {
         match req.write_concern {
             WriteConcern::W1 => self.reply(ctx, from, req.id, Ok(ReplyBody::Written), optime),
             WriteConcern::Majority => {
