@@ -100,7 +100,7 @@ pub async fn serve(
     listener: std::net::TcpListener,
 ) -> Result<(), CliError> {
     opts.history = kairos_net::HistorySink::Discard;
-    let (mut node, port) = kairos_net::spawn_node_with_local_port(cfg, me, member, opts, REPLY_QUEUE)
+    let (node, port) = kairos_net::spawn_node_with_local_port(cfg, me, member, opts, REPLY_QUEUE)
         .await
         .map_err(|e| CliError::Io(e.to_string()))?;
     listener.set_nonblocking(true).map_err(|e| CliError::Io(format!("MongoDB listener: {e}")))?;
@@ -124,23 +124,8 @@ pub async fn serve(
         })
     };
     let acceptor = tokio::spawn(accept_loop(listener, submit, routes));
-    let deadline = async {
-        match duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = deadline => {}
-        r = tokio::signal::ctrl_c() => r.map_err(|e| CliError::Runtime(format!("cannot wait for Ctrl-C: {e}")))?,
-        _ = node.stopped() => {}
-    }
-    acceptor.abort();
-    router.abort();
-    let metrics = node.shutdown().await.map_err(|e| CliError::Runtime(e.to_string()))?;
-    let shown: Vec<String> = metrics.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
-    eprintln!("node {me} stopped; {}", shown.join(" "));
-    Ok(())
+    let end = super::serve::Until { duration, ops: None, history_out: None, flush_each: false };
+    super::serve::run_until_stopped(node, me, end, vec![acceptor.abort_handle(), router.abort_handle()]).await
 }
 
 async fn accept_loop(listener: TcpListener, submit: LocalSubmitter<CausalMsg>, routes: Routes) {

@@ -230,14 +230,39 @@ async fn serve<P: Process + Send + 'static>(
     mut opts: NodeOptions,
     duration: Option<Duration>,
     ops: Option<u64>,
-    mut history_out: Option<std::fs::File>,
+    history_out: Option<std::fs::File>,
 ) -> Result<(), CliError> {
     opts.history = HistorySink::Channel { capacity: 65_536 };
-    let mut node = kairos_net::spawn_node(cfg, me, process, opts).await.map_err(|e| CliError::Io(e.to_string()))?;
+    let node = kairos_net::spawn_node(cfg, me, process, opts).await.map_err(|e| CliError::Io(e.to_string()))?;
     eprintln!("node {me} listening on {}", node.local_addr());
+    let end = Until { duration, ops, history_out, flush_each: false };
+    run_until_stopped(node, me, end, Vec::new()).await
+}
+
+/// When a served node stops, and where its history goes.
+pub(super) struct Until {
+    /// Stop after this long (default: at Ctrl-C or when the node stops by itself).
+    pub duration: Option<Duration>,
+    /// Stop after this many completed operations in the history.
+    pub ops: Option<u64>,
+    /// Write every history record here as a JSON line.
+    pub history_out: Option<std::fs::File>,
+    /// Flush after every record (a front end whose history a test reads while it runs).
+    pub flush_each: bool,
+}
+
+/// Runs a started node until `end` says stop (or Ctrl-C, or the node stops), writing its
+/// history as it goes; then stops the front ends (listeners feeding the node), shuts the node
+/// down, writes what history is left and prints the node's non-zero metrics.
+pub(super) async fn run_until_stopped(
+    mut node: kairos_net::NodeHandle,
+    me: NodeId,
+    mut end: Until,
+    front_ends: Vec<tokio::task::AbortHandle>,
+) -> Result<(), CliError> {
     let mut history = node.take_history();
     let deadline = async {
-        match duration {
+        match end.duration {
             Some(d) => tokio::time::sleep(d).await,
             None => std::future::pending().await,
         }
@@ -246,15 +271,19 @@ async fn serve<P: Process + Send + 'static>(
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let mut completed = 0u64;
+    let flush_each = end.flush_each;
     let mut write = |rec: &HistoryRecord| -> Result<(), CliError> {
-        if let Some(f) = history_out.as_mut() {
+        if let Some(f) = end.history_out.as_mut() {
             let line = serde_json::to_string(rec).map_err(|e| CliError::Runtime(e.to_string()))?;
             writeln!(f, "{line}").map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
+            if flush_each {
+                f.flush().map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
+            }
         }
         Ok(())
     };
     loop {
-        if ops.is_some_and(|n| completed >= n) {
+        if end.ops.is_some_and(|n| completed >= n) {
             break;
         }
         tokio::select! {
@@ -276,6 +305,9 @@ async fn serve<P: Process + Send + 'static>(
             }
             _ = node.stopped() => break,
         }
+    }
+    for f in front_ends {
+        f.abort();
     }
     let metrics = node.shutdown().await.map_err(|e| CliError::Runtime(e.to_string()))?;
     if let Some(mut h) = history {

@@ -7,6 +7,7 @@ secondary. Prints one JSON line with the counts.
 """
 import json
 import sys
+import time
 
 from pymongo import MongoClient, ReadPreference
 from pymongo.write_concern import WriteConcern
@@ -19,7 +20,6 @@ secondary = coll.with_options(read_preference=ReadPreference.SECONDARY)
 out = {
     "set_name": client.topology_description.replica_set_name,
     "primary": list(client.primary or []),
-    "secondaries": len(client.secondaries),
 }
 
 def run(causal, base):
@@ -40,4 +40,10 @@ big = [{"_id": f"big-{i}", "pad": "x" * (1 << 20)} for i in range(6)]
 with client.start_session(causal_consistency=True) as s:
     coll.insert_many(big, session=s)
     out["big_found"] = len(list(secondary.find({"pad": "x" * (1 << 20)}, {"_id": 1}, session=s)))
+# Discovery runs in the background: on a loaded machine the second secondary may be found
+# only after the first operations. Count them once discovery settles (at most 20 s).
+deadline = time.monotonic() + 20
+while len(client.secondaries) < 2 and time.monotonic() < deadline:
+    time.sleep(0.1)
+out["secondaries"] = len(client.secondaries)
 print(json.dumps(out))

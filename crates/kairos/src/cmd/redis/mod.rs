@@ -21,14 +21,12 @@ pub mod resp;
 
 use crate::CliError;
 use gateway::{GatewayRole, RedisOptions};
-use kairos_core::history::HistoryRecord;
 use kairos_core::NodeId;
 use kairos_net::{ClusterConfig, HistorySink, NodeOptions};
 use kairos_tiga::coordinator::Coordinator;
 use kairos_tiga::server::Server;
 use kairos_tiga::workload::FixedKeys;
 use kairos_tiga::{TigaConfig, Topology};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +74,7 @@ pub async fn run_gateway(
     o: TigaServeOptions,
     mut node_opts: NodeOptions,
     duration: Option<Duration>,
-    mut history_out: Option<std::fs::File>,
+    history_out: Option<std::fs::File>,
 ) -> Result<(), CliError> {
     let t = topology(&cfg, o.replicas_per_shard)?;
     let tiga = config(&o);
@@ -122,53 +120,11 @@ pub async fn run_gateway(
     });
     node_opts.history = HistorySink::Channel { capacity: 65_536 };
     let (calls_tx, calls_rx) = tokio::sync::mpsc::channel(4096);
-    let mut node = kairos_net::spawn_node_with_calls(cfg, me, GatewayRole::new(coordinator), node_opts, Some(calls_rx))
+    let node = kairos_net::spawn_node_with_calls(cfg, me, GatewayRole::new(coordinator), node_opts, Some(calls_rx))
         .await
         .map_err(|e| CliError::Io(e.to_string()))?;
     eprintln!("node {me} (tiga-gateway) listening on {} for peers, on {local} for Redis clients", node.local_addr());
     let redis = tokio::spawn(gateway::serve_redis(listener, calls_tx, ropts));
-    let mut history = node.take_history();
-    let deadline = async {
-        match duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut write = |rec: &HistoryRecord| -> Result<(), CliError> {
-        if let Some(f) = history_out.as_mut() {
-            let line = serde_json::to_string(rec).map_err(|e| CliError::Runtime(e.to_string()))?;
-            writeln!(f, "{line}").map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
-            f.flush().map_err(|e| CliError::Io(format!("cannot write the history: {e}")))?;
-        }
-        Ok(())
-    };
-    loop {
-        tokio::select! {
-            _ = &mut deadline => break,
-            r = &mut ctrl_c => {
-                r.map_err(|e| CliError::Runtime(format!("cannot wait for Ctrl-C: {e}")))?;
-                break;
-            }
-            rec = async { match history.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
-                match rec {
-                    Some(rec) => write(&rec)?,
-                    None => history = None,
-                }
-            }
-            _ = node.stopped() => break,
-        }
-    }
-    redis.abort();
-    let metrics = node.shutdown().await.map_err(|e| CliError::Runtime(e.to_string()))?;
-    if let Some(mut h) = history {
-        while let Ok(rec) = h.try_recv() {
-            write(&rec)?;
-        }
-    }
-    let shown: Vec<String> = metrics.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
-    eprintln!("node {me} stopped; {}", shown.join(" "));
-    Ok(())
+    let end = super::serve::Until { duration, ops: None, history_out, flush_each: true };
+    super::serve::run_until_stopped(node, me, end, vec![redis.abort_handle()]).await
 }
