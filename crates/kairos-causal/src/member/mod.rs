@@ -707,7 +707,14 @@ impl Member {
         if matches!(op, Op::Noop) {
             self.stats.noops_written += 1;
         }
-        let entry = Entry { optime, term: self.d.term, op, origin };
+        self.append_written(ctx, Entry { optime, term: self.d.term, op, origin });
+        self.check_waiters(ctx);
+        Ok(optime)
+    }
+
+    /// Primary: applies and logs an entry it wrote, feeds the secondaries' held pulls, and
+    /// commits at once when it is the only member.
+    fn append_written(&mut self, ctx: &mut Ctx<'_, CausalMsg>, entry: Entry) {
         self.apply(&entry);
         self.log_push(entry);
         self.last_write_at = ctx.now();
@@ -715,8 +722,6 @@ impl Member {
         if self.cfg.members.len() == 1 {
             self.advance_commit(ctx);
         }
-        self.check_waiters(ctx);
-        Ok(optime)
     }
 
     fn ensure_keys(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
@@ -731,14 +736,7 @@ impl Member {
         let Ok(optime) = self.clock.reserve_ticks(1, ctx.now()) else { return };
         let created = self.keys.generate(ctx.rng(), optime, self.cfg.key_rotation_secs);
         self.stats.keys_generated += created.len() as u64;
-        let entry = Entry { optime, term: self.d.term, op: Op::Keys(created), origin: None };
-        self.apply(&entry);
-        self.log_push(entry);
-        self.last_write_at = ctx.now();
-        self.feed_held_pulls(ctx);
-        if self.cfg.members.len() == 1 {
-            self.advance_commit(ctx);
-        }
+        self.append_written(ctx, Entry { optime, term: self.d.term, op: Op::Keys(created), origin: None });
     }
 
     fn entries_after(&self, last: OpPos) -> Option<Vec<Entry>> {

@@ -851,20 +851,14 @@ impl Member {
                     n += 1;
                 }
                 Some((code, errmsg)) => {
-                    errors.push(
-                        doc! { "index": i as i32, "code": code, "codeName": codes::name(code), "errmsg": errmsg },
-                    );
+                    errors.push(write_error(i, code, errmsg));
                     if ordered {
                         break;
                     }
                 }
             }
         }
-        let mut out = doc! { "n": n };
-        if !errors.is_empty() {
-            out.insert("writeErrors", errors);
-        }
-        Ok(out)
+        Ok(write_result(n, errors))
     }
 
     fn plan_update(
@@ -967,24 +961,32 @@ impl Member {
                     }
                 }
                 Err(e) => {
-                    errors.push(
-                        doc! { "index": i as i32, "code": e.code, "codeName": codes::name(e.code), "errmsg": e.errmsg },
-                    );
+                    errors.push(write_error(i, e.code, e.errmsg));
                     if ordered {
                         break;
                     }
                 }
             }
         }
-        let mut out = doc! { "n": n };
-        if !errors.is_empty() {
-            out.insert("writeErrors", errors);
-        }
-        Ok(out)
+        Ok(write_result(n, errors))
     }
 }
 
 /// Takes up to `n` documents (and at most [`MAX_BATCH_BYTES`], at least one) off the front.
+/// One entry of a write command's `writeErrors`.
+fn write_error(index: usize, code: i32, errmsg: String) -> Document {
+    doc! { "index": index as i32, "code": code, "codeName": codes::name(code), "errmsg": errmsg }
+}
+
+/// A write command's reply body: how many documents it wrote, and its per-document errors.
+fn write_result(n: i32, errors: Vec<Document>) -> Document {
+    let mut out = doc! { "n": n };
+    if !errors.is_empty() {
+        out.insert("writeErrors", errors);
+    }
+    out
+}
+
 fn take_batch(docs: &mut VecDeque<Document>, n: usize) -> Vec<Document> {
     let mut out = Vec::new();
     let mut bytes = 0;
