@@ -10,16 +10,14 @@
 //! - [`deploy`]: the protocol-neutral MicroBench deployment (the paper's: 3 shards × 3
 //!   replicas in sc / fi / br, coordinators in sc / fi / br / hk) that runs any [`Protocol`],
 //!   Tiga included, on the identical workload, placement, clocks and seed.
-//! - [`paxos`]: Multi-Paxos per shard, the replication layer of the classic stacks.
 //! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
-//!   replicated through each shard's Multi-Paxos group).
+//!   replicated through each shard's Multi-Paxos group, `kairos_consensus::paxos`).
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
 //! - [`twopc`]: what 2PL+Paxos and OCC+Paxos share (messages, log records, coordinator, server).
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
 
 pub mod deploy;
 pub mod occ;
-pub mod paxos;
 pub mod shell;
 pub mod store;
 pub mod tapir;

@@ -62,7 +62,7 @@ pub mod agreement;
 pub mod coordinator;
 pub mod server;
 
-use crate::paxos::{PaxosConfig, PaxosMsg};
+use kairos_consensus::paxos::{PaxosConfig, PaxosMsg};
 use kairos_core::LatencyMatrix;
 use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
 use serde::{Deserialize, Serialize};
@@ -226,8 +226,8 @@ mod tests {
     use super::coordinator::TxnCoordinator;
     use super::server::TxnServer;
     use super::*;
-    use crate::paxos::Ballot;
     use crate::shell::{ShellConfig, TxnShell};
+    use kairos_consensus::paxos::Ballot;
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
     use kairos_tiga::coordinator::OpenLoop;
     use kairos_tiga::workload::FixedKeys;

@@ -19,8 +19,8 @@
 //! the abort record after it keeps every replica from holding the attempt prepared forever.
 
 use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
-use crate::paxos::{Ballot, MultiPaxos};
 use crate::store::Store;
+use kairos_consensus::paxos::{Ballot, MultiPaxos};
 use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
 use kairos_tiga::msg::{Key, ShardId, Value};
 use kairos_tiga::Topology;

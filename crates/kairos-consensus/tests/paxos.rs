@@ -1,12 +1,12 @@
-//! Multi-Paxos (`kairos_txn::paxos`) in the simulator, on one shard replicated in sc / fi / br
+//! Multi-Paxos (`kairos_consensus::paxos`) in the simulator, on one shard replicated in sc / fi / br
 //! (the paper's server regions): one round trip to the nearest majority per commit in steady
 //! state, election after a leader crash, catch-up of a restarted replica, and every replica's
 //! applied log a prefix of one sequence.
 
 use kairos_clock::SimClock;
+use kairos_consensus::paxos::{MultiPaxos, PaxosConfig, PaxosMsg};
 use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, SimTime, Stored, TimerId};
 use kairos_sim::{Fault, Sim, SimConfig};
-use kairos_txn::paxos::{MultiPaxos, PaxosConfig, PaxosMsg};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
