@@ -57,10 +57,18 @@
 //!   known id with their last reply); leaders retry agreement messages and resend log entries
 //!   when a follower's sync-point stalls.
 //!
-//! ## Not yet here
-//! View changes and recovery (the roles carry views in every message and keep statuses and
-//! logs with sync-points so they can be added), with them state transfer from checkpoints and
-//! log truncation below them, and TPC-C.
+//! ## Failures ([`view`], [`server`]'s `view_change`)
+//! A replicated view manager (Multi-Paxos from `kairos-consensus` on its own nodes) replaces a
+//! leader that stops sending heartbeats, or that restarted; every shard then merges its log from
+//! f + 1 replicas, the new leaders reconcile multi-shard transactions, and coordinators resend
+//! what they had in flight in the new view. Every replica journals its log and what it released,
+//! so a restarted one votes as before; it rejoins through the leader's `StartView`.
+//!
+//! **Not yet here:** state transfer from checkpoints and log truncation below them (a rejoining
+//! replica gets the log from its executed point; logs grow for the run), leader failure detected
+//! by followers (a leader that reaches the view manager but not its followers is not replaced),
+//! detection of a wiped disk (a replica that lost its journal boots as a fresh replica of view 0),
+//! and TPC-C.
 //!
 //! **Transactions that never reach a leader.** A multi-shard transaction whose submit is lost
 //! on its way to one leader leaves the others holding its keys until a retransmission arrives
@@ -84,6 +92,7 @@ mod release_queue;
 pub mod server;
 pub mod sim;
 pub mod topology;
+pub mod view;
 pub mod workload;
 
 pub use msg::{Piece, PieceResult, TigaMsg, TxnId};

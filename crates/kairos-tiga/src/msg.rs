@@ -1,10 +1,12 @@
 //! Tiga's wire vocabulary: transactions, shard pieces, and every message between
 //! coordinators, servers (leaders and followers) and leaders.
 //!
-//! Every message carries the sender's view so that view changes (a later issue) can reject
-//! messages from other views without changing the message shapes.
+//! Every message between servers and coordinators carries the sender's view number; a role
+//! handles only messages of the view it is in (see [`crate::view`]).
 
 use crate::ops::{distinct_keys, key_id, Op, OpOutput};
+use crate::view::{ServerState, View};
+use kairos_consensus::paxos::PaxosMsg;
 use kairos_core::NodeId;
 use serde::{Deserialize, Serialize};
 
@@ -47,13 +49,45 @@ pub struct Piece {
     pub reads: Vec<Key>,
     pub writes: Vec<Key>,
     pub ops: Vec<Op>,
+    /// A multi-shard transaction's operations on every shard, in transaction order (empty for
+    /// a single-shard one): after a view change a shard that lost its piece takes it from a
+    /// shard that has the transaction in its log ([`Piece::sibling`]).
+    pub txn_ops: Vec<Op>,
 }
 
 impl Piece {
     /// The piece running `ops` (all on `shard`), with its read and write sets derived from them.
     pub fn new(txn: TxnId, shard: ShardId, shards: Vec<ShardId>, ops: Vec<Op>) -> Self {
         let (reads, writes) = Self::sets(&ops);
-        Piece { txn, shard, shards, reads, writes, ops }
+        Piece { txn, shard, shards, reads, writes, ops, txn_ops: Vec::new() }
+    }
+
+    /// This piece, carrying the whole transaction's operations (multi-shard transactions).
+    pub fn with_txn_ops(mut self, txn_ops: Vec<Op>) -> Self {
+        self.txn_ops = txn_ops;
+        self
+    }
+
+    /// The piece of the same transaction on `shard`, rebuilt from `txn_ops` with `shard_of`
+    /// giving each key's shard; `None` if this piece does not carry the transaction's
+    /// operations or `shard` is not involved.
+    pub fn sibling(&self, shard: ShardId, shard_of: impl Fn(&[u8]) -> ShardId) -> Option<Piece> {
+        if self.txn_ops.is_empty() || !self.shards.contains(&shard) {
+            return None;
+        }
+        let ops: Vec<Op> = self.txn_ops.iter().filter(|op| shard_of(&op.key) == shard).cloned().collect();
+        (!ops.is_empty())
+            .then(|| Piece::new(self.txn, shard, self.shards.clone(), ops).with_txn_ops(self.txn_ops.clone()))
+    }
+
+    /// Whether `txn_ops` is consistent with this piece: empty for a single-shard transaction,
+    /// else exactly `ops` once restricted to this shard.
+    pub fn txn_ops_match(&self, shard_of: impl Fn(&[u8]) -> ShardId) -> bool {
+        if self.shards.len() == 1 {
+            return self.txn_ops.is_empty();
+        }
+        let mine = self.txn_ops.iter().filter(|op| shard_of(&op.key) == self.shard);
+        mine.eq(self.ops.iter()) && self.txn_ops.iter().all(|op| self.shards.contains(&shard_of(&op.key)))
     }
 
     fn sets(ops: &[Op]) -> (Vec<Key>, Vec<Key>) {
@@ -77,7 +111,7 @@ impl Piece {
 
     /// Bytes of keys and arguments, for size limits.
     pub fn payload_bytes(&self) -> usize {
-        self.ops.iter().map(Op::payload_bytes).sum()
+        self.ops.iter().chain(&self.txn_ops).map(Op::payload_bytes).sum()
     }
 }
 
@@ -99,7 +133,7 @@ pub enum ReplyKind {
     Slow,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TigaMsg {
     /// Coordinator → every replica of every involved shard.
     Submit { view: u64, piece: Piece, ts: Ts, send_time: Ts },
@@ -128,6 +162,92 @@ pub enum TigaMsg {
     LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
     /// Follower → leader: my log matches yours up to `sync_point` (exclusive).
     SyncAck { view: u64, replica: u32, sync_point: u64 },
+
+    // ---- Views (see `crate::view` and `crate::server::view_change`) ----
+    /// Server → every view-manager node, every `heartbeat_interval`.
+    Heartbeat { view: u64, state: ServerState },
+    /// View manager → servers, server → server or coordinator: the view now in force.
+    NewView { view: View },
+    /// New leader → the replicas of its shard: send me your state for the view change, with
+    /// your log from `from` on (the new leader holds the log before it).
+    CollectLog { view: View, from: u64 },
+    /// Replica → its shard's new leader. `voter`: the replica's journal is whole (it may count
+    /// towards the f + 1); `last_normal`: the last view it served in; `entries`: its log from
+    /// `from` up to its sync-point (exclusive); `released`: transactions it released and has not
+    /// yet seen in the log, at the timestamps it released them.
+    LogState {
+        view: u64,
+        replica: u32,
+        voter: bool,
+        last_normal: u64,
+        sync_point: u64,
+        executed: u64,
+        from: u64,
+        entries: Vec<LogEntry>,
+        released: Vec<LogEntry>,
+    },
+    /// New leader → new leader of another shard, during the view change: the state of
+    /// multi-shard transactions on the sender's shard.
+    Verify { view: u64, shard: ShardId, kind: VerifyKind, items: Vec<VerifyItem> },
+    /// New leader → replica: the new view's log from `from` (the replica drops what its log
+    /// holds from there), and the commit point.
+    StartView { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
+    /// Among view-manager nodes: their replicated log of views.
+    Paxos(PaxosMsg<View>),
+}
+
+impl TigaMsg {
+    /// A short name of the message's kind (traces, tests).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TigaMsg::Submit { .. } => "submit",
+            TigaMsg::Reply { .. } => "reply",
+            TigaMsg::Agree { confirm: false, .. } => "agree",
+            TigaMsg::Agree { confirm: true, .. } => "confirm",
+            TigaMsg::Absent { .. } => "absent",
+            TigaMsg::LogSync { .. } => "logsync",
+            TigaMsg::SyncAck { .. } => "syncack",
+            TigaMsg::Heartbeat { .. } => "heartbeat",
+            TigaMsg::NewView { .. } => "newview",
+            TigaMsg::CollectLog { .. } => "collectlog",
+            TigaMsg::LogState { .. } => "logstate",
+            TigaMsg::Verify { .. } => "verify",
+            TigaMsg::StartView { .. } => "startview",
+            TigaMsg::Paxos(_) => "paxos",
+        }
+    }
+}
+
+/// Where a multi-shard transaction stands on one shard after that shard's log merge.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnState {
+    /// Not in the merged log.
+    Absent,
+    /// In the part of the merged log that came from the old leader's log (final, agreed).
+    Settled(Ts),
+    /// Among the released transactions enough replicas had (not final anywhere known).
+    Tentative(Ts),
+}
+
+/// What a [`TigaMsg::Verify`] is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VerifyKind {
+    /// The sender's recent multi-shard transactions that involve the receiver (one per view
+    /// change and pair of shards; answered).
+    Listing,
+    /// Transactions whose state on the receiver's shard the sender lacks (answered).
+    Question,
+    Answer,
+}
+
+/// One multi-shard transaction in a [`TigaMsg::Verify`]: its state on the sender's shard and,
+/// when the sender has it, its piece there (which carries the whole transaction's operations).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyItem {
+    pub txn: TxnId,
+    pub shards: Vec<ShardId>,
+    pub state: TxnState,
+    pub piece: Option<Piece>,
 }
 
 /// One entry of a shard's log: a transaction's piece at its final timestamp.

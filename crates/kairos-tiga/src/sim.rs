@@ -7,9 +7,10 @@
 //! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
 
 use crate::coordinator::{Coordinator, CoordinatorStats, OpenLoop};
-use crate::msg::{ShardId, TigaMsg};
+use crate::msg::{ShardId, TigaMsg, Ts, TxnId};
 use crate::server::Server;
 use crate::topology::{TigaConfig, Topology};
+use crate::view::{ModeRule, View, ViewManager};
 use crate::workload::MicroBench;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
@@ -135,6 +136,8 @@ pub struct World {
     pub topology: Topology,
     /// (first Jepsen process id, one past the last, region) of each coordinator.
     pub process_regions: Vec<(u64, u64, String)>,
+    /// The view manager's nodes (one in each server region, after the coordinators).
+    pub view_managers: Vec<NodeId>,
 }
 
 /// Errors in a deployment description.
@@ -160,15 +163,21 @@ impl Deployment {
             Mode::Detective => false,
             Mode::Auto => self.placement == Placement::CoLocated || self.shards == 1,
         };
-        let c = tiga_config.clone();
-        let (sim, topology, process_regions) = self.build_with(
+        let n = self.server_regions.len();
+        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
+        // The view manager's nodes come after the servers and coordinators.
+        let first_vm = self.shards as usize * n + coordinators as usize;
+        let view_managers: Vec<NodeId> = (0..n).map(|i| NodeId((first_vm + i) as u32)).collect();
+        let (c, vms) = (tiga_config.clone(), view_managers.clone());
+        let coordinator_config = tiga_config.clone();
+        let (mut sim, topology, process_regions) = self.build_with(
             self.config.inflight_max as u64,
-            move |t, s, r| Box::new(Server::new(t.clone(), c.clone(), s, r)),
+            move |t, s, r| Box::new(Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone())),
             move |slot| {
                 Box::new(
                     Coordinator::new(
                         slot.topology.clone(),
-                        tiga_config.clone(),
+                        coordinator_config.clone(),
                         Box::new(slot.workload.clone()),
                         slot.owd.clone(),
                         slot.process_base,
@@ -177,18 +186,45 @@ impl Deployment {
                 )
             },
         )?;
-        let mut sim = sim;
-        sim.add_world_check(64, log_agreement(topology.clone()));
-        Ok(World { sim, topology, process_regions })
+        let matrix = LatencyMatrix::gcp();
+        let regions: Vec<Vec<u32>> =
+            (0..self.shards as usize).map(|s| (0..n).map(|r| self.region_index(s, r) as u32).collect()).collect();
+        let mode = match self.mode {
+            Mode::Auto => ModeRule::ByPlacement,
+            Mode::Preventive => ModeRule::Preventive,
+            Mode::Detective => ModeRule::Detective,
+        };
+        let initial = View::initial(&topology, tiga_config.preventive);
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x766d);
+        for (i, region) in self.server_regions.iter().enumerate() {
+            let (t, regions, config, initial, members) =
+                (topology.clone(), regions.clone(), tiga_config.clone(), initial.clone(), view_managers.clone());
+            let id = sim.add_node(matrix.region(region)?, self.clock.sample(&mut clock_rng), move |_| {
+                Box::new(ViewManager::new(
+                    t.clone(),
+                    regions.clone(),
+                    config.clone(),
+                    mode,
+                    initial.clone(),
+                    members.clone(),
+                    i as u32,
+                ))
+            });
+            debug_assert_eq!(id, view_managers[i]);
+        }
+        sim.add_world_check(64, executed_logs_agree(topology.clone()));
+        Ok(World { sim, topology, process_regions, view_managers })
     }
 
-    /// Builds this deployment's nodes for any protocol: the servers of shard s are nodes
-    /// s·n … s·n + n − 1 in the placement's regions, then the coordinators region by region,
-    /// each node with its clock drawn from the preset in that order — so every protocol built
-    /// from the same deployment gets identical nodes, clocks and workloads. `server(topology,
-    /// shard, replica)` and `coordinator(slot)` make the roles (again after a crash; each
-    /// node calls its own clone of `server` or `coordinator`, so it may remember that it started);
-    /// coordinators get `processes_per_coordinator` Jepsen process ids each.
+    /// The index (in `server_regions`) of the region of replica `replica` of shard `shard`.
+    pub fn region_index(&self, shard: usize, replica: usize) -> usize {
+        let n = self.server_regions.len().max(1);
+        match self.placement {
+            Placement::CoLocated => replica,
+            Placement::Separated => (replica + shard) % n,
+        }
+    }
+
     #[allow(clippy::type_complexity)]
     pub fn build_with<M: Message>(
         &self,
@@ -254,7 +290,7 @@ impl Deployment {
     pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<Outcome, DeployError> {
         #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
         let started = std::time::Instant::now();
-        let World { mut sim, topology, process_regions } = self.build()?;
+        let World { mut sim, topology, process_regions, .. } = self.build()?;
         let drain = self.config.retry_timeout * self.config.max_sends + Duration::from_secs(1);
         let end = SimTime::ZERO + self.duration + drain;
         const SLICES: u32 = 100;
@@ -332,30 +368,59 @@ pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, Deploy
     Ok(headroom + per_shard.max().unwrap_or_default())
 }
 
-/// The replicas of a shard agree on their executed logs: every entry a follower executed is
-/// the leader's entry at that position (same transaction, same timestamp). Checked
-/// incrementally, so each entry is compared once.
-fn log_agreement(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
-    let verified: std::cell::RefCell<Vec<u64>> =
-        std::cell::RefCell::new(vec![0; topology.shards.iter().map(Vec::len).sum()]);
+/// A world check: every replica of a shard executes the same transaction at the same
+/// timestamp in each log position, across view changes (the first replica to execute a
+/// position fixes it), and every shard a multi-shard transaction executes on executes it at
+/// the same timestamp.
+fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
+    struct Seen {
+        /// Per shard: the (transaction, timestamp) of each executed position.
+        positions: Vec<Vec<(TxnId, Ts)>>,
+        /// Per server node: how far it was checked.
+        checked: Vec<u64>,
+        /// Multi-shard transactions: the timestamp the first shard executed them at.
+        multi: BTreeMap<TxnId, Ts>,
+    }
+    let servers: usize = topology.shards.iter().map(Vec::len).sum();
+    let seen = std::cell::RefCell::new(Seen {
+        positions: vec![Vec::new(); topology.shard_count()],
+        checked: vec![0; servers],
+        multi: BTreeMap::new(),
+    });
     Box::new(move |sim: &Sim<TigaMsg>| {
-        let mut verified = verified.borrow_mut();
+        let mut seen = seen.borrow_mut();
+        let seen = &mut *seen;
         for (s, replicas) in topology.shards.iter().enumerate() {
-            let Some(leader) = sim.role::<Server>(replicas[topology.leader[s] as usize]) else { continue };
             for &node in replicas {
-                let Some(follower) = sim.role::<Server>(node).filter(|f| !f.is_leader()) else { continue };
-                let upto = follower.executed().min(leader.log().len() as u64);
-                let done = &mut verified[node.index()];
-                for pos in *done..upto {
-                    let (a, b) = (&leader.log()[pos as usize], &follower.log()[pos as usize]);
-                    if a.piece.txn != b.piece.txn || a.ts != b.ts {
-                        return Err(format!(
-                            "shard {s}: follower {node} executed log position {pos} as {:?} at {}, the leader has {:?} at {}",
-                            b.piece.txn, b.ts, a.piece.txn, a.ts
-                        ));
+                let Some(server) = sim.role::<Server>(node) else { continue };
+                let upto = server.executed().min(server.log().len() as u64);
+                // A restarted replica executes again from 0.
+                let from = seen.checked[node.index()].min(upto);
+                for pos in from..upto {
+                    let e = &server.log()[pos as usize];
+                    let mine = (e.piece.txn, e.ts);
+                    match seen.positions[s].get(pos as usize) {
+                        Some(first) if *first != mine => {
+                            return Err(format!(
+                                "shard {s}: server {node} executed log position {pos} as {:?} at {}, another replica as {:?} at {}",
+                                mine.0, mine.1, first.0, first.1
+                            ));
+                        }
+                        Some(_) => {}
+                        None => {
+                            seen.positions[s].push(mine);
+                            if e.piece.shards.len() > 1 {
+                                if let Some(other) = seen.multi.insert(e.piece.txn, e.ts).filter(|t| *t != e.ts) {
+                                    return Err(format!(
+                                        "multi-shard {:?} executed at {} on shard {s} and at {other} on another shard",
+                                        e.piece.txn, e.ts
+                                    ));
+                                }
+                            }
+                        }
                     }
                 }
-                *done = (*done).max(upto);
+                seen.checked[node.index()] = upto;
             }
         }
         Ok(())

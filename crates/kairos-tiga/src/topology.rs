@@ -98,6 +98,24 @@ pub struct TigaConfig {
     /// executing it (no revocations; best when leaders are close). Otherwise detective mode:
     /// execute, then agree, revoking on disagreement. The deployment picks it per placement.
     pub preventive: bool,
+    /// Servers send a heartbeat to every view-manager node this often (and an idle leader sends
+    /// its followers an empty log synchronization as often).
+    pub heartbeat_interval: Duration,
+    /// The view manager deems a server failed after this long without its heartbeat.
+    pub leader_timeout: Duration,
+    /// A view whose leader has not started serving this long after the view was decided is
+    /// replaced by the next one.
+    pub view_change_timeout: Duration,
+    /// During a view change, unanswered messages are re-sent this often.
+    pub view_change_retry: Duration,
+    /// The new leaders reconcile the multi-shard transactions whose timestamps lie within this
+    /// of the newest in their logs (older ones were settled on every shard long before).
+    pub verify_lookback: Duration,
+    /// Test-only: the new leader's log merge takes every released transaction any replica
+    /// reports, not only those at least ⌈f/2⌉ + 1 of the f + 1 have (rule (b) skipped).
+    pub unsafe_merge_any_released: bool,
+    /// Test-only: coordinators accept replies from views other than their own.
+    pub unsafe_accept_any_view: bool,
     /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
     /// inversion; the Figure 5 test shows the checker catching it).
     pub unsafe_skip_second_round: bool,
@@ -130,6 +148,13 @@ impl Default for TigaConfig {
             ops_per_txn_max: 1_024,
             txn_bytes_max: 2 << 20,
             preventive: false,
+            heartbeat_interval: Duration::from_millis(50),
+            leader_timeout: Duration::from_millis(400),
+            view_change_timeout: Duration::from_secs(2),
+            view_change_retry: Duration::from_millis(150),
+            verify_lookback: Duration::from_secs(2),
+            unsafe_merge_any_released: false,
+            unsafe_accept_any_view: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,
         }

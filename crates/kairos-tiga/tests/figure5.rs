@@ -134,7 +134,7 @@ impl World {
         self.in_flight = later;
         let n = now.len();
         for (from, to, msg) in now {
-            self.log.push(format!("{true_ms}ms: {from}->{to} {}", kind(&msg)));
+            self.log.push(format!("{true_ms}ms: {from}->{to} {}", msg.kind()));
             self.at(true_ms, to, local_ms, |role, ctx| role.on_message(ctx, from, msg));
         }
         n
@@ -149,18 +149,6 @@ impl World {
             .iter()
             .find(|r| r.event.process == process && r.event.op_type == OpType::Ok)
             .map(|r| r.time / 1_000_000)
-    }
-}
-
-fn kind(m: &TigaMsg) -> &'static str {
-    match m {
-        TigaMsg::Submit { .. } => "submit",
-        TigaMsg::Reply { .. } => "reply",
-        TigaMsg::Agree { confirm: false, .. } => "agree",
-        TigaMsg::Agree { confirm: true, .. } => "confirm",
-        TigaMsg::Absent { .. } => "absent",
-        TigaMsg::LogSync { .. } => "logsync",
-        TigaMsg::SyncAck { .. } => "syncack",
     }
 }
 

@@ -37,10 +37,12 @@ fn tk(k: u64) -> Vec<u8> {
     (0u32..).map(|j| format!("k{k}-{j}").into_bytes()).find(|b| key_id(b) % 2 == k % 2).expect("some suffix")
 }
 
-/// A piece of shard `shards[0]` incrementing the test keys `keys`.
+/// A piece of shard `shards[0]` incrementing the test keys `keys` (a multi-shard one carries
+/// them as its transaction's operations too; the other shards' are not needed here).
 fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
-    let ops = keys.iter().map(|k| Op::new(tk(*k), OpKind::IncrBy(1))).collect();
-    Piece::new(TxnId::new(COORDINATOR, seq), shards[0], shards.to_vec(), ops)
+    let ops: Vec<Op> = keys.iter().map(|k| Op::new(tk(*k), OpKind::IncrBy(1))).collect();
+    let txn_ops = if shards.len() > 1 { ops.clone() } else { Vec::new() };
+    Piece::new(TxnId::new(COORDINATOR, seq), shards[0], shards.to_vec(), ops).with_txn_ops(txn_ops)
 }
 
 /// Submits `piece` with a timestamp `after` from now.

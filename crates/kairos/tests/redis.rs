@@ -543,7 +543,7 @@ fn a_follower_killed_and_restarted_from_its_data_directory_loses_nothing() {
     let log = std::fs::read_to_string(dir.path().join(format!("node-{victim}.log"))).unwrap();
     let recovered = log
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("tiga.follower_recovered_entries="))
+        .find_map(|w| w.strip_prefix("tiga.server_recovered_entries="))
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     assert!(recovered >= 50, "the restarted follower recovered its log from disk: {recovered}\n{log}");

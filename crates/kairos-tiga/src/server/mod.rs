@@ -28,15 +28,12 @@
 //! acknowledges its sync-point. The commit-point is the highest position f + 1 replicas have
 //! synchronized; followers execute up to it.
 //!
-//! **Durable state (followers).** A follower journals every entry it adopts into its
-//! synchronized log ([`Ctx::persist`]: durable before its `SyncAck` leaves; one snapshot of the
-//! whole log after `max(4096, log length)` records). A restarted follower rebuilds its log,
-//! maps and hashes from it ([`Process::on_recover`]), re-executes the log as the leader's
-//! commit point reaches it, and catches up through the leader's resend from its acknowledged
-//! sync-point (a follower without its log could never catch up: the leader resends only from
-//! what it acknowledged). Transactions it had released but not yet seen final are forgotten:
-//! its hashes may then differ from the leader's until they are final, which only costs fast
-//! paths. The leader's own recovery is the view change, which Tiga does not have yet.
+//! **Durable state.** Every replica journals each entry joining its log and each transaction
+//! it releases ([`Ctx::persist`]: durable before the reply or `SyncAck` leaves), and writes
+//! one snapshot of its view, log and released transactions after `max(4096, log length)`
+//! records and at every view it starts serving in. A restarted replica rebuilds its log, maps
+//! and hashes from it ([`Process::on_recover`]) and comes back *recovering*; see
+//! [`view_change`] for the view change and the rejoin.
 //!
 //! **Log hash.** Per key, the XOR of `SHA-1(ts ‖ id)` of every released transaction touching
 //! it (incremental on release, revocation and timestamp fixes). A reply's hash is SHA-1 over
@@ -48,14 +45,19 @@ use crate::msg::{Key, LogEntry, Piece, PieceResult, ReplyKind, ShardId, TigaMsg,
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
+use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, NodeId, Process, Stored, TimerId};
+use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
+
+pub mod view_change;
 
 /// The timer a server arms for the next queued timestamp (tests drive it directly).
 pub const RELEASE: TimerId = TimerId(1);
 const SYNC: TimerId = TimerId(2);
 const AGREE_RETRY: TimerId = TimerId(3);
+const HEARTBEAT: TimerId = TimerId(4);
 /// Most log entries one LogSync carries.
 const SYNC_BATCH_MAX: usize = 1024;
 /// Most payload bytes (keys and values) one LogSync carries beyond its first entry: well
@@ -65,8 +67,29 @@ const SYNC_BATCH_BYTES_MAX: usize = 1 << 20;
 const EARLY_AGREE_MAX: usize = 100_000;
 /// Transactions remembered as refused (declared absent).
 const ABSENT_MAX: usize = 1_000_000;
-/// A follower's journal records between snapshots of its log, at least (module docs).
+/// Results of the latest executed log positions kept (see `apply_committed`).
+const RESULTS_KEPT: usize = 65_536;
+/// Journal records between snapshots of the durable state, at least (module docs).
 const JOURNAL_RECORDS_PER_SNAPSHOT: u64 = 4_096;
+
+/// One journal record: a change of the durable state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum Record {
+    /// The entry joined the log.
+    Logged(LogEntry),
+    /// The transaction was released at this timestamp (and answered on the fast path).
+    Released(LogEntry),
+}
+
+/// The whole durable state: the view, the last view served in, the log, and what was released
+/// and is not in the log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Snapshot {
+    view: View,
+    last_normal: u64,
+    log: Vec<LogEntry>,
+    released: Vec<LogEntry>,
+}
 
 pub type Hash = [u8; 20];
 
@@ -156,7 +179,17 @@ pub struct Server {
     config: TigaConfig,
     shard: ShardId,
     replica: u32,
-    view: u64,
+    /// The view this server is in (serving in it when `state` is normal).
+    view: View,
+    state: ServerState,
+    /// The last view this server served in (normal), as journaled.
+    last_normal: u64,
+    /// Whether this server may count towards the f + 1 of a view change: its journal is whole.
+    voter: bool,
+    /// The view-manager nodes (heartbeats go to each).
+    view_managers: Vec<NodeId>,
+    /// The view change under way (see [`view_change`]).
+    vc: view_change::Progress,
     txns: BTreeMap<TxnId, Txn>,
     /// Queued transactions, released incrementally (see [`crate::release_queue`]).
     pq: ReleaseQueue,
@@ -188,20 +221,30 @@ pub struct Server {
     /// Leader: transactions declared absent here (too old to arrive); a late submit is refused.
     absent: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
-    /// Follower: journal records written since the last snapshot of the log.
+    /// Journal records written since the last snapshot.
     journaled: u64,
+    /// Leader: its synchronization and agreement-retry timers run.
+    leader_timers_armed: bool,
+    /// The results of the log positions just below `executed`, oldest first.
+    results: std::collections::VecDeque<PieceResult>,
     stats: ServerStats,
 }
 
 impl Server {
     pub fn new(topology: Topology, config: TigaConfig, shard: ShardId, replica: u32) -> Self {
         let n = topology.replicas_per_shard();
+        let view = View::initial(&topology, config.preventive);
         Server {
             topology,
             config,
             shard,
             replica,
-            view: 0,
+            view,
+            state: ServerState::Normal,
+            last_normal: 0,
+            voter: true,
+            view_managers: Vec::new(),
+            vc: view_change::Progress::default(),
             txns: BTreeMap::new(),
             pq: ReleaseQueue::default(),
             rmap: BTreeMap::new(),
@@ -223,8 +266,21 @@ impl Server {
             absent: BTreeSet::new(),
             release_timer_at: None,
             journaled: 0,
+            leader_timers_armed: false,
+            results: Default::default(),
             stats: ServerStats::default(),
         }
+    }
+
+    /// Sends heartbeats to these view-manager nodes (without them, views never change).
+    pub fn with_view_managers(mut self, nodes: Vec<NodeId>) -> Self {
+        self.view_managers = nodes;
+        self
+    }
+
+    /// The view this server is in, and whether it serves in it.
+    pub fn view(&self) -> (&View, ServerState) {
+        (&self.view, self.state)
     }
 
     pub fn is_leader(&self) -> bool {
@@ -297,8 +353,11 @@ impl Server {
             && !piece.reads.is_empty() | !piece.writes.is_empty()
             && piece.reads.len() + piece.writes.len() <= 2 * self.config.keys_per_txn_max
             && piece.ops.len() <= self.config.ops_per_txn_max
-            && piece.payload_bytes() <= self.config.txn_bytes_max
+            // Its own operations and (multi-shard) the whole transaction's, each within the limit.
+            && piece.payload_bytes() <= 2 * self.config.txn_bytes_max
+            && piece.ops.len() + piece.txn_ops.len() <= 2 * self.config.ops_per_txn_max
             && piece.sets_match_ops()
+            && piece.txn_ops_match(|k| self.topology.shard_of_bytes(k))
             && unique(&piece.reads)
             && unique(&piece.writes)
             && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
@@ -373,7 +432,10 @@ impl Server {
             .map(|s| self.topology.leader_node(*s))
             .collect();
         for n in to {
-            ctx.send(n, TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: false, resend });
+            ctx.send(
+                n,
+                TigaMsg::Agree { view: self.view.number, txn: id, shard: self.shard, ts, confirm: false, resend },
+            );
         }
     }
 
@@ -434,6 +496,9 @@ impl Server {
         // Preventive mode: a multi-shard transaction's leaders agree first and execute after,
         // so nothing is ever revoked. Detective mode executes at once and may revoke.
         let defer = leader && multi_shard && self.config.preventive && t.agreed.is_none();
+        // Durable before the fast reply leaves: a restarted replica still counts what it
+        // released in a view change.
+        self.journal_released(ctx, id);
         if !defer {
             self.execute_and_reply(ctx, id);
         }
@@ -441,7 +506,7 @@ impl Server {
             return;
         }
         if !multi_shard {
-            self.finalize(id);
+            self.finalize(ctx, id);
             return;
         }
         // Hold the keys until the timestamp is agreed (and, if this leader had the highest,
@@ -461,7 +526,7 @@ impl Server {
         let result = if self.is_leader() { Some(self.execute(id)) } else { None };
         let t = self.txns.get_mut(&id).expect("exists");
         let reply = TigaMsg::Reply {
-            view: self.view,
+            view: self.view.number,
             txn: id,
             shard: self.shard,
             replica: self.replica,
@@ -526,7 +591,7 @@ impl Server {
                 if self.absent.len() < ABSENT_MAX {
                     self.absent.insert(txn);
                     self.early_agree.remove(&txn);
-                    ctx.send(from, TigaMsg::Absent { view: self.view, txn, shard: self.shard });
+                    ctx.send(from, TigaMsg::Absent { view: self.view.number, txn, shard: self.shard });
                 }
                 return;
             }
@@ -543,14 +608,21 @@ impl Server {
             let (mine, confirmed) = (t.original_ts, t.lowered && t.status == Status::Final);
             ctx.send(
                 from,
-                TigaMsg::Agree { view: self.view, txn, shard: self.shard, ts: mine, confirm: false, resend: false },
+                TigaMsg::Agree {
+                    view: self.view.number,
+                    txn,
+                    shard: self.shard,
+                    ts: mine,
+                    confirm: false,
+                    resend: false,
+                },
             );
             if confirmed {
                 let agreed = t.ts;
                 ctx.send(
                     from,
                     TigaMsg::Agree {
-                        view: self.view,
+                        view: self.view.number,
                         txn,
                         shard: self.shard,
                         ts: agreed,
@@ -657,16 +729,23 @@ impl Server {
             for n in to {
                 ctx.send(
                     n,
-                    TigaMsg::Agree { view: self.view, txn: id, shard: self.shard, ts, confirm: true, resend: false },
+                    TigaMsg::Agree {
+                        view: self.view.number,
+                        txn: id,
+                        shard: self.shard,
+                        ts,
+                        confirm: true,
+                        resend: false,
+                    },
                 );
             }
-            self.finalize(id);
+            self.finalize(ctx, id);
             return;
         }
         let agreed = t.ts;
         let lower_unconfirmed = t.peer_ts.iter().any(|(s, pts)| *pts < agreed && !t.confirms.contains(s));
         if !lower_unconfirmed || self.config.unsafe_skip_second_round {
-            self.finalize(id);
+            self.finalize(ctx, id);
         }
     }
 
@@ -701,7 +780,7 @@ impl Server {
                 ctx.send(
                     n,
                     TigaMsg::Agree {
-                        view: self.view,
+                        view: self.view.number,
                         txn: id,
                         shard: self.shard,
                         ts: mine,
@@ -713,7 +792,7 @@ impl Server {
         }
     }
 
-    fn finalize(&mut self, id: TxnId) {
+    fn finalize(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get_mut(&id) else { return };
         if t.status == Status::Final {
             return;
@@ -728,11 +807,21 @@ impl Server {
                 self.pq.unlocked(*k);
             }
         }
-        self.log.push(entry);
+        self.log.push(entry.clone());
+        self.journal(ctx, Record::Logged(entry));
         self.stats.finalized += 1;
         let me = self.replica as usize;
         self.sync_point[me] = self.log.len() as u64;
         self.advance_commit_point();
+    }
+
+    /// Leader: arms log synchronization and agreement retries (once per leadership).
+    fn arm_leader_timers(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if !self.leader_timers_armed {
+            self.leader_timers_armed = true;
+            ctx.set_timer(SYNC, self.config.sync_interval);
+            ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
+        }
     }
 
     fn advance_commit_point(&mut self) {
@@ -751,7 +840,13 @@ impl Server {
         while self.executed < upto.min(self.log.len() as u64) {
             let piece = &self.log[self.executed as usize].piece;
             let state = if leader { &mut self.committed } else { &mut self.store };
-            ops::execute(state, &piece.ops);
+            let ops::Execution { outputs, versions, .. } = ops::execute(state, &piece.ops);
+            // What the execution returned, for a while: a new leader answers a coordinator's
+            // resend of a transaction its log had already executed from it.
+            self.results.push_back(PieceResult { outputs, versions });
+            if self.results.len() > RESULTS_KEPT {
+                self.results.pop_front();
+            }
             self.executed += 1;
             let interval = self.config.checkpoint_interval.max(1);
             if self.executed.is_multiple_of(interval) {
@@ -793,7 +888,10 @@ impl Server {
             let entries = self.log[from as usize..end].to_vec();
             self.next_send[r] = end as u64;
             self.commit_point_sent[r] = self.commit_point;
-            ctx.send(*node, TigaMsg::LogSync { view: self.view, from, entries, commit_point: self.commit_point });
+            ctx.send(
+                *node,
+                TigaMsg::LogSync { view: self.view.number, from, entries, commit_point: self.commit_point },
+            );
         }
     }
 
@@ -825,7 +923,7 @@ impl Server {
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
             leader,
-            TigaMsg::SyncAck { view: self.view, replica: self.replica, sync_point: self.log.len() as u64 },
+            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() as u64 },
         );
         self.release_due(ctx);
     }
@@ -862,7 +960,7 @@ impl Server {
         }
         let owd_ns = self.txns.get(&id).map_or(0, |t| t.owd_ns);
         let reply = TigaMsg::Reply {
-            view: self.view,
+            view: self.view.number,
             txn: id,
             shard: self.shard,
             replica: self.replica,
@@ -880,31 +978,25 @@ impl Server {
         t.last_reply = Some(reply);
         let entry =
             if self.config.unsafe_follower_keeps_own_ts { LogEntry { ts: released_at, ..entry } } else { entry };
-        self.journal(ctx, &entry);
-        self.log.push(entry);
+        self.log.push(entry.clone());
+        self.journal(ctx, Record::Logged(entry));
     }
 
-    /// Follower: makes `entry` (about to join the log) durable, or the whole log once the
-    /// journal is long (module docs).
-    fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, entry: &LogEntry) {
+    /// Makes a change (already applied in memory) durable, or the whole state once the journal
+    /// is long (module docs).
+    fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) {
         if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(self.log.len() as u64) {
-            let mut log = self.log.clone();
-            log.push(entry.clone());
-            if let Ok(bytes) = postcard::to_allocvec(&log) {
-                ctx.persist_snapshot(bytes);
-                self.journaled = 0;
-                return;
-            }
+            return self.write_snapshot(ctx);
         }
-        if let Ok(bytes) = postcard::to_allocvec(entry) {
+        if let Ok(bytes) = postcard::to_allocvec(&record) {
             ctx.persist(bytes);
             self.journaled += 1;
         }
     }
 
-    /// Follower: takes a recovered log entry back, as adopting it did, without answering
-    /// anyone (the coordinator had its answer, or retries).
-    fn recover_entry(&mut self, entry: LogEntry) {
+    /// Takes a log entry into the transaction table, maps and hashes, as adopting it did,
+    /// without answering anyone (recovery, and rebuilding after a view change).
+    fn index_entry(&mut self, entry: LogEntry) {
         self.xor_hash(&entry.piece, entry.ts);
         for k in &entry.piece.reads {
             let e = self.rmap.entry(*k).or_insert(0);
@@ -914,9 +1006,22 @@ impl Server {
             let e = self.wmap.entry(*k).or_insert(0);
             *e = (*e).max(entry.ts);
         }
-        self.txns.insert(entry.piece.txn, Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0));
+        let mut t = Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0);
+        // A resend is answered: the entry is in this replica's log (a leader replaces this
+        // with its execution's result when it starts a view).
+        t.last_reply = Some(TigaMsg::Reply {
+            view: self.view.number,
+            txn: entry.piece.txn,
+            shard: self.shard,
+            replica: self.replica,
+            kind: ReplyKind::Slow,
+            ts: entry.ts,
+            hash: [0; 20],
+            result: None,
+            owd_ns: 0,
+        });
+        self.txns.insert(entry.piece.txn, t);
         self.log.push(entry);
-        self.stats.recovered_entries += 1;
     }
 
     fn on_sync_ack(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, sync_point: u64) {
@@ -938,89 +1043,160 @@ impl Process for Server {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         if self.stats.recovered_entries > 0 {
-            ctx.metric("tiga.follower_recovered_entries", self.stats.recovered_entries);
+            ctx.metric("tiga.server_recovered_entries", self.stats.recovered_entries);
         }
-        if self.is_leader() {
-            ctx.set_timer(SYNC, self.config.sync_interval);
-            ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
+        if !self.view_managers.is_empty() {
+            self.heartbeat(ctx);
+            ctx.set_timer(HEARTBEAT, self.config.heartbeat_interval);
+        }
+        match self.state {
+            ServerState::Normal if self.is_leader() => self.arm_leader_timers(ctx),
+            // A restarted follower asks its leader for the log (the leader answers once it
+            // serves in this view; a newer view reaches it through the view manager).
+            ServerState::Recovering if !self.is_leader() => {
+                self.send_log_state(ctx, self.log.len() as u64);
+                ctx.set_timer(view_change::VC_RETRY, self.config.view_change_retry);
+            }
+            _ => {}
         }
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
+        let normal = self.state == ServerState::Normal;
+        let current = self.view.number;
         match msg {
-            TigaMsg::Submit { view, piece, ts, send_time } if view == self.view => {
+            TigaMsg::Submit { view, .. } if view < current => {
+                // A coordinator behind: tell it the view (it resends in it).
+                ctx.send(from, TigaMsg::NewView { view: self.view.clone() });
+            }
+            TigaMsg::Submit { view, .. } if view == current && !normal => self.buffer_submit(from, msg),
+            TigaMsg::Submit { view, piece, ts, send_time } if view == current => {
                 self.on_submit(ctx, from, piece, ts, send_time);
                 self.release_due(ctx);
             }
-            TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == self.view => {
+            TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == current && normal => {
                 if self.topology.leader_node(shard.min(self.topology.shard_count() as u32 - 1)) == from {
                     self.on_agree(ctx, from, (txn, shard, ts, confirm, resend));
                 }
             }
-            TigaMsg::Absent { view, txn, shard } if view == self.view => {
+            TigaMsg::Absent { view, txn, shard } if view == current && normal => {
                 if (shard as usize) < self.topology.shard_count() {
                     self.on_absent(ctx, from, txn, shard);
                 }
             }
-            TigaMsg::LogSync { view, from: start, entries, commit_point } if view == self.view => {
+            TigaMsg::LogSync { view, from: start, entries, commit_point } if view == current && normal => {
                 self.on_log_sync(ctx, from, start, entries, commit_point);
             }
-            TigaMsg::SyncAck { view, replica, sync_point } if view == self.view => {
+            TigaMsg::SyncAck { view, replica, sync_point } if view == current && normal => {
                 if self.topology.shards[self.shard as usize].get(replica as usize) == Some(&from) {
                     self.on_sync_ack(ctx, replica, sync_point);
                 }
+            }
+            TigaMsg::NewView { view } if self.view_managers.contains(&from) || self.is_server(from) => {
+                self.on_new_view(ctx, view)
+            }
+            TigaMsg::CollectLog { view, from: start } => self.on_collect_log(ctx, from, view, start),
+            TigaMsg::LogState {
+                view,
+                replica,
+                voter,
+                last_normal,
+                sync_point,
+                executed,
+                from: start,
+                entries,
+                released,
+            } if view == current => {
+                let report = view_change::ReplicaStateMsg {
+                    voter,
+                    last_normal,
+                    sync_point,
+                    executed,
+                    from: start,
+                    entries,
+                    released,
+                };
+                self.on_log_state(ctx, from, replica, report);
+            }
+            TigaMsg::Verify { view, shard, kind, items } if view == current => {
+                self.on_verify(ctx, from, shard, kind, items)
+            }
+            TigaMsg::StartView { view, from: start, entries, commit_point } if view == current => {
+                self.on_start_view(ctx, from, start, entries, commit_point)
             }
             _ => ctx.metric("tiga.server_ignored", 1),
         }
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, timer: TimerId) {
+        let leading = self.is_leader() && self.state == ServerState::Normal;
         match timer {
             RELEASE => {
                 self.release_timer_at = None;
-                self.release_due(ctx);
+                if self.state == ServerState::Normal {
+                    self.release_due(ctx);
+                }
             }
-            SYNC => {
+            SYNC if leading => {
                 self.send_log_sync(ctx);
                 ctx.set_timer(SYNC, self.config.sync_interval);
             }
-            AGREE_RETRY => {
+            AGREE_RETRY if leading => {
                 self.retry_agreements(ctx);
                 self.release_due(ctx);
                 ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
             }
+            SYNC | AGREE_RETRY => self.leader_timers_armed = false,
+            HEARTBEAT => {
+                self.heartbeat(ctx);
+                ctx.set_timer(HEARTBEAT, self.config.heartbeat_interval);
+            }
+            view_change::VC_RETRY => self.on_vc_retry(ctx),
             _ => {}
         }
     }
 
-    /// Cheap local invariants: the log, commit point and execution point are ordered; the
-    /// priority queue's head is a queued transaction at its queued timestamp.
-    /// A restarted follower's synchronized log: the last snapshot, then every entry journaled
-    /// since, up to the first record that does not decode (module docs).
+    /// A restarted server's durable state: the last snapshot, then every change journaled
+    /// since, up to the first record that does not decode. It comes back recovering (module
+    /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
-        if self.is_leader() {
-            return;
+        self.state = ServerState::Recovering;
+        let mut snapshot = Snapshot { view: self.view.clone(), last_normal: 0, log: Vec::new(), released: Vec::new() };
+        match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
+            Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
+            Some(_) => self.stats.journal_unreadable += 1,
+            None => {}
         }
-        let mut entries: Vec<LogEntry> = match stored.snapshot.as_deref().map(postcard::from_bytes) {
-            Some(Ok(log)) => log,
-            Some(Err(_)) => {
-                self.stats.journal_unreadable += 1;
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
+        let mut released: BTreeMap<TxnId, LogEntry> = snapshot.released.into_iter().map(|e| (e.piece.txn, e)).collect();
+        let mut log = snapshot.log;
         for r in &stored.records {
-            match postcard::from_bytes::<LogEntry>(r) {
-                Ok(e) => entries.push(e),
+            match postcard::from_bytes::<Record>(r) {
+                Ok(Record::Logged(e)) => {
+                    released.remove(&e.piece.txn);
+                    log.push(e);
+                }
+                Ok(Record::Released(e)) => {
+                    released.insert(e.piece.txn, e);
+                }
                 Err(_) => {
                     self.stats.journal_unreadable += 1;
                     break;
                 }
             }
         }
-        for e in entries {
-            self.recover_entry(e);
+        self.view = snapshot.view;
+        self.topology.leader = self.view.leaders.clone();
+        self.config.preventive = self.view.preventive;
+        self.last_normal = snapshot.last_normal;
+        self.voter = self.stats.journal_unreadable == 0;
+        self.stats.recovered_entries = log.len() as u64;
+        for e in log {
+            self.index_entry(e);
         }
+        let in_log: BTreeSet<TxnId> = self.log.iter().map(|e| e.piece.txn).collect();
+        let mut released: Vec<LogEntry> = released.into_values().filter(|e| !in_log.contains(&e.piece.txn)).collect();
+        released.sort_by_key(|e| (e.ts, e.piece.txn));
+        self.vc.released = released;
         self.journaled = stored.records.len() as u64;
     }
 
@@ -1037,7 +1213,7 @@ impl Process for Server {
                 return Err(format!("checkpoint at {} beyond the executed point {}", c.position, self.executed));
             }
         }
-        if self.is_leader() {
+        if self.is_leader() && self.state == ServerState::Normal {
             if self.commit_point > len || self.executed > self.commit_point {
                 return Err(format!(
                     "shard {} leader: executed {} ≤ commit point {} ≤ log length {len} does not hold",

@@ -1,0 +1,849 @@
+//! A server's part in a view change (the paper's §4 and Algorithms 4–6), and its rejoin.
+//!
+//! **Entering a view.** A server that learns of a newer view (from the view manager, or from
+//! its new leader's `CollectLog`) stops normal processing. It keeps its log and the
+//! transactions it released but has not seen in the log, drops every other volatile thing
+//! (queue, locks, speculative executions: its store goes back to the executed state) and
+//! buffers submits of the new view until it serves in it.
+//!
+//! **The new leader** asks the replicas of its shard for their state (`CollectLog`, with its
+//! executed point: the committed prefix every replica shares) and, with f + 1 voters (replicas
+//! whose journal is whole), merges:
+//! - (a) among those with the largest last normal view, the log of the one with the largest
+//!   sync-point, up to it;
+//! - (b) every released transaction that at least ⌈f/2⌉ + 1 of them released at the same
+//!   timestamp: any f + 1 replicas include that many of any super quorum, so every transaction
+//!   committed on the fast path is here. Those whose timestamp is not above every conflicting
+//!   transaction in (a) cannot have committed (the old leader would have logged them first) and
+//!   are dropped; the rest follow (a) in timestamp order.
+//!
+//! **Multi-shard transactions** are then reconciled among the new leaders of all shards
+//! (every view change runs on every shard). Each lists its recent multi-shard transactions
+//! to the other shards involved and answers questions about others; once it knows the state of
+//! every such transaction on every shard involved, each leader decides alike:
+//! settled on some shard (it came from an old leader's log: agreed and possibly executed) →
+//! kept everywhere at that timestamp, a shard that lacks it taking its piece from the
+//! transaction's operations (which every multi-shard piece carries); otherwise absent on some
+//! shard → dropped everywhere (it cannot have committed); otherwise kept at the largest
+//! timestamp.
+//!
+//! **Starting the view.** The leader rebuilds its maps, hashes and stores from the new log,
+//! keeps a reply (with the execution's result) for every transaction in it, and sends each
+//! replica the log from that replica's executed point (`StartView`); log synchronization goes
+//! on from there. A replica adopts it, answers the coordinators of the new entries on the slow
+//! path, journals the new log and serves again. Coordinators resend what they had in flight
+//! (same id); a transaction in the new log is answered from it (at-most-once).
+//!
+//! **Rejoin.** A restarted server comes back *recovering*: it serves nowhere until a leader of
+//! its view sends it the log. If it led its view, the view manager replaces it (it forgot its
+//! agreements and speculative executions). Its journal holds its log and the transactions it
+//! released, so it may vote in a later view change as before the crash.
+
+use super::{Record, Server, Status};
+use crate::msg::{Key, LogEntry, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
+use crate::view::{ServerState, View};
+use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(super) const VC_RETRY: kairos_core::TimerId = kairos_core::TimerId(5);
+/// Submits buffered while a view change runs, at most.
+const BUFFERED_MAX: usize = 100_000;
+/// Log entries one `StartView` carries (the rest follows as log synchronization).
+const START_VIEW_BATCH_MAX: usize = 1024;
+
+/// What a replica reported for the view change.
+#[derive(Clone, Debug)]
+pub(super) struct ReplicaState {
+    voter: bool,
+    last_normal: u64,
+    sync_point: u64,
+    executed: u64,
+    from: u64,
+    entries: Vec<LogEntry>,
+    released: Vec<LogEntry>,
+}
+
+/// The new leader's merged log, waiting for the multi-shard reconciliation.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Merged {
+    /// From the old leader's log: final.
+    prefix: Vec<LogEntry>,
+    /// From the released transactions of enough replicas.
+    tail: Vec<LogEntry>,
+    /// This shard's state of each recent multi-shard transaction (and of any asked about).
+    mine: BTreeMap<TxnId, TxnState>,
+    /// Other shards' states, and the shards each transaction involves.
+    remote: BTreeMap<TxnId, BTreeMap<ShardId, TxnState>>,
+    shards_of: BTreeMap<TxnId, Vec<ShardId>>,
+    /// A piece (carrying the whole transaction) of each transaction heard of.
+    pieces: BTreeMap<TxnId, crate::msg::Piece>,
+    /// Shards whose listing arrived.
+    listed: BTreeSet<ShardId>,
+    /// Where each transaction of the merged log is: (timestamp, in the prefix).
+    index: BTreeMap<TxnId, (Ts, bool)>,
+}
+
+/// A server's view-change progress.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Transactions released and not in the log when the server stopped serving (or, after a
+    /// restart, as journaled).
+    pub(super) released: Vec<LogEntry>,
+    /// Leader: the executed point its `CollectLog` asked from, and what replicas reported.
+    collect_from: u64,
+    reports: BTreeMap<u32, ReplicaState>,
+    /// Leader: the merged log once f + 1 voters reported.
+    merged: Option<Merged>,
+    /// Verify messages that arrived before the merge.
+    early_verify: Vec<(ShardId, VerifyKind, Vec<VerifyItem>)>,
+    /// Submits of this view that arrived before it started.
+    buffered: Vec<(NodeId, TigaMsg)>,
+    /// Leader, after the view started: the states it reported (late questions are answered
+    /// from them, so every leader decides on the same facts).
+    pub(super) answered: BTreeMap<TxnId, TxnState>,
+    pub(super) started_at: Option<LocalTime>,
+    /// A view change began here since the last restart.
+    pub(super) entered_since_restart: bool,
+}
+
+impl Server {
+    pub(super) fn servers_of_shard(&self) -> Vec<NodeId> {
+        self.topology.shards[self.shard as usize].clone()
+    }
+
+    /// Whether `node` is a server of this deployment.
+    pub(super) fn is_server(&self, node: NodeId) -> bool {
+        self.topology.locate(node).is_some()
+    }
+
+    pub(super) fn heartbeat(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state };
+        ctx.send_all(self.view_managers.clone(), &msg);
+    }
+
+    /// A newer view arrived (module docs).
+    pub(super) fn on_new_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
+        if !view.fits(&self.topology) {
+            ctx.metric("tiga.server_bad_view", 1);
+            return;
+        }
+        if view.number < self.view.number {
+            return;
+        }
+        if view.number == self.view.number {
+            // A recovering follower of the view it restarted in: ask its leader for the log.
+            if self.state == ServerState::Recovering && !self.is_leader() {
+                self.send_log_state(ctx, self.executed_or_synced());
+            }
+            return;
+        }
+        self.enter_view(ctx, view);
+    }
+
+    /// Where a replica's log is known to match the leader's: its synced log when it served in
+    /// the leader's view, else its executed (committed) prefix.
+    fn executed_or_synced(&self) -> u64 {
+        if self.last_normal == self.view.number {
+            self.log.len() as u64
+        } else {
+            self.executed
+        }
+    }
+
+    fn enter_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
+        ctx.metric("tiga.server_view_changes", 1);
+        if self.state == ServerState::Normal {
+            // Remember what this replica released (and replied to) for the merge.
+            let mut released: Vec<LogEntry> = self
+                .txns
+                .values()
+                .filter(|t| t.status == Status::Released)
+                .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
+                .collect();
+            released.sort_by_key(|e| (e.ts, e.piece.txn));
+            self.vc.released = released;
+        }
+        if self.state != ServerState::Recovering {
+            self.state = ServerState::ViewChange;
+        }
+        // Back to the executed state: speculative executions and final-but-uncommitted
+        // entries are re-run from the new log.
+        if self.is_leader() {
+            self.store = self.committed.clone();
+        }
+        self.view = view;
+        self.topology.leader = self.view.leaders.clone();
+        self.config.preventive = self.view.preventive;
+        self.clear_volatile();
+        self.vc.reports.clear();
+        self.vc.merged = None;
+        self.vc.early_verify.clear();
+        self.vc.buffered.clear();
+        self.vc.answered.clear();
+        self.vc.started_at = Some(ctx.now());
+        self.vc.entered_since_restart = true;
+        if self.is_leader() {
+            self.vc.collect_from = self.executed;
+            self.collect(ctx, None);
+        }
+        ctx.set_timer(VC_RETRY, self.config.view_change_retry);
+    }
+
+    /// Drops the queue, locks, agreements and the transaction table (rebuilt from the log when
+    /// the view starts).
+    fn clear_volatile(&mut self) {
+        self.txns.clear();
+        self.pq = Default::default();
+        self.locked.clear();
+        self.early_agree.clear();
+        self.awaiting.clear();
+        self.release_timer_at = None;
+        let n = self.topology.replicas_per_shard();
+        self.sync_point = vec![0; n];
+        self.next_send = vec![0; n];
+        self.commit_point_sent = vec![0; n];
+    }
+
+    /// Leader: asks the replicas that have not reported (all of them if `only` is None).
+    fn collect(&mut self, ctx: &mut Ctx<'_, TigaMsg>, only: Option<&BTreeSet<u32>>) {
+        let msg = TigaMsg::CollectLog { view: self.view.clone(), from: self.vc.collect_from };
+        for (r, node) in self.servers_of_shard().into_iter().enumerate() {
+            let r = r as u32;
+            if r == self.replica {
+                continue;
+            }
+            if only.is_none_or(|missing| missing.contains(&r)) {
+                ctx.send(node, msg.clone());
+            }
+        }
+        if !self.vc.reports.contains_key(&self.replica) {
+            let mine = self.own_state(self.vc.collect_from);
+            self.vc.reports.insert(self.replica, mine);
+        }
+    }
+
+    fn own_state(&self, from: u64) -> ReplicaState {
+        let len = self.log.len() as u64;
+        let entries = if from <= len { self.log[from as usize..].to_vec() } else { Vec::new() };
+        ReplicaState {
+            voter: self.voter,
+            last_normal: self.last_normal,
+            sync_point: len,
+            executed: self.executed,
+            from,
+            entries,
+            released: if self.voter { self.vc.released.clone() } else { Vec::new() },
+        }
+    }
+
+    pub(super) fn send_log_state(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: u64) {
+        let s = self.own_state(from);
+        let leader = self.topology.leader_node(self.shard);
+        ctx.send(
+            leader,
+            TigaMsg::LogState {
+                view: self.view.number,
+                replica: self.replica,
+                voter: s.voter,
+                last_normal: s.last_normal,
+                sync_point: s.sync_point,
+                executed: s.executed,
+                from: s.from,
+                entries: s.entries,
+                released: s.released,
+            },
+        );
+    }
+
+    pub(super) fn on_collect_log(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from_node: NodeId, view: View, from: u64) {
+        if !self.is_server(from_node) || !view.fits(&self.topology) {
+            ctx.metric("tiga.server_bad_view", 1);
+            return;
+        }
+        if view.number > self.view.number {
+            self.enter_view(ctx, view);
+        }
+        if from_node != self.topology.leader_node(self.shard) || self.is_leader() {
+            return;
+        }
+        self.send_log_state(ctx, from);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_log_state(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from_node: NodeId,
+        replica: u32,
+        report: ReplicaStateMsg,
+    ) {
+        let r = replica as usize;
+        let leading = self.state == ServerState::Normal || self.vc.started_at.is_some();
+        if !self.is_leader()
+            || !leading
+            || self.topology.shards[self.shard as usize].get(r) != Some(&from_node)
+            || replica == self.replica
+        {
+            return;
+        }
+        let ReplicaStateMsg { voter, last_normal, sync_point, executed, from, entries, released } = report;
+        // A log that does not match its claimed sync-point, or claims from the future, is refused.
+        let consistent = last_normal <= self.view.number
+            && executed <= sync_point
+            && (from > sync_point || from + entries.len() as u64 == sync_point)
+            && entries.iter().chain(&released).all(|e| self.validate(&e.piece));
+        if !consistent {
+            ctx.metric("tiga.server_bad_log_state", 1);
+            return;
+        }
+        let state = ReplicaState { voter, last_normal, sync_point, executed, from, entries, released };
+        if self.state == ServerState::Normal {
+            // A late or rejoining replica: send it the view's log from where it matches ours.
+            let start = if last_normal == self.view.number { sync_point.min(self.log.len() as u64) } else { executed };
+            self.send_start_view(ctx, replica, start);
+            return;
+        }
+        self.vc.reports.insert(replica, state);
+        if self.vc.merged.is_none() {
+            self.try_merge(ctx);
+        }
+    }
+
+    /// Leader: with f + 1 voters, merges (module docs).
+    fn try_merge(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let f = self.topology.f();
+        let voters: Vec<&ReplicaState> = self.vc.reports.values().filter(|s| s.voter).collect();
+        if voters.len() < f + 1 {
+            return;
+        }
+        let from = self.vc.collect_from as usize;
+        let last = voters.iter().map(|s| s.last_normal).max().unwrap_or(0);
+        let chosen = voters.iter().filter(|s| s.last_normal == last).max_by_key(|s| s.sync_point).expect("one voter");
+        let mut prefix: Vec<LogEntry> = self.log[..from.min(self.log.len())].to_vec();
+        if chosen.sync_point as usize > from && chosen.from as usize == from {
+            prefix.extend(chosen.entries.iter().cloned());
+        }
+        // (b): released at the same timestamp by enough of the voters of the latest view.
+        let threshold = if self.config.unsafe_merge_any_released { 1 } else { f.div_ceil(2) + 1 };
+        let mut counts: BTreeMap<(TxnId, Ts), (usize, &LogEntry)> = BTreeMap::new();
+        for s in voters.iter().filter(|s| s.last_normal == last) {
+            for e in &s.released {
+                counts.entry((e.piece.txn, e.ts)).or_insert((0, e)).0 += 1;
+            }
+        }
+        let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|e| e.piece.txn).collect();
+        let (mut rmax, mut wmax): (BTreeMap<Key, Ts>, BTreeMap<Key, Ts>) = (BTreeMap::new(), BTreeMap::new());
+        for e in &prefix {
+            bump(&mut rmax, &e.piece.reads, e.ts);
+            bump(&mut wmax, &e.piece.writes, e.ts);
+        }
+        let mut tail: Vec<LogEntry> = Vec::new();
+        let mut taken: BTreeSet<TxnId> = BTreeSet::new();
+        for ((txn, ts), (n, e)) in counts {
+            if n < threshold || in_prefix.contains(&txn) || !taken.insert(txn) {
+                continue;
+            }
+            let last_conflict = conflict_ts(&rmax, &wmax, &e.piece);
+            if ts <= last_conflict {
+                ctx.metric("tiga.vc_dropped_behind_log", 1);
+                continue;
+            }
+            tail.push(e.clone());
+        }
+        tail.sort_by_key(|e| (e.ts, e.piece.txn));
+        let mut merged = Merged { prefix, tail, ..Merged::default() };
+        for e in &merged.prefix {
+            merged.index.insert(e.piece.txn, (e.ts, true));
+        }
+        for e in &merged.tail {
+            merged.index.insert(e.piece.txn, (e.ts, false));
+        }
+        self.vc.merged = Some(merged);
+        ctx.metric("tiga.vc_merged", 1);
+        self.send_listings(ctx);
+        for (shard, kind, items) in std::mem::take(&mut self.vc.early_verify) {
+            self.on_verify_items(ctx, shard, kind, items);
+        }
+        self.try_start(ctx);
+    }
+
+    fn state_of(merged: &Merged, txn: TxnId) -> TxnState {
+        match merged.index.get(&txn) {
+            Some(&(ts, true)) => TxnState::Settled(ts),
+            Some(&(ts, false)) => TxnState::Tentative(ts),
+            None => TxnState::Absent,
+        }
+    }
+
+    fn piece_in_merge(merged: &Merged, txn: TxnId) -> Option<&crate::msg::Piece> {
+        merged.prefix.iter().chain(&merged.tail).rev().find(|e| e.piece.txn == txn).map(|e| &e.piece)
+    }
+
+    /// Leader, merged: lists its recent multi-shard transactions to every other shard.
+    fn send_listings(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let Some(merged) = self.vc.merged.as_mut() else { return };
+        let newest = merged.prefix.iter().chain(&merged.tail).map(|e| e.ts).max().unwrap_or(0);
+        let since = newest.saturating_sub(duration_nanos(self.config.verify_lookback));
+        let recent: Vec<&LogEntry> =
+            merged.prefix.iter().chain(&merged.tail).filter(|e| e.ts >= since && e.piece.shards.len() > 1).collect();
+        let mut by_shard: BTreeMap<ShardId, Vec<VerifyItem>> = BTreeMap::new();
+        let mut mine = BTreeMap::new();
+        for e in recent {
+            let txn = e.piece.txn;
+            let state = Self::state_of(merged, txn);
+            mine.insert(txn, state);
+            for s in e.piece.shards.iter().filter(|s| **s != self.shard) {
+                by_shard.entry(*s).or_default().push(VerifyItem {
+                    txn,
+                    shards: e.piece.shards.clone(),
+                    state,
+                    piece: Some(e.piece.clone()),
+                });
+            }
+        }
+        for (txn, state) in mine {
+            merged.mine.insert(txn, state);
+            merged.shards_of.entry(txn).or_default();
+        }
+        for e in merged.prefix.iter().chain(&merged.tail) {
+            if let Some(sh) = merged.shards_of.get_mut(&e.piece.txn) {
+                if sh.is_empty() {
+                    *sh = e.piece.shards.clone();
+                }
+            }
+        }
+        let me = self.shard;
+        for s in 0..self.topology.shard_count() as ShardId {
+            if s == me {
+                continue;
+            }
+            let items = by_shard.remove(&s).unwrap_or_default();
+            let to = self.topology.leader_node(s);
+            ctx.send(to, TigaMsg::Verify { view: self.view.number, shard: me, kind: VerifyKind::Listing, items });
+        }
+    }
+
+    pub(super) fn on_verify(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from: NodeId,
+        shard: ShardId,
+        kind: VerifyKind,
+        items: Vec<VerifyItem>,
+    ) {
+        if !self.is_leader()
+            || shard as usize >= self.topology.shard_count()
+            || self.topology.leader_node(shard) != from
+        {
+            return;
+        }
+        if self.state == ServerState::Normal {
+            // The view started here already: answer from what this leader decided on.
+            let answers: Vec<VerifyItem> = items
+                .iter()
+                .map(|i| VerifyItem {
+                    txn: i.txn,
+                    shards: i.shards.clone(),
+                    state: self.vc.answered.get(&i.txn).copied().unwrap_or(TxnState::Absent),
+                    piece: None,
+                })
+                .collect();
+            if kind == VerifyKind::Listing {
+                // The sender lacks our listing (it was lost): everything we listed, again.
+                let listed: Vec<VerifyItem> = self
+                    .vc
+                    .answered
+                    .iter()
+                    .filter(|(txn, _)| self.txns.get(txn).is_some_and(|t| t.piece.shards.contains(&shard)))
+                    .map(|(txn, state)| VerifyItem {
+                        txn: *txn,
+                        shards: self.txns[txn].piece.shards.clone(),
+                        state: *state,
+                        piece: Some(self.txns[txn].piece.clone()),
+                    })
+                    .collect();
+                let (view, shard) = (self.view.number, self.shard);
+                ctx.send(from, TigaMsg::Verify { view, shard, kind: VerifyKind::Listing, items: listed });
+            }
+            if kind != VerifyKind::Answer {
+                let (view, shard) = (self.view.number, self.shard);
+                ctx.send(from, TigaMsg::Verify { view, shard, kind: VerifyKind::Answer, items: answers });
+            }
+            return;
+        }
+        if self.vc.merged.is_none() {
+            if self.vc.early_verify.len() < 4 * self.topology.shard_count() {
+                self.vc.early_verify.push((shard, kind, items));
+            }
+            return;
+        }
+        self.on_verify_items(ctx, shard, kind, items);
+        self.try_start(ctx);
+    }
+
+    fn on_verify_items(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        shard: ShardId,
+        kind: VerifyKind,
+        items: Vec<VerifyItem>,
+    ) {
+        let me = self.shard;
+        let Some(merged) = self.vc.merged.as_mut() else { return };
+        let mut answers = Vec::new();
+        for item in items {
+            if !item.shards.contains(&me) || !item.shards.contains(&shard) {
+                continue;
+            }
+            let txn = item.txn;
+            merged.remote.entry(txn).or_default().insert(shard, item.state);
+            merged.shards_of.insert(txn, item.shards.clone());
+            if let Some(p) = item.piece.filter(|p| p.txn == txn && !p.txn_ops.is_empty()) {
+                merged.pieces.entry(txn).or_insert(p);
+            }
+            let state = match merged.mine.get(&txn) {
+                Some(s) => *s,
+                None => {
+                    let s = Self::state_of(merged, txn);
+                    merged.mine.insert(txn, s);
+                    s
+                }
+            };
+            answers.push(VerifyItem {
+                txn,
+                shards: item.shards,
+                state,
+                piece: Self::piece_in_merge(merged, txn).cloned(),
+            });
+        }
+        if kind == VerifyKind::Listing {
+            merged.listed.insert(shard);
+        }
+        if kind != VerifyKind::Answer {
+            let to = self.topology.leader_node(shard);
+            ctx.send(
+                to,
+                TigaMsg::Verify { view: self.view.number, shard: me, kind: VerifyKind::Answer, items: answers },
+            );
+        }
+    }
+
+    /// Leader: asks the shards whose state of some transaction it still lacks.
+    fn ask_missing(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let me = self.shard;
+        let Some(merged) = self.vc.merged.as_ref() else { return };
+        let mut questions: BTreeMap<ShardId, Vec<VerifyItem>> = BTreeMap::new();
+        for (txn, shards) in &merged.shards_of {
+            for s in shards.iter().filter(|s| **s != me) {
+                if merged.remote.get(txn).is_none_or(|m| !m.contains_key(s)) {
+                    questions.entry(*s).or_default().push(VerifyItem {
+                        txn: *txn,
+                        shards: shards.clone(),
+                        state: merged.mine.get(txn).copied().unwrap_or(TxnState::Absent),
+                        piece: Self::piece_in_merge(merged, *txn).cloned(),
+                    });
+                }
+            }
+        }
+        for (s, items) in questions {
+            let to = self.topology.leader_node(s);
+            ctx.send(to, TigaMsg::Verify { view: self.view.number, shard: me, kind: VerifyKind::Question, items });
+        }
+    }
+
+    /// Leader: once every other shard listed and every transaction heard of has every involved
+    /// shard's state, decides (module docs) and starts the view.
+    fn try_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let me = self.shard;
+        let shards = self.topology.shard_count() as ShardId;
+        let Some(merged) = self.vc.merged.as_ref() else { return };
+        let all_listed = (0..shards).all(|s| s == me || merged.listed.contains(&s));
+        let complete = merged
+            .shards_of
+            .iter()
+            .all(|(txn, sh)| sh.iter().all(|s| *s == me || merged.remote.get(txn).is_some_and(|m| m.contains_key(s))));
+        if !all_listed || !complete {
+            return;
+        }
+        let mut merged = self.vc.merged.take().expect("merged");
+        let mut keep_at: BTreeMap<TxnId, Option<Ts>> = BTreeMap::new();
+        for (txn, sh) in &merged.shards_of {
+            let mut states: Vec<TxnState> = vec![merged.mine.get(txn).copied().unwrap_or(TxnState::Absent)];
+            states.extend(
+                sh.iter().filter(|s| **s != me).filter_map(|s| merged.remote.get(txn).and_then(|m| m.get(s)).copied()),
+            );
+            keep_at.insert(*txn, decide(&states));
+        }
+        let mut tail: Vec<LogEntry> = Vec::new();
+        for e in std::mem::take(&mut merged.tail) {
+            match keep_at.get(&e.piece.txn) {
+                None => tail.push(e),
+                Some(Some(ts)) => tail.push(LogEntry { ts: *ts, ..e }),
+                Some(None) => ctx.metric("tiga.vc_dropped_multi_shard", 1),
+            }
+        }
+        for (txn, at) in &keep_at {
+            let Some(ts) = at else { continue };
+            if merged.index.contains_key(txn) {
+                if merged.index[txn].1 && merged.index[txn].0 != *ts {
+                    ctx.metric("tiga.vc_settled_mismatch", 1);
+                }
+                continue;
+            }
+            let shard_of = |k: &[u8]| self.topology.shard_of_bytes(k);
+            match merged.pieces.get(txn).and_then(|p| p.sibling(me, shard_of)) {
+                Some(piece) => {
+                    ctx.metric("tiga.vc_fetched", 1);
+                    tail.push(LogEntry { ts: *ts, piece });
+                }
+                None => ctx.metric("tiga.vc_fetch_impossible", 1),
+            }
+        }
+        tail.sort_by_key(|e| (e.ts, e.piece.txn));
+        self.vc.answered = merged.mine.clone();
+        let mut log = merged.prefix;
+        log.extend(tail);
+        self.start_view_as_leader(ctx, log);
+    }
+
+    fn start_view_as_leader(&mut self, ctx: &mut Ctx<'_, TigaMsg>, log: Vec<LogEntry>) {
+        let executed = self.executed;
+        // The committed state stays at `executed`; the live store runs the whole new log.
+        self.committed = self.store.clone();
+        self.log = log;
+        self.rebuild_from_log();
+        let kept_from = (executed as usize).saturating_sub(self.results.len());
+        for pos in kept_from..self.log.len() {
+            let id = self.log[pos].piece.txn;
+            let result = if pos < executed as usize {
+                self.results[pos - kept_from].clone()
+            } else {
+                let r = self.execute(id);
+                self.txns.get_mut(&id).expect("rebuilt").undo.clear();
+                r
+            };
+            let t = self.txns.get_mut(&id).expect("rebuilt");
+            let reply = TigaMsg::Reply {
+                view: self.view.number,
+                txn: id,
+                shard: self.shard,
+                replica: self.replica,
+                kind: ReplyKind::Fast,
+                ts: t.ts,
+                hash: [0; 20],
+                result: Some(result),
+                owd_ns: 0,
+            };
+            t.last_reply = Some(reply);
+        }
+        let reports = std::mem::take(&mut self.vc.reports);
+        self.commit_point =
+            reports.values().map(|r| r.executed).max().unwrap_or(0).max(executed).min(self.log.len() as u64);
+        self.sync_point[self.replica as usize] = self.log.len() as u64;
+        self.become_normal(ctx);
+        for (r, s) in reports {
+            if r != self.replica {
+                let start = if s.last_normal == self.view.number { s.sync_point } else { s.executed };
+                self.send_start_view(ctx, r, start.min(self.log.len() as u64));
+            }
+        }
+        self.arm_leader_timers(ctx);
+        ctx.metric("tiga.vc_started", 1);
+    }
+
+    fn send_start_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, from: u64) {
+        let r = replica as usize;
+        let end = (from as usize + START_VIEW_BATCH_MAX).min(self.log.len());
+        let entries = self.log[from as usize..end].to_vec();
+        self.next_send[r] = end as u64;
+        self.sync_point[r] = self.sync_point[r].min(from);
+        self.commit_point_sent[r] = self.commit_point;
+        self.ack_progress_at[r] = ctx.now().as_nanos();
+        let node = self.topology.shards[self.shard as usize][r];
+        ctx.send(node, TigaMsg::StartView { view: self.view.number, from, entries, commit_point: self.commit_point });
+    }
+
+    pub(super) fn on_start_view(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from_node: NodeId,
+        from: u64,
+        entries: Vec<LogEntry>,
+        commit_point: u64,
+    ) {
+        if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
+            return;
+        }
+        let matches = from <= self.log.len() as u64 && (from >= self.executed || self.last_normal == self.view.number);
+        if !matches || entries.iter().any(|e| !self.validate(&e.piece)) {
+            // Our log does not match the leader's up to `from`: say where it does.
+            self.send_log_state(ctx, self.executed);
+            return;
+        }
+        if self.state == ServerState::Normal {
+            // Already serving in this view (a duplicate): its entries are log synchronization.
+            return self.on_log_sync(ctx, from_node, from, entries, commit_point);
+        }
+        self.log.truncate(from as usize);
+        self.rebuild_from_log();
+        self.become_normal(ctx);
+        for e in entries {
+            self.adopt_entry(ctx, e);
+        }
+        self.apply_committed(commit_point.min(self.log.len() as u64));
+        self.write_snapshot(ctx);
+        let leader = self.topology.leader_node(self.shard);
+        ctx.send(
+            leader,
+            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() as u64 },
+        );
+        self.release_due(ctx);
+    }
+
+    fn become_normal(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        self.state = ServerState::Normal;
+        self.last_normal = self.view.number;
+        // A replica that lost part of its journal votes again once it serves in a view that
+        // started after its restart (every view change since has done without its vote).
+        if self.vc.entered_since_restart {
+            self.voter = true;
+        }
+        self.vc.released.clear();
+        self.vc.started_at = None;
+        if self.is_leader() {
+            self.write_snapshot(ctx);
+        }
+        for (from, msg) in std::mem::take(&mut self.vc.buffered) {
+            if let TigaMsg::Submit { piece, ts, send_time, .. } = msg {
+                self.on_submit(ctx, from, piece, ts, send_time);
+            }
+        }
+        self.release_due(ctx);
+    }
+
+    /// Rebuilds the transaction table, maps and hashes from the log (the store is rebuilt by
+    /// the caller).
+    pub(super) fn rebuild_from_log(&mut self) {
+        self.clear_volatile();
+        self.rmap.clear();
+        self.wmap.clear();
+        self.key_hash.clear();
+        for e in std::mem::take(&mut self.log) {
+            self.index_entry(e);
+        }
+    }
+
+    pub(super) fn buffer_submit(&mut self, from: NodeId, msg: TigaMsg) {
+        if self.vc.buffered.len() < BUFFERED_MAX {
+            self.vc.buffered.push((from, msg));
+        }
+    }
+
+    /// The view-change retry timer: re-send what may have been lost.
+    pub(super) fn on_vc_retry(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if self.state == ServerState::Normal {
+            return;
+        }
+        if self.is_leader() {
+            if self.vc.merged.is_none() {
+                let missing: BTreeSet<u32> = (0..self.topology.replicas_per_shard() as u32)
+                    .filter(|r| !self.vc.reports.contains_key(r))
+                    .collect();
+                self.collect(ctx, Some(&missing));
+            } else {
+                let me = self.shard;
+                let unlisted: Vec<ShardId> = (0..self.topology.shard_count() as ShardId)
+                    .filter(|s| *s != me && !self.vc.merged.as_ref().is_some_and(|m| m.listed.contains(s)))
+                    .collect();
+                if !unlisted.is_empty() {
+                    self.send_listings(ctx);
+                }
+                self.ask_missing(ctx);
+            }
+        } else {
+            self.send_log_state(ctx, self.executed_or_synced());
+        }
+        ctx.set_timer(VC_RETRY, self.config.view_change_retry);
+    }
+
+    /// Makes the whole durable state one journal snapshot.
+    pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let released: Vec<LogEntry> = self
+            .txns
+            .values()
+            .filter(|t| t.status == Status::Released)
+            .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
+            .collect();
+        let snapshot =
+            super::Snapshot { view: self.view.clone(), last_normal: self.last_normal, log: self.log.clone(), released };
+        if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
+            ctx.persist_snapshot(bytes);
+            self.journaled = 0;
+        }
+    }
+
+    pub(super) fn journal_released(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
+        if let Some(t) = self.txns.get(&id) {
+            let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
+            self.journal(ctx, Record::Released(entry));
+        }
+    }
+}
+
+/// The fields of a [`TigaMsg::LogState`].
+pub(super) struct ReplicaStateMsg {
+    pub voter: bool,
+    pub last_normal: u64,
+    pub sync_point: u64,
+    pub executed: u64,
+    pub from: u64,
+    pub entries: Vec<LogEntry>,
+    pub released: Vec<LogEntry>,
+}
+
+/// What every new leader decides for a multi-shard transaction from its states on the
+/// shards involved: `Some(ts)` keeps it at `ts`, `None` drops it (module docs).
+pub(super) fn decide(states: &[TxnState]) -> Option<Ts> {
+    if let Some(ts) = states.iter().find_map(|s| match s {
+        TxnState::Settled(ts) => Some(*ts),
+        _ => None,
+    }) {
+        return Some(ts);
+    }
+    if states.contains(&TxnState::Absent) {
+        return None;
+    }
+    states
+        .iter()
+        .filter_map(|s| match s {
+            TxnState::Tentative(ts) => Some(*ts),
+            _ => None,
+        })
+        .max()
+}
+
+fn bump(map: &mut BTreeMap<Key, Ts>, keys: &[Key], ts: Ts) {
+    for k in keys {
+        let e = map.entry(*k).or_insert(0);
+        *e = (*e).max(ts);
+    }
+}
+
+fn conflict_ts(rmax: &BTreeMap<Key, Ts>, wmax: &BTreeMap<Key, Ts>, piece: &crate::msg::Piece) -> Ts {
+    let w = piece.reads.iter().chain(&piece.writes).filter_map(|k| wmax.get(k)).max().copied().unwrap_or(0);
+    let r = piece.writes.iter().filter_map(|k| rmax.get(k)).max().copied().unwrap_or(0);
+    w.max(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settled_wins_absent_drops_else_the_largest_tentative() {
+        use TxnState::*;
+        assert_eq!(decide(&[Absent, Settled(5), Tentative(9)]), Some(5));
+        assert_eq!(decide(&[Tentative(3), Absent]), None);
+        assert_eq!(decide(&[Tentative(3), Tentative(7)]), Some(7));
+    }
+}
