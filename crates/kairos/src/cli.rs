@@ -339,7 +339,7 @@ pub struct DesBenchArgs {
 pub enum SimCommand {
     /// The replicated register under random faults (crashes, partitions, cut links, clock steps, loss).
     Register(SimRegisterArgs),
-    /// Tiga under random faults on its servers (crashes of followers only, until Tiga has view changes).
+    /// Tiga under random faults on its servers and view-manager nodes (a leader crash is a view change).
     Tiga(CampaignArgs),
     /// 2PL+Paxos under random faults on its servers.
     #[command(name = "2pl-paxos")]

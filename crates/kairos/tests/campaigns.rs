@@ -74,10 +74,14 @@ fn tapir_survives_40_fault_plans() {
 }
 
 #[test]
-fn tiga_survives_40_fault_plans_with_follower_crashes() {
+fn tiga_survives_40_fault_plans_with_crashes_of_leaders_followers_and_view_manager_nodes() {
     let s = campaign("tiga", "1..41");
     assert_eq!(s["seeds_run"], 40);
     assert!(s["fault_kinds"].as_array().unwrap().iter().any(|k| k == "crash"), "{s}");
+    // Leaders did crash and were replaced in many of the plans.
+    let with_view_changes =
+        s["seeds"].as_array().unwrap().iter().filter(|r| r["view_changes"].as_u64().unwrap() > 0).count();
+    assert!(with_view_changes >= 10, "{with_view_changes} of 40 seeds changed views");
 }
 
 #[test]

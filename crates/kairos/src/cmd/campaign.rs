@@ -13,7 +13,7 @@ use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::fault::random_plan;
-use kairos_sim::{Fault, FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
+use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::SwarmRun;
 use kairos_tiga::Topology;
@@ -50,6 +50,8 @@ struct SeedRun {
     violation: Option<Violation>,
     events: u64,
     trace_hash: u64,
+    /// Tiga: the view the view manager reached (each view change bumps it by one).
+    view_changes: Option<u64>,
     /// Liveness is judged on what clients asked after this: the last repair, plus the longest
     /// a request made during the faults may still hold a one-at-a-time client.
     live_from: SimTime,
@@ -68,6 +70,9 @@ pub struct SeedResult {
     pub clients_stuck: usize,
     pub events: u64,
     pub trace_hash: String,
+    /// Tiga: view changes during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view_changes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -131,15 +136,20 @@ fn run_seed(
             let w = d.build().map_err(|e| usage(&e))?;
             let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
             let until = SimTime::ZERO + end + recovery + drain;
-            // Tiga has no view change yet: only followers crash (and recover their logs).
-            let leaders: Vec<NodeId> =
-                (0..w.topology.shard_count() as u32).map(|s| w.topology.leader_node(s)).collect();
-            let followers_crash = |servers: &[NodeId]| {
-                let mut plan = plan_servers(servers);
-                plan.retain(|f| !matches!(f.fault, Fault::Crash(n) | Fault::Restart(n) if leaders.contains(&n)));
-                plan
-            };
-            transactional(w.sim, &w.topology, &w.process_regions, &followers_crash, until, healed)
+            // Any server crashes and restarts (a leader's crash is a view change), and so do
+            // the view manager's nodes.
+            let mut sim = w.sim;
+            let targets: Vec<NodeId> = w.topology.shards.iter().flatten().chain(&w.view_managers).copied().collect();
+            let plan = plan_servers(&targets);
+            sim.schedule_all(plan.clone());
+            sim.run_until(until);
+            let views = w
+                .view_managers
+                .iter()
+                .filter_map(|n| sim.role::<kairos_tiga::view::ViewManager>(*n).map(|vm| vm.view().number))
+                .max();
+            let clients = w.process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
+            SeedRun { view_changes: views, ..finish(&mut sim, plan, Model::StrictSerializable, clients, healed) }
         }
         CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd => {
             let p = if protocol == CampaignProtocol::SwarmKv { Protocol::SwarmKv } else { Protocol::DmAbd };
@@ -177,6 +187,7 @@ fn run_seed(
                 saved_history: Some(o.history_with_initial_values()),
                 history: o.history,
                 live_from: SimTime::ZERO,
+                view_changes: None,
             }
         }
         CampaignProtocol::Causal => {
@@ -242,6 +253,7 @@ fn finish<M: Message>(
         history: sim.take_history(),
         saved_history: None,
         live_from,
+        view_changes: None,
     }
 }
 
@@ -325,6 +337,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             clients_stuck: stuck,
             events: run.events,
             trace_hash: format!("{:016x}", run.trace_hash),
+            view_changes: run.view_changes,
             failure,
         };
         table.add_row([
