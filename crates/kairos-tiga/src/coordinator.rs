@@ -648,7 +648,7 @@ impl Coordinator {
         owd_ns: u64,
     ) {
         let genuine = self.topology.shards.get(shard as usize).and_then(|rs| rs.get(replica as usize)) == Some(&from);
-        if !genuine || (view != self.view && !self.config.unsafe_accept_any_view) {
+        if !genuine || view != self.view {
             return self.ignore(ctx);
         }
         if kind == ReplyKind::Fast && owd_ns > 0 {

@@ -58,6 +58,18 @@ pub struct Deployment {
     pub cpu: CpuModel,
     pub mode: Mode,
     pub config: TigaConfig,
+    /// Crash a shard's leader during the run (the recovery experiment).
+    pub kill_leader: Option<LeaderKill>,
+}
+
+/// The recovery experiment's fault: the leader of `shard` in view 0 crashes at `at` (true time
+/// since the start; coordinators keep going, nobody is told) and, with `restart_after`, comes
+/// back that long after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaderKill {
+    pub at: Duration,
+    pub shard: ShardId,
+    pub restart_after: Option<Duration>,
 }
 
 impl Default for Deployment {
@@ -77,6 +89,7 @@ impl Default for Deployment {
             cpu: CpuModel::Fixed(Duration::from_micros(5)),
             mode: Mode::Auto,
             config: TigaConfig::default(),
+            kill_leader: None,
         }
     }
 }
@@ -93,6 +106,9 @@ pub struct Outcome {
     /// Each coordinator's region and counters (fast / slow commits, revisions, …).
     pub coordinators: Vec<(String, CoordinatorStats)>,
     pub wall: Duration,
+    /// The view the view manager reached (0: no view change), and its leaders.
+    pub view: u64,
+    pub leaders: Vec<u32>,
 }
 
 impl Outcome {
@@ -290,7 +306,15 @@ impl Deployment {
     pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<Outcome, DeployError> {
         #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
         let started = std::time::Instant::now();
-        let World { mut sim, topology, process_regions, .. } = self.build()?;
+        let World { mut sim, topology, process_regions, view_managers } = self.build()?;
+        if let Some(k) = &self.kill_leader {
+            let shard = k.shard.min(topology.shard_count().saturating_sub(1) as ShardId);
+            let victim = topology.leader_node(shard);
+            sim.schedule(SimTime::ZERO + k.at, kairos_sim::Fault::Crash(victim));
+            if let Some(after) = k.restart_after {
+                sim.schedule(SimTime::ZERO + k.at + after, kairos_sim::Fault::Restart(victim));
+            }
+        }
         let drain = self.config.retry_timeout * self.config.max_sends + Duration::from_secs(1);
         let end = SimTime::ZERO + self.duration + drain;
         const SLICES: u32 = 100;
@@ -312,6 +336,12 @@ impl Deployment {
                 (region.clone(), stats)
             })
             .collect();
+        let last_view = view_managers
+            .iter()
+            .filter_map(|n| sim.role::<ViewManager>(*n))
+            .map(|v| v.view().clone())
+            .max_by_key(|v| v.number);
+        let leaders = last_view.as_ref().map_or_else(|| topology.leader.clone(), |v| v.leaders.clone());
         Ok(Outcome {
             coordinators,
             trace_hash: sim.trace_hash(),
@@ -321,14 +351,28 @@ impl Deployment {
             process_regions,
             topology,
             wall: started.elapsed(),
+            view: last_view.as_ref().map_or(0, |v| v.number),
+            leaders,
         })
     }
 }
 
 /// The analytic commit latency of a coordinator in `region` for a transaction touching every
 /// shard, with perfectly synchronized clocks and no queueing — what the median should approach
-/// at moderate load (see the crate docs for the formula).
+/// at moderate load (see the crate docs for the formula), in view 0.
 pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, DeployError> {
+    analytic_latency_in(d, region, &vec![0; d.shards as usize], &[])
+}
+
+/// [`analytic_latency`] with `leaders[s]` leading shard `s` and the replicas `down` (shard,
+/// replica) crashed: a shard with fewer live replicas than a super quorum commits on the slow
+/// path only (after a leader crash, until the old leader rejoins).
+pub fn analytic_latency_in(
+    d: &Deployment,
+    region: &str,
+    leaders: &[u32],
+    down: &[(ShardId, u32)],
+) -> Result<Duration, DeployError> {
     let matrix = LatencyMatrix::gcp();
     let c = matrix.region(region)?;
     let regions: Vec<_> = d.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
@@ -336,36 +380,48 @@ pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, Deploy
     let f = (n - 1) / 2;
     let sq = (1 + f + f.div_ceil(2)).min(n);
     let owd = |a, b| matrix.one_way(a, b);
-    let region_of = |s: usize, r: usize| match d.placement {
-        Placement::CoLocated => regions[r],
-        Placement::Separated => regions[(r + s) % n],
-    };
+    let region_of = |s: usize, r: usize| regions[d.region_index(s, r)];
     let shards = d.shards as usize;
+    let leader_of = |s: usize| leaders.get(s).map_or(0, |l| *l as usize);
+    let live = |s: usize, r: usize| !down.contains(&(s as ShardId, r as u32));
     let kth = |mut v: Vec<Duration>, k: usize| {
         v.sort();
-        v[k.min(v.len()) - 1]
+        v.get(k.max(1) - 1).copied()
     };
-    // Headroom: the farthest member of the closest super quorum of each shard, + margin.
-    let headroom =
-        (0..shards).map(|s| kth((0..n).map(|r| owd(c, region_of(s, r))).collect(), sq)).max().unwrap_or_default()
-            + d.config.margin;
+    // Headroom: the farthest member of the closest super quorum of each shard, + margin (the
+    // coordinator keeps estimating a crashed replica from its initial bound).
+    let headroom = (0..shards)
+        .filter_map(|s| kth((0..n).map(|r| owd(c, region_of(s, r))).collect(), sq))
+        .max()
+        .unwrap_or_default()
+        + d.config.margin;
     // Leaders of different shards agree on timestamps (half a round trip between them).
-    let leaders: Vec<_> = (0..shards).map(|s| region_of(s, 0)).collect();
+    let leader_regions: Vec<_> = (0..shards).map(|s| region_of(s, leader_of(s))).collect();
     let agreement = if shards > 1 {
-        leaders.iter().flat_map(|a| leaders.iter().map(move |b| owd(*a, *b))).max().unwrap_or_default()
+        leader_regions.iter().flat_map(|a| leader_regions.iter().map(move |b| owd(*a, *b))).max().unwrap_or_default()
     } else {
         Duration::ZERO
     };
-    let per_shard = (0..shards).map(|s| {
-        let leader = region_of(s, 0);
+    let mut worst = Duration::ZERO;
+    for s in 0..shards {
+        let leader = region_of(s, leader_of(s));
+        let alive: Vec<usize> = (0..n).filter(|r| live(s, *r)).collect();
         // Fast: the super quorum's replies, all released at the timestamp.
-        let fast = kth((0..n).map(|r| owd(region_of(s, r), c)).collect(), sq);
+        let fast = kth(alive.iter().map(|r| owd(region_of(s, *r), c)).collect(), sq).filter(|_| alive.len() >= sq);
         // Slow: the leader's reply, and f followers' replies after agreement and log sync.
-        let via_followers = kth((1..n).map(|r| owd(leader, region_of(s, r)) + owd(region_of(s, r), c)).collect(), f);
-        let slow = owd(leader, c).max(agreement + d.config.sync_interval / 2 + via_followers);
-        fast.min(slow)
-    });
-    Ok(headroom + per_shard.max().unwrap_or_default())
+        let followers: Vec<Duration> = alive
+            .iter()
+            .filter(|r| **r != leader_of(s))
+            .map(|r| owd(leader, region_of(s, *r)) + owd(region_of(s, *r), c))
+            .collect();
+        let slow = kth(followers, f).map(|v| owd(leader, c).max(agreement + d.config.sync_interval / 2 + v));
+        let best = match (fast, slow) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(Duration::MAX / 4),
+        };
+        worst = worst.max(best);
+    }
+    Ok(headroom + worst)
 }
 
 /// A world check: every replica of a shard executes the same transaction at the same

@@ -111,11 +111,9 @@ pub struct TigaConfig {
     /// The new leaders reconcile the multi-shard transactions whose timestamps lie within this
     /// of the newest in their logs (older ones were settled on every shard long before).
     pub verify_lookback: Duration,
-    /// Test-only: the new leader's log merge takes every released transaction any replica
-    /// reports, not only those at least ⌈f/2⌉ + 1 of the f + 1 have (rule (b) skipped).
-    pub unsafe_merge_any_released: bool,
-    /// Test-only: coordinators accept replies from views other than their own.
-    pub unsafe_accept_any_view: bool,
+    /// Test-only: the new leader's log merge skips rule (b): it keeps only the old leader's
+    /// log, losing what was committed on the fast path and not yet synchronized.
+    pub unsafe_skip_merge_rule_b: bool,
     /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
     /// inversion; the Figure 5 test shows the checker catching it).
     pub unsafe_skip_second_round: bool,
@@ -153,8 +151,7 @@ impl Default for TigaConfig {
             view_change_timeout: Duration::from_secs(2),
             view_change_retry: Duration::from_millis(150),
             verify_lookback: Duration::from_secs(2),
-            unsafe_merge_any_released: false,
-            unsafe_accept_any_view: false,
+            unsafe_skip_merge_rule_b: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,
         }

@@ -1,6 +1,7 @@
 //! Unit tests of one Tiga server, driven message by message through the role harness:
 //! release in timestamp order, the leader's bump and the follower's hold, a speculative
-//! transaction holding its keys until agreement, and a lower leader revising its timestamp.
+//! transaction holding its keys until agreement, a lower leader revising its timestamp, and
+//! view-change messages that are stale, bogus or from strangers changing nothing.
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
@@ -8,6 +9,7 @@ use kairos_tiga::msg::{Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::ops::{key_id, Op, OpKind, OpOutput};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
+use kairos_tiga::view::{ServerState, View};
 use std::time::Duration;
 
 const COORDINATOR: NodeId = NodeId(10);
@@ -205,4 +207,104 @@ fn a_piece_whose_sets_do_not_match_its_operations_is_refused() {
         .collect();
     assert_eq!(outputs, vec![vec![OpOutput::Ok, OpOutput::Bulk(b"hello".to_vec())]]);
     assert_eq!(h.role.entry(&tk(6)).map(|e| e.version), Some(1));
+}
+
+/// The view-manager node of the view-change tests.
+const VIEW_MANAGER: NodeId = NodeId(20);
+
+fn server_with_view_manager(shard: ShardId, replica: u32) -> RoleHarness<Server> {
+    let node = topology().shards[shard as usize][replica as usize];
+    let s = Server::new(topology(), TigaConfig::default(), shard, replica).with_view_managers(vec![VIEW_MANAGER]);
+    let mut h = RoleHarness::new(node, s, 1);
+    h.start();
+    h
+}
+
+fn view_of(h: &mut RoleHarness<Server>) -> (u64, ServerState) {
+    h.call(|s, _| (s.view().0.number, s.view().1)).0
+}
+
+fn metric_names(effects: &[Effect<TigaMsg>]) -> Vec<&'static str> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Metric { name, .. } => Some(*name),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Replica 1 of shard 0 leads view 1; shard 1 keeps replica 0.
+fn view_1() -> View {
+    View { number: 1, leaders: vec![1, 0], preventive: false }
+}
+
+#[test]
+fn views_from_strangers_that_do_not_fit_or_that_are_stale_change_nothing() {
+    let mut h = server_with_view_manager(0, 2);
+    // Neither a server nor a view-manager node.
+    h.deliver(NodeId(99), TigaMsg::NewView { view: view_1() });
+    assert_eq!(view_of(&mut h), (0, ServerState::Normal));
+    // A leader that is not a replica of the shard, a missing shard, a view with no successor.
+    for bogus in [
+        View { number: 1, leaders: vec![7, 0], preventive: false },
+        View { number: 1, leaders: vec![1], preventive: false },
+        View { number: u64::MAX, leaders: vec![1, 0], preventive: false },
+    ] {
+        let e = h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: bogus });
+        assert!(metric_names(&e).contains(&"tiga.server_bad_view"));
+        assert_eq!(view_of(&mut h), (0, ServerState::Normal));
+    }
+    // A CollectLog from a server the view does not name as this shard's leader.
+    let e = h.deliver(NodeId(0), TigaMsg::CollectLog { view: view_1(), from: 0 });
+    assert!(sent(&e).is_empty() && metric_names(&e).contains(&"tiga.server_bad_view"));
+    assert_eq!(view_of(&mut h), (0, ServerState::Normal));
+    // The real thing: the named leader collects, this replica stops serving and reports.
+    let e = h.deliver(NodeId(1), TigaMsg::CollectLog { view: view_1(), from: 0 });
+    assert!(sent(&e).iter().any(|(to, m)| *to == NodeId(1) && matches!(m, TigaMsg::LogState { view: 1, .. })));
+    assert_eq!(view_of(&mut h), (1, ServerState::ViewChange));
+    // Now a stale view changes nothing.
+    let stale = View { number: 0, leaders: vec![0, 0], preventive: false };
+    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: stale });
+    assert_eq!(view_of(&mut h), (1, ServerState::ViewChange));
+    // Submits of the new view wait until it starts; one from the old view learns the view.
+    let e = submit(&mut h, piece(1, &[0], &[2]), Duration::from_millis(5));
+    assert!(sent(&e)
+        .iter()
+        .any(|(to, m)| *to == COORDINATOR && matches!(m, TigaMsg::NewView { view } if view.number == 1)));
+}
+
+#[test]
+fn a_log_report_that_contradicts_itself_or_comes_from_a_stranger_is_refused() {
+    // Replica 1 of shard 0 becomes the leader of view 1 and collects from replicas 0 and 2.
+    let mut h = server_with_view_manager(0, 1);
+    let e = h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
+    let asked: Vec<NodeId> =
+        sent(&e).into_iter().filter(|(_, m)| matches!(m, TigaMsg::CollectLog { .. })).map(|(to, _)| to).collect();
+    assert_eq!(asked, vec![NodeId(0), NodeId(2)]);
+    let report = |sync_point: u64, last_normal: u64| TigaMsg::LogState {
+        view: 1,
+        replica: 2,
+        voter: true,
+        last_normal,
+        sync_point,
+        executed: 0,
+        from: 0,
+        entries: Vec::new(),
+        released: Vec::new(),
+    };
+    let listings = |e: &[Effect<TigaMsg>]| sent(e).iter().filter(|(_, m)| matches!(m, TigaMsg::Verify { .. })).count();
+    // Claims 5 synchronized entries and sends none: refused, no merge.
+    let e = h.deliver(NodeId(2), report(5, 0));
+    assert!(metric_names(&e).contains(&"tiga.server_bad_log_state"));
+    assert_eq!(listings(&e), 0);
+    // Claims to have served in a view after this one: refused.
+    let e = h.deliver(NodeId(2), report(0, 7));
+    assert!(metric_names(&e).contains(&"tiga.server_bad_log_state"));
+    // Shard 1's replica claiming to be replica 2 of shard 0: ignored.
+    let e = h.deliver(NodeId(5), report(0, 0));
+    assert_eq!(listings(&e), 0);
+    // A consistent report makes f + 1 voters: the log is merged and listed to shard 1's leader.
+    let e = h.deliver(NodeId(2), report(0, 0));
+    assert!(sent(&e).iter().any(|(to, m)| *to == NodeId(3) && matches!(m, TigaMsg::Verify { view: 1, .. })), "{e:?}");
 }

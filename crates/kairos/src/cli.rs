@@ -144,6 +144,17 @@ pub struct TigaArgs {
     /// Charge each handler its real measured CPU time (saturation reflects the code's real speed; not bit-for-bit reproducible).
     #[arg(long)]
     pub measured_cpu: bool,
+    /// Crash the leader of --kill-shard at this virtual second, with no warning to anyone: the
+    /// view manager has to notice. Adds throughput and latency per 100 ms and the recovery
+    /// time (crash to throughput back at 90% of before) to the table and to --json.
+    #[arg(long, value_name = "SECONDS")]
+    pub kill_leader_at_s: Option<f64>,
+    /// The shard whose leader --kill-leader-at-s crashes.
+    #[arg(long, default_value_t = 0, requires = "kill_leader_at_s")]
+    pub kill_shard: u32,
+    /// Restart the crashed leader this many seconds after the crash (it rejoins as a follower).
+    #[arg(long, value_name = "SECONDS", requires = "kill_leader_at_s")]
+    pub restart_after_s: Option<f64>,
 }
 
 #[derive(Args, Debug)]

@@ -160,3 +160,125 @@ mod tests {
         assert_eq!(by["p3"].last().unwrap()[0], 100.0);
     }
 }
+
+/// The operations of `history` invoked at or after `from` (true time), with their completions.
+pub fn invoked_from(history: &[HistoryRecord], from: std::time::Duration) -> Vec<HistoryRecord> {
+    let from_ns = from.as_nanos() as u64;
+    let mut open: HashMap<u64, bool> = HashMap::new();
+    let mut out = Vec::new();
+    for r in history {
+        let keep = match r.event.op_type {
+            OpType::Invoke => {
+                let keep = r.time >= from_ns;
+                open.insert(r.event.process, keep);
+                keep
+            }
+            _ => open.remove(&r.event.process).unwrap_or(false),
+        };
+        if keep {
+            out.push(r.clone());
+        }
+    }
+    out
+}
+
+/// One bin of a throughput and latency time series.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SeriesBin {
+    /// Start of the bin, true seconds since the run began.
+    pub t_s: f64,
+    /// Operations completed `ok` in the bin, per second.
+    pub ok_per_s: f64,
+    /// Median latency of those operations (0 when none completed).
+    pub latency_ms_p50: f64,
+}
+
+/// Completions and their median latency per `bin` of true time, from 0 to `until`.
+pub fn series(history: &[HistoryRecord], bin: std::time::Duration, until: std::time::Duration) -> Vec<SeriesBin> {
+    let bin_ns = (bin.as_nanos() as u64).max(1);
+    let bins = (until.as_nanos() as u64).div_ceil(bin_ns) as usize;
+    let mut latencies: Vec<Vec<u64>> = vec![Vec::new(); bins];
+    let mut open: HashMap<u64, u64> = HashMap::new();
+    for r in history {
+        match r.event.op_type {
+            OpType::Invoke => {
+                open.insert(r.event.process, r.time);
+            }
+            done => {
+                let Some(start) = open.remove(&r.event.process) else { continue };
+                let i = (r.time / bin_ns) as usize;
+                if done == OpType::Ok && i < bins {
+                    latencies[i].push(r.time.saturating_sub(start));
+                }
+            }
+        }
+    }
+    latencies
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut l)| {
+            l.sort_unstable();
+            SeriesBin {
+                t_s: (i as u64 * bin_ns) as f64 / 1e9,
+                ok_per_s: l.len() as f64 / (bin_ns as f64 / 1e9),
+                latency_ms_p50: l.get(l.len().saturating_sub(1) / 2).map_or(0.0, |ns| *ns as f64 / 1e6),
+            }
+        })
+        .collect()
+}
+
+/// Seconds from `fault_s` until throughput is back for good: after throughput first fell below
+/// half of its mean over the second before the fault, the start of the first window of
+/// `window` bins from which every later window's mean is at least 90% of that mean (a burst of
+/// backlog followed by another dip does not count). `Some(0.0)` when it never fell; `None` when
+/// the last window is still below.
+pub fn recovery_s(series: &[SeriesBin], fault_s: f64, window: usize) -> Option<f64> {
+    let before: Vec<f64> =
+        series.iter().filter(|b| b.t_s >= fault_s - 1.0 && b.t_s < fault_s).map(|b| b.ok_per_s).collect();
+    if before.is_empty() {
+        return None;
+    }
+    let baseline = before.iter().sum::<f64>() / before.len() as f64;
+    let after: Vec<&SeriesBin> = series.iter().filter(|b| b.t_s >= fault_s).collect();
+    let Some(dip) = after.iter().position(|b| b.ok_per_s < 0.5 * baseline) else { return Some(0.0) };
+    let window = window.max(1);
+    let starts = dip..after.len().saturating_sub(window - 1);
+    let back =
+        |i: usize| after[i..i + window].iter().map(|b| b.ok_per_s).sum::<f64>() / window as f64 >= 0.9 * baseline;
+    let last_below = starts.clone().rev().find(|i| !back(*i));
+    let first_good = match last_below {
+        None => starts.start,
+        Some(i) if i + 1 < starts.end => i + 1,
+        Some(_) => return None,
+    };
+    Some(after[first_good].t_s - fault_s)
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+
+    fn bins(rates: &[f64]) -> Vec<SeriesBin> {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| SeriesBin { t_s: i as f64 * 0.1, ok_per_s: *r, latency_ms_p50: 1.0 })
+            .collect()
+    }
+
+    #[test]
+    fn recovery_is_timed_from_the_fault_to_the_first_window_back_at_ninety_percent() {
+        // 1 s at 100/s, a crash at 1.0 s, 0.5 s at 0, a burst of backlog, a second dip, then
+        // back for good.
+        let mut r = vec![100.0; 10];
+        r.extend([80.0, 0.0, 0.0, 0.0, 300.0, 300.0, 10.0, 10.0, 10.0, 95.0, 100.0, 100.0, 100.0, 100.0]);
+        let s = bins(&r);
+        let rec = recovery_s(&s, 1.0, 3).unwrap();
+        assert!((rec - 0.9).abs() < 1e-9, "{rec}");
+        // Never below half: no dip, recovered at once; never back: None.
+        assert_eq!(recovery_s(&bins(&[100.0; 20]), 1.0, 3), Some(0.0));
+        let mut never = vec![100.0; 10];
+        never.extend([0.0; 10]);
+        assert_eq!(recovery_s(&bins(&never), 1.0, 3), None);
+    }
+}

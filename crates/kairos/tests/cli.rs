@@ -146,6 +146,10 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "micro", "--load", "0"], "--load"),
         (vec!["bench", "micro", "--load", "1000,-5"], "--load"),
         (vec!["bench", "micro", "--skew-sweep", "0.5,9"], "skew"),
+        (vec!["bench", "tiga", "--duration-s", "4", "--kill-leader-at-s", "9"], "--kill-leader-at-s"),
+        (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--kill-shard", "5"], "--kill-shard"),
+        (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--restart-after-s", "5000"], "--restart-after-s"),
+        (vec!["bench", "tiga", "--kill-shard", "1"], "--kill-leader-at-s"),
     ] {
         let o = kairos(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
@@ -365,4 +369,36 @@ fn a_causal_replica_set_of_real_processes_reads_its_own_writes_from_secondaries(
     assert!(own_from_secondary > 0, "no own write read from a secondary: {log}");
     assert!(from_secondary >= own_from_secondary);
     assert!(started.elapsed() < Duration::from_secs(60), "took {:?}", started.elapsed());
+}
+
+/// The recovery experiment as a user runs it: a leader killed mid-run, the table's time
+/// series and recovery time, and the same in `--json`.
+#[test]
+fn bench_tiga_kills_a_leader_and_reports_the_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("kill.json");
+    let o = kairos(&[
+        "bench",
+        "tiga",
+        "--load",
+        "1500",
+        "--duration-s",
+        "5",
+        "--kill-leader-at-s",
+        "1.5",
+        "--kill-shard",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("← leader crashes") && text(&o).contains("recovery: throughput back"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = &v[0];
+    assert_eq!(r["check"]["verdict"], "valid", "{r}");
+    assert_eq!(r["extra"]["view"], 1, "one view change");
+    let recovery = r["extra"]["recovery_s"].as_f64().expect("recovered");
+    assert!(recovery > 0.0 && recovery < 3.0, "{recovery}");
+    assert_eq!(r["extra"]["series"].as_array().unwrap().len(), 50, "100 ms bins over 5 s");
+    assert!(r["extra"]["latency_ms_p50_after_recovery_by_region"]["sc"].as_f64().unwrap() > 0.0);
 }

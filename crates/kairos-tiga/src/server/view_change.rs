@@ -123,7 +123,7 @@ impl Server {
 
     /// A newer view arrived (module docs).
     pub(super) fn on_new_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
-        if !view.fits(&self.topology) {
+        if !self.plausible(&view) {
             ctx.metric("tiga.server_bad_view", 1);
             return;
         }
@@ -255,18 +255,26 @@ impl Server {
         );
     }
 
+    /// Only the leader the view names for this shard collects for it.
     pub(super) fn on_collect_log(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from_node: NodeId, view: View, from: u64) {
-        if !self.is_server(from_node) || !view.fits(&self.topology) {
+        let named = self.plausible(&view)
+            && self.topology.shards[self.shard as usize].get(view.leaders[self.shard as usize] as usize)
+                == Some(&from_node);
+        if !named || view.number < self.view.number {
             ctx.metric("tiga.server_bad_view", 1);
             return;
         }
         if view.number > self.view.number {
             self.enter_view(ctx, view);
         }
-        if from_node != self.topology.leader_node(self.shard) || self.is_leader() {
-            return;
+        if !self.is_leader() {
+            self.send_log_state(ctx, from);
         }
-        self.send_log_state(ctx, from);
+    }
+
+    /// A view that fits the deployment and leaves room for a successor.
+    fn plausible(&self, view: &View) -> bool {
+        view.fits(&self.topology) && view.number < u64::MAX
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -324,9 +332,10 @@ impl Server {
             prefix.extend(chosen.entries.iter().cloned());
         }
         // (b): released at the same timestamp by enough of the voters of the latest view.
-        let threshold = if self.config.unsafe_merge_any_released { 1 } else { f.div_ceil(2) + 1 };
+        let threshold = f.div_ceil(2) + 1;
         let mut counts: BTreeMap<(TxnId, Ts), (usize, &LogEntry)> = BTreeMap::new();
-        for s in voters.iter().filter(|s| s.last_normal == last) {
+        let rule_b = !self.config.unsafe_skip_merge_rule_b;
+        for s in voters.iter().filter(|s| rule_b && s.last_normal == last) {
             for e in &s.released {
                 counts.entry((e.piece.txn, e.ts)).or_insert((0, e)).0 += 1;
             }
@@ -351,6 +360,7 @@ impl Server {
             tail.push(e.clone());
         }
         tail.sort_by_key(|e| (e.ts, e.piece.txn));
+        ctx.metric("tiga.vc_merged_from_released", tail.len() as u64);
         let mut merged = Merged { prefix, tail, ..Merged::default() };
         for e in &merged.prefix {
             merged.index.insert(e.piece.txn, (e.ts, true));

@@ -7,7 +7,7 @@ use crate::result;
 use crate::CliError;
 use kairos_register::sim::RegisterRun;
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::Deployment;
+use kairos_tiga::sim::{Deployment, LeaderKill};
 use kairos_txn::{Bench, Protocol};
 use std::time::Duration;
 
@@ -29,6 +29,20 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let tiga_result = super::tiga::tiga_result(&tiga, &outcome, &report);
     super::tiga::print_table(&tiga, &outcome, &tiga_result);
     println!("{report}\n");
+
+    println!("━━ 1b. Tiga loses a leader under load ━━");
+    println!("The same run, but shard 0's leader crashes at 2.5 s with no warning and no pause of the");
+    println!("coordinators: the view manager notices the silent leader, moves every leader to fi (the first");
+    println!("region with a live replica of every shard), the servers merge their logs, and coordinators");
+    println!("resend what they had in flight. Commits per second and median latency around the crash:\n");
+    let crash = Deployment {
+        kill_leader: Some(LeaderKill { at: Duration::from_millis(2_500), shard: 0, restart_after: None }),
+        ..tiga.clone()
+    };
+    let (crash_outcome, crash_report) = super::tiga::run_and_check(&crash)?;
+    let mut crash_result = super::tiga::tiga_result(&crash, &crash_outcome, &crash_report);
+    super::tiga::print_recovery(&crash, &crash_outcome, &mut crash_result, 2);
+    println!("{crash_report}\n");
 
     println!("━━ 2. Tiga against its peers, on identical work ━━");
     println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos and Tapir, at");

@@ -10,7 +10,7 @@ use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::{analytic_latency, Deployment, Mode, Outcome, Placement};
+use kairos_tiga::sim::{analytic_latency, analytic_latency_in, Deployment, LeaderKill, Mode, Outcome, Placement};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -44,8 +44,35 @@ impl TigaArgs {
         if !(0.0..=1_000_000.0).contains(&self.cpu_us) {
             return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000 µs, not {}", self.cpu_us)));
         }
+        let kill_leader = match self.kill_leader_at_s {
+            None => None,
+            Some(at) => {
+                if !(at > 0.0 && at < self.duration_s) {
+                    return Err(CliError::Usage(format!(
+                        "--kill-leader-at-s must fall within the run (0 < s < --duration-s = {}), not {at}",
+                        self.duration_s
+                    )));
+                }
+                if self.kill_shard >= 3 {
+                    return Err(CliError::Usage(format!(
+                        "--kill-shard names one of the 3 shards (0, 1 or 2), not {}",
+                        self.kill_shard
+                    )));
+                }
+                let restart_after = match self.restart_after_s {
+                    Some(r) if !(0.0..=3_600.0).contains(&r) => {
+                        return Err(CliError::Usage(format!(
+                            "--restart-after-s must be between 0 and 3600 seconds, not {r}"
+                        )))
+                    }
+                    r => r.map(Duration::from_secs_f64),
+                };
+                Some(LeaderKill { at: Duration::from_secs_f64(at), shard: self.kill_shard, restart_after })
+            }
+        };
         let base = Deployment {
             seed: self.seed,
+            kill_leader,
             clock: self.clock.into(),
             placement: match self.placement {
                 PlacementArg::CoLocated => Placement::CoLocated,
@@ -82,8 +109,11 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         if let Some(path) = &args.history {
             result::write_history(path, &outcome.history)?;
         }
-        let r = tiga_result(d, &outcome, &report);
+        let mut r = tiga_result(d, &outcome, &report);
         print_table(d, &outcome, &r);
+        if d.kill_leader.is_some() {
+            print_recovery(d, &outcome, &mut r, 1);
+        }
         println!("{report}");
         explain_unknown_increments(&report, r.unknown);
         println!();
@@ -268,6 +298,77 @@ pub fn print_table(d: &Deployment, outcome: &Outcome, r: &RunResult) {
         format!("{:.2}", 100.0 * r.rollback_ratio.unwrap_or(0.0)),
     ]);
     println!("{t}");
+}
+
+/// Bins of the recovery experiment's time series.
+const SERIES_BIN: Duration = Duration::from_millis(100);
+
+/// The recovery experiment: throughput and median latency per 100 ms around the crash (a row
+/// every `step` bins), the recovery time, and both in the result's `extra` (`series`,
+/// `recovery_s`). Nothing without a crash in `d`.
+pub fn print_recovery(d: &Deployment, outcome: &Outcome, r: &mut RunResult, step: usize) {
+    let Some(k) = &d.kill_leader else { return };
+    let series = stats::series(&outcome.history, SERIES_BIN, d.duration);
+    let crash_s = k.at.as_secs_f64();
+    let recovery = stats::recovery_s(&series, crash_s, 5);
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["t (s)", "commits/s", "p50 ms", ""]);
+    let around = series.iter().filter(|b| b.t_s >= crash_s - 0.5 && b.t_s < crash_s + 3.0);
+    for b in around.step_by(step.max(1)) {
+        let row_s = SERIES_BIN.as_secs_f64() * step.max(1) as f64;
+        let mark = if (b.t_s..b.t_s + row_s).contains(&crash_s) { "← leader crashes" } else { "" };
+        t.add_row([
+            format!("{:.1}", b.t_s),
+            format!("{:.0}", b.ok_per_s),
+            format!("{:.1}", b.latency_ms_p50),
+            mark.into(),
+        ]);
+    }
+    println!(
+        "Leader of shard {} crashed at {crash_s} s (view now {}):
+{t}",
+        k.shard, outcome.view
+    );
+    match recovery {
+        Some(s) => {
+            println!("recovery: throughput back at ≥ 90% of before {s:.2} s after the crash (detection included)")
+        }
+        None => println!("recovery: throughput did not come back to 90% of before within the run"),
+    }
+    // Latency once recovered (from a second after the recovery on, to the end of the load)
+    // against the analytic latency of the new placement, where the crashed replica is missing.
+    if let Some(rec) = recovery {
+        let from_s = crash_s + rec + 1.0;
+        if from_s < d.duration.as_secs_f64() {
+            let restarted_before = k.restart_after.is_some_and(|a| crash_s + a.as_secs_f64() < from_s);
+            let old_leader = outcome.topology.leader.get(k.shard as usize).copied().unwrap_or(0);
+            let down: Vec<(u32, u32)> = if restarted_before { Vec::new() } else { vec![(k.shard, old_leader)] };
+            let after = stats::invoked_from(&outcome.history, Duration::from_secs_f64(from_s));
+            let summary = stats::summarize(&after, |p| outcome.region_of_process(p).map(str::to_string));
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED);
+            t.set_header(["region", "p50 ms after recovery", "analytic ms (new placement)"]);
+            let mut analytic_after = serde_json::Map::new();
+            for (region, p) in &summary.by_group {
+                let a = analytic_latency_in(d, region, &outcome.leaders, &down).ok().map(|l| l.as_secs_f64() * 1e3);
+                if let Some(a) = a {
+                    analytic_after.insert(region.clone(), a.into());
+                }
+                t.add_row([region.clone(), format!("{:.1}", p.p50), a.map(|a| format!("{a:.1}")).unwrap_or_default()]);
+            }
+            println!("from {from_s:.1} s on, leaders {:?}:\n{t}", outcome.leaders);
+            let p50: serde_json::Map<String, serde_json::Value> =
+                summary.by_group.iter().map(|(g, p)| (g.clone(), p.p50.into())).collect();
+            r.extra.insert("latency_ms_p50_after_recovery_by_region".into(), p50.into());
+            r.extra.insert("analytic_latency_ms_after_recovery_by_region".into(), analytic_after.into());
+        }
+    }
+    r.extra.insert("kill_leader_at_s".into(), crash_s.into());
+    r.extra.insert("kill_shard".into(), k.shard.into());
+    r.extra.insert("view".into(), outcome.view.into());
+    r.extra.insert("recovery_s".into(), recovery.into());
+    r.extra.insert("series".into(), serde_json::to_value(&series).unwrap_or_default());
 }
 
 fn print_sweep(results: &[RunResult]) {
