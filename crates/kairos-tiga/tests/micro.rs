@@ -182,7 +182,7 @@ fn checkpoints_agree_across_replicas_and_with_a_replay_of_the_log() {
             assert!(checkpoints.iter().flatten().filter(|c| c.position == first.position).count() >= 2);
             // Every MicroBench operation increments its key by 1: value = version = count.
             let mut replay = std::collections::BTreeMap::new();
-            for entry in &leader.log()[..first.position as usize] {
+            for entry in &leader.log().range(0, first.position) {
                 for op in &entry.piece.ops {
                     *replay.entry(op.key.clone()).or_insert(0u64) += 1;
                 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// Runs MicroBench with a follower of every shard crashed at 1 s and restarted at 2 s;
 /// returns (leader log length, follower log length, follower stats) per shard, and whether the
 /// history is strictly serializable.
-fn run(wipe: bool) -> (Vec<(usize, usize, kairos_tiga::server::ServerStats)>, bool) {
+fn run(wipe: bool) -> (Vec<(u64, u64, kairos_tiga::server::ServerStats)>, bool) {
     let d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(4), ..Deployment::default() };
     let mut world = d.build().unwrap();
     let mut followers = Vec::new();

@@ -51,7 +51,10 @@ use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod log;
 pub mod view_change;
+
+pub use log::Log;
 
 /// The timer a server arms for the next queued timestamp (tests drive it directly).
 pub const RELEASE: TimerId = TimerId(1);
@@ -87,6 +90,8 @@ enum Record {
 struct Snapshot {
     view: View,
     last_normal: u64,
+    /// The position of the log's first entry.
+    log_base: u64,
     log: Vec<LogEntry>,
     released: Vec<LogEntry>,
 }
@@ -197,7 +202,7 @@ pub struct Server {
     wmap: BTreeMap<Key, Ts>,
     key_hash: BTreeMap<Key, Hash>,
     store: Store,
-    log: Vec<LogEntry>,
+    log: Log,
     /// Leader: keys held by a speculative (not yet agreed) transaction.
     locked: BTreeMap<Key, TxnId>,
     /// Leader: each replica's acknowledged sync-point and the next position to send it.
@@ -251,7 +256,7 @@ impl Server {
             wmap: BTreeMap::new(),
             key_hash: BTreeMap::new(),
             store: BTreeMap::new(),
-            log: Vec::new(),
+            log: Log::default(),
             locked: BTreeMap::new(),
             sync_point: vec![0; n],
             next_send: vec![0; n],
@@ -289,7 +294,8 @@ impl Server {
     pub fn stats(&self) -> &ServerStats {
         &self.stats
     }
-    pub fn log(&self) -> &[LogEntry] {
+    /// The log: absolute positions, the part below its base dropped (checkpointed).
+    pub fn log(&self) -> &Log {
         &self.log
     }
     /// Log positions executed on the committed state.
@@ -811,7 +817,7 @@ impl Server {
         self.journal(ctx, Record::Logged(entry));
         self.stats.finalized += 1;
         let me = self.replica as usize;
-        self.sync_point[me] = self.log.len() as u64;
+        self.sync_point[me] = self.log.len();
         self.advance_commit_point();
     }
 
@@ -837,8 +843,9 @@ impl Server {
     /// takes a checkpoint every `checkpoint_interval` positions.
     fn apply_committed(&mut self, upto: u64) {
         let leader = self.is_leader();
-        while self.executed < upto.min(self.log.len() as u64) {
-            let piece = &self.log[self.executed as usize].piece;
+        while self.executed < upto.min(self.log.len()) {
+            let Some(entry) = self.log.get(self.executed) else { break };
+            let piece = &entry.piece;
             let state = if leader { &mut self.committed } else { &mut self.store };
             let ops::Execution { outputs, versions, .. } = ops::execute(state, &piece.ops);
             // What the execution returned, for a while: a new leader answers a coordinator's
@@ -859,7 +866,7 @@ impl Server {
     fn send_log_sync(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let now = ctx.now().as_nanos();
         let replicas = self.topology.shards[self.shard as usize].clone();
-        let len = self.log.len() as u64;
+        let len = self.log.len();
         for (r, node) in replicas.iter().enumerate() {
             if r as u32 == self.replica {
                 continue;
@@ -876,17 +883,18 @@ impl Server {
             if from >= len && self.commit_point_sent[r] == self.commit_point {
                 continue;
             }
-            let mut end = from as usize;
+            let mut end = from;
             let mut bytes = 0;
-            while end < (from as usize + SYNC_BATCH_MAX).min(len as usize) {
-                bytes += self.log[end].piece.payload_bytes();
-                if end > from as usize && bytes > SYNC_BATCH_BYTES_MAX {
+            while end < (from + SYNC_BATCH_MAX as u64).min(len) {
+                let Some(e) = self.log.get(end) else { break };
+                bytes += e.piece.payload_bytes();
+                if end > from && bytes > SYNC_BATCH_BYTES_MAX {
                     break;
                 }
                 end += 1;
             }
-            let entries = self.log[from as usize..end].to_vec();
-            self.next_send[r] = end as u64;
+            let entries = self.log.range(from, end);
+            self.next_send[r] = end;
             self.commit_point_sent[r] = self.commit_point;
             ctx.send(
                 *node,
@@ -906,7 +914,7 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
-        let len = self.log.len() as u64;
+        let len = self.log.len();
         if from <= len {
             let skip = (len - from) as usize;
             for entry in entries.into_iter().skip(skip) {
@@ -919,11 +927,11 @@ impl Server {
                 self.adopt_entry(ctx, entry);
             }
         }
-        self.apply_committed(commit_point.min(self.log.len() as u64));
+        self.apply_committed(commit_point.min(self.log.len()));
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
             leader,
-            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() as u64 },
+            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() },
         );
         self.release_due(ctx);
     }
@@ -985,7 +993,7 @@ impl Server {
     /// Makes a change (already applied in memory) durable, or the whole state once the journal
     /// is long (module docs).
     fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) {
-        if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(self.log.len() as u64) {
+        if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(self.log.len()) {
             return self.write_snapshot(ctx);
         }
         if let Ok(bytes) = postcard::to_allocvec(&record) {
@@ -1029,7 +1037,7 @@ impl Server {
         if !self.is_leader() || r >= self.sync_point.len() {
             return;
         }
-        let acked = sync_point.min(self.log.len() as u64);
+        let acked = sync_point.min(self.log.len());
         if acked > self.sync_point[r] {
             self.sync_point[r] = acked;
             self.ack_progress_at[r] = ctx.now().as_nanos();
@@ -1054,7 +1062,7 @@ impl Process for Server {
             // A restarted follower asks its leader for the log (the leader answers once it
             // serves in this view; a newer view reaches it through the view manager).
             ServerState::Recovering if !self.is_leader() => {
-                self.send_log_state(ctx, self.log.len() as u64);
+                self.send_log_state(ctx, self.log.len());
                 ctx.set_timer(view_change::VC_RETRY, self.config.view_change_retry);
             }
             _ => {}
@@ -1161,7 +1169,8 @@ impl Process for Server {
     /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
         self.state = ServerState::Recovering;
-        let mut snapshot = Snapshot { view: self.view.clone(), last_normal: 0, log: Vec::new(), released: Vec::new() };
+        let mut snapshot =
+            Snapshot { view: self.view.clone(), last_normal: 0, log_base: 0, log: Vec::new(), released: Vec::new() };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
             Some(_) => self.stats.journal_unreadable += 1,
@@ -1190,6 +1199,7 @@ impl Process for Server {
         self.last_normal = snapshot.last_normal;
         self.voter = self.stats.journal_unreadable == 0;
         self.stats.recovered_entries = log.len() as u64;
+        self.log = Log::starting_at(snapshot.log_base);
         for e in log {
             self.index_entry(e);
         }
@@ -1201,7 +1211,7 @@ impl Process for Server {
     }
 
     fn invariants(&self) -> Result<(), String> {
-        let len = self.log.len() as u64;
+        let len = self.log.len();
         if self.executed > len {
             return Err(format!(
                 "shard {} replica {}: executed {} > log length {len}",

@@ -39,7 +39,7 @@
 //! agreements and speculative executions). Its journal holds its log and the transactions it
 //! released, so it may vote in a later view change as before the crash.
 
-use super::{Record, Server, Status};
+use super::{Log, Record, Server, Status};
 use crate::msg::{Key, LogEntry, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
@@ -144,7 +144,7 @@ impl Server {
     /// the leader's view, else its executed (committed) prefix.
     fn executed_or_synced(&self) -> u64 {
         if self.last_normal == self.view.number {
-            self.log.len() as u64
+            self.log.len()
         } else {
             self.executed
         }
@@ -223,8 +223,8 @@ impl Server {
     }
 
     fn own_state(&self, from: u64) -> ReplicaState {
-        let len = self.log.len() as u64;
-        let entries = if from <= len { self.log[from as usize..].to_vec() } else { Vec::new() };
+        let len = self.log.len();
+        let entries = if from <= len { self.log.range(from, len) } else { Vec::new() };
         ReplicaState {
             voter: self.voter,
             last_normal: self.last_normal,
@@ -307,7 +307,7 @@ impl Server {
         let state = ReplicaState { voter, last_normal, sync_point, executed, from, entries, released };
         if self.state == ServerState::Normal {
             // A late or rejoining replica: send it the view's log from where it matches ours.
-            let start = if last_normal == self.view.number { sync_point.min(self.log.len() as u64) } else { executed };
+            let start = if last_normal == self.view.number { sync_point.min(self.log.len()) } else { executed };
             self.send_start_view(ctx, replica, start);
             return;
         }
@@ -327,7 +327,7 @@ impl Server {
         let from = self.vc.collect_from as usize;
         let last = voters.iter().map(|s| s.last_normal).max().unwrap_or(0);
         let chosen = voters.iter().filter(|s| s.last_normal == last).max_by_key(|s| s.sync_point).expect("one voter");
-        let mut prefix: Vec<LogEntry> = self.log[..from.min(self.log.len())].to_vec();
+        let mut prefix: Vec<LogEntry> = self.log.range(0, from as u64);
         if chosen.sync_point as usize > from && chosen.from as usize == from {
             prefix.extend(chosen.entries.iter().cloned());
         }
@@ -620,13 +620,19 @@ impl Server {
         let executed = self.executed;
         // The committed state stays at `executed`; the live store runs the whole new log.
         self.committed = self.store.clone();
-        self.log = log;
+        // The merged log starts where this leader's held log does (below, a checkpoint).
+        let mut new_log = Log::starting_at(self.log.base());
+        for e in log {
+            new_log.push(e);
+        }
+        self.log = new_log;
         self.rebuild_from_log();
-        let kept_from = (executed as usize).saturating_sub(self.results.len());
+        let kept_from = executed.saturating_sub(self.results.len() as u64).max(self.log.base());
         for pos in kept_from..self.log.len() {
-            let id = self.log[pos].piece.txn;
-            let result = if pos < executed as usize {
-                self.results[pos - kept_from].clone()
+            let Some(id) = self.log.get(pos).map(|e| e.piece.txn) else { continue };
+            let result = if pos < executed {
+                let back = (executed - pos) as usize;
+                self.results[self.results.len() - back].clone()
             } else {
                 let r = self.execute(id);
                 self.txns.get_mut(&id).expect("rebuilt").undo.clear();
@@ -648,13 +654,13 @@ impl Server {
         }
         let reports = std::mem::take(&mut self.vc.reports);
         self.commit_point =
-            reports.values().map(|r| r.executed).max().unwrap_or(0).max(executed).min(self.log.len() as u64);
-        self.sync_point[self.replica as usize] = self.log.len() as u64;
+            reports.values().map(|r| r.executed).max().unwrap_or(0).max(executed).min(self.log.len());
+        self.sync_point[self.replica as usize] = self.log.len();
         self.become_normal(ctx);
         for (r, s) in reports {
             if r != self.replica {
                 let start = if s.last_normal == self.view.number { s.sync_point } else { s.executed };
-                self.send_start_view(ctx, r, start.min(self.log.len() as u64));
+                self.send_start_view(ctx, r, start.min(self.log.len()));
             }
         }
         self.arm_leader_timers(ctx);
@@ -663,9 +669,9 @@ impl Server {
 
     fn send_start_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, from: u64) {
         let r = replica as usize;
-        let end = (from as usize + START_VIEW_BATCH_MAX).min(self.log.len());
-        let entries = self.log[from as usize..end].to_vec();
-        self.next_send[r] = end as u64;
+        let end = (from + START_VIEW_BATCH_MAX as u64).min(self.log.len());
+        let entries = self.log.range(from, end);
+        self.next_send[r] = end;
         self.sync_point[r] = self.sync_point[r].min(from);
         self.commit_point_sent[r] = self.commit_point;
         self.ack_progress_at[r] = ctx.now().as_nanos();
@@ -684,7 +690,7 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
-        let matches = from <= self.log.len() as u64 && (from >= self.executed || self.last_normal == self.view.number);
+        let matches = from <= self.log.len() && (from >= self.executed || self.last_normal == self.view.number);
         if !matches || entries.iter().any(|e| !self.validate(&e.piece)) {
             // Our log does not match the leader's up to `from`: say where it does.
             self.send_log_state(ctx, self.executed);
@@ -694,18 +700,18 @@ impl Server {
             // Already serving in this view (a duplicate): its entries are log synchronization.
             return self.on_log_sync(ctx, from_node, from, entries, commit_point);
         }
-        self.log.truncate(from as usize);
+        self.log.truncate(from);
         self.rebuild_from_log();
         self.become_normal(ctx);
         for e in entries {
             self.adopt_entry(ctx, e);
         }
-        self.apply_committed(commit_point.min(self.log.len() as u64));
+        self.apply_committed(commit_point.min(self.log.len()));
         self.write_snapshot(ctx);
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
             leader,
-            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() as u64 },
+            TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() },
         );
         self.release_due(ctx);
     }
@@ -738,7 +744,7 @@ impl Server {
         self.rmap.clear();
         self.wmap.clear();
         self.key_hash.clear();
-        for e in std::mem::take(&mut self.log) {
+        for e in self.log.take() {
             self.index_entry(e);
         }
     }
@@ -785,7 +791,13 @@ impl Server {
             .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
             .collect();
         let snapshot =
-            super::Snapshot { view: self.view.clone(), last_normal: self.last_normal, log: self.log.clone(), released };
+            super::Snapshot {
+                view: self.view.clone(),
+                last_normal: self.last_normal,
+                log_base: self.log.base(),
+                log: self.log.iter().cloned().collect(),
+                released,
+            };
         if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
             ctx.persist_snapshot(bytes);
             self.journaled = 0;
