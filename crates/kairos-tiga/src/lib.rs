@@ -64,11 +64,17 @@
 //! what they had in flight in the new view. Every replica journals its log and what it released,
 //! so a restarted one votes as before; it rejoins through the leader's `StartView`.
 //!
-//! **Not yet here:** state transfer from checkpoints and log truncation below them (a rejoining
-//! replica gets the log from its executed point; logs grow for the run), leader failure detected
-//! by followers (a leader that reaches the view manager but not its followers is not replaced),
-//! detection of a wiped disk (a replica that lost its journal boots as a fresh replica of view 0),
-//! and TPC-C.
+//! Every replica checkpoints its committed state (with the key maps of the log up to it) every
+//! `checkpoint_interval` positions and drops its log below (a leader keeps up to one more
+//! interval for lagging followers); a follower the leader's log no longer reaches installs the
+//! leader's checkpoint. The transactions of dropped entries are forgotten once no coordinator
+//! can resend them, so what a server holds is bounded by the checkpoint interval and the
+//! transactions of the last few seconds.
+//!
+//! **Not yet here:** view changes among real processes (`kairos serve` runs no view manager),
+//! leader failure detected by followers (a leader that reaches the view manager but not its
+//! followers is not replaced), detection of a wiped disk (a replica that lost its journal
+//! boots as a fresh replica of view 0), and TPC-C.
 //!
 //! **Transactions that never reach a leader.** A multi-shard transaction whose submit is lost
 //! on its way to one leader leaves the others holding its keys until a retransmission arrives

@@ -5,6 +5,7 @@
 //! handles only messages of the view it is in (see [`crate::view`]).
 
 use crate::ops::{distinct_keys, key_id, Op, OpOutput};
+use crate::server::Checkpoint;
 use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
 use kairos_core::NodeId;
@@ -185,6 +186,9 @@ pub enum TigaMsg {
         from: u64,
         entries: Vec<LogEntry>,
         released: Vec<LogEntry>,
+        /// When the replica's log no longer holds `from` as asked: the checkpoint its
+        /// `entries` continue from (their `from` is its position).
+        checkpoint: Option<Checkpoint>,
     },
     /// New leader → new leader of another shard, during the view change: the state of
     /// multi-shard transactions on the sender's shard.
@@ -192,6 +196,10 @@ pub enum TigaMsg {
     /// New leader → replica: the new view's log from `from` (the replica drops what its log
     /// holds from there), and the commit point.
     StartView { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
+    /// Leader → follower whose next entry the leader's log no longer holds (state transfer):
+    /// the committed state and key maps up to `checkpoint.position`; log synchronization goes
+    /// on from there.
+    InstallCheckpoint { view: u64, checkpoint: Checkpoint, commit_point: u64 },
     /// Among view-manager nodes: their replicated log of views.
     Paxos(PaxosMsg<View>),
 }
@@ -213,6 +221,7 @@ impl TigaMsg {
             TigaMsg::LogState { .. } => "logstate",
             TigaMsg::Verify { .. } => "verify",
             TigaMsg::StartView { .. } => "startview",
+            TigaMsg::InstallCheckpoint { .. } => "checkpoint",
             TigaMsg::Paxos(_) => "paxos",
         }
     }

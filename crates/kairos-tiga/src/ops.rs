@@ -130,7 +130,7 @@ pub enum OpOutput {
 }
 
 /// A key's state: its value (none: missing or deleted) and its version (see the module docs).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     pub value: Option<Bytes>,
     pub version: u64,

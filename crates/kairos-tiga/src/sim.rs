@@ -449,7 +449,7 @@ fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
         for (s, replicas) in topology.shards.iter().enumerate() {
             for &node in replicas {
                 let Some(server) = sim.role::<Server>(node) else { continue };
-                let upto = server.executed().min(server.log().len() as u64);
+                let upto = server.executed().min(server.log().len());
                 // A restarted replica executes again from 0.
                 let from = seen.checked[node.index()].min(upto);
                 for pos in from..upto {

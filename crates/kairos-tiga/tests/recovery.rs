@@ -56,3 +56,53 @@ fn a_follower_that_lost_its_disk_never_catches_up() {
         assert!(follower < leader, "without its log it cannot rejoin: {follower} of {leader}");
     }
 }
+
+/// Servers keep their log only from their latest checkpoint on (a leader: at most one more
+/// interval, for lagging followers) and forget the transactions of dropped entries once no
+/// coordinator can resend them: what each server retains stays bounded as the log grows.
+#[test]
+fn what_a_server_retains_stays_bounded_as_the_log_grows() {
+    let mut d = Deployment { load_txn_per_s: 1_000.0, duration: Duration::from_secs(20), ..Deployment::default() };
+    d.config.checkpoint_interval = 1_000;
+    let mut world = d.build().unwrap();
+    let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
+    let mut peak = (0, 0);
+    for s in (2..=20).step_by(2) {
+        world.sim.run_until(SimTime::from_secs(s));
+        let retained: Vec<(usize, usize)> =
+            servers.iter().map(|n| world.sim.role::<Server>(*n).expect("up").retained()).collect();
+        let log_len = world.sim.role::<Server>(servers[0]).unwrap().log().len();
+        eprintln!("{s:>3} s: log length {log_len:>6}; retained (entries, transactions) per server {retained:?}");
+        if s >= 10 {
+            peak.0 = peak.0.max(retained.iter().map(|r| r.0).max().unwrap());
+            peak.1 = peak.1.max(retained.iter().map(|r| r.1).max().unwrap());
+        }
+    }
+    assert!(world.sim.violation().is_none(), "{:?}", world.sim.violation());
+    let log_len = world.sim.role::<Server>(servers[0]).unwrap().log().len();
+    assert!(log_len > 12_000, "the log grew: {log_len}");
+    // Two checkpoint intervals of log, and the transactions of the last ~8 s (the resend
+    // horizon) at about 700 log entries per shard per second.
+    assert!(peak.0 <= 2 * 1_000 + 500, "retained log entries: {}", peak.0);
+    assert!(peak.1 <= 8_000, "retained transactions: {}", peak.1);
+}
+
+/// A follower down long enough for its leader to drop the log it needs gets the leader's
+/// checkpoint instead, and catches up from it.
+#[test]
+fn a_follower_behind_the_leaders_truncated_log_installs_its_checkpoint() {
+    let mut d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Deployment::default() };
+    d.config.checkpoint_interval = 300;
+    let mut world = d.build().unwrap();
+    let (leader, follower) = (world.topology.shards[0][0], world.topology.shards[0][1]);
+    world.sim.schedule(SimTime::from_secs(1), Fault::Crash(follower));
+    world.sim.schedule(SimTime::from_secs(4), Fault::Restart(follower));
+    world.sim.run_until(SimTime::from_secs(14));
+    assert!(world.sim.violation().is_none(), "{:?}", world.sim.violation());
+    assert!(world.sim.metric("tiga.checkpoints_installed") >= 1, "the follower installed a checkpoint");
+    let (l, f) = (world.sim.role::<Server>(leader).unwrap(), world.sim.role::<Server>(follower).unwrap());
+    assert_eq!(f.log().len(), l.log().len(), "the follower caught up");
+    assert!(f.executed() + 300 >= l.executed(), "and executes with the others: {} of {}", f.executed(), l.executed());
+    let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
+    assert!(report.valid, "{:?}", report.anomalies);
+}

@@ -292,6 +292,7 @@ fn a_log_report_that_contradicts_itself_or_comes_from_a_stranger_is_refused() {
         from: 0,
         entries: Vec::new(),
         released: Vec::new(),
+        checkpoint: None,
     };
     let listings = |e: &[Effect<TigaMsg>]| sent(e).iter().filter(|(_, m)| matches!(m, TigaMsg::Verify { .. })).count();
     // Claims 5 synchronized entries and sends none: refused, no merge.

@@ -31,9 +31,16 @@
 //! **Durable state.** Every replica journals each entry joining its log and each transaction
 //! it releases ([`Ctx::persist`]: durable before the reply or `SyncAck` leaves), and writes
 //! one snapshot of its view, log and released transactions after `max(4096, log length)`
-//! records and at every view it starts serving in. A restarted replica rebuilds its log, maps
-//! and hashes from it ([`Process::on_recover`]) and comes back *recovering*; see
-//! [`view_change`] for the view change and the rejoin.
+//! records and at every view it starts serving in (with the checkpoint its log continues from).
+//! A restarted replica rebuilds its log, maps and hashes from it ([`Process::on_recover`]) and
+//! comes back *recovering*; see [`view_change`] for the view change and the rejoin.
+//!
+//! **Checkpoints and truncation.** Every `checkpoint_interval` executed positions a replica
+//! keeps the committed state and the key maps of the log up to there ([`Checkpoint`]) and drops
+//! the log below (a leader keeps what its slowest follower still needs, up to one more
+//! interval). A follower whose next entry the leader's log no longer holds gets the checkpoint
+//! (`InstallCheckpoint`) and continues from it. The transactions of dropped entries are
+//! forgotten once older than any coordinator resends (`retry_timeout × max_sends`).
 //!
 //! **Log hash.** Per key, the XOR of `SHA-1(ts ‖ id)` of every released transaction touching
 //! it (incremental on release, revocation and timestamp fixes). A reply's hash is SHA-1 over
@@ -90,8 +97,8 @@ enum Record {
 struct Snapshot {
     view: View,
     last_normal: u64,
-    /// The position of the log's first entry.
-    log_base: u64,
+    /// The checkpoint the log continues from (none: the log starts at 0).
+    checkpoint: Option<Checkpoint>,
     log: Vec<LogEntry>,
     released: Vec<LogEntry>,
 }
@@ -153,13 +160,45 @@ impl Txn {
     }
 }
 
-/// The committed state of a shard after the first `position` log entries: what a rejoining
-/// replica will be sent in state transfer (with recovery), and a cross-replica consistency
-/// check today.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Per key: the timestamp of the last transaction that read it and wrote it, and its log hash
+/// (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyMaps {
+    pub rmap: BTreeMap<Key, Ts>,
+    pub wmap: BTreeMap<Key, Ts>,
+    pub key_hash: BTreeMap<Key, Hash>,
+}
+
+impl KeyMaps {
+    /// Takes `piece` at `ts` into the maps.
+    fn add(&mut self, piece: &Piece, ts: Ts) {
+        for k in &piece.reads {
+            let e = self.rmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        for k in &piece.writes {
+            let e = self.wmap.entry(*k).or_insert(0);
+            *e = (*e).max(ts);
+        }
+        let h = Server::entry_hash(ts, piece.txn);
+        for k in Server::keys(piece) {
+            let acc = self.key_hash.entry(*k).or_insert([0; 20]);
+            for (a, b) in acc.iter_mut().zip(h) {
+                *a ^= b;
+            }
+        }
+    }
+}
+
+/// The committed state of a shard after the first `position` log entries, with the key maps of
+/// those entries: what a lagging or restarted replica installs (state transfer), after which
+/// the log below `position` may be dropped. Every replica takes one every
+/// `checkpoint_interval` positions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub position: u64,
     pub state: Store,
+    pub maps: KeyMaps,
 }
 
 /// Counters for tests and reports.
@@ -219,6 +258,11 @@ pub struct Server {
     committed: Store,
     /// The latest checkpoint of the committed state.
     checkpoint: Option<Checkpoint>,
+    /// The key maps of the log up to `executed` (what a checkpoint carries).
+    committed_maps: KeyMaps,
+    /// Transactions whose entries were truncated, oldest first: forgotten once no coordinator
+    /// can still resend them.
+    truncated: std::collections::VecDeque<(Ts, TxnId)>,
     /// Agreement messages that arrived before their transaction.
     early_agree: BTreeMap<TxnId, BTreeMap<(ShardId, bool), Ts>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
@@ -266,6 +310,8 @@ impl Server {
             executed: 0,
             committed: BTreeMap::new(),
             checkpoint: None,
+            committed_maps: KeyMaps::default(),
+            truncated: Default::default(),
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             absent: BTreeSet::new(),
@@ -450,6 +496,7 @@ impl Server {
     /// speculative transaction.
     fn release_due(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let now = ctx.now().as_nanos();
+        self.forget_truncated(now);
         let leader = self.is_leader();
         let mut candidates = self.pq.candidates(now);
         while let Some(entry) = candidates.pop_first() {
@@ -846,6 +893,7 @@ impl Server {
         while self.executed < upto.min(self.log.len()) {
             let Some(entry) = self.log.get(self.executed) else { break };
             let piece = &entry.piece;
+            self.committed_maps.add(piece, entry.ts);
             let state = if leader { &mut self.committed } else { &mut self.store };
             let ops::Execution { outputs, versions, .. } = ops::execute(state, &piece.ops);
             // What the execution returned, for a while: a new leader answers a coordinator's
@@ -858,8 +906,102 @@ impl Server {
             let interval = self.config.checkpoint_interval.max(1);
             if self.executed.is_multiple_of(interval) {
                 let state = if leader { &self.committed } else { &self.store };
-                self.checkpoint = Some(Checkpoint { position: self.executed, state: state.clone() });
+                let maps = self.committed_maps.clone();
+                self.checkpoint = Some(Checkpoint { position: self.executed, state: state.clone(), maps });
+                self.compact_log();
             }
+        }
+    }
+
+    /// Drops the log below the latest checkpoint. A leader keeps what a lagging follower
+    /// still needs, up to one more checkpoint interval; a follower further behind installs the
+    /// checkpoint instead. The transactions of dropped entries are forgotten later
+    /// ([`Server::forget_truncated`]).
+    fn compact_log(&mut self) {
+        let Some(upto) = self.checkpoint.as_ref().map(|c| c.position) else { return };
+        let mut target = upto;
+        if self.is_leader() {
+            let me = self.replica as usize;
+            let slowest = self.sync_point.iter().enumerate().filter(|(r, _)| *r != me).map(|(_, p)| *p).min();
+            let floor = upto.saturating_sub(self.config.checkpoint_interval);
+            target = slowest.map_or(upto, |p| p.clamp(floor, upto));
+        }
+        for pos in self.log.base()..target.min(self.log.len()) {
+            if let Some(e) = self.log.get(pos) {
+                self.truncated.push_back((e.ts, e.piece.txn));
+            }
+        }
+        self.log.compact(target);
+    }
+
+    /// Forgets the transactions of truncated entries once no coordinator can resend them (it
+    /// gives up after `retry_timeout × max_sends`; their timestamps are in the past by then).
+    fn forget_truncated(&mut self, now: Ts) {
+        let keep = duration_nanos(self.config.retry_timeout * self.config.max_sends + self.config.future_slack);
+        while let Some(&(ts, txn)) = self.truncated.front() {
+            if ts.saturating_add(keep) >= now {
+                break;
+            }
+            self.truncated.pop_front();
+            if self.txns.get(&txn).is_some_and(|t| t.status == Status::Final) {
+                self.txns.remove(&txn);
+            }
+        }
+    }
+
+    /// Log entries and transactions this replica holds (bounded by the checkpoint interval
+    /// and what is in flight).
+    pub fn retained(&self) -> (usize, usize) {
+        (self.log.held(), self.txns.len())
+    }
+
+    /// Leader: sends replica `r` the latest checkpoint (it needs entries below the log's base).
+    fn send_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, r: usize) -> Option<u64> {
+        let c = self.checkpoint.clone()?;
+        let position = c.position;
+        let node = self.topology.shards[self.shard as usize][r];
+        ctx.metric("tiga.checkpoints_sent", 1);
+        ctx.send(
+            node,
+            TigaMsg::InstallCheckpoint { view: self.view.number, checkpoint: c, commit_point: self.commit_point },
+        );
+        self.next_send[r] = position;
+        self.ack_progress_at[r] = ctx.now().as_nanos();
+        Some(position)
+    }
+
+    /// Follower: installs the leader's checkpoint when its own log cannot reach it.
+    fn on_install_checkpoint(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from_node: NodeId,
+        c: Checkpoint,
+        commit_point: u64,
+    ) {
+        if self.is_leader() || from_node != self.topology.leader_node(self.shard) || c.position <= self.executed {
+            return;
+        }
+        if self.state == ServerState::Normal && c.position <= self.log.len() {
+            // The log reaches it: executing catches up without it.
+            return;
+        }
+        ctx.metric("tiga.checkpoints_installed", 1);
+        self.store = c.state.clone();
+        self.executed = c.position;
+        self.committed_maps = c.maps.clone();
+        self.results.clear();
+        self.log = Log::starting_at(c.position);
+        self.checkpoint = Some(c);
+        self.truncated.clear();
+        self.rebuild_from_log();
+        self.write_snapshot(ctx);
+        if self.state == ServerState::Normal {
+            self.apply_committed(commit_point.min(self.log.len()));
+            let leader = self.topology.leader_node(self.shard);
+            ctx.send(
+                leader,
+                TigaMsg::SyncAck { view: self.view.number, replica: self.replica, sync_point: self.log.len() },
+            );
         }
     }
 
@@ -878,6 +1020,9 @@ impl Server {
             if self.sync_point[r] < self.next_send[r].max(len) && stalled {
                 self.next_send[r] = self.sync_point[r];
                 self.ack_progress_at[r] = now;
+            }
+            if self.next_send[r] < self.log.base() && self.send_checkpoint(ctx, r).is_none() {
+                continue;
             }
             let from = self.next_send[r];
             if from >= len && self.commit_point_sent[r] == self.commit_point {
@@ -1004,15 +1149,19 @@ impl Server {
 
     /// Takes a log entry into the transaction table, maps and hashes, as adopting it did,
     /// without answering anyone (recovery, and rebuilding after a view change).
-    fn index_entry(&mut self, entry: LogEntry) {
-        self.xor_hash(&entry.piece, entry.ts);
-        for k in &entry.piece.reads {
-            let e = self.rmap.entry(*k).or_insert(0);
-            *e = (*e).max(entry.ts);
-        }
-        for k in &entry.piece.writes {
-            let e = self.wmap.entry(*k).or_insert(0);
-            *e = (*e).max(entry.ts);
+    /// `maps`: also take it into the maps and hashes (false for an executed entry, which the
+    /// executed prefix's maps hold already).
+    fn index_entry(&mut self, entry: LogEntry, maps: bool) {
+        if maps {
+            self.xor_hash(&entry.piece, entry.ts);
+            for k in &entry.piece.reads {
+                let e = self.rmap.entry(*k).or_insert(0);
+                *e = (*e).max(entry.ts);
+            }
+            for k in &entry.piece.writes {
+                let e = self.wmap.entry(*k).or_insert(0);
+                *e = (*e).max(entry.ts);
+            }
         }
         let mut t = Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0);
         // A resend is answered: the entry is in this replica's log (a leader replaces this
@@ -1114,6 +1263,7 @@ impl Process for Server {
                 from: start,
                 entries,
                 released,
+                checkpoint,
             } if view == current => {
                 let report = view_change::ReplicaStateMsg {
                     voter,
@@ -1123,6 +1273,7 @@ impl Process for Server {
                     from: start,
                     entries,
                     released,
+                    checkpoint,
                 };
                 self.on_log_state(ctx, from, replica, report);
             }
@@ -1131,6 +1282,9 @@ impl Process for Server {
             }
             TigaMsg::StartView { view, from: start, entries, commit_point } if view == current => {
                 self.on_start_view(ctx, from, start, entries, commit_point)
+            }
+            TigaMsg::InstallCheckpoint { view, checkpoint, commit_point } if view == current => {
+                self.on_install_checkpoint(ctx, from, checkpoint, commit_point)
             }
             _ => ctx.metric("tiga.server_ignored", 1),
         }
@@ -1169,8 +1323,13 @@ impl Process for Server {
     /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
         self.state = ServerState::Recovering;
-        let mut snapshot =
-            Snapshot { view: self.view.clone(), last_normal: 0, log_base: 0, log: Vec::new(), released: Vec::new() };
+        let mut snapshot = Snapshot {
+            view: self.view.clone(),
+            last_normal: 0,
+            checkpoint: None,
+            log: Vec::new(),
+            released: Vec::new(),
+        };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
             Some(_) => self.stats.journal_unreadable += 1,
@@ -1199,10 +1358,19 @@ impl Process for Server {
         self.last_normal = snapshot.last_normal;
         self.voter = self.stats.journal_unreadable == 0;
         self.stats.recovered_entries = log.len() as u64;
-        self.log = Log::starting_at(snapshot.log_base);
-        for e in log {
-            self.index_entry(e);
+        // The log continues from the journaled checkpoint, if any: install it.
+        let base = snapshot.checkpoint.as_ref().map_or(0, |c| c.position);
+        if let Some(c) = snapshot.checkpoint {
+            self.store = c.state.clone();
+            self.executed = c.position;
+            self.committed_maps = c.maps.clone();
+            self.checkpoint = Some(c);
         }
+        self.log = Log::starting_at(base);
+        for e in log {
+            self.log.push(e);
+        }
+        self.rebuild_from_log();
         let in_log: BTreeSet<TxnId> = self.log.iter().map(|e| e.piece.txn).collect();
         let mut released: Vec<LogEntry> = released.into_values().filter(|e| !in_log.contains(&e.piece.txn)).collect();
         released.sort_by_key(|e| (e.ts, e.piece.txn));

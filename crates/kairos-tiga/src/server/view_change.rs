@@ -39,7 +39,7 @@
 //! agreements and speculative executions). Its journal holds its log and the transactions it
 //! released, so it may vote in a later view change as before the crash.
 
-use super::{Log, Record, Server, Status};
+use super::{Checkpoint, Log, Record, Server, Status};
 use crate::msg::{Key, LogEntry, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
@@ -61,6 +61,7 @@ pub(super) struct ReplicaState {
     from: u64,
     entries: Vec<LogEntry>,
     released: Vec<LogEntry>,
+    checkpoint: Option<Checkpoint>,
 }
 
 /// The new leader's merged log, waiting for the multi-shard reconciliation.
@@ -224,6 +225,9 @@ impl Server {
 
     fn own_state(&self, from: u64) -> ReplicaState {
         let len = self.log.len();
+        // A log truncated past `from` continues from its checkpoint: send that along.
+        let checkpoint = self.checkpoint.clone().filter(|_| from < self.log.base());
+        let from = checkpoint.as_ref().map_or(from, |c| c.position);
         let entries = if from <= len { self.log.range(from, len) } else { Vec::new() };
         ReplicaState {
             voter: self.voter,
@@ -233,6 +237,7 @@ impl Server {
             from,
             entries,
             released: if self.voter { self.vc.released.clone() } else { Vec::new() },
+            checkpoint,
         }
     }
 
@@ -251,6 +256,7 @@ impl Server {
                 from: s.from,
                 entries: s.entries,
                 released: s.released,
+                checkpoint: s.checkpoint,
             },
         );
     }
@@ -294,17 +300,18 @@ impl Server {
         {
             return;
         }
-        let ReplicaStateMsg { voter, last_normal, sync_point, executed, from, entries, released } = report;
+        let ReplicaStateMsg { voter, last_normal, sync_point, executed, from, entries, released, checkpoint } = report;
         // A log that does not match its claimed sync-point, or claims from the future, is refused.
         let consistent = last_normal <= self.view.number
             && executed <= sync_point
             && (from > sync_point || from + entries.len() as u64 == sync_point)
+            && checkpoint.as_ref().is_none_or(|c| c.position == from && c.position <= executed)
             && entries.iter().chain(&released).all(|e| self.validate(&e.piece));
         if !consistent {
             ctx.metric("tiga.server_bad_log_state", 1);
             return;
         }
-        let state = ReplicaState { voter, last_normal, sync_point, executed, from, entries, released };
+        let state = ReplicaState { voter, last_normal, sync_point, executed, from, entries, released, checkpoint };
         if self.state == ServerState::Normal {
             // A late or rejoining replica: send it the view's log from where it matches ours.
             let start = if last_normal == self.view.number { sync_point.min(self.log.len()) } else { executed };
@@ -324,11 +331,26 @@ impl Server {
         if voters.len() < f + 1 {
             return;
         }
-        let from = self.vc.collect_from as usize;
         let last = voters.iter().map(|s| s.last_normal).max().unwrap_or(0);
         let chosen = voters.iter().filter(|s| s.last_normal == last).max_by_key(|s| s.sync_point).expect("one voter");
-        let mut prefix: Vec<LogEntry> = self.log.range(0, from as u64);
-        if chosen.sync_point as usize > from && chosen.from as usize == from {
+        let chosen = (*chosen).clone();
+        let mut from = self.vc.collect_from;
+        if chosen.from > from && chosen.sync_point > chosen.from {
+            // The chosen log continues from a checkpoint beyond this leader's executed point:
+            // take the checkpoint (state transfer to the new leader).
+            let Some(c) = chosen.checkpoint.clone() else { return };
+            ctx.metric("tiga.checkpoints_installed", 1);
+            self.store = c.state.clone();
+            self.executed = c.position;
+            self.committed_maps = c.maps.clone();
+            self.results.clear();
+            self.log = Log::starting_at(c.position);
+            self.checkpoint = Some(c);
+            from = chosen.from;
+            self.vc.collect_from = from;
+        }
+        let mut prefix: Vec<LogEntry> = self.log.range(0, from);
+        if chosen.sync_point > from && chosen.from == from {
             prefix.extend(chosen.entries.iter().cloned());
         }
         // (b): released at the same timestamp by enough of the voters of the latest view.
@@ -653,8 +675,7 @@ impl Server {
             t.last_reply = Some(reply);
         }
         let reports = std::mem::take(&mut self.vc.reports);
-        self.commit_point =
-            reports.values().map(|r| r.executed).max().unwrap_or(0).max(executed).min(self.log.len());
+        self.commit_point = reports.values().map(|r| r.executed).max().unwrap_or(0).max(executed).min(self.log.len());
         self.sync_point[self.replica as usize] = self.log.len();
         self.become_normal(ctx);
         for (r, s) in reports {
@@ -669,6 +690,7 @@ impl Server {
 
     fn send_start_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, replica: u32, from: u64) {
         let r = replica as usize;
+        let from = if from < self.log.base() { self.send_checkpoint(ctx, r).unwrap_or(from) } else { from };
         let end = (from + START_VIEW_BATCH_MAX as u64).min(self.log.len());
         let entries = self.log.range(from, end);
         self.next_send[r] = end;
@@ -739,13 +761,16 @@ impl Server {
 
     /// Rebuilds the transaction table, maps and hashes from the log (the store is rebuilt by
     /// the caller).
+    /// Rebuilds the transaction table, maps and hashes from the log: the maps of the executed
+    /// prefix (kept as it executes; a checkpoint carries them), then every later entry.
     pub(super) fn rebuild_from_log(&mut self) {
         self.clear_volatile();
-        self.rmap.clear();
-        self.wmap.clear();
-        self.key_hash.clear();
-        for e in self.log.take() {
-            self.index_entry(e);
+        let maps = self.committed_maps.clone();
+        (self.rmap, self.wmap, self.key_hash) = (maps.rmap, maps.wmap, maps.key_hash);
+        let base = self.log.base();
+        for (i, e) in self.log.take().into_iter().enumerate() {
+            let executed = base + (i as u64) < self.executed;
+            self.index_entry(e, !executed);
         }
     }
 
@@ -790,14 +815,17 @@ impl Server {
             .filter(|t| t.status == Status::Released)
             .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
             .collect();
-        let snapshot =
-            super::Snapshot {
-                view: self.view.clone(),
-                last_normal: self.last_normal,
-                log_base: self.log.base(),
-                log: self.log.iter().cloned().collect(),
-                released,
-            };
+        // The log from the base on, after the checkpoint that covers what is below (a leader
+        // may hold a little more than its checkpoint: those entries are dropped on recovery).
+        let checkpoint = self.checkpoint.clone().filter(|c| c.position >= self.log.base() && self.log.base() > 0);
+        let from = checkpoint.as_ref().map_or(self.log.base(), |c| c.position);
+        let snapshot = super::Snapshot {
+            view: self.view.clone(),
+            last_normal: self.last_normal,
+            checkpoint,
+            log: self.log.range(from, self.log.len()),
+            released,
+        };
         if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
             ctx.persist_snapshot(bytes);
             self.journaled = 0;
@@ -821,6 +849,7 @@ pub(super) struct ReplicaStateMsg {
     pub from: u64,
     pub entries: Vec<LogEntry>,
     pub released: Vec<LogEntry>,
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// What every new leader decides for a multi-shard transaction from its states on the
