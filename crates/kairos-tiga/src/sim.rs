@@ -430,8 +430,9 @@ pub fn analytic_latency_in(
 /// the same timestamp.
 fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
     struct Seen {
-        /// Per shard: the (transaction, timestamp) of each executed position.
-        positions: Vec<Vec<(TxnId, Ts)>>,
+        /// Per shard: the (transaction, timestamp) of each executed position (a replica that
+        /// installed a checkpoint skips positions; another may fill them in later).
+        positions: Vec<BTreeMap<u64, (TxnId, Ts)>>,
         /// Per server node: how far it was checked.
         checked: Vec<u64>,
         /// Multi-shard transactions: the timestamp the first shard executed them at.
@@ -439,7 +440,7 @@ fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
     }
     let servers: usize = topology.shards.iter().map(Vec::len).sum();
     let seen = std::cell::RefCell::new(Seen {
-        positions: vec![Vec::new(); topology.shard_count()],
+        positions: vec![BTreeMap::new(); topology.shard_count()],
         checked: vec![0; servers],
         multi: BTreeMap::new(),
     });
@@ -456,7 +457,7 @@ fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
                     // A position the replica truncated was checked before it was dropped.
                     let Some(e) = server.log().get(pos) else { continue };
                     let mine = (e.piece.txn, e.ts);
-                    match seen.positions[s].get(pos as usize) {
+                    match seen.positions[s].get(&pos) {
                         Some(first) if *first != mine => {
                             return Err(format!(
                                 "shard {s}: server {node} executed log position {pos} as {:?} at {}, another replica as {:?} at {}",
@@ -465,7 +466,7 @@ fn executed_logs_agree(topology: Topology) -> kairos_sim::WorldCheck<TigaMsg> {
                         }
                         Some(_) => {}
                         None => {
-                            seen.positions[s].push(mine);
+                            seen.positions[s].insert(pos, mine);
                             if e.piece.shards.len() > 1 {
                                 if let Some(other) = seen.multi.insert(e.piece.txn, e.ts).filter(|t| *t != e.ts) {
                                     return Err(format!(

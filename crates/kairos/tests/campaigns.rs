@@ -82,6 +82,15 @@ fn tiga_survives_40_fault_plans_with_crashes_of_leaders_followers_and_view_manag
     let with_view_changes =
         s["seeds"].as_array().unwrap().iter().filter(|r| r["view_changes"].as_u64().unwrap() > 0).count();
     assert!(with_view_changes >= 10, "{with_view_changes} of 40 seeds changed views");
+    // Regressions (each failed before its fix):
+    // - 144: a replica named leader of a view it never started, then follower of the next,
+    //   reset its store to a leader's committed copy it never had, and lost committed writes.
+    assert_eq!(campaign("tiga", "144")["seeds_run"], 1);
+    // - 139, 160: a view change forgot the transactions of log entries truncated below a
+    //   checkpoint, so a coordinator's resend ran one again, and a new leader did not list
+    //   them to the other shards, which then lacked a transaction it had executed.
+    assert_eq!(campaign("tiga", "139")["seeds_run"], 1);
+    assert_eq!(campaign("tiga", "160")["seeds_run"], 1);
 }
 
 #[test]

@@ -190,6 +190,15 @@ impl KeyMaps {
     }
 }
 
+/// A log entry dropped below a checkpoint whose transaction is still remembered (a resend of
+/// it is answered, never run again).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncated {
+    pub ts: Ts,
+    pub txn: TxnId,
+    pub position: u64,
+}
+
 /// The committed state of a shard after the first `position` log entries, with the key maps of
 /// those entries: what a lagging or restarted replica installs (state transfer), after which
 /// the log below `position` may be dropped. Every replica takes one every
@@ -199,6 +208,9 @@ pub struct Checkpoint {
     pub position: u64,
     pub state: Store,
     pub maps: KeyMaps,
+    /// The transactions of the positions below, of the last few seconds: a replica that
+    /// installs the checkpoint still knows them (at-most-once).
+    pub recent: Vec<Truncated>,
 }
 
 /// Counters for tests and reports.
@@ -262,7 +274,7 @@ pub struct Server {
     committed_maps: KeyMaps,
     /// Transactions whose entries were truncated, oldest first: forgotten once no coordinator
     /// can still resend them.
-    truncated: std::collections::VecDeque<(Ts, TxnId)>,
+    truncated: std::collections::VecDeque<Truncated>,
     /// Agreement messages that arrived before their transaction.
     early_agree: BTreeMap<TxnId, BTreeMap<(ShardId, bool), Ts>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
@@ -907,7 +919,14 @@ impl Server {
             if self.executed.is_multiple_of(interval) {
                 let state = if leader { &self.committed } else { &self.store };
                 let maps = self.committed_maps.clone();
-                self.checkpoint = Some(Checkpoint { position: self.executed, state: state.clone(), maps });
+                let mut recent: Vec<Truncated> = self.truncated.iter().copied().collect();
+                for pos in self.log.base()..self.executed {
+                    if let Some(e) = self.log.get(pos) {
+                        recent.push(Truncated { ts: e.ts, txn: e.piece.txn, position: pos });
+                    }
+                }
+                let position = self.executed;
+                self.checkpoint = Some(Checkpoint { position, state: state.clone(), maps, recent });
                 self.compact_log();
             }
         }
@@ -928,7 +947,7 @@ impl Server {
         }
         for pos in self.log.base()..target.min(self.log.len()) {
             if let Some(e) = self.log.get(pos) {
-                self.truncated.push_back((e.ts, e.piece.txn));
+                self.truncated.push_back(Truncated { ts: e.ts, txn: e.piece.txn, position: pos });
             }
         }
         self.log.compact(target);
@@ -938,7 +957,7 @@ impl Server {
     /// gives up after `retry_timeout × max_sends`; their timestamps are in the past by then).
     fn forget_truncated(&mut self, now: Ts) {
         let keep = duration_nanos(self.config.retry_timeout * self.config.max_sends + self.config.future_slack);
-        while let Some(&(ts, txn)) = self.truncated.front() {
+        while let Some(&Truncated { ts, txn, .. }) = self.truncated.front() {
             if ts.saturating_add(keep) >= now {
                 break;
             }
@@ -991,8 +1010,8 @@ impl Server {
         self.committed_maps = c.maps.clone();
         self.results.clear();
         self.log = Log::starting_at(c.position);
+        self.remember_recent(&c);
         self.checkpoint = Some(c);
-        self.truncated.clear();
         self.rebuild_from_log();
         self.write_snapshot(ctx);
         if self.state == ServerState::Normal {
@@ -1149,6 +1168,33 @@ impl Server {
 
     /// Takes a log entry into the transaction table, maps and hashes, as adopting it did,
     /// without answering anyone (recovery, and rebuilding after a view change).
+    /// A reply saying that `txn` is in this replica's log at `ts`, in the current view.
+    fn slow_reply(&self, txn: TxnId, ts: Ts) -> TigaMsg {
+        TigaMsg::Reply {
+            view: self.view.number,
+            txn,
+            shard: self.shard,
+            replica: self.replica,
+            kind: ReplyKind::Slow,
+            ts,
+            hash: [0; 20],
+            result: None,
+            owd_ns: 0,
+        }
+    }
+
+    /// Remembers the recent transactions a checkpoint being installed covers, so that their
+    /// resends are answered, not run again (this replica never saw their pieces).
+    fn remember_recent(&mut self, c: &Checkpoint) {
+        self.truncated = c.recent.iter().copied().collect();
+        for t in &c.recent {
+            let piece = Piece::new(t.txn, self.shard, vec![self.shard], Vec::new());
+            let mut txn = Txn::new(piece, t.ts, Status::Final, 0);
+            txn.last_reply = Some(self.slow_reply(t.txn, t.ts));
+            self.txns.insert(t.txn, txn);
+        }
+    }
+
     /// `maps`: also take it into the maps and hashes (false for an executed entry, which the
     /// executed prefix's maps hold already).
     fn index_entry(&mut self, entry: LogEntry, maps: bool) {
@@ -1166,17 +1212,7 @@ impl Server {
         let mut t = Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0);
         // A resend is answered: the entry is in this replica's log (a leader replaces this
         // with its execution's result when it starts a view).
-        t.last_reply = Some(TigaMsg::Reply {
-            view: self.view.number,
-            txn: entry.piece.txn,
-            shard: self.shard,
-            replica: self.replica,
-            kind: ReplyKind::Slow,
-            ts: entry.ts,
-            hash: [0; 20],
-            result: None,
-            owd_ns: 0,
-        });
+        t.last_reply = Some(self.slow_reply(entry.piece.txn, entry.ts));
         self.txns.insert(entry.piece.txn, t);
         self.log.push(entry);
     }

@@ -80,8 +80,11 @@ pub(super) struct Merged {
     pieces: BTreeMap<TxnId, crate::msg::Piece>,
     /// Shards whose listing arrived.
     listed: BTreeSet<ShardId>,
-    /// Where each transaction of the merged log is: (timestamp, in the prefix).
+    /// Where each transaction of the merged log is: (timestamp, in the prefix). Transactions
+    /// of entries truncated below a checkpoint count as in the prefix (they are executed).
     index: BTreeMap<TxnId, (Ts, bool)>,
+    /// The pieces of truncated entries this replica still has.
+    truncated_pieces: BTreeMap<TxnId, crate::msg::Piece>,
 }
 
 /// A server's view-change progress.
@@ -153,6 +156,7 @@ impl Server {
 
     fn enter_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
         ctx.metric("tiga.server_view_changes", 1);
+        let serving_leader = self.is_leader() && self.state == ServerState::Normal;
         if self.state == ServerState::Normal {
             // Remember what this replica released (and replied to) for the merge.
             let mut released: Vec<LogEntry> = self
@@ -167,9 +171,11 @@ impl Server {
         if self.state != ServerState::Recovering {
             self.state = ServerState::ViewChange;
         }
-        // Back to the executed state: speculative executions and final-but-uncommitted
-        // entries are re-run from the new log.
-        if self.is_leader() {
+        // A serving leader goes back to the executed state (its live store also holds
+        // speculative executions and final-but-uncommitted entries, re-run from the new log).
+        // Anyone else's store is the executed state already (a leader that never started its
+        // view has no committed copy of its own).
+        if serving_leader {
             self.store = self.committed.clone();
         }
         self.view = view;
@@ -191,9 +197,17 @@ impl Server {
     }
 
     /// Drops the queue, locks, agreements and the transaction table (rebuilt from the log when
-    /// the view starts).
+    /// the view starts), except the transactions of truncated entries (at-most-once: a resend
+    /// of one is answered, never run again).
     fn clear_volatile(&mut self) {
+        let kept: Vec<(TxnId, super::Txn)> =
+            self.truncated.iter().filter_map(|t| self.txns.remove(&t.txn).map(|x| (t.txn, x))).collect();
         self.txns.clear();
+        for (id, mut t) in kept {
+            t.status = Status::Final;
+            t.last_reply = Some(self.slow_reply(id, t.ts));
+            self.txns.insert(id, t);
+        }
         self.pq = Default::default();
         self.locked.clear();
         self.early_agree.clear();
@@ -327,13 +341,13 @@ impl Server {
     /// Leader: with f + 1 voters, merges (module docs).
     fn try_merge(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let f = self.topology.f();
-        let voters: Vec<&ReplicaState> = self.vc.reports.values().filter(|s| s.voter).collect();
+        let voters: Vec<ReplicaState> = self.vc.reports.values().filter(|s| s.voter).cloned().collect();
         if voters.len() < f + 1 {
             return;
         }
         let last = voters.iter().map(|s| s.last_normal).max().unwrap_or(0);
         let chosen = voters.iter().filter(|s| s.last_normal == last).max_by_key(|s| s.sync_point).expect("one voter");
-        let chosen = (*chosen).clone();
+        let chosen = chosen.clone();
         let mut from = self.vc.collect_from;
         if chosen.from > from && chosen.sync_point > chosen.from {
             // The chosen log continues from a checkpoint beyond this leader's executed point:
@@ -345,6 +359,7 @@ impl Server {
             self.committed_maps = c.maps.clone();
             self.results.clear();
             self.log = Log::starting_at(c.position);
+            self.remember_recent(&c);
             self.checkpoint = Some(c);
             from = chosen.from;
             self.vc.collect_from = from;
@@ -390,6 +405,12 @@ impl Server {
         for e in &merged.tail {
             merged.index.insert(e.piece.txn, (e.ts, false));
         }
+        for t in &self.truncated {
+            merged.index.entry(t.txn).or_insert((t.ts, true));
+            if let Some(p) = self.txns.get(&t.txn).map(|x| &x.piece).filter(|p| !p.txn_ops.is_empty()) {
+                merged.truncated_pieces.insert(t.txn, p.clone());
+            }
+        }
         self.vc.merged = Some(merged);
         ctx.metric("tiga.vc_merged", 1);
         self.send_listings(ctx);
@@ -408,7 +429,8 @@ impl Server {
     }
 
     fn piece_in_merge(merged: &Merged, txn: TxnId) -> Option<&crate::msg::Piece> {
-        merged.prefix.iter().chain(&merged.tail).rev().find(|e| e.piece.txn == txn).map(|e| &e.piece)
+        let in_log = merged.prefix.iter().chain(&merged.tail).rev().find(|e| e.piece.txn == txn).map(|e| &e.piece);
+        in_log.or_else(|| merged.truncated_pieces.get(&txn))
     }
 
     /// Leader, merged: lists its recent multi-shard transactions to every other shard.
@@ -416,8 +438,17 @@ impl Server {
         let Some(merged) = self.vc.merged.as_mut() else { return };
         let newest = merged.prefix.iter().chain(&merged.tail).map(|e| e.ts).max().unwrap_or(0);
         let since = newest.saturating_sub(duration_nanos(self.config.verify_lookback));
-        let recent: Vec<&LogEntry> =
-            merged.prefix.iter().chain(&merged.tail).filter(|e| e.ts >= since && e.piece.shards.len() > 1).collect();
+        // Entries truncated below a checkpoint count too: they are executed here.
+        let truncated: Vec<LogEntry> = merged
+            .truncated_pieces
+            .iter()
+            .filter_map(|(txn, piece)| merged.index.get(txn).map(|(ts, _)| LogEntry { ts: *ts, piece: piece.clone() }))
+            .collect();
+        let recent: Vec<&LogEntry> = truncated
+            .iter()
+            .chain(merged.prefix.iter().chain(&merged.tail))
+            .filter(|e| e.ts >= since && e.piece.shards.len() > 1)
+            .collect();
         let mut by_shard: BTreeMap<ShardId, Vec<VerifyItem>> = BTreeMap::new();
         let mut mine = BTreeMap::new();
         for e in recent {
@@ -437,7 +468,7 @@ impl Server {
             merged.mine.insert(txn, state);
             merged.shards_of.entry(txn).or_default();
         }
-        for e in merged.prefix.iter().chain(&merged.tail) {
+        for e in truncated.iter().chain(merged.prefix.iter().chain(&merged.tail)) {
             if let Some(sh) = merged.shards_of.get_mut(&e.piece.txn) {
                 if sh.is_empty() {
                     *sh = e.piece.shards.clone();
@@ -649,9 +680,15 @@ impl Server {
         }
         self.log = new_log;
         self.rebuild_from_log();
-        let kept_from = executed.saturating_sub(self.results.len() as u64).max(self.log.base());
+        let kept_from = executed.saturating_sub(self.results.len() as u64);
+        let truncated: BTreeMap<u64, TxnId> =
+            self.truncated.iter().filter(|t| t.position >= kept_from).map(|t| (t.position, t.txn)).collect();
         for pos in kept_from..self.log.len() {
-            let Some(id) = self.log.get(pos).map(|e| e.piece.txn) else { continue };
+            let in_log = self.log.get(pos).map(|e| e.piece.txn);
+            let Some(id) = in_log.or_else(|| truncated.get(&pos).copied()) else { continue };
+            if !self.txns.contains_key(&id) {
+                continue;
+            }
             let result = if pos < executed {
                 let back = (executed - pos) as usize;
                 self.results[self.results.len() - back].clone()

@@ -132,7 +132,10 @@ fn run_seed(
         CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
         CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
         CampaignProtocol::Tiga => {
-            let d = bench.tiga();
+            let mut d = bench.tiga();
+            // Checkpoints every few hundred positions, so that every seed also truncates logs
+            // and transfers state to replicas the leader's log no longer reaches.
+            d.config.checkpoint_interval = 300;
             let w = d.build().map_err(|e| usage(&e))?;
             let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
             let until = SimTime::ZERO + end + recovery + drain;
