@@ -172,24 +172,8 @@ pub enum TigaMsg {
     /// New leader → the replicas of its shard: send me your state for the view change, with
     /// your log from `from` on (the new leader holds the log before it).
     CollectLog { view: View, from: u64 },
-    /// Replica → its shard's new leader. `voter`: the replica's journal is whole (it may count
-    /// towards the f + 1); `last_normal`: the last view it served in; `entries`: its log from
-    /// `from` up to its sync-point (exclusive); `released`: transactions it released and has not
-    /// yet seen in the log, at the timestamps it released them.
-    LogState {
-        view: u64,
-        replica: u32,
-        voter: bool,
-        last_normal: u64,
-        sync_point: u64,
-        executed: u64,
-        from: u64,
-        entries: Vec<LogEntry>,
-        released: Vec<LogEntry>,
-        /// When the replica's log no longer holds `from` as asked: the checkpoint its
-        /// `entries` continue from (their `from` is its position).
-        checkpoint: Option<Checkpoint>,
-    },
+    /// Replica → its shard's new leader: its state for the view change.
+    LogState { view: u64, replica: u32, report: LogReport },
     /// New leader → new leader of another shard, during the view change: the state of
     /// multi-shard transactions on the sender's shard.
     Verify { view: u64, shard: ShardId, kind: VerifyKind, items: Vec<VerifyItem> },
@@ -225,6 +209,27 @@ impl TigaMsg {
             TigaMsg::Paxos(_) => "paxos",
         }
     }
+}
+
+/// What a replica reports to its shard's new leader in a view change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogReport {
+    /// The replica's journal is whole: it may count towards the f + 1.
+    pub voter: bool,
+    /// The last view it served in.
+    pub last_normal: u64,
+    /// Its log's length (every entry in it came from a leader's log).
+    pub sync_point: u64,
+    /// Log positions it executed.
+    pub executed: u64,
+    /// Its log from `from` up to `sync_point`.
+    pub from: u64,
+    pub entries: Vec<LogEntry>,
+    /// Transactions it released and has not seen in the log, at the timestamps it released them.
+    pub released: Vec<LogEntry>,
+    /// When its log no longer holds the `from` asked for: the checkpoint `entries` continue
+    /// from (`from` is its position).
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// Where a multi-shard transaction stands on one shard after that shard's log merge.

@@ -5,7 +5,7 @@
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
-use kairos_tiga::msg::{Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::msg::{LogReport, Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::ops::{key_id, Op, OpKind, OpOutput};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
@@ -285,14 +285,16 @@ fn a_log_report_that_contradicts_itself_or_comes_from_a_stranger_is_refused() {
     let report = |sync_point: u64, last_normal: u64| TigaMsg::LogState {
         view: 1,
         replica: 2,
-        voter: true,
-        last_normal,
-        sync_point,
-        executed: 0,
-        from: 0,
-        entries: Vec::new(),
-        released: Vec::new(),
-        checkpoint: None,
+        report: LogReport {
+            voter: true,
+            last_normal,
+            sync_point,
+            executed: 0,
+            from: 0,
+            entries: Vec::new(),
+            released: Vec::new(),
+            checkpoint: None,
+        },
     };
     let listings = |e: &[Effect<TigaMsg>]| sent(e).iter().filter(|(_, m)| matches!(m, TigaMsg::Verify { .. })).count();
     // Claims 5 synchronized entries and sends none: refused, no merge.

@@ -1289,29 +1289,8 @@ impl Process for Server {
                 self.on_new_view(ctx, view)
             }
             TigaMsg::CollectLog { view, from: start } => self.on_collect_log(ctx, from, view, start),
-            TigaMsg::LogState {
-                view,
-                replica,
-                voter,
-                last_normal,
-                sync_point,
-                executed,
-                from: start,
-                entries,
-                released,
-                checkpoint,
-            } if view == current => {
-                let report = view_change::ReplicaStateMsg {
-                    voter,
-                    last_normal,
-                    sync_point,
-                    executed,
-                    from: start,
-                    entries,
-                    released,
-                    checkpoint,
-                };
-                self.on_log_state(ctx, from, replica, report);
+            TigaMsg::LogState { view, replica, report } if view == current => {
+                self.on_log_state(ctx, from, replica, report)
             }
             TigaMsg::Verify { view, shard, kind, items } if view == current => {
                 self.on_verify(ctx, from, shard, kind, items)

@@ -39,8 +39,8 @@
 //! agreements and speculative executions). Its journal holds its log and the transactions it
 //! released, so it may vote in a later view change as before the crash.
 
-use super::{Checkpoint, Log, Record, Server, Status};
-use crate::msg::{Key, LogEntry, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
+use super::{Log, Record, Server, Status};
+use crate::msg::{Key, LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,19 +50,6 @@ pub(super) const VC_RETRY: kairos_core::TimerId = kairos_core::TimerId(5);
 const BUFFERED_MAX: usize = 100_000;
 /// Log entries one `StartView` carries (the rest follows as log synchronization).
 const START_VIEW_BATCH_MAX: usize = 1024;
-
-/// What a replica reported for the view change.
-#[derive(Clone, Debug)]
-pub(super) struct ReplicaState {
-    voter: bool,
-    last_normal: u64,
-    sync_point: u64,
-    executed: u64,
-    from: u64,
-    entries: Vec<LogEntry>,
-    released: Vec<LogEntry>,
-    checkpoint: Option<Checkpoint>,
-}
 
 /// The new leader's merged log, waiting for the multi-shard reconciliation.
 #[derive(Clone, Debug, Default)]
@@ -95,7 +82,7 @@ pub(super) struct Progress {
     pub(super) released: Vec<LogEntry>,
     /// Leader: the executed point its `CollectLog` asked from, and what replicas reported.
     collect_from: u64,
-    reports: BTreeMap<u32, ReplicaState>,
+    reports: BTreeMap<u32, LogReport>,
     /// Leader: the merged log once f + 1 voters reported.
     merged: Option<Merged>,
     /// Verify messages that arrived before the merge.
@@ -237,13 +224,13 @@ impl Server {
         }
     }
 
-    fn own_state(&self, from: u64) -> ReplicaState {
+    fn own_state(&self, from: u64) -> LogReport {
         let len = self.log.len();
         // A log truncated past `from` continues from its checkpoint: send that along.
         let checkpoint = self.checkpoint.clone().filter(|_| from < self.log.base());
         let from = checkpoint.as_ref().map_or(from, |c| c.position);
         let entries = if from <= len { self.log.range(from, len) } else { Vec::new() };
-        ReplicaState {
+        LogReport {
             voter: self.voter,
             last_normal: self.last_normal,
             sync_point: len,
@@ -256,23 +243,9 @@ impl Server {
     }
 
     pub(super) fn send_log_state(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: u64) {
-        let s = self.own_state(from);
+        let report = self.own_state(from);
         let leader = self.topology.leader_node(self.shard);
-        ctx.send(
-            leader,
-            TigaMsg::LogState {
-                view: self.view.number,
-                replica: self.replica,
-                voter: s.voter,
-                last_normal: s.last_normal,
-                sync_point: s.sync_point,
-                executed: s.executed,
-                from: s.from,
-                entries: s.entries,
-                released: s.released,
-                checkpoint: s.checkpoint,
-            },
-        );
+        ctx.send(leader, TigaMsg::LogState { view: self.view.number, replica: self.replica, report });
     }
 
     /// Only the leader the view names for this shard collects for it.
@@ -303,7 +276,7 @@ impl Server {
         ctx: &mut Ctx<'_, TigaMsg>,
         from_node: NodeId,
         replica: u32,
-        report: ReplicaStateMsg,
+        report: LogReport,
     ) {
         let r = replica as usize;
         let leading = self.state == ServerState::Normal || self.vc.started_at.is_some();
@@ -314,25 +287,25 @@ impl Server {
         {
             return;
         }
-        let ReplicaStateMsg { voter, last_normal, sync_point, executed, from, entries, released, checkpoint } = report;
+        let LogReport { last_normal, sync_point, executed, from, ref entries, ref released, ref checkpoint, .. } =
+            report;
         // A log that does not match its claimed sync-point, or claims from the future, is refused.
         let consistent = last_normal <= self.view.number
             && executed <= sync_point
             && (from > sync_point || from + entries.len() as u64 == sync_point)
             && checkpoint.as_ref().is_none_or(|c| c.position == from && c.position <= executed)
-            && entries.iter().chain(&released).all(|e| self.validate(&e.piece));
+            && entries.iter().chain(released).all(|e| self.validate(&e.piece));
         if !consistent {
             ctx.metric("tiga.server_bad_log_state", 1);
             return;
         }
-        let state = ReplicaState { voter, last_normal, sync_point, executed, from, entries, released, checkpoint };
         if self.state == ServerState::Normal {
             // A late or rejoining replica: send it the view's log from where it matches ours.
             let start = if last_normal == self.view.number { sync_point.min(self.log.len()) } else { executed };
             self.send_start_view(ctx, replica, start);
             return;
         }
-        self.vc.reports.insert(replica, state);
+        self.vc.reports.insert(replica, report);
         if self.vc.merged.is_none() {
             self.try_merge(ctx);
         }
@@ -341,7 +314,7 @@ impl Server {
     /// Leader: with f + 1 voters, merges (module docs).
     fn try_merge(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let f = self.topology.f();
-        let voters: Vec<ReplicaState> = self.vc.reports.values().filter(|s| s.voter).cloned().collect();
+        let voters: Vec<LogReport> = self.vc.reports.values().filter(|s| s.voter).cloned().collect();
         if voters.len() < f + 1 {
             return;
         }
@@ -875,18 +848,6 @@ impl Server {
             self.journal(ctx, Record::Released(entry));
         }
     }
-}
-
-/// The fields of a [`TigaMsg::LogState`].
-pub(super) struct ReplicaStateMsg {
-    pub voter: bool,
-    pub last_normal: u64,
-    pub sync_point: u64,
-    pub executed: u64,
-    pub from: u64,
-    pub entries: Vec<LogEntry>,
-    pub released: Vec<LogEntry>,
-    pub checkpoint: Option<Checkpoint>,
 }
 
 /// What every new leader decides for a multi-shard transaction from its states on the
