@@ -72,9 +72,8 @@
 //! transactions of the last few seconds.
 //!
 //! **Not yet here:** view changes among real processes (`kairos serve` runs no view manager),
-//! leader failure detected by followers (a leader that reaches the view manager but not its
-//! followers is not replaced), detection of a wiped disk (a replica that lost its journal
-//! boots as a fresh replica of view 0), and TPC-C.
+//! detection of a wiped disk (a replica that lost its journal boots as a fresh replica of
+//! view 0), and TPC-C.
 //!
 //! **Transactions that never reach a leader.** A multi-shard transaction whose submit is lost
 //! on its way to one leader leaves the others holding its keys until a retransmission arrives

@@ -165,8 +165,10 @@ pub enum TigaMsg {
     SyncAck { view: u64, replica: u32, sync_point: u64 },
 
     // ---- Views (see `crate::view` and `crate::server::view_change`) ----
-    /// Server → every view-manager node, every `heartbeat_interval`.
-    Heartbeat { view: u64, state: ServerState },
+    /// Server → every view-manager node, every `heartbeat_interval`. `leader_contact`: a
+    /// serving follower says whether its leader's log synchronization reached it within
+    /// `leader_timeout` (none from leaders and replicas not serving).
+    Heartbeat { view: u64, state: ServerState, leader_contact: Option<bool> },
     /// View manager → servers, server → server or coordinator: the view now in force.
     NewView { view: View },
     /// New leader → the replicas of its shard: send me your state for the view change, with

@@ -11,9 +11,12 @@
 //! each node embeds [`kairos_consensus::paxos::MultiPaxos`] over the sequence of views, so a
 //! view is decided once a majority of view-manager nodes accepted it, and view-manager nodes
 //! may crash and restart (their Paxos state is durable). Servers send heartbeats to every
-//! view-manager node. The node that leads the Paxos log watches them and, when a shard's leader
-//! has been silent for `leader_timeout`, restarted (it lost its volatile state), or has not
-//! finished a view change within `view_change_timeout`, proposes the next view:
+//! view-manager node; a serving follower's heartbeat says whether its leader's log
+//! synchronization (sent at least every heartbeat interval) reaches it. The node that leads the
+//! Paxos log watches them and, when a shard's leader has been silent for `leader_timeout`,
+//! restarted (it lost its volatile state), is heard by fewer than f of its followers (it reaches
+//! the view manager but cannot commit), or has not finished a view change within
+//! `view_change_timeout`, proposes the next view:
 //!
 //! - its leaders are in **one region where every shard has a live replica** if there is one
 //!   (the region of most current leaders first, so a healthy placement stays put), otherwise
@@ -83,6 +86,7 @@ struct Heard {
     at: LocalTime,
     view: u64,
     state: ServerState,
+    leader_contact: Option<bool>,
 }
 
 /// Counters of one view-manager node.
@@ -178,9 +182,30 @@ impl ViewManager {
 
     fn live(&self, now: LocalTime, shard: ShardId, replica: u32) -> bool {
         let timeout = duration_nanos(self.config.leader_timeout);
-        self.heard.get(&(shard, replica)).is_some_and(|h| {
+        let heard = self.heard.get(&(shard, replica)).is_some_and(|h| {
             now.as_nanos().saturating_sub(h.at.as_nanos()) <= timeout && h.state != ServerState::Recovering
-        })
+        });
+        heard && !(self.view.leaders.get(shard as usize) == Some(&replica) && self.cut_off(now, shard as usize))
+    }
+
+    /// Whether shard `s`'s leader serves but fewer than f of its followers hear it (and at
+    /// least one says it does not): it cannot commit, though it reaches the view manager.
+    fn cut_off(&self, now: LocalTime, s: usize) -> bool {
+        let timeout = duration_nanos(self.config.leader_timeout);
+        if now.as_nanos().saturating_sub(self.view_since.as_nanos()) <= 2 * timeout {
+            return false;
+        }
+        let leader = self.view.leaders[s];
+        let fresh =
+            |h: &&Heard| h.view == self.view.number && now.as_nanos().saturating_sub(h.at.as_nanos()) <= timeout;
+        let reports: Vec<bool> = (0..self.topology.shards[s].len() as u32)
+            .filter(|r| *r != leader)
+            .filter_map(|r| self.heard.get(&(s as ShardId, r)))
+            .filter(fresh)
+            .filter_map(|h| h.leader_contact)
+            .collect();
+        let hearing = reports.iter().filter(|c| **c).count();
+        hearing < self.topology.f() && reports.contains(&false)
     }
 
     /// Whether shard `s`'s leader in the current view has failed (module docs).
@@ -268,12 +293,13 @@ impl ViewManager {
         }
     }
 
-    fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, view: u64, state: ServerState) {
+    fn on_heartbeat(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, heard: Heard) {
         let Some((shard, replica)) = self.topology.locate(from) else {
             self.stats.bad_heartbeats += 1;
             return;
         };
-        self.heard.insert((shard, replica), Heard { at: ctx.now(), view, state });
+        let view = heard.view;
+        self.heard.insert((shard, replica), heard);
         if view < self.view.number {
             ctx.send(from, TigaMsg::NewView { view: self.view.clone() });
         }
@@ -293,7 +319,9 @@ impl Process for ViewManager {
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         match msg {
             TigaMsg::Paxos(m) => self.paxos.on_message(ctx, from, m),
-            TigaMsg::Heartbeat { view, state } => self.on_heartbeat(ctx, from, view, state),
+            TigaMsg::Heartbeat { view, state, leader_contact } => {
+                self.on_heartbeat(ctx, from, Heard { at: ctx.now(), view, state, leader_contact })
+            }
             _ => ctx.metric("tiga.view_manager_ignored", 1),
         }
         self.apply_decided(ctx);

@@ -311,3 +311,34 @@ fn a_log_report_that_contradicts_itself_or_comes_from_a_stranger_is_refused() {
     let e = h.deliver(NodeId(2), report(0, 0));
     assert!(sent(&e).iter().any(|(to, m)| *to == NodeId(3) && matches!(m, TigaMsg::Verify { view: 1, .. })), "{e:?}");
 }
+
+/// Regression (campaign seeds 1326, 3163): a report whose log starts beyond where the new
+/// leader asked, with nothing bridging the gap, is not merged (its entries between would be
+/// lost); the leader asks that replica again.
+#[test]
+fn a_log_report_from_beyond_what_the_leader_asked_is_asked_again() {
+    let mut h = server_with_view_manager(0, 1);
+    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
+    let report = |from: u64, sync_point: u64| TigaMsg::LogState {
+        view: 1,
+        replica: 2,
+        report: LogReport {
+            voter: true,
+            last_normal: 0,
+            sync_point,
+            executed: sync_point,
+            from,
+            entries: Vec::new(),
+            released: Vec::new(),
+            checkpoint: None,
+        },
+    };
+    let e = h.deliver(NodeId(2), report(5, 5));
+    assert!(
+        sent(&e).iter().any(|(to, m)| *to == NodeId(2) && matches!(m, TigaMsg::CollectLog { from: 0, .. })),
+        "{e:?}"
+    );
+    assert!(!sent(&e).iter().any(|(_, m)| matches!(m, TigaMsg::Verify { .. })), "not merged: {e:?}");
+    let e = h.deliver(NodeId(2), report(0, 0));
+    assert!(sent(&e).iter().any(|(_, m)| matches!(m, TigaMsg::Verify { .. })), "merged: {e:?}");
+}

@@ -107,6 +107,14 @@ fn leaders_of_any_shard_the_new_leader_and_view_manager_nodes_may_crash_and_rest
             "a follower restarts, then its leader crashes",
             vec![(800, Fault::Crash(n(1))), (1_100, Fault::Restart(n(1))), (2_000, Fault::Crash(n(0)))],
         ),
+        (
+            "a leader that reaches the view manager but not its followers (they report it)",
+            vec![
+                (1_200, Fault::CutLink { from: n(0), to: n(1) }),
+                (1_200, Fault::CutLink { from: n(0), to: n(2) }),
+                (3_000, Fault::HealAll),
+            ],
+        ),
     ];
     for (what, faults) in scenarios {
         for seed in 1..=2 {
@@ -134,7 +142,7 @@ fn a_merge_without_rule_b_loses_fast_path_commits_and_is_caught() {
         hot(d);
         d.config.unsafe_skip_merge_rule_b = true;
     };
-    let caught: Vec<u64> = (1..=4).filter(|seed| !survives(*seed, skip, &crash).0).collect();
+    let caught: Vec<u64> = (1..=10).filter(|seed| !survives(*seed, skip, &crash).0).collect();
     assert!(!caught.is_empty(), "some seed shows the loss");
     assert!(survives(caught[0], hot, &crash).0, "with rule (b) the same run is fine");
 }

@@ -286,6 +286,10 @@ pub struct Server {
     journaled: u64,
     /// Leader: its synchronization and agreement-retry timers run.
     leader_timers_armed: bool,
+    /// Follower: when its leader's log synchronization last arrived (local ns).
+    leader_heard_at: Ts,
+    /// Leader: when it last sent each follower log synchronization (local ns).
+    sync_sent_at: Vec<Ts>,
     /// The results of the log positions just below `executed`, oldest first.
     results: std::collections::VecDeque<PieceResult>,
     stats: ServerStats,
@@ -330,6 +334,8 @@ impl Server {
             release_timer_at: None,
             journaled: 0,
             leader_timers_armed: false,
+            leader_heard_at: 0,
+            sync_sent_at: vec![0; n],
             results: Default::default(),
             stats: ServerStats::default(),
         }
@@ -1044,9 +1050,13 @@ impl Server {
                 continue;
             }
             let from = self.next_send[r];
-            if from >= len && self.commit_point_sent[r] == self.commit_point {
+            // Nothing new: still an empty synchronization every heartbeat interval, so that the
+            // follower can tell the view manager it hears its leader.
+            let idle = now.saturating_sub(self.sync_sent_at[r]) < duration_nanos(self.config.heartbeat_interval);
+            if from >= len && self.commit_point_sent[r] == self.commit_point && idle {
                 continue;
             }
+            self.sync_sent_at[r] = now;
             let mut end = from;
             let mut bytes = 0;
             while end < (from + SYNC_BATCH_MAX as u64).min(len) {
@@ -1078,6 +1088,7 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
+        self.leader_heard_at = ctx.now().as_nanos();
         let len = self.log.len();
         if from <= len {
             let skip = (len - from) as usize;

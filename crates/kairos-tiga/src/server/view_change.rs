@@ -95,6 +95,8 @@ pub(super) struct Progress {
     pub(super) started_at: Option<LocalTime>,
     /// A view change began here since the last restart.
     pub(super) entered_since_restart: bool,
+    /// Follower: where the new leader asked its log from.
+    asked_from: Option<u64>,
 }
 
 impl Server {
@@ -108,7 +110,11 @@ impl Server {
     }
 
     pub(super) fn heartbeat(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state };
+        let serving_follower = self.state == ServerState::Normal && !self.is_leader();
+        let heard =
+            ctx.now().as_nanos().saturating_sub(self.leader_heard_at) <= duration_nanos(self.config.leader_timeout);
+        let leader_contact = serving_follower.then_some(heard);
+        let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state, leader_contact };
         ctx.send_all(self.view_managers.clone(), &msg);
     }
 
@@ -174,6 +180,7 @@ impl Server {
         self.vc.early_verify.clear();
         self.vc.buffered.clear();
         self.vc.answered.clear();
+        self.vc.asked_from = None;
         self.vc.started_at = Some(ctx.now());
         self.vc.entered_since_restart = true;
         if self.is_leader() {
@@ -261,6 +268,7 @@ impl Server {
             self.enter_view(ctx, view);
         }
         if !self.is_leader() {
+            self.vc.asked_from = Some(from);
             self.send_log_state(ctx, from);
         }
     }
@@ -303,6 +311,17 @@ impl Server {
             // A late or rejoining replica: send it the view's log from where it matches ours.
             let start = if last_normal == self.view.number { sync_point.min(self.log.len()) } else { executed };
             self.send_start_view(ctx, replica, start);
+            return;
+        }
+        // While collecting: a log that starts beyond what this leader holds, without the
+        // checkpoint to bridge the gap, lacks entries the merge may need: ask it again.
+        let from_ok = report.from == self.vc.collect_from
+            || report.sync_point <= self.vc.collect_from
+            || report.checkpoint.is_some();
+        if self.vc.merged.is_none() && !from_ok {
+            ctx.metric("tiga.vc_report_from_elsewhere", 1);
+            let msg = TigaMsg::CollectLog { view: self.view.clone(), from: self.vc.collect_from };
+            ctx.send(from_node, msg);
             return;
         }
         self.vc.reports.insert(replica, report);
@@ -734,6 +753,7 @@ impl Server {
         }
         self.log.truncate(from);
         self.rebuild_from_log();
+        self.leader_heard_at = ctx.now().as_nanos();
         self.become_normal(ctx);
         for e in entries {
             self.adopt_entry(ctx, e);
@@ -812,7 +832,10 @@ impl Server {
                 self.ask_missing(ctx);
             }
         } else {
-            self.send_log_state(ctx, self.executed_or_synced());
+            // Again from where the leader asked, if it did: a report from elsewhere would not
+            // give it the entries it lacks.
+            let from = self.vc.asked_from.unwrap_or_else(|| self.executed_or_synced());
+            self.send_log_state(ctx, from);
         }
         ctx.set_timer(VC_RETRY, self.config.view_change_retry);
     }
