@@ -251,6 +251,10 @@ pub enum VerifyKind {
     /// The sender's recent multi-shard transactions that involve the receiver (one per view
     /// change and pair of shards; answered).
     Listing,
+    /// A leader already serving the view repeats its listing to one whose own listing arrived
+    /// (that one still waits for it). Counts as a listing; never answered by a listing, so two
+    /// leaders never trade listings forever.
+    ListingAgain,
     /// Transactions whose state on the receiver's shard the sender lacks (answered).
     Question,
     Answer,

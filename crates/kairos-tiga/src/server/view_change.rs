@@ -493,6 +493,9 @@ impl Server {
             return;
         }
         if self.state == ServerState::Normal {
+            if matches!(kind, VerifyKind::Answer | VerifyKind::ListingAgain) {
+                return;
+            }
             // The view started here already: answer from what this leader decided on.
             let answers: Vec<VerifyItem> = items
                 .iter()
@@ -518,7 +521,7 @@ impl Server {
                     })
                     .collect();
                 let (view, shard) = (self.view.number, self.shard);
-                ctx.send(from, TigaMsg::Verify { view, shard, kind: VerifyKind::Listing, items: listed });
+                ctx.send(from, TigaMsg::Verify { view, shard, kind: VerifyKind::ListingAgain, items: listed });
             }
             if kind != VerifyKind::Answer {
                 let (view, shard) = (self.view.number, self.shard);
@@ -571,7 +574,7 @@ impl Server {
                 piece: Self::piece_in_merge(merged, txn).cloned(),
             });
         }
-        if kind == VerifyKind::Listing {
+        if matches!(kind, VerifyKind::Listing | VerifyKind::ListingAgain) {
             merged.listed.insert(shard);
         }
         if kind != VerifyKind::Answer {
