@@ -1010,14 +1010,7 @@ impl Server {
             // The log reaches it: executing catches up without it.
             return;
         }
-        ctx.metric("tiga.checkpoints_installed", 1);
-        self.store = c.state.clone();
-        self.executed = c.position;
-        self.committed_maps = c.maps.clone();
-        self.results.clear();
-        self.log = Log::starting_at(c.position);
-        self.remember_recent(&c);
-        self.checkpoint = Some(c);
+        self.install_checkpoint(ctx, c);
         self.rebuild_from_log();
         self.write_snapshot(ctx);
         if self.state == ServerState::Normal {
@@ -1192,6 +1185,31 @@ impl Server {
             result: None,
             owd_ns: 0,
         }
+    }
+
+    /// Takes `c` as this replica's executed state: the log continues from its position (the
+    /// caller rebuilds what depends on the log).
+    fn install_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, c: Checkpoint) {
+        ctx.metric("tiga.checkpoints_installed", 1);
+        self.store = c.state.clone();
+        self.executed = c.position;
+        self.committed_maps = c.maps.clone();
+        self.results.clear();
+        self.log = Log::starting_at(c.position);
+        self.remember_recent(&c);
+        self.checkpoint = Some(c);
+    }
+
+    /// The transactions released and not yet in the log, at the timestamps they were released.
+    fn released_entries(&self) -> Vec<LogEntry> {
+        let mut released: Vec<LogEntry> = self
+            .txns
+            .values()
+            .filter(|t| t.status == Status::Released)
+            .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
+            .collect();
+        released.sort_by_key(|e| (e.ts, e.piece.txn));
+        released
     }
 
     /// Remembers the recent transactions a checkpoint being installed covers, so that their

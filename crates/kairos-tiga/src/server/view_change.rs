@@ -152,14 +152,7 @@ impl Server {
         let serving_leader = self.is_leader() && self.state == ServerState::Normal;
         if self.state == ServerState::Normal {
             // Remember what this replica released (and replied to) for the merge.
-            let mut released: Vec<LogEntry> = self
-                .txns
-                .values()
-                .filter(|t| t.status == Status::Released)
-                .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
-                .collect();
-            released.sort_by_key(|e| (e.ts, e.piece.txn));
-            self.vc.released = released;
+            self.vc.released = self.released_entries();
         }
         if self.state != ServerState::Recovering {
             self.state = ServerState::ViewChange;
@@ -345,14 +338,7 @@ impl Server {
             // The chosen log continues from a checkpoint beyond this leader's executed point:
             // take the checkpoint (state transfer to the new leader).
             let Some(c) = chosen.checkpoint.clone() else { return };
-            ctx.metric("tiga.checkpoints_installed", 1);
-            self.store = c.state.clone();
-            self.executed = c.position;
-            self.committed_maps = c.maps.clone();
-            self.results.clear();
-            self.log = Log::starting_at(c.position);
-            self.remember_recent(&c);
-            self.checkpoint = Some(c);
+            self.install_checkpoint(ctx, c);
             from = chosen.from;
             self.vc.collect_from = from;
         }
@@ -845,12 +831,7 @@ impl Server {
 
     /// Makes the whole durable state one journal snapshot.
     pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let released: Vec<LogEntry> = self
-            .txns
-            .values()
-            .filter(|t| t.status == Status::Released)
-            .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
-            .collect();
+        let released = self.released_entries();
         // The log from the base on, after the checkpoint that covers what is below (a leader
         // may hold a little more than its checkpoint: those entries are dropped on recovery).
         let checkpoint = self.checkpoint.clone().filter(|c| c.position >= self.log.base() && self.log.base() > 0);
