@@ -237,12 +237,20 @@ pub struct LogReport {
 /// Where a multi-shard transaction stands on one shard after that shard's log merge.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnState {
-    /// Not in the merged log.
-    Absent,
+    /// Not in the merged log. `latest_conflict`: the latest timestamp among this shard's
+    /// merged (and executed) entries that conflict with the transaction's piece here —
+    /// `Ts::MAX` when the shard cannot take the piece (it lacks the transaction's operations,
+    /// or its view already started without it).
+    Absent { latest_conflict: Ts },
     /// In the part of the merged log that came from the old leader's log (final, agreed).
     Settled(Ts),
     /// Among the released transactions enough replicas had (not final anywhere known).
     Tentative(Ts),
+}
+
+impl TxnState {
+    /// Absent, and no timestamp would let this shard take the transaction.
+    pub const UNPLACEABLE: TxnState = TxnState::Absent { latest_conflict: Ts::MAX };
 }
 
 /// What a [`TigaMsg::Verify`] is.

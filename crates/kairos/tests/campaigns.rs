@@ -96,6 +96,11 @@ fn tiga_survives_40_fault_plans_with_crashes_of_leaders_followers_and_view_manag
     //   asked, and the merge took that log without the entries between, losing them.
     assert_eq!(campaign("tiga", "1326")["seeds_run"], 1);
     assert_eq!(campaign("tiga", "3163")["seeds_run"], 1);
+    // - 862: a single-shard transaction committed on the fast path after reading a multi-shard
+    //   one that only its own shard still had after two partitions; the reconciliation dropped
+    //   the multi-shard one (absent on its other shard), so the committed read had read a write
+    //   no transaction made. A shard that lacks it now fetches it where it can place it.
+    assert_eq!(campaign("tiga", "862")["seeds_run"], 1);
 }
 
 #[test]

@@ -23,9 +23,21 @@
 //! every such transaction on every shard involved, each leader decides alike:
 //! settled on some shard (it came from an old leader's log: agreed and possibly executed) →
 //! kept everywhere at that timestamp, a shard that lacks it taking its piece from the
-//! transaction's operations (which every multi-shard piece carries); otherwise absent on some
-//! shard → dropped everywhere (it cannot have committed); otherwise kept at the largest
-//! timestamp.
+//! transaction's operations (which every multi-shard piece carries); otherwise kept at the
+//! largest tentative timestamp, fetched by the shards that lack it, if each of them can place
+//! it there — none of its merged entries that conflict with the piece is as late — and dropped
+//! everywhere if one cannot (the transaction cannot have committed).
+//!
+//! Keeping what some shard still has matters: a leader executes a transaction T2 after a
+//! multi-shard T1 once T1's timestamp is agreed, and T2 may commit on the fast path before T1
+//! is durable on T1's other shard, with a result that reads T1's writes. T1 survives on T2's
+//! shard (the replicas that released T2 with a matching log hash released T1 too), so keeping
+//! it there and fetching it elsewhere keeps T2's result true. The shard that lacks T1 can
+//! place it only if nothing conflicting is merged later there: a committed conflicting
+//! transaction after T1's timestamp would have needed T1 in that shard's log or released sets.
+//! One case stays ambiguous (we did not find a way to resolve it from what f + 1 replicas
+//! report): T1 agreed, T2 committed on its shard, and on T1's other shard a later conflicting
+//! transaction released by f + 1 replicas but never committed. The rule then drops T1.
 //!
 //! **Starting the view.** The leader rebuilds its maps, hashes and stores from the new log,
 //! keeps a reply (with the execution's result) for every transaction in it, and sends each
@@ -67,6 +79,10 @@ pub(super) struct Merged {
     pieces: BTreeMap<TxnId, crate::msg::Piece>,
     /// Shards whose listing arrived.
     listed: BTreeSet<ShardId>,
+    /// Per key, the latest timestamp that read it and that wrote it, over the executed state
+    /// and the merged log: where a transaction this shard lacks could still be placed.
+    rmax: BTreeMap<Key, Ts>,
+    wmax: BTreeMap<Key, Ts>,
     /// Where each transaction of the merged log is: (timestamp, in the prefix). Transactions
     /// of entries truncated below a checkpoint count as in the prefix (they are executed).
     index: BTreeMap<TxnId, (Ts, bool)>,
@@ -356,7 +372,9 @@ impl Server {
             }
         }
         let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|e| e.piece.txn).collect();
-        let (mut rmax, mut wmax): (BTreeMap<Key, Ts>, BTreeMap<Key, Ts>) = (BTreeMap::new(), BTreeMap::new());
+        // Conflicts with the executed state (including entries truncated below a checkpoint)
+        // and with the prefix.
+        let (mut rmax, mut wmax) = (self.committed_maps.rmap.clone(), self.committed_maps.wmap.clone());
         for e in &prefix {
             bump(&mut rmax, &e.piece.reads, e.ts);
             bump(&mut wmax, &e.piece.writes, e.ts);
@@ -376,7 +394,11 @@ impl Server {
         }
         tail.sort_by_key(|e| (e.ts, e.piece.txn));
         ctx.metric("tiga.vc_merged_from_released", tail.len() as u64);
-        let mut merged = Merged { prefix, tail, ..Merged::default() };
+        for e in &tail {
+            bump(&mut rmax, &e.piece.reads, e.ts);
+            bump(&mut wmax, &e.piece.writes, e.ts);
+        }
+        let mut merged = Merged { prefix, tail, rmax, wmax, ..Merged::default() };
         for e in &merged.prefix {
             merged.index.insert(e.piece.txn, (e.ts, true));
         }
@@ -398,11 +420,21 @@ impl Server {
         self.try_start(ctx);
     }
 
-    fn state_of(merged: &Merged, txn: TxnId) -> TxnState {
+    /// The state of a transaction of the merged log (None: not in it).
+    fn state_of(merged: &Merged, txn: TxnId) -> Option<TxnState> {
         match merged.index.get(&txn) {
-            Some(&(ts, true)) => TxnState::Settled(ts),
-            Some(&(ts, false)) => TxnState::Tentative(ts),
-            None => TxnState::Absent,
+            Some(&(ts, true)) => Some(TxnState::Settled(ts)),
+            Some(&(ts, false)) => Some(TxnState::Tentative(ts)),
+            None => None,
+        }
+    }
+
+    /// The state of a transaction this shard's merge lacks: how late its piece `here` (taken
+    /// from the transaction's operations; unplaceable without them) conflicts here.
+    fn absent_state(merged: &Merged, here: Option<crate::msg::Piece>) -> TxnState {
+        match here {
+            Some(p) => TxnState::Absent { latest_conflict: conflict_ts(&merged.rmax, &merged.wmax, &p) },
+            None => TxnState::UNPLACEABLE,
         }
     }
 
@@ -431,7 +463,7 @@ impl Server {
         let mut mine = BTreeMap::new();
         for e in recent {
             let txn = e.piece.txn;
-            let state = Self::state_of(merged, txn);
+            let state = Self::state_of(merged, txn).expect("listed from the merged log");
             mine.insert(txn, state);
             for s in e.piece.shards.iter().filter(|s| **s != self.shard) {
                 by_shard.entry(*s).or_default().push(VerifyItem {
@@ -488,7 +520,7 @@ impl Server {
                 .map(|i| VerifyItem {
                     txn: i.txn,
                     shards: i.shards.clone(),
-                    state: self.vc.answered.get(&i.txn).copied().unwrap_or(TxnState::Absent),
+                    state: self.vc.answered.get(&i.txn).copied().unwrap_or(TxnState::UNPLACEABLE),
                     piece: None,
                 })
                 .collect();
@@ -533,6 +565,7 @@ impl Server {
         items: Vec<VerifyItem>,
     ) {
         let me = self.shard;
+        let topology = &self.topology;
         let Some(merged) = self.vc.merged.as_mut() else { return };
         let mut answers = Vec::new();
         for item in items {
@@ -548,7 +581,10 @@ impl Server {
             let state = match merged.mine.get(&txn) {
                 Some(s) => *s,
                 None => {
-                    let s = Self::state_of(merged, txn);
+                    let s = Self::state_of(merged, txn).unwrap_or_else(|| {
+                        let here = merged.pieces.get(&txn).and_then(|p| p.sibling(me, |k| topology.shard_of_bytes(k)));
+                        Self::absent_state(merged, here)
+                    });
                     merged.mine.insert(txn, s);
                     s
                 }
@@ -583,7 +619,7 @@ impl Server {
                     questions.entry(*s).or_default().push(VerifyItem {
                         txn: *txn,
                         shards: shards.clone(),
-                        state: merged.mine.get(txn).copied().unwrap_or(TxnState::Absent),
+                        state: merged.mine.get(txn).copied().unwrap_or(TxnState::UNPLACEABLE),
                         piece: Self::piece_in_merge(merged, *txn).cloned(),
                     });
                 }
@@ -612,7 +648,7 @@ impl Server {
         let mut merged = self.vc.merged.take().expect("merged");
         let mut keep_at: BTreeMap<TxnId, Option<Ts>> = BTreeMap::new();
         for (txn, sh) in &merged.shards_of {
-            let mut states: Vec<TxnState> = vec![merged.mine.get(txn).copied().unwrap_or(TxnState::Absent)];
+            let mut states: Vec<TxnState> = vec![merged.mine.get(txn).copied().unwrap_or(TxnState::UNPLACEABLE)];
             states.extend(
                 sh.iter().filter(|s| **s != me).filter_map(|s| merged.remote.get(txn).and_then(|m| m.get(s)).copied()),
             );
@@ -866,16 +902,18 @@ pub(super) fn decide(states: &[TxnState]) -> Option<Ts> {
     }) {
         return Some(ts);
     }
-    if states.contains(&TxnState::Absent) {
-        return None;
-    }
-    states
+    let ts = states
         .iter()
         .filter_map(|s| match s {
             TxnState::Tentative(ts) => Some(*ts),
             _ => None,
         })
-        .max()
+        .max()?;
+    let placeable = states.iter().all(|s| match s {
+        TxnState::Absent { latest_conflict } => *latest_conflict < ts,
+        _ => true,
+    });
+    placeable.then_some(ts)
 }
 
 fn bump(map: &mut BTreeMap<Key, Ts>, keys: &[Key], ts: Ts) {
@@ -896,10 +934,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settled_wins_absent_drops_else_the_largest_tentative() {
+    fn settled_wins_else_the_largest_tentative_if_every_shard_lacking_it_can_place_it() {
         use TxnState::*;
-        assert_eq!(decide(&[Absent, Settled(5), Tentative(9)]), Some(5));
-        assert_eq!(decide(&[Tentative(3), Absent]), None);
+        let absent = |latest_conflict| Absent { latest_conflict };
+        assert_eq!(decide(&[TxnState::UNPLACEABLE, Settled(5), Tentative(9)]), Some(5));
         assert_eq!(decide(&[Tentative(3), Tentative(7)]), Some(7));
+        // Lacking shards fetch it when nothing conflicting is merged as late there...
+        assert_eq!(decide(&[Tentative(3), absent(0)]), Some(3));
+        assert_eq!(decide(&[Tentative(3), Tentative(7), absent(6)]), Some(7));
+        // ...and it is dropped everywhere when one of them cannot.
+        assert_eq!(decide(&[Tentative(3), absent(3)]), None);
+        assert_eq!(decide(&[Tentative(3), Tentative(7), absent(9)]), None);
+        assert_eq!(decide(&[Tentative(3), TxnState::UNPLACEABLE]), None);
+        assert_eq!(decide(&[absent(0), absent(0)]), None);
     }
 }
