@@ -121,6 +121,10 @@ pub struct TigaConfig {
     /// leader's final one (its log diverges from the leader's; the replicas' log-agreement
     /// check catches it at that event).
     pub unsafe_follower_keeps_own_ts: bool,
+    /// Test-only: a coordinator counts fast replies toward the super quorum whatever their log
+    /// hash (a fast commit may then rest on followers that lack what the leader executed
+    /// before it, which a view change loses).
+    pub unsafe_ignore_log_hash: bool,
 }
 
 impl Default for TigaConfig {
@@ -154,6 +158,7 @@ impl Default for TigaConfig {
             unsafe_skip_merge_rule_b: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,
+            unsafe_ignore_log_hash: false,
         }
     }
 }

@@ -147,6 +147,41 @@ fn a_merge_without_rule_b_loses_fast_path_commits_and_is_caught() {
     assert!(survives(caught[0], hot, &crash).0, "with rule (b) the same run is fine");
 }
 
+/// Negative control: a coordinator that ignores the log hash commits a transaction on the fast
+/// path although the followers lack an earlier conflicting one the leader executed before
+/// it; the leader then fails, the new leader's log has the later transaction without the
+/// earlier one, and the committed result is caught as an anomaly. With the hash check the same
+/// schedule is fine (that commit waits for the slow path, which the failure stops).
+#[test]
+fn a_fast_quorum_with_mismatched_log_hashes_loses_a_committed_read_and_is_caught() {
+    // One shard with few keys: servers 0–2 (node 0 leads), coordinators 3–10, view-manager
+    // nodes 11–13. From 1.2 s, coordinators 3–6 reach only the leader and the leader cannot
+    // synchronize its followers: what those coordinators send is executed at the leader alone,
+    // while the other coordinators' transactions reach every replica. The leader crashes at
+    // 1.5 s, and the cuts heal.
+    let mut faults: Vec<(u64, Fault)> = Vec::new();
+    for from in [0, 3, 4, 5, 6] {
+        for to in [1, 2] {
+            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
+        }
+    }
+    faults.push((1_500, Fault::Crash(NodeId(0))));
+    faults.push((1_500, Fault::HealAll));
+    let hot = |d: &mut Deployment| {
+        d.shards = 1;
+        d.keys_per_shard = 30;
+    };
+    let ignore = |d: &mut Deployment| {
+        hot(d);
+        d.config.unsafe_ignore_log_hash = true;
+    };
+    let caught: Vec<u64> = (1..=5).filter(|seed| !survives(*seed, ignore, &faults).0).collect();
+    assert!(caught.len() >= 3, "most seeds show the loss (caught: {caught:?})");
+    for seed in 1..=5 {
+        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the hash check the same run is fine");
+    }
+}
+
 #[test]
 fn the_analytic_latency_of_the_new_placement_is_the_slow_path_where_a_replica_is_missing() {
     use kairos_tiga::sim::{analytic_latency, analytic_latency_in};
