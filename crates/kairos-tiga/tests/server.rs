@@ -5,7 +5,7 @@
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
-use kairos_tiga::msg::{LogReport, Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::msg::{LogEntry, LogReport, Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::ops::{key_id, Op, OpKind, OpOutput};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
@@ -341,4 +341,33 @@ fn a_log_report_from_beyond_what_the_leader_asked_is_asked_again() {
     assert!(!sent(&e).iter().any(|(_, m)| matches!(m, TigaMsg::Verify { .. })), "not merged: {e:?}");
     let e = h.deliver(NodeId(2), report(0, 0));
     assert!(sent(&e).iter().any(|(_, m)| matches!(m, TigaMsg::Verify { .. })), "merged: {e:?}");
+}
+
+/// A follower restarted from its journaled checkpoint still knows the transactions the
+/// checkpoint covers (as one sent the leader's checkpoint does): a coordinator's resend of one
+/// is answered from the log, not run again.
+#[test]
+fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_of_running_it() {
+    let config = TigaConfig { checkpoint_interval: 2, ..TigaConfig::default() };
+    let follower = || Server::new(topology(), config.clone(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
+    let mut h = RoleHarness::new(NodeId(2), follower(), 1);
+    h.start();
+    let now = ns(h.now());
+    let entries = (1..=10u32).map(|i| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]) });
+    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10 });
+    assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "a checkpoint covers the ten entries");
+    // A view change to replica 1 (node 1): the follower journals its state, checkpoint included.
+    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
+    let back_in_view_1 = TigaMsg::StartView { view: 1, from: 10, entries: Vec::new(), commit_point: 10 };
+    h.deliver(NodeId(1), back_in_view_1.clone());
+    assert_eq!(view_of(&mut h), (1, ServerState::Normal));
+    h.restart(follower());
+    assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "the checkpoint came back from the journal");
+    h.deliver(NodeId(1), back_in_view_1);
+    assert_eq!(view_of(&mut h), (1, ServerState::Normal));
+    // The coordinator resends transaction 1 in view 1.
+    let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + 5_000_000, ns(h.now()));
+    let resend = h.deliver(COORDINATOR, TigaMsg::Submit { view: 1, piece, ts, send_time });
+    assert_eq!(replies(&resend), vec![(1, ReplyKind::Slow, now + 1, None)], "answered at its logged timestamp");
+    assert_eq!(h.role.executed(), 10, "nothing ran again");
 }

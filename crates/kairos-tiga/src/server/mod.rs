@@ -1170,8 +1170,6 @@ impl Server {
         }
     }
 
-    /// Takes a log entry into the transaction table, maps and hashes, as adopting it did,
-    /// without answering anyone (recovery, and rebuilding after a view change).
     /// A reply saying that `txn` is in this replica's log at `ts`, in the current view.
     fn slow_reply(&self, txn: TxnId, ts: Ts) -> TigaMsg {
         TigaMsg::Reply {
@@ -1191,6 +1189,12 @@ impl Server {
     /// caller rebuilds what depends on the log).
     fn install_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, c: Checkpoint) {
         ctx.metric("tiga.checkpoints_installed", 1);
+        self.adopt_checkpoint(c);
+    }
+
+    /// Takes `c` as the executed state, with an empty log from its position on (a checkpoint
+    /// sent by the leader, or this replica's own journaled one after a restart).
+    fn adopt_checkpoint(&mut self, c: Checkpoint) {
         self.store = c.state.clone();
         self.executed = c.position;
         self.committed_maps = c.maps.clone();
@@ -1402,15 +1406,12 @@ impl Process for Server {
         self.last_normal = snapshot.last_normal;
         self.voter = self.stats.journal_unreadable == 0;
         self.stats.recovered_entries = log.len() as u64;
-        // The log continues from the journaled checkpoint, if any: install it.
-        let base = snapshot.checkpoint.as_ref().map_or(0, |c| c.position);
-        if let Some(c) = snapshot.checkpoint {
-            self.store = c.state.clone();
-            self.executed = c.position;
-            self.committed_maps = c.maps.clone();
-            self.checkpoint = Some(c);
+        // The log continues from the journaled checkpoint, if any: install it (with the ids of
+        // the recent transactions it covers, so that a resend of one is answered, not re-run).
+        match snapshot.checkpoint {
+            Some(c) => self.adopt_checkpoint(c),
+            None => self.log = Log::starting_at(0),
         }
-        self.log = Log::starting_at(base);
         for e in log {
             self.log.push(e);
         }
