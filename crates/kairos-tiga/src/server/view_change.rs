@@ -1,7 +1,8 @@
 //! A server's part in a view change (the paper's §4 and Algorithms 4–6), and its rejoin.
 //!
 //! **Entering a view.** A server that learns of a newer view (from the view manager, or from
-//! its new leader's `CollectLog`) stops normal processing. It keeps its log and the
+//! its new leader's `CollectLog`) tells the coordinators of the transactions it holds (they
+//! resend in the new view at once) and stops normal processing. It keeps its log and the
 //! transactions it released but has not seen in the log, drops every other volatile thing
 //! (queue, locks, speculative executions: its store goes back to the executed state) and
 //! buffers submits of the new view until it serves in it.
@@ -179,6 +180,12 @@ impl Server {
         // view has no committed copy of its own).
         if serving_leader {
             self.store = self.committed.clone();
+        }
+        // Tell the coordinators of what this server holds at once, so that they resend in the
+        // new view now rather than when their retry timers fire.
+        let coordinators: BTreeSet<NodeId> = self.txns.keys().map(|t| t.coordinator()).collect();
+        for c in coordinators {
+            ctx.send(c, TigaMsg::NewView { view: view.clone() });
         }
         self.view = view;
         self.topology.leader = self.view.leaders.clone();

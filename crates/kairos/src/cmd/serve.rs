@@ -5,8 +5,9 @@
 //!   role, in node-id order); with `--mongo-listen ADDR` (or `mongo_addr` in the cluster file)
 //!   it also serves MongoDB drivers ([`super::mongo_listen`]); `--per-reply-signing` turns
 //!   range signing off (to measure it);
-//! * `tiga-server`, `tiga-gateway` — Tiga's servers and a coordinator serving Redis clients
-//!   on `--redis-listen` (see [`super::redis`]);
+//! * `tiga-server`, `tiga-view-manager`, `tiga-gateway` — Tiga's servers, the view manager
+//!   that replaces failed leaders, and a coordinator serving Redis clients on
+//!   `--redis-listen` (see [`super::redis`]);
 //! * `causal-session` — a session against those members, set by `--read-pref`,
 //!   `--write-concern`, `--read-concern`, `--causal` (defaults: reads from secondaries,
 //!   majority writes and reads, causal on), starting after `--warmup-s` (keys exist only after
@@ -29,7 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Roles `kairos serve` can run, as named in the cluster file.
-const ROLES: &str = "register-replica, register-client, causal-member, causal-session, tiga-server, tiga-gateway";
+const ROLES: &str =
+    "register-replica, register-client, causal-member, causal-session, tiga-server, tiga-view-manager, tiga-gateway";
 
 /// How a `causal-session` node runs its session.
 #[derive(Clone, Debug, PartialEq)]
@@ -119,10 +121,15 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     match spec.role.as_str() {
         "tiga-server" => {
-            // With --data-dir, a restarted follower recovers its synchronized log (a leader keeps
-            // nothing yet: its recovery is the view change Tiga does not have).
+            // With --data-dir, a restarted server recovers its log, checkpoint and released
+            // transactions, and rejoins (a failed leader is replaced by a view change).
             let server = super::redis::server(&cfg, me, &tiga()?)?;
             runtime.block_on(serve(cfg, me, server, node_opts, duration, None, history_out))
+        }
+        super::redis::VIEW_MANAGER_ROLE => {
+            // With --data-dir, a restarted member recovers its Paxos state.
+            let vm = super::redis::view_manager(&cfg, me, &tiga()?)?;
+            runtime.block_on(serve(cfg, me, vm, node_opts, duration, None, history_out))
         }
         "tiga-gateway" => {
             runtime.block_on(super::redis::run_gateway(cfg, me, tiga()?, node_opts, duration, history_out))

@@ -1,8 +1,9 @@
 //! `kairos cluster up`: the paper's Tiga deployment as local processes, one command.
 //!
 //! Without `--config` it writes (if absent) and uses `DIR/cluster.toml`: 3 shards × 3 replicas
-//! (`tiga-server`, replica r of every shard in sc / fi / br, so every leader is in sc) and one
-//! `tiga-gateway` per region (sc, fi, br, hk), all on 127.0.0.1 with the GCP matrix's one-way
+//! (`tiga-server`, replica r of every shard in sc / fi / br, so every leader is in sc), one
+//! `tiga-gateway` per region (sc, fi, br, hk) and a `tiga-view-manager` node per server region
+//! (so a leader that fails is replaced), all on 127.0.0.1 with the GCP matrix's one-way
 //! delay injected on every link. Each node is a `kairos serve` child process logging to
 //! `DIR/node-N.log`; gateway k (in id order) serves Redis clients on `--redis-port + k` and
 //! writes its history to `DIR/gateway-N.jsonl`. The command prints each region's gateway
@@ -127,7 +128,8 @@ pub struct ClusterUpArgs {
 pub fn default_config(port_base: u16) -> String {
     let mut s = String::from(
         "# Tiga, as in the paper: 3 shards x 3 replicas (replica r of every shard in sc / fi / br;\n\
-         # leaders in sc) and a Redis gateway per region. Written by `kairos cluster up`; edit freely.\n\
+         # leaders in sc), a Redis gateway per region, and the view manager (one node per server\n\
+         # region) that replaces a failed leader. Written by `kairos cluster up`; edit freely.\n\
          [cluster]\nname = \"tiga\"\nlatency = \"gcp\"\ninject_delay = true\n",
     );
     let servers = ["sc", "fi", "br"];
@@ -145,6 +147,14 @@ pub fn default_config(port_base: u16) -> String {
         s += &format!(
             "\n[[node]]\nid = {id}\naddr = \"127.0.0.1:{}\"\nregion = \"{region}\"\nrole = \"tiga-gateway\"\n",
             port_base + id
+        );
+        id += 1;
+    }
+    for region in servers {
+        s += &format!(
+            "\n[[node]]\nid = {id}\naddr = \"127.0.0.1:{}\"\nregion = \"{region}\"\nrole = \"{}\"\n",
+            port_base + id,
+            super::VIEW_MANAGER_ROLE
         );
         id += 1;
     }
@@ -222,7 +232,7 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
     let mut children = Children(Vec::new());
     let mut table = Vec::new();
     for spec in cfg.nodes() {
-        if spec.role != "tiga-server" && spec.role != "tiga-gateway" {
+        if !["tiga-server", "tiga-gateway", super::VIEW_MANAGER_ROLE].contains(&spec.role.as_str()) {
             continue;
         }
         let mut c = Command::new(&exe);
@@ -296,6 +306,7 @@ mod tests {
         let regions: Vec<String> =
             cfg.nodes_with_role("tiga-gateway").iter().map(|g| cfg.node(*g).unwrap().region.clone()).collect();
         assert_eq!(regions, ["sc", "fi", "br", "hk"]);
+        assert_eq!(cfg.nodes_with_role(super::super::VIEW_MANAGER_ROLE).len(), 3);
         assert!(cfg.inject_delay());
     }
 }

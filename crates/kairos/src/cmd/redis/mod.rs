@@ -10,7 +10,10 @@
 //! ## The Tiga cluster from a cluster file
 //! Nodes with role `tiga-server`, in id order, are the servers: with `--tiga-replicas n`
 //! (default 3) the i-th is replica `i mod n` of shard `i / n`, and replica 0 leads every shard
-//! (view 0). Nodes with role `tiga-gateway` are coordinators; each listens for Redis clients
+//! (view 0). Nodes with role `tiga-view-manager` (any odd number; the paper's deployment has
+//! one per server region) run the view manager: with them, a leader that fails is replaced
+//! (a view change) and the cluster goes on; without them, leaders are fixed. Nodes with role
+//! `tiga-gateway` are coordinators; each listens for Redis clients
 //! on `--redis-listen ADDR` and records the history of what it served with `--history FILE`
 //! (Jepsen processes from `node id × inflight_max`, so gateways' histories merge).
 
@@ -25,6 +28,7 @@ use kairos_core::NodeId;
 use kairos_net::{ClusterConfig, HistorySink, NodeOptions};
 use kairos_tiga::coordinator::Coordinator;
 use kairos_tiga::server::Server;
+use kairos_tiga::view::{ModeRule, View, ViewManager};
 use kairos_tiga::workload::FixedKeys;
 use kairos_tiga::{TigaConfig, Topology};
 use std::net::SocketAddr;
@@ -59,11 +63,37 @@ fn config(o: &TigaServeOptions) -> TigaConfig {
     TigaConfig { margin: o.margin, ..TigaConfig::default() }
 }
 
-/// The server role of node `me`.
+/// The role naming the view manager's nodes in a cluster file.
+pub const VIEW_MANAGER_ROLE: &str = "tiga-view-manager";
+
+/// The server role of node `me` (reporting to the view manager, if the cluster has one).
 pub fn server(cfg: &ClusterConfig, me: NodeId, o: &TigaServeOptions) -> Result<Server, CliError> {
     let t = topology(cfg, o.replicas_per_shard)?;
     let (shard, replica) = t.locate(me).ok_or_else(|| CliError::Usage(format!("node {me} is not a tiga-server")))?;
-    Ok(Server::new(t, config(o), shard, replica))
+    Ok(Server::new(t, config(o), shard, replica).with_view_managers(cfg.nodes_with_role(VIEW_MANAGER_ROLE)))
+}
+
+/// The view-manager role of node `me`: one member of the replicated view manager, which
+/// places new leaders by the servers' regions in the cluster file.
+pub fn view_manager(cfg: &ClusterConfig, me: NodeId, o: &TigaServeOptions) -> Result<ViewManager, CliError> {
+    let t = topology(cfg, o.replicas_per_shard)?;
+    let members = cfg.nodes_with_role(VIEW_MANAGER_ROLE);
+    let index = members.iter().position(|m| *m == me).ok_or_else(|| {
+        CliError::Usage(format!("node {me} does not have role `{VIEW_MANAGER_ROLE}` in the cluster file"))
+    })?;
+    if members.len().is_multiple_of(2) {
+        return Err(CliError::Usage(format!(
+            "the cluster file has {} nodes with role `{VIEW_MANAGER_ROLE}`; a majority of them decides each view, \
+             so give it an odd number (3 is the usual: one per server region)",
+            members.len()
+        )));
+    }
+    // Regions by index in the latency matrix (a server without one counts as its own region).
+    let region = |n: NodeId| cfg.region_of(n).map_or(u32::MAX - n.0, |r| r.index() as u32);
+    let regions: Vec<Vec<u32>> = t.shards.iter().map(|rs| rs.iter().map(|n| region(*n)).collect()).collect();
+    let c = config(o);
+    let initial = View::initial(&t, c.preventive);
+    Ok(ViewManager::new(t, regions, c, ModeRule::ByPlacement, initial, members, index as u32))
 }
 
 /// Runs node `me` as a gateway until Ctrl-C or `duration`, writing its history to
