@@ -402,3 +402,44 @@ fn bench_tiga_kills_a_leader_and_reports_the_recovery() {
     assert_eq!(r["extra"]["series"].as_array().unwrap().len(), 50, "100 ms bins over 5 s");
     assert!(r["extra"]["latency_ms_p50_after_recovery_by_region"]["sc"].as_f64().unwrap() > 0.0);
 }
+
+/// `kairos cluster bench` on plain loopback: the paper's deployment as 16 real processes, every
+/// region's transactions committed, CPU per transaction measured, and the gateways' merged
+/// history checked (the command fails if it is not strictly serializable).
+#[test]
+fn cluster_bench_measures_every_region_and_checks_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let o = kairos(&[
+        "cluster",
+        "bench",
+        "--no-delay",
+        "--margin-ms",
+        "1",
+        "--requests",
+        "5",
+        "--clients",
+        "2",
+        "--duration-s",
+        "1",
+        "--dir",
+        dir.path().join("cluster").to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["verdict"], "VALID", "{r}");
+    let rows = r["latency"].as_array().unwrap();
+    assert_eq!(rows.len(), 8, "single-key and 3-shard rows for sc, fi, br, hk: {r}");
+    for row in rows {
+        assert_eq!((row["committed"].as_u64(), row["failed"].as_u64()), (Some(5), Some(0)), "{row}");
+        assert!(row["analytic_ms"].is_null(), "no analytic bound without injected delay: {row}");
+    }
+    assert!(r["throughput_txn_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    let cpu = r["cpu"].as_array().unwrap();
+    assert_eq!(cpu.len(), 8, "4 gateways, 3 leaders and the whole cluster: {r}");
+    assert!(cpu.iter().all(|c| c["transactions"].as_u64().unwrap() > 0), "{r}");
+    // Every latency transaction (4 regions × 5 × 2) and every throughput one is in the history.
+    assert!(r["history_records"].as_u64().unwrap() >= 2 * 40, "{r}");
+}

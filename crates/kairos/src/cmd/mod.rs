@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(a) => serve::run(a),
         Command::Cluster(redis::cluster::ClusterCommand::Up(a)) => redis::cluster::up(a),
         Command::Cluster(redis::cluster::ClusterCommand::Down(a)) => redis::cluster::down(a),
+        Command::Cluster(redis::cluster::ClusterCommand::Bench(a)) => redis::bench::bench(a),
         Command::Report(a) => report::run(a),
     }
 }

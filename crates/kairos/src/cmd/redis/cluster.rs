@@ -18,9 +18,10 @@
 
 use crate::CliError;
 use clap::{Args, Subcommand};
+use kairos_core::NodeId;
 use kairos_net::ClusterConfig;
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,10 @@ pub enum ClusterCommand {
     Up(ClusterUpArgs),
     /// Stop the cluster that `kairos cluster up --dir DIR` runs (as Ctrl-C in its terminal would).
     Down(ClusterDownArgs),
+    /// Start the default cluster on free ports, measure per-region latency (single-key and 3-shard MULTI/EXEC
+    /// against the analytic bound), throughput and CPU per transaction through Redis connections, stop it, and
+    /// check the gateways' history.
+    Bench(super::bench::ClusterBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -162,11 +167,11 @@ pub fn default_config(port_base: u16) -> String {
 }
 
 /// Kills every child still running when dropped (however `up` ends).
-struct Children(Vec<Child>);
+pub struct Children(pub Vec<Child>);
 
 impl Children {
     /// SIGINT to each, then waits up to `grace` before killing the rest.
-    fn stop(&mut self, grace: Duration) {
+    pub fn stop(&mut self, grace: Duration) {
         for c in &self.0 {
             if let Ok(pid) = i32::try_from(c.id()) {
                 // SAFETY: sending a signal to our own child process by its id.
@@ -207,6 +212,93 @@ fn ping(addr: std::net::SocketAddr) -> bool {
     BufReader::new(s).read_line(&mut line).is_ok() && line.starts_with("+PONG")
 }
 
+/// A gateway of a running cluster.
+pub struct Gateway {
+    pub id: NodeId,
+    pub region: String,
+    pub addr: std::net::SocketAddr,
+    pub history: PathBuf,
+}
+
+/// The nodes of a cluster file, started as `kairos serve` children.
+pub struct Running {
+    pub children: Children,
+    /// Each child's node id, in the order of `children`.
+    pub ids: Vec<NodeId>,
+    pub gateways: Vec<Gateway>,
+}
+
+/// How to start a cluster's nodes.
+pub struct StartOptions<'a> {
+    pub config: &'a Path,
+    /// Logs (`node-N.log`) and histories (`gateway-N.jsonl`) go here.
+    pub dir: &'a Path,
+    pub data_dir: Option<&'a Path>,
+    pub redis_port: u16,
+    pub tiga_replicas: usize,
+    /// `--tiga-margin-ms` for every node (None: serve's default, the paper's 10 ms).
+    pub margin_ms: Option<f64>,
+}
+
+/// Starts every Tiga node of the cluster file and waits until each gateway answers PING.
+pub fn start(o: &StartOptions<'_>) -> Result<Running, CliError> {
+    let io = |what: &str, e: std::io::Error| CliError::Io(format!("{what}: {e}"));
+    let cfg = ClusterConfig::load(o.config).map_err(|e| CliError::Io(e.to_string()))?;
+    super::topology(&cfg, o.tiga_replicas)?;
+    let gateway_ids = cfg.nodes_with_role("tiga-gateway");
+    if gateway_ids.is_empty() {
+        return Err(CliError::Usage(format!("{} has no node with role `tiga-gateway`", o.config.display())));
+    }
+    let exe = std::env::current_exe().map_err(|e| io("cannot find the kairos executable", e))?;
+    let mut running = Running { children: Children(Vec::new()), ids: Vec::new(), gateways: Vec::new() };
+    for spec in cfg.nodes() {
+        if !["tiga-server", "tiga-gateway", super::VIEW_MANAGER_ROLE].contains(&spec.role.as_str()) {
+            continue;
+        }
+        let mut c = Command::new(&exe);
+        c.args(["serve", "--config"]).arg(o.config).args(["--node", &spec.id.0.to_string()]);
+        c.args(["--tiga-replicas", &o.tiga_replicas.to_string()]);
+        if let Some(m) = o.margin_ms {
+            c.args(["--tiga-margin-ms", &m.to_string()]);
+        }
+        if let Some(d) = o.data_dir {
+            c.arg("--data-dir").arg(d);
+        }
+        if spec.role == "tiga-gateway" {
+            let k = gateway_ids.iter().position(|g| *g == spec.id).unwrap_or(0);
+            let port = o
+                .redis_port
+                .checked_add(k as u16)
+                .ok_or_else(|| CliError::Usage("--redis-port leaves no room for every gateway".into()))?;
+            let addr = std::net::SocketAddr::new(spec.addr.ip(), port);
+            let history = o.dir.join(format!("gateway-{}.jsonl", spec.id.0));
+            c.arg("--redis-listen").arg(addr.to_string()).arg("--history").arg(&history);
+            running.gateways.push(Gateway { id: spec.id, region: spec.region.clone(), addr, history });
+        }
+        let log = o.dir.join(format!("node-{}.log", spec.id.0));
+        let log = std::fs::File::create(&log).map_err(|e| io(&format!("cannot write {}", log.display()), e))?;
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        running.children.0.push(c.spawn().map_err(|e| io("cannot start a node", e))?);
+        running.ids.push(spec.id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for g in &running.gateways {
+        while !ping(g.addr) {
+            if Instant::now() > deadline || running.children.0.iter_mut().any(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+                running.children.stop(Duration::from_secs(5));
+                return Err(CliError::Runtime(format!(
+                    "the {} gateway ({}) did not come up; see the node logs in {}",
+                    g.region,
+                    g.addr,
+                    o.dir.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(running)
+}
+
 pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
     let io = |what: &str, e: std::io::Error| CliError::Io(format!("{what}: {e}"));
     std::fs::create_dir_all(&a.dir).map_err(|e| io(&format!("cannot create {}", a.dir.display()), e))?;
@@ -222,57 +314,24 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
             c
         }
     };
-    let cfg = ClusterConfig::load(&config).map_err(|e| CliError::Io(e.to_string()))?;
-    super::topology(&cfg, a.tiga_replicas)?;
-    let gateways = cfg.nodes_with_role("tiga-gateway");
-    if gateways.is_empty() {
-        return Err(CliError::Usage(format!("{} has no node with role `tiga-gateway`", config.display())));
-    }
-    let exe = std::env::current_exe().map_err(|e| io("cannot find the kairos executable", e))?;
-    let mut children = Children(Vec::new());
-    let mut table = Vec::new();
-    for spec in cfg.nodes() {
-        if !["tiga-server", "tiga-gateway", super::VIEW_MANAGER_ROLE].contains(&spec.role.as_str()) {
-            continue;
-        }
-        let mut c = Command::new(&exe);
-        c.args(["serve", "--config"]).arg(&config).args(["--node", &spec.id.0.to_string()]);
-        c.args(["--tiga-replicas", &a.tiga_replicas.to_string()]);
-        if let Some(d) = &a.data_dir {
-            c.arg("--data-dir").arg(d);
-        }
-        if spec.role == "tiga-gateway" {
-            let k = gateways.iter().position(|g| *g == spec.id).unwrap_or(0);
-            let port = a
-                .redis_port
-                .checked_add(k as u16)
-                .ok_or_else(|| CliError::Usage("--redis-port leaves no room for every gateway".into()))?;
-            let addr = std::net::SocketAddr::new(spec.addr.ip(), port);
-            let history = a.dir.join(format!("gateway-{}.jsonl", spec.id.0));
-            c.arg("--redis-listen").arg(addr.to_string()).arg("--history").arg(&history);
-            table.push((spec.region.clone(), addr, history));
-        }
-        let log = a.dir.join(format!("node-{}.log", spec.id.0));
-        let log = std::fs::File::create(&log).map_err(|e| io(&format!("cannot write {}", log.display()), e))?;
-        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
-        children.0.push(c.spawn().map_err(|e| io("cannot start a node", e))?);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for (region, addr, _) in &table {
-        while !ping(*addr) {
-            if Instant::now() > deadline || children.0.iter_mut().any(|c| matches!(c.try_wait(), Ok(Some(_)))) {
-                children.stop(Duration::from_secs(5));
-                return Err(CliError::Runtime(format!(
-                    "the {region} gateway ({addr}) did not come up; see the node logs in {}",
-                    a.dir.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    println!("Tiga cluster up ({} nodes, {}); Redis gateways:", children.0.len(), config.display());
-    for (region, addr, history) in &table {
-        println!("  {region:<3} redis-cli -h {} -p {}   (history: {})", addr.ip(), addr.port(), history.display());
+    let options = StartOptions {
+        config: &config,
+        dir: &a.dir,
+        data_dir: a.data_dir.as_deref(),
+        redis_port: a.redis_port,
+        tiga_replicas: a.tiga_replicas,
+        margin_ms: None,
+    };
+    let mut running = start(&options)?;
+    println!("Tiga cluster up ({} nodes, {}); Redis gateways:", running.children.0.len(), config.display());
+    for g in &running.gateways {
+        println!(
+            "  {:<3} redis-cli -h {} -p {}   (history: {})",
+            g.region,
+            g.addr.ip(),
+            g.addr.port(),
+            g.history.display()
+        );
     }
     let pid_path = a.dir.join(PID_FILE);
     std::fs::write(&pid_path, format!("{}\n", std::process::id()))
@@ -291,7 +350,7 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
         }
     });
     eprintln!("stopping the cluster");
-    children.stop(Duration::from_secs(5));
+    running.children.stop(Duration::from_secs(5));
     Ok(())
 }
 

@@ -188,9 +188,62 @@ pub fn encode_as(resp3: bool, reply: &Reply, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Reads one RESP2 reply (what [`encode_as`] writes without `resp3`) from a server: the
+/// client side of `kairos cluster bench`, which needs nothing more than these shapes. Bulk
+/// strings and arrays are bounded by `limits`.
+pub fn read_reply(r: &mut impl std::io::BufRead, limits: &Limits) -> std::io::Result<Reply> {
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let mut line = Vec::new();
+    if r.read_until(b'\n', &mut line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let text = String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(&line)).into_owned();
+    let (kind, rest) = text.split_at(text.len().min(1));
+    let number = |max: usize| -> std::io::Result<i64> {
+        let n: i64 = rest.parse().map_err(|_| bad(format!("not a length or integer: {text:?}")))?;
+        if n > max as i64 {
+            return Err(bad(format!("{text:?} is beyond the limit of {max}")));
+        }
+        Ok(n)
+    };
+    Ok(match kind {
+        "+" => Reply::Simple(rest.to_string()),
+        "-" => Reply::Error(rest.to_string()),
+        ":" => Reply::Int(number(usize::MAX >> 1)?),
+        "$" => match number(limits.bulk_bytes_max)? {
+            n if n < 0 => Reply::Nil,
+            n => {
+                let mut data = vec![0; n as usize + 2];
+                r.read_exact(&mut data)?;
+                data.truncate(n as usize);
+                Reply::Bulk(data)
+            }
+        },
+        "*" => match number(limits.array_len_max)? {
+            n if n < 0 => Reply::Nil,
+            n => Reply::Array((0..n).map(|_| read_reply(r, limits)).collect::<std::io::Result<_>>()?),
+        },
+        _ => return Err(bad(format!("not a RESP2 reply: {text:?}"))),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_read_back_as_encoded() {
+        let r = Reply::Array(vec![Reply::ok(), Reply::Int(-3), Reply::bulk("a\r\nb"), Reply::Nil, Reply::err("ERR x")]);
+        let mut out = Vec::new();
+        encode_as(false, &r, &mut out);
+        encode_as(false, &Reply::Int(7), &mut out);
+        let mut input = &out[..];
+        assert_eq!(read_reply(&mut input, &Limits::default()).unwrap(), r);
+        assert_eq!(read_reply(&mut input, &Limits::default()).unwrap(), Reply::Int(7));
+        assert!(read_reply(&mut input, &Limits::default()).is_err(), "end of input");
+        assert!(read_reply(&mut &b"$1099511627776\r\n"[..], &Limits::default()).is_err());
+        assert!(read_reply(&mut &b"?\r\n"[..], &Limits::default()).is_err());
+    }
 
     fn parse(b: &[u8]) -> Result<Option<(Args, usize)>, ProtocolError> {
         parse_command(b, &Limits::default())
