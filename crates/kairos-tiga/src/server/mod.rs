@@ -211,6 +211,16 @@ pub struct Checkpoint {
     /// The transactions of the positions below, of the last few seconds: a replica that
     /// installs the checkpoint still knows them (at-most-once).
     pub recent: Vec<Truncated>,
+    /// What the executions of the last `results.len()` positions below `position` returned
+    /// (those of `recent`, as far as this replica kept them): a replica that installs the
+    /// checkpoint and then leads answers a resend of one of them with its result, which the
+    /// coordinator needs to finish it (a reply without one would leave it waiting for good).
+    pub results: Vec<PieceResult>,
+    /// The pieces of the multi-shard transactions among `recent` (each carries the whole
+    /// transaction's operations): a replica that installs the checkpoint lists them to the
+    /// other shards' leaders in a view change, so a shard that lacks one of them takes it from
+    /// here instead of running the coordinator's resend as a new transaction.
+    pub multi_shard: Vec<Piece>,
 }
 
 /// Counters for tests and reports.
@@ -932,7 +942,20 @@ impl Server {
                     }
                 }
                 let position = self.executed;
-                self.checkpoint = Some(Checkpoint { position, state: state.clone(), maps, recent });
+                let first_recent = recent.iter().map(|t| t.position).min().unwrap_or(position);
+                let n = ((position - first_recent) as usize).min(self.results.len());
+                let results = self.results.iter().skip(self.results.len() - n).cloned().collect();
+                let multi_shard = recent
+                    .iter()
+                    .filter_map(|t| {
+                        let in_log = self.log.get(t.position).filter(|e| e.piece.txn == t.txn).map(|e| &e.piece);
+                        in_log.or_else(|| self.txns.get(&t.txn).map(|x| &x.piece))
+                    })
+                    .filter(|p| p.shards.len() > 1 && !p.txn_ops.is_empty())
+                    .cloned()
+                    .collect();
+                self.checkpoint =
+                    Some(Checkpoint { position, state: state.clone(), maps, recent, results, multi_shard });
                 self.compact_log();
             }
         }
@@ -1198,7 +1221,9 @@ impl Server {
         self.store = c.state.clone();
         self.executed = c.position;
         self.committed_maps = c.maps.clone();
-        self.results.clear();
+        // The results of the last positions below the checkpoint, as `apply_committed` keeps them.
+        let n = c.results.len().min(c.position as usize).min(RESULTS_KEPT);
+        self.results = c.results[c.results.len() - n..].iter().cloned().collect();
         self.log = Log::starting_at(c.position);
         self.remember_recent(&c);
         self.checkpoint = Some(c);
@@ -1217,11 +1242,16 @@ impl Server {
     }
 
     /// Remembers the recent transactions a checkpoint being installed covers, so that their
-    /// resends are answered, not run again (this replica never saw their pieces).
+    /// resends are answered, not run again (with the pieces of the multi-shard ones, which a
+    /// view change lists to the other shards; the others' pieces this replica never needs).
     fn remember_recent(&mut self, c: &Checkpoint) {
         self.truncated = c.recent.iter().copied().collect();
+        let pieces: BTreeMap<TxnId, &Piece> = c.multi_shard.iter().map(|p| (p.txn, p)).collect();
         for t in &c.recent {
-            let piece = Piece::new(t.txn, self.shard, vec![self.shard], Vec::new());
+            let piece = match pieces.get(&t.txn) {
+                Some(p) if self.validate(p) => (*p).clone(),
+                _ => Piece::new(t.txn, self.shard, vec![self.shard], Vec::new()),
+            };
             let mut txn = Txn::new(piece, t.ts, Status::Final, 0);
             txn.last_reply = Some(self.slow_reply(t.txn, t.ts));
             self.txns.insert(t.txn, txn);

@@ -152,7 +152,18 @@ fn run_seed(
                 .filter_map(|n| sim.role::<kairos_tiga::view::ViewManager>(*n).map(|vm| vm.view().number))
                 .max();
             let clients = w.process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
-            SeedRun { view_changes: views, ..finish(&mut sim, plan, Model::StrictSerializable, clients, healed) }
+            let run = finish(&mut sim, plan, Model::StrictSerializable, clients, healed);
+            // Coordinators do not crash here, and every transaction is retried long enough to
+            // outlast the faults and a view change: one given up means servers never answered
+            // its coordinator in a way that finishes it (a liveness bug, even when the
+            // transaction took effect).
+            let given_up = run.history.iter().filter(|r| r.event.op_type == kairos_core::history::OpType::Info).count();
+            let stuck_why = run.stuck_why.clone().or_else(|| {
+                (given_up > 0).then(|| {
+                    format!("{given_up} transactions were given up: their coordinators never learned the outcome")
+                })
+            });
+            SeedRun { view_changes: views, stuck_why, ..run }
         }
         CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd => {
             let p = if protocol == CampaignProtocol::SwarmKv { Protocol::SwarmKv } else { Protocol::DmAbd };
