@@ -109,6 +109,17 @@ pub struct Outcome {
     /// The view the view manager reached (0: no view change), and its leaders.
     pub view: u64,
     pub leaders: Vec<u32>,
+    /// Simulated CPU time spent, summed by role: the leaders of view 0, the other servers and
+    /// the coordinators (with the measured-CPU model: the code's real speed).
+    pub busy: RoleBusy,
+}
+
+/// Simulated CPU time by role (see [`Outcome::busy`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoleBusy {
+    pub leaders: Duration,
+    pub followers: Duration,
+    pub coordinators: Duration,
 }
 
 impl Outcome {
@@ -342,7 +353,16 @@ impl Deployment {
             .map(|v| v.view().clone())
             .max_by_key(|v| v.number);
         let leaders = last_view.as_ref().map_or_else(|| topology.leader.clone(), |v| v.leaders.clone());
+        let mut busy = RoleBusy::default();
+        for (s, replicas) in topology.shards.iter().enumerate() {
+            for (r, node) in replicas.iter().enumerate() {
+                let role = if r as u32 == topology.leader[s] { &mut busy.leaders } else { &mut busy.followers };
+                *role += sim.busy_time(*node);
+            }
+        }
+        busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
         Ok(Outcome {
+            busy,
             coordinators,
             trace_hash: sim.trace_hash(),
             stats: sim.stats().clone(),

@@ -111,6 +111,9 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         }
         let mut r = tiga_result(d, &outcome, &report);
         print_table(d, &outcome, &r);
+        if matches!(d.cpu, CpuModel::Measured { .. }) {
+            print_cpu(&outcome, r.committed);
+        }
         if d.kill_leader.is_some() {
             print_recovery(d, &outcome, &mut r, 1);
         }
@@ -136,6 +139,21 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         verdict(report, d.seed)?;
     }
     Ok(())
+}
+
+/// The measured CPU time per committed transaction, by role (what `kairos cluster bench
+/// --no-delay` measures on real processes for the same roles).
+fn print_cpu(outcome: &Outcome, committed: u64) {
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / committed.max(1) as f64;
+    let b = &outcome.busy;
+    println!(
+        "measured CPU per committed transaction: leaders {:.1} µs, followers {:.1} µs, coordinators {:.1} µs \
+         (all servers and coordinators: {:.1} µs)",
+        per(b.leaders),
+        per(b.followers),
+        per(b.coordinators),
+        per(b.leaders + b.followers + b.coordinators)
+    );
 }
 
 /// Runs one deployment with a progress bar and checks its history.

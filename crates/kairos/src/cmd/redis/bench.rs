@@ -9,9 +9,11 @@
 //!    of each, one at a time. The p50 / p90 of each kind per region stand beside the analytic
 //!    commit latency of the placement ([`kairos_tiga::sim::analytic_latency`]: what the
 //!    simulator's median approaches at moderate load), with injected delay only.
-//! 2. **Throughput and CPU.** `--clients` connections per gateway run `INCR`s back to back for
-//!    `--duration-s`: the committed rate, and the CPU time (user + system, from
-//!    `/proc/PID/stat`) each gateway and each shard's leader spent per transaction it served.
+//! 2. **Throughput and CPU.** `--clients` connections per gateway run MicroBench-like
+//!    transactions back to back for `--duration-s` (`MULTI`, three `INCR`s of keys drawn over
+//!    every shard, `EXEC`): the committed rate, and the CPU time (user + system, from
+//!    `/proc/PID/stat`) each role spent per committed transaction — the figure `kairos bench
+//!    tiga --measured-cpu` gives for the simulator's roles.
 //!
 //! It then stops the cluster with SIGINT (the gateways finish their histories) and checks the
 //! gateways' merged history strictly serializable: every number comes from a checked run.
@@ -27,6 +29,7 @@ use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{check, Model, Verdict};
 use kairos_core::history::HistoryRecord;
+use kairos_core::NodeId;
 use kairos_net::ClusterConfig;
 use kairos_tiga::sim::{analytic_latency, Deployment};
 use serde::Serialize;
@@ -80,8 +83,8 @@ struct LatencyRow {
 
 #[derive(Serialize, Debug)]
 struct CpuRow {
-    node: String,
-    transactions: u64,
+    role: String,
+    processes: usize,
     cpu_us_per_txn: f64,
 }
 
@@ -186,46 +189,35 @@ fn cpu_time(pid: u32) -> Option<Duration> {
     Some(Duration::from_nanos(ticks * 1_000_000_000 / per_s))
 }
 
-/// Transactions per gateway and per shard committed by the throughput phase.
-fn throughput_phase(
-    gateways: &[SocketAddr],
-    keys: &[Vec<String>],
-    clients: u32,
-    duration: Duration,
-) -> (Vec<u64>, Vec<u64>) {
+/// Transactions committed by the throughput phase: `clients` connections per gateway, each
+/// running MULTI / three INCRs / EXEC back to back, the keys stepping through `keys` (every
+/// shard's, interleaved) with a stride per connection.
+fn throughput_phase(gateways: &[SocketAddr], keys: &[String], clients: u32, duration: Duration) -> u64 {
     let deadline = Instant::now() + duration;
     let mut handles = Vec::new();
     for (g, addr) in gateways.iter().enumerate() {
         for c in 0..clients as usize {
             let (addr, keys) = (*addr, keys.to_vec());
             handles.push(std::thread::spawn(move || {
-                let mut by_shard = [0u64; SHARDS];
-                let Ok(mut conn) = Conn::open(addr) else { return (g, by_shard) };
+                let mut committed = 0u64;
+                let Ok(mut conn) = Conn::open(addr) else { return 0 };
                 let mut i = c * 7919 + g * 104_729;
                 while Instant::now() < deadline {
-                    let s = i % SHARDS;
-                    let k = &keys[s][(i / SHARDS) % keys[s].len()];
-                    match conn.call(&[&["INCR", k]]) {
-                        Ok(r) if matches!(r.as_slice(), [Reply::Int(_)]) => by_shard[s] += 1,
+                    let k = |j: usize| keys[(i * 3 + j * 1_009) % keys.len()].as_str();
+                    let commands: [&[&str]; 5] =
+                        [&["MULTI"], &["INCR", k(0)], &["INCR", k(1)], &["INCR", k(2)], &["EXEC"]];
+                    match conn.call(&commands) {
+                        Ok(r) if matches!(r.last(), Some(Reply::Array(_))) => committed += 1,
                         Ok(_) => {}
                         Err(_) => break,
                     }
                     i += 1;
                 }
-                (g, by_shard)
+                committed
             }));
         }
     }
-    let (mut per_gateway, mut per_shard) = (vec![0; gateways.len()], vec![0; SHARDS]);
-    for h in handles {
-        if let Ok((g, by_shard)) = h.join() {
-            per_gateway[g] += by_shard.iter().sum::<u64>();
-            for (s, n) in by_shard.iter().enumerate() {
-                per_shard[s] += n;
-            }
-        }
-    }
-    (per_gateway, per_shard)
+    handles.into_iter().filter_map(|h| h.join().ok()).sum()
 }
 
 /// Ports `base..base + n` that are all free on loopback now.
@@ -325,33 +317,33 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
         eprintln!("throughput: {} connections per gateway for {} s", a.clients, a.duration_s);
         let t = super::topology(&cfg, 3)?;
         let pid_of = |id| running.ids.iter().position(|n| *n == id).map(|i| running.children.0[i].id());
-        let gateway_pids: Vec<Option<u32>> = running.gateways.iter().map(|g| pid_of(g.id)).collect();
-        let leader_pids: Vec<Option<u32>> = t.shards.iter().map(|rs| pid_of(rs[0])).collect();
-        let all_pids: Vec<u32> = running.children.0.iter().map(|c| c.id()).collect();
-        let sample =
-            |pids: &[Option<u32>]| -> Vec<Option<Duration>> { pids.iter().map(|p| p.and_then(cpu_time)).collect() };
+        let pids = |ids: Vec<NodeId>| -> Vec<u32> { ids.into_iter().filter_map(pid_of).collect() };
+        let roles: Vec<(&str, Vec<u32>)> = vec![
+            ("gateways (coordinators)", pids(running.gateways.iter().map(|g| g.id).collect())),
+            ("leaders", pids(t.shards.iter().map(|rs| rs[0]).collect())),
+            ("followers", pids(t.shards.iter().flat_map(|rs| rs[1..].to_vec()).collect())),
+            ("view manager", pids(cfg.nodes_with_role(super::VIEW_MANAGER_ROLE))),
+            ("all nodes", running.children.0.iter().map(|c| c.id()).collect()),
+        ];
         let total = |pids: &[u32]| -> Duration { pids.iter().filter_map(|p| cpu_time(*p)).sum() };
-        let keys = keys_by_shard(&cfg, "tput", 1_000)?;
-        let addrs: Vec<SocketAddr> = gateways.iter().map(|g| g.1).collect();
-        let (g0, l0, all0) = (sample(&gateway_pids), sample(&leader_pids), total(&all_pids));
-        let started = Instant::now();
-        let (per_gateway, per_shard) =
-            throughput_phase(&addrs, &keys, a.clients, Duration::from_secs_f64(a.duration_s));
-        let elapsed = started.elapsed().as_secs_f64();
-        let (g1, l1, all1) = (sample(&gateway_pids), sample(&leader_pids), total(&all_pids));
-        let committed: u64 = per_gateway.iter().sum();
-        throughput = Some(committed as f64 / elapsed.max(1e-9));
-        let row = |node: String, before: Option<Duration>, after: Option<Duration>, n: u64| {
-            let used = after.zip(before).map_or(Duration::ZERO, |(a, b)| a.saturating_sub(b));
-            CpuRow { node, transactions: n, cpu_us_per_txn: used.as_secs_f64() * 1e6 / n.max(1) as f64 }
+        let keys: Vec<String> = {
+            let by_shard = keys_by_shard(&cfg, "tput", 1_000)?;
+            (0..1_000).flat_map(|i| by_shard.iter().map(move |ks| ks[i].clone())).collect()
         };
-        for (i, (region, _)) in gateways.iter().enumerate() {
-            cpu.push(row(format!("gateway {region}"), g0[i], g1[i], per_gateway[i]));
+        let addrs: Vec<SocketAddr> = gateways.iter().map(|g| g.1).collect();
+        let before: Vec<Duration> = roles.iter().map(|(_, p)| total(p)).collect();
+        let started = Instant::now();
+        let committed = throughput_phase(&addrs, &keys, a.clients, Duration::from_secs_f64(a.duration_s));
+        let elapsed = started.elapsed().as_secs_f64();
+        throughput = Some(committed as f64 / elapsed.max(1e-9));
+        for ((role, p), before) in roles.iter().zip(before) {
+            let used = total(p).saturating_sub(before);
+            cpu.push(CpuRow {
+                role: role.to_string(),
+                processes: p.len(),
+                cpu_us_per_txn: used.as_secs_f64() * 1e6 / committed.max(1) as f64,
+            });
         }
-        for s in 0..SHARDS {
-            cpu.push(row(format!("leader of shard {s}"), l0[s], l1[s], per_shard[s]));
-        }
-        cpu.push(row("all 16 nodes".into(), Some(all0), Some(all1), committed));
     }
 
     eprintln!("stopping the cluster and checking the gateways' histories");
@@ -384,11 +376,14 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
     if let Some(x) = throughput {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
-        t.set_header(["process", "transactions", "CPU µs per transaction"]);
+        t.set_header(["role", "processes", "CPU µs per committed transaction"]);
         for r in &cpu {
-            t.add_row([r.node.clone(), r.transactions.to_string(), format!("{:.1}", r.cpu_us_per_txn)]);
+            t.add_row([r.role.clone(), r.processes.to_string(), format!("{:.1}", r.cpu_us_per_txn)]);
         }
-        println!("throughput: {x:.0} txn/s ({} connections per gateway, single-key INCR)\n{t}", a.clients);
+        println!(
+            "throughput: {x:.0} txn/s ({} connections per gateway, MULTI of 3 INCRs over every shard)\n{t}",
+            a.clients
+        );
     }
     print!("{report}");
     let result = BenchResult {
