@@ -78,6 +78,33 @@ struct Cluster {
 static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
+    /// Stops every node still running with SIGINT (so each prints its metrics and the gateway
+    /// writes its history), then checks the gateway's history strictly serializable.
+    fn stop_and_check(&mut self) {
+        for c in &mut self.children.0 {
+            if let Ok(None) = c.try_wait() {
+                sigint(c.id());
+            }
+        }
+        for c in &mut self.children.0 {
+            let _ = c.wait();
+        }
+        let c = kairos().args(["check", self.history.to_str().unwrap(), "--model", "strict-serializable"]).output();
+        let c = c.unwrap();
+        assert!(c.status.success() && text(&c).contains("VALID"), "{}", text(&c));
+    }
+
+    /// The value of metric `name` that node `i` printed when it stopped (0 if none), and its log.
+    fn metric(&self, i: usize, name: &str) -> (u64, String) {
+        let log = std::fs::read_to_string(self.dir.join(format!("node-{i}.log"))).unwrap();
+        let value = log
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        (value, log)
+    }
+
     /// Node `i` as a `kairos serve` process (logging to `node-i.log`, appending after a
     /// restart), with its data under `dir/data`.
     fn spawn(&self, i: usize) -> std::process::Child {
@@ -552,22 +579,9 @@ fn a_follower_killed_and_restarted_from_its_data_directory_loses_nothing() {
     assert_eq!(acked.iter().sum::<i64>(), 600, "every increment was acknowledged");
     drop((s, r));
     // Stop every node with SIGINT so each prints its metrics and the gateway its history.
-    for c in &cluster.children.0 {
-        let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
-    }
-    for c in &mut cluster.children.0 {
-        let _ = c.wait();
-    }
-    let log = std::fs::read_to_string(dir.path().join(format!("node-{victim}.log"))).unwrap();
-    let recovered = log
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("tiga.server_recovered_entries="))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+    cluster.stop_and_check();
+    let (recovered, log) = cluster.metric(victim, "tiga.server_recovered_entries");
     assert!(recovered >= 50, "the restarted follower recovered its log from disk: {recovered}\n{log}");
-    let c =
-        kairos().args(["check", cluster.history.to_str().unwrap(), "--model", "strict-serializable"]).output().unwrap();
-    assert!(c.status.success() && text(&c).contains("VALID"), "{}", text(&c));
 }
 
 /// A shard's leader killed with SIGKILL mid-run: the view manager replaces it (a view change
@@ -619,23 +633,8 @@ fn a_leader_killed_mid_run_is_replaced_by_a_view_change_and_nothing_acknowledged
     }
     assert!(acked.iter().sum::<i64>() >= 450, "the cluster went on after the failover: {acked:?}");
     drop((s, r));
-    for (i, c) in cluster.children.0.iter().enumerate() {
-        if i != victim {
-            sigint(c.id());
-        }
-    }
-    for c in &mut cluster.children.0 {
-        let _ = c.wait();
-    }
+    cluster.stop_and_check();
     // A surviving replica of shard 0 served in a later view.
-    let log = std::fs::read_to_string(dir.path().join("node-1.log")).unwrap();
-    let view_changes = log
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("tiga.server_view_changes="))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+    let (view_changes, log) = cluster.metric(1, "tiga.server_view_changes");
     assert!(view_changes >= 1, "the servers changed views:\n{log}");
-    let c =
-        kairos().args(["check", cluster.history.to_str().unwrap(), "--model", "strict-serializable"]).output().unwrap();
-    assert!(c.status.success() && text(&c).contains("VALID"), "{}", text(&c));
 }
