@@ -9,6 +9,16 @@
 //! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank),
 //! capped at `owd_cap`; with no sample in the window, the configured initial bound.
 //!
+//! **Per-transaction quorum choice** (`quorum_choice`, beyond the paper; needs the one-way
+//! delays among each shard's replicas, [`Coordinator::with_replica_owd`]): the super-quorum
+//! headroom buys the fast path, but the slow path needs only the leader to have the
+//! transaction by its timestamp. Per transaction the coordinator predicts both commit times —
+//! fast: headroom + the replies of the closest super quorum; slow: the leader's headroom +
+//! the later of the leader's reply and the f-th follower's reply after log synchronization
+//! (half a sync interval, leader → follower → coordinator) — and takes the headroom of the
+//! earlier one. Either commit rule stays as it is, so correctness does not depend on the
+//! choice (a timestamp is safe whatever its headroom: late arrivals are bumped or held).
+//!
 //! # Commit
 //! Per shard at timestamp t: the leader's latest reply is at t and either (fast) a super
 //! quorum of replicas, leader included, has its latest fast reply at t with the leader's log
@@ -386,6 +396,9 @@ pub struct Coordinator {
     stats: CoordinatorStats,
     /// Finished transactions not yet taken, if a front end asked for them.
     completions: Option<VecDeque<Completion>>,
+    /// `replica_owd[shard][a][b]`: one-way delay from replica a to replica b of the shard (for
+    /// the per-transaction quorum choice; empty: the paper's super-quorum headroom always).
+    replica_owd: Vec<Vec<Vec<Duration>>>,
 }
 
 impl Coordinator {
@@ -417,6 +430,7 @@ impl Coordinator {
             arrivals: 0,
             next_seq: 0,
             pending: BTreeMap::new(),
+            replica_owd: Vec::new(),
             free_slots: BTreeSet::new(),
             next_slot: 0,
             stats: CoordinatorStats::default(),
@@ -465,22 +479,51 @@ impl Coordinator {
         Some(est.min(cap))
     }
 
+    /// The one-way delays among each shard's replicas (`owd[shard][a][b]`, a → b), which the
+    /// per-transaction quorum choice needs (see the module docs).
+    pub fn with_replica_owd(mut self, owd: Vec<Vec<Vec<Duration>>>) -> Self {
+        self.replica_owd = owd;
+        self
+    }
+
     /// The headroom a transaction on `shards` gets at local time `now` (see the module docs).
     pub fn headroom(&mut self, now: LocalTime, shards: &[ShardId]) -> Duration {
         if self.config.zero_headroom {
             return Duration::ZERO;
         }
-        let sq = self.topology.super_quorum();
-        let mut owd = Duration::ZERO;
+        let (sq, f) = (self.topology.super_quorum(), self.topology.f());
+        let kth = |v: &mut Vec<Duration>, k: usize| {
+            v.sort_unstable();
+            v.get(k.clamp(1, v.len().max(1)) - 1).copied().unwrap_or_default()
+        };
+        // Fast: reach the closest super quorum by the timestamp; their replies come back.
+        let (mut fast_headroom, mut slow_headroom, mut slow_rest) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        let choose = self.config.quorum_choice && !self.replica_owd.is_empty();
         for &s in shards {
             let n = self.topology.shards.get(s as usize).map_or(0, Vec::len);
-            let mut est: Vec<Duration> = (0..n as u32).filter_map(|r| self.owd_estimate(now, s, r)).collect();
+            let est: Vec<Duration> = (0..n as u32).filter_map(|r| self.owd_estimate(now, s, r)).collect();
             if est.is_empty() {
                 continue;
             }
-            est.sort_unstable();
-            owd = owd.max(est[sq.clamp(1, est.len()) - 1]);
+            fast_headroom = fast_headroom.max(kth(&mut est.clone(), sq));
+            if !choose {
+                continue;
+            }
+            // Slow: reach the leader; then the later of its reply and the f-th follower's
+            // reply after log synchronization.
+            let leader = self.topology.leader.get(s as usize).map_or(0, |l| *l as usize).min(est.len() - 1);
+            let hop = |a: usize, b: usize| {
+                self.replica_owd.get(s as usize).and_then(|m| m.get(a)).and_then(|m| m.get(b)).copied()
+            };
+            let mut followers: Vec<Duration> = (0..est.len())
+                .filter(|r| *r != leader)
+                .filter_map(|r| hop(leader, r).map(|h| self.config.sync_interval / 2 + h + est[r]))
+                .collect();
+            slow_headroom = slow_headroom.max(est[leader]);
+            slow_rest = slow_rest.max(est[leader].max(kth(&mut followers, f)));
         }
+        // The fast path's replies travel back as far as the headroom went out (symmetric links).
+        let owd = if choose && slow_headroom + slow_rest < fast_headroom * 2 { slow_headroom } else { fast_headroom };
         let base = i128::from(duration_nanos(owd + self.config.margin));
         let shifted = (base + i128::from(self.config.headroom_shift_ns)).clamp(0, i128::from(u64::MAX));
         Duration::from_nanos(shifted as u64)

@@ -151,6 +151,8 @@ pub struct CoordinatorSlot {
     pub topology: Topology,
     /// One-way delay from the coordinator's region to each (shard, replica), from the matrix.
     pub owd: Vec<Vec<Duration>>,
+    /// One-way delay between the replicas of each shard (`[shard][from][to]`), from the matrix.
+    pub replica_owd: Vec<Vec<Vec<Duration>>>,
     /// The first of the coordinator's Jepsen process ids.
     pub process_base: u64,
     pub workload: MicroBench,
@@ -209,6 +211,7 @@ impl Deployment {
                         slot.owd.clone(),
                         slot.process_base,
                     )
+                    .with_replica_owd(slot.replica_owd.clone())
                     .with_open_loop(slot.load.clone()),
                 )
             },
@@ -300,6 +303,13 @@ impl Deployment {
                     topology: topology.clone(),
                     owd: (0..self.shards as usize)
                         .map(|s| (0..n).map(|r| matrix.one_way(region, region_of(s, r))).collect())
+                        .collect(),
+                    replica_owd: (0..self.shards as usize)
+                        .map(|s| {
+                            (0..n)
+                                .map(|a| (0..n).map(|b| matrix.one_way(region_of(s, a), region_of(s, b))).collect())
+                                .collect()
+                        })
                         .collect(),
                     process_base,
                     workload: MicroBench::new(self.keys_per_shard, self.shards, self.skew)?,
@@ -441,7 +451,24 @@ pub fn analytic_latency_in(
         };
         worst = worst.max(best);
     }
-    Ok(headroom + worst)
+    let paper = headroom + worst;
+    if !d.config.quorum_choice {
+        return Ok(paper);
+    }
+    // The per-transaction quorum choice: the leaders' headroom, then the slow path everywhere.
+    let slow_headroom =
+        (0..shards).map(|s| owd(c, region_of(s, leader_of(s)))).max().unwrap_or_default() + d.config.margin;
+    let mut slow_worst = Duration::ZERO;
+    for s in 0..shards {
+        let leader = region_of(s, leader_of(s));
+        let followers: Vec<Duration> = (0..n)
+            .filter(|r| *r != leader_of(s) && live(s, *r))
+            .map(|r| owd(leader, region_of(s, r)) + owd(region_of(s, r), c))
+            .collect();
+        let slow = kth(followers, f).map(|v| owd(leader, c).max(agreement + d.config.sync_interval / 2 + v));
+        slow_worst = slow_worst.max(slow.unwrap_or(Duration::MAX / 4));
+    }
+    Ok(paper.min(slow_headroom + slow_worst))
 }
 
 /// A world check: every replica of a shard executes the same transaction at the same

@@ -114,6 +114,9 @@ pub struct TigaConfig {
     /// Test-only: the new leader's log merge skips rule (b): it keeps only the old leader's
     /// log, losing what was committed on the fast path and not yet synchronized.
     pub unsafe_skip_merge_rule_b: bool,
+    /// Per transaction, take the slow path's smaller headroom when it is predicted to commit
+    /// sooner (beyond the paper; see the coordinator's module docs). Off: the paper's rule.
+    pub quorum_choice: bool,
     /// Test-only: skip the second round of timestamp agreement (reintroduces timestamp
     /// inversion; the Figure 5 test shows the checker catching it).
     pub unsafe_skip_second_round: bool,
@@ -155,6 +158,7 @@ impl Default for TigaConfig {
             view_change_timeout: Duration::from_secs(2),
             view_change_retry: Duration::from_millis(150),
             verify_lookback: Duration::from_secs(2),
+            quorum_choice: false,
             unsafe_skip_merge_rule_b: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,

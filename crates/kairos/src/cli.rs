@@ -128,6 +128,10 @@ pub struct TigaArgs {
     /// Use no headroom at all (timestamp = send time), the headroom experiment's worst case.
     #[arg(long)]
     pub zero_headroom: bool,
+    /// Per transaction, take the slow path's smaller headroom (only the leaders need the transaction by its
+    /// timestamp) when it is predicted to commit sooner than the fast path: beyond the paper, and correct either way.
+    #[arg(long)]
+    pub quorum_choice: bool,
     /// Virtual seconds of load (in-flight transactions then get time to finish); throughput
     /// counts commits after the first third, as `bench micro` does.
     #[arg(long, default_value_t = 5.0)]

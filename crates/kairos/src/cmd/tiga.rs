@@ -96,6 +96,7 @@ impl TigaArgs {
         let mut base = base;
         base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
         base.config.zero_headroom = self.zero_headroom;
+        base.config.quorum_choice = self.quorum_choice;
         Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
     }
 }
@@ -222,6 +223,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     extra.insert("events_handled".into(), outcome.stats.events_handled.into());
     extra.insert("headroom_shift_ms".into(), (d.config.headroom_shift_ns as f64 / 1e6).into());
     extra.insert("zero_headroom".into(), d.config.zero_headroom.into());
+    extra.insert("quorum_choice".into(), d.config.quorum_choice.into());
     let analytic: serde_json::Map<String, serde_json::Value> = by_region
         .iter()
         .filter_map(|(r, _)| analytic_latency(d, r).ok().map(|l| (r.clone(), (l.as_secs_f64() * 1e3).into())))
