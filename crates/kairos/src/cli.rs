@@ -542,6 +542,10 @@ pub struct ServeArgs {
     /// tiga-server / tiga-gateway: the headroom margin Δ added to the one-way delay estimate, ms (paper: 10).
     #[arg(long, default_value_t = 10.0)]
     pub tiga_margin_ms: f64,
+    /// tiga-gateway: per transaction, take the slow path's smaller headroom when it commits sooner (beyond the
+    /// paper; needs the cluster file's latency matrix with injected delay to know the replicas' delays).
+    #[arg(long)]
+    pub tiga_quorum_choice: bool,
     /// tiga-gateway: address to listen on for Redis (RESP2) clients, e.g. 127.0.0.1:6379 (port 0 picks one; it is printed).
     #[arg(long, value_name = "ADDR")]
     pub redis_listen: Option<std::net::SocketAddr>,

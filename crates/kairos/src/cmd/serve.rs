@@ -111,6 +111,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         Ok(super::redis::TigaServeOptions {
             replicas_per_shard: args.tiga_replicas,
             margin: Duration::from_secs_f64(args.tiga_margin_ms / 1e3),
+            quorum_choice: args.tiga_quorum_choice,
             redis_listen: args.redis_listen,
             redis_limits: super::redis::resp::Limits {
                 bulk_bytes_max: args.redis_max_bulk_bytes,

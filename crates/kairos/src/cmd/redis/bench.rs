@@ -59,6 +59,9 @@ pub struct ClusterBenchArgs {
     /// plain loopback it is most of a transaction's latency, so a smaller one shows the stack's speed.
     #[arg(long, default_value_t = 10.0)]
     pub margin_ms: f64,
+    /// Gateways take the slow path's smaller headroom per transaction when it commits sooner (beyond the paper).
+    #[arg(long)]
+    pub quorum_choice: bool,
     /// Write the result as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -92,6 +95,7 @@ struct CpuRow {
 struct BenchResult {
     injected_delay: bool,
     margin_ms: f64,
+    quorum_choice: bool,
     latency: Vec<LatencyRow>,
     throughput_txn_per_s: Option<f64>,
     cpu: Vec<CpuRow>,
@@ -268,6 +272,7 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
         redis_port: base + NODES,
         tiga_replicas: 3,
         margin_ms: Some(a.margin_ms),
+        quorum_choice: a.quorum_choice,
     };
     eprintln!("starting the cluster ({} nodes, logs in {})", NODES, a.dir.display());
     let mut running = start(&options)?;
@@ -287,6 +292,7 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
         }
         let mut d = Deployment { shards, ..Deployment::default() };
         d.config.margin = Duration::from_secs_f64(a.margin_ms / 1e3);
+        d.config.quorum_choice = a.quorum_choice;
         analytic_latency(&d, region).ok().map(|l| l.as_secs_f64() * 1e3)
     };
     let mut latency = Vec::new();
@@ -389,6 +395,7 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
     let result = BenchResult {
         injected_delay: !a.no_delay,
         margin_ms: a.margin_ms,
+        quorum_choice: a.quorum_choice,
         latency,
         throughput_txn_per_s: throughput,
         cpu,

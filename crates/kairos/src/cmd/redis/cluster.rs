@@ -238,6 +238,8 @@ pub struct StartOptions<'a> {
     pub tiga_replicas: usize,
     /// `--tiga-margin-ms` for every node (None: serve's default, the paper's 10 ms).
     pub margin_ms: Option<f64>,
+    /// `--tiga-quorum-choice` for the gateways.
+    pub quorum_choice: bool,
 }
 
 /// Starts every Tiga node of the cluster file and waits until each gateway answers PING.
@@ -260,6 +262,9 @@ pub fn start(o: &StartOptions<'_>) -> Result<Running, CliError> {
         c.args(["--tiga-replicas", &o.tiga_replicas.to_string()]);
         if let Some(m) = o.margin_ms {
             c.args(["--tiga-margin-ms", &m.to_string()]);
+        }
+        if o.quorum_choice && spec.role == "tiga-gateway" {
+            c.arg("--tiga-quorum-choice");
         }
         if let Some(d) = o.data_dir {
             c.arg("--data-dir").arg(d);
@@ -321,6 +326,7 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
         redis_port: a.redis_port,
         tiga_replicas: a.tiga_replicas,
         margin_ms: None,
+        quorum_choice: false,
     };
     let mut running = start(&options)?;
     println!("Tiga cluster up ({} nodes, {}); Redis gateways:", running.children.0.len(), config.display());

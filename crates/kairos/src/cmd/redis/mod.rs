@@ -42,6 +42,8 @@ use std::time::Duration;
 pub struct TigaServeOptions {
     pub replicas_per_shard: usize,
     pub margin: Duration,
+    /// The per-transaction quorum choice (gateways; see `TigaConfig::quorum_choice`).
+    pub quorum_choice: bool,
     pub redis_listen: Option<SocketAddr>,
     pub redis_limits: resp::Limits,
     pub redis_max_clients: usize,
@@ -62,7 +64,7 @@ pub fn topology(cfg: &ClusterConfig, replicas_per_shard: usize) -> Result<Topolo
 }
 
 fn config(o: &TigaServeOptions) -> TigaConfig {
-    TigaConfig { margin: o.margin, ..TigaConfig::default() }
+    TigaConfig { margin: o.margin, quorum_choice: o.quorum_choice, ..TigaConfig::default() }
 }
 
 /// The role naming the view manager's nodes in a cluster file.
@@ -124,8 +126,30 @@ pub async fn run_gateway(
                 .collect()
         })
         .collect();
+    // The replicas' one-way delays among themselves, for the quorum choice (the matrix's, when
+    // the cluster injects it; without it the choice has nothing to go on and stays off).
+    let replica_owd: Vec<Vec<Vec<Duration>>> = match cfg.inject_delay() {
+        true => t
+            .shards
+            .iter()
+            .map(|rs| {
+                rs.iter()
+                    .map(|a| {
+                        rs.iter()
+                            .map(|b| match (cfg.region_of(*a), cfg.region_of(*b)) {
+                                (Some(x), Some(y)) => cfg.matrix().one_way(x, y),
+                                _ => tiga.owd_floor,
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     let process_base = u64::from(me.0) * tiga.inflight_max as u64;
-    let coordinator = Coordinator::new(t, tiga.clone(), Box::new(FixedKeys::default()), owd, process_base);
+    let coordinator = Coordinator::new(t, tiga.clone(), Box::new(FixedKeys::default()), owd, process_base)
+        .with_replica_owd(replica_owd);
     let listen = o.redis_listen.ok_or_else(|| {
         CliError::Usage("a tiga-gateway needs --redis-listen ADDR (e.g. 127.0.0.1:6379) for its Redis clients".into())
     })?;
