@@ -89,6 +89,9 @@ pub(super) struct Merged {
     index: BTreeMap<TxnId, (Ts, bool)>,
     /// The pieces of truncated entries this replica still has.
     truncated_pieces: BTreeMap<TxnId, crate::msg::Piece>,
+    /// Where each transaction's entry is in `prefix` then `tail` (read as one sequence), so
+    /// that answering thousands of questions does not scan the merged log for each.
+    at: BTreeMap<TxnId, usize>,
 }
 
 /// A server's view-change progress.
@@ -406,6 +409,8 @@ impl Server {
             bump(&mut wmax, &e.piece.writes, e.ts);
         }
         let mut merged = Merged { prefix, tail, rmax, wmax, ..Merged::default() };
+        let entries = merged.prefix.iter().chain(&merged.tail);
+        merged.at = entries.enumerate().map(|(i, e)| (e.piece.txn, i)).collect();
         for e in &merged.prefix {
             merged.index.insert(e.piece.txn, (e.ts, true));
         }
@@ -446,8 +451,11 @@ impl Server {
     }
 
     fn piece_in_merge(merged: &Merged, txn: TxnId) -> Option<&crate::msg::Piece> {
-        let in_log = merged.prefix.iter().chain(&merged.tail).rev().find(|e| e.piece.txn == txn).map(|e| &e.piece);
-        in_log.or_else(|| merged.truncated_pieces.get(&txn))
+        let in_log = merged.at.get(&txn).and_then(|i| match i.checked_sub(merged.prefix.len()) {
+            None => merged.prefix.get(*i),
+            Some(j) => merged.tail.get(j),
+        });
+        in_log.map(|e| &e.piece).or_else(|| merged.truncated_pieces.get(&txn))
     }
 
     /// Leader, merged: lists its recent multi-shard transactions to every other shard.
