@@ -271,6 +271,8 @@ pub struct Server {
     next_send: Vec<u64>,
     /// Leader: when each follower's sync-point last advanced (local ns).
     ack_progress_at: Vec<u64>,
+    /// Leader: the checkpoint (position) last sent to each replica, and when (local ns).
+    checkpoint_sent: Vec<Option<(u64, u64)>>,
     commit_point: u64,
     commit_point_sent: Vec<u64>,
     /// Log positions executed on the committed state.
@@ -331,6 +333,7 @@ impl Server {
             sync_point: vec![0; n],
             next_send: vec![0; n],
             ack_progress_at: vec![0; n],
+            checkpoint_sent: vec![None; n],
             commit_point: 0,
             commit_point_sent: vec![0; n],
             executed: 0,
@@ -1003,10 +1006,23 @@ impl Server {
         (self.log.held(), self.txns.len())
     }
 
-    /// Leader: sends replica `r` the latest checkpoint (it needs entries below the log's base).
+    /// Leader: sends replica `r` the latest checkpoint (it needs entries below the log's base),
+    /// unless it sent it the same one lately: a follower retrying its view-change report
+    /// would otherwise get (and the leader copy) the whole state again on every retry.
     fn send_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, r: usize) -> Option<u64> {
+        let position = self.checkpoint.as_ref()?.position;
+        let now = ctx.now().as_nanos();
+        let again_after = duration_nanos(self.config.view_change_retry * 4);
+        if let Some(Some((sent, at))) = self.checkpoint_sent.get(r) {
+            if *sent == position && now < at.saturating_add(again_after) {
+                self.next_send[r] = position;
+                return Some(position);
+            }
+        }
         let c = self.checkpoint.clone()?;
-        let position = c.position;
+        if let Some(slot) = self.checkpoint_sent.get_mut(r) {
+            *slot = Some((position, now));
+        }
         let node = self.topology.shards[self.shard as usize][r];
         ctx.metric("tiga.checkpoints_sent", 1);
         ctx.send(

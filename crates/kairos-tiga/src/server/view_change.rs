@@ -228,6 +228,7 @@ impl Server {
         self.release_timer_at = None;
         let n = self.topology.replicas_per_shard();
         self.sync_point = vec![0; n];
+        self.checkpoint_sent = vec![None; n];
         self.next_send = vec![0; n];
         self.commit_point_sent = vec![0; n];
     }
