@@ -432,20 +432,21 @@ pub fn analytic_latency_in(
     } else {
         Duration::ZERO
     };
+    // Slow: the leader's reply, and f followers' replies after agreement and log sync.
+    let slow_of = |s: usize| {
+        let leader = region_of(s, leader_of(s));
+        let followers: Vec<Duration> = (0..n)
+            .filter(|r| *r != leader_of(s) && live(s, *r))
+            .map(|r| owd(leader, region_of(s, r)) + owd(region_of(s, r), c))
+            .collect();
+        kth(followers, f).map(|v| owd(leader, c).max(agreement + d.config.sync_interval / 2 + v))
+    };
     let mut worst = Duration::ZERO;
     for s in 0..shards {
-        let leader = region_of(s, leader_of(s));
         let alive: Vec<usize> = (0..n).filter(|r| live(s, *r)).collect();
         // Fast: the super quorum's replies, all released at the timestamp.
         let fast = kth(alive.iter().map(|r| owd(region_of(s, *r), c)).collect(), sq).filter(|_| alive.len() >= sq);
-        // Slow: the leader's reply, and f followers' replies after agreement and log sync.
-        let followers: Vec<Duration> = alive
-            .iter()
-            .filter(|r| **r != leader_of(s))
-            .map(|r| owd(leader, region_of(s, *r)) + owd(region_of(s, *r), c))
-            .collect();
-        let slow = kth(followers, f).map(|v| owd(leader, c).max(agreement + d.config.sync_interval / 2 + v));
-        let best = match (fast, slow) {
+        let best = match (fast, slow_of(s)) {
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).unwrap_or(Duration::MAX / 4),
         };
@@ -458,16 +459,7 @@ pub fn analytic_latency_in(
     // The per-transaction quorum choice: the leaders' headroom, then the slow path everywhere.
     let slow_headroom =
         (0..shards).map(|s| owd(c, region_of(s, leader_of(s)))).max().unwrap_or_default() + d.config.margin;
-    let mut slow_worst = Duration::ZERO;
-    for s in 0..shards {
-        let leader = region_of(s, leader_of(s));
-        let followers: Vec<Duration> = (0..n)
-            .filter(|r| *r != leader_of(s) && live(s, *r))
-            .map(|r| owd(leader, region_of(s, r)) + owd(region_of(s, r), c))
-            .collect();
-        let slow = kth(followers, f).map(|v| owd(leader, c).max(agreement + d.config.sync_interval / 2 + v));
-        slow_worst = slow_worst.max(slow.unwrap_or(Duration::MAX / 4));
-    }
+    let slow_worst = (0..shards).map(|s| slow_of(s).unwrap_or(Duration::MAX / 4)).max().unwrap_or_default();
     Ok(paper.min(slow_headroom + slow_worst))
 }
 

@@ -113,37 +113,21 @@ pub async fn run_gateway(
     let t = topology(&cfg, o.replicas_per_shard)?;
     let tiga = config(&o);
     let here = cfg.region_of(me);
-    // Initial one-way delay bounds: the matrix's, when it describes the links; else the floor.
-    let owd: Vec<Vec<Duration>> = t
-        .shards
-        .iter()
-        .map(|rs| {
-            rs.iter()
-                .map(|r| match (cfg.inject_delay(), here, cfg.region_of(*r)) {
-                    (true, Some(a), Some(b)) => cfg.matrix().one_way(a, b),
-                    _ => tiga.owd_floor,
-                })
-                .collect()
-        })
-        .collect();
-    // The replicas' one-way delays among themselves, for the quorum choice (the matrix's, when
-    // the cluster injects it; without it the choice has nothing to go on and stays off).
+    // One-way delays: the matrix's, when the cluster injects it (else the floor: the links are
+    // whatever loopback gives).
+    let one_way = |a: Option<kairos_core::RegionId>, b: NodeId| match (cfg.inject_delay(), a, cfg.region_of(b)) {
+        (true, Some(x), Some(y)) => cfg.matrix().one_way(x, y),
+        _ => tiga.owd_floor,
+    };
+    // Initial bounds from this gateway to every replica.
+    let owd: Vec<Vec<Duration>> = t.shards.iter().map(|rs| rs.iter().map(|r| one_way(here, *r)).collect()).collect();
+    // The replicas' delays among themselves, for the quorum choice (without injected delay the
+    // choice has nothing to go on and stays off).
     let replica_owd: Vec<Vec<Vec<Duration>>> = match cfg.inject_delay() {
         true => t
             .shards
             .iter()
-            .map(|rs| {
-                rs.iter()
-                    .map(|a| {
-                        rs.iter()
-                            .map(|b| match (cfg.region_of(*a), cfg.region_of(*b)) {
-                                (Some(x), Some(y)) => cfg.matrix().one_way(x, y),
-                                _ => tiga.owd_floor,
-                            })
-                            .collect()
-                    })
-                    .collect()
-            })
+            .map(|rs| rs.iter().map(|a| rs.iter().map(|b| one_way(cfg.region_of(*a), *b)).collect()).collect())
             .collect(),
         false => Vec::new(),
     };
