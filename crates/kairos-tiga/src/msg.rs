@@ -10,6 +10,7 @@ use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
 use kairos_core::NodeId;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Globally unique transaction id: the coordinator's node id in the high 32 bits, its
 /// sequence number in the low 32. A retransmission keeps the id (at-most-once execution).
@@ -185,7 +186,7 @@ pub enum TigaMsg {
     /// Leader → follower whose next entry the leader's log no longer holds (state transfer):
     /// the committed state and key maps up to `checkpoint.position`; log synchronization goes
     /// on from there.
-    InstallCheckpoint { view: u64, checkpoint: Checkpoint, commit_point: u64 },
+    InstallCheckpoint { view: u64, checkpoint: Arc<Checkpoint>, commit_point: u64 },
     /// Among view-manager nodes: their replicated log of views.
     Paxos(PaxosMsg<View>),
 }
@@ -231,7 +232,7 @@ pub struct LogReport {
     pub released: Vec<LogEntry>,
     /// When its log no longer holds the `from` asked for: the checkpoint `entries` continue
     /// from (`from` is its position).
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<Arc<Checkpoint>>,
 }
 
 /// Where a multi-shard transaction stands on one shard after that shard's log merge.
@@ -275,12 +276,12 @@ pub struct VerifyItem {
     pub txn: TxnId,
     pub shards: Vec<ShardId>,
     pub state: TxnState,
-    pub piece: Option<Piece>,
+    pub piece: Option<Arc<Piece>>,
 }
 
 /// One entry of a shard's log: a transaction's piece at its final timestamp.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogEntry {
     pub ts: Ts,
-    pub piece: Piece,
+    pub piece: Arc<Piece>,
 }

@@ -353,7 +353,8 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();
     let now = ns(h.now());
-    let entries = (1..=10u32).map(|i| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]) });
+    let entries =
+        (1..=10u32).map(|i| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() });
     h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10 });
     assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "a checkpoint covers the ten entries");
     // A view change to replica 1 (node 1): the follower journals its state, checkpoint included.

@@ -72,7 +72,7 @@ mod tests {
     use kairos_core::NodeId;
 
     fn e(i: u64) -> LogEntry {
-        LogEntry { ts: i, piece: Piece::new(TxnId::new(NodeId(1), i as u32), 0, vec![0], Vec::new()) }
+        LogEntry { ts: i, piece: Piece::new(TxnId::new(NodeId(1), i as u32), 0, vec![0], Vec::new()).into() }
     }
 
     #[test]

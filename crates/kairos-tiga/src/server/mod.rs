@@ -57,6 +57,7 @@ use kairos_core::{duration_nanos, Ctx, NodeId, Process, Stored, TimerId};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 mod log;
 pub mod view_change;
@@ -98,7 +99,7 @@ struct Snapshot {
     view: View,
     last_normal: u64,
     /// The checkpoint the log continues from (none: the log starts at 0).
-    checkpoint: Option<Checkpoint>,
+    checkpoint: Option<Arc<Checkpoint>>,
     log: Vec<LogEntry>,
     released: Vec<LogEntry>,
 }
@@ -120,7 +121,7 @@ enum Status {
 }
 
 struct Txn {
-    piece: Piece,
+    piece: Arc<Piece>,
     ts: Ts,
     status: Status,
     owd_ns: u64,
@@ -142,7 +143,7 @@ struct Txn {
 }
 
 impl Txn {
-    fn new(piece: Piece, ts: Ts, status: Status, owd_ns: u64) -> Self {
+    fn new(piece: Arc<Piece>, ts: Ts, status: Status, owd_ns: u64) -> Self {
         Txn {
             piece,
             ts,
@@ -220,7 +221,7 @@ pub struct Checkpoint {
     /// transaction's operations): a replica that installs the checkpoint lists them to the
     /// other shards' leaders in a view change, so a shard that lacks one of them takes it from
     /// here instead of running the coordinator's resend as a new transaction.
-    pub multi_shard: Vec<Piece>,
+    pub multi_shard: Vec<Arc<Piece>>,
 }
 
 /// Counters for tests and reports.
@@ -281,7 +282,7 @@ pub struct Server {
     /// store that also holds speculative executions.
     committed: Store,
     /// The latest checkpoint of the committed state.
-    checkpoint: Option<Checkpoint>,
+    checkpoint: Option<Arc<Checkpoint>>,
     /// The key maps of the log up to `executed` (what a checkpoint carries).
     committed_maps: KeyMaps,
     /// Transactions whose entries were truncated, oldest first: forgotten once no coordinator
@@ -382,7 +383,7 @@ impl Server {
 
     /// The latest checkpoint of the committed state.
     pub fn checkpoint(&self) -> Option<&Checkpoint> {
-        self.checkpoint.as_ref()
+        self.checkpoint.as_deref()
     }
 
     /// The state of `key` (leader: including speculative writes; follower: executed log).
@@ -486,7 +487,7 @@ impl Server {
         if status == Status::Queued {
             self.pq.insert((ts, txn));
         }
-        self.txns.insert(txn, Txn::new(piece, ts, status, owd_ns));
+        self.txns.insert(txn, Txn::new(Arc::new(piece), ts, status, owd_ns));
         if self.is_leader() && self.txns[&txn].piece.shards.len() > 1 {
             // This leader's timestamp for the transaction is settled now: announce it at once,
             // so that no other leader ever waits on a lock for it (announcing at release could
@@ -958,7 +959,7 @@ impl Server {
                     .cloned()
                     .collect();
                 self.checkpoint =
-                    Some(Checkpoint { position, state: state.clone(), maps, recent, results, multi_shard });
+                    Some(Arc::new(Checkpoint { position, state: state.clone(), maps, recent, results, multi_shard }));
                 self.compact_log();
             }
         }
@@ -1039,7 +1040,7 @@ impl Server {
         &mut self,
         ctx: &mut Ctx<'_, TigaMsg>,
         from_node: NodeId,
-        c: Checkpoint,
+        c: Arc<Checkpoint>,
         commit_point: u64,
     ) {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) || c.position <= self.executed {
@@ -1226,14 +1227,14 @@ impl Server {
 
     /// Takes `c` as this replica's executed state: the log continues from its position (the
     /// caller rebuilds what depends on the log).
-    fn install_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, c: Checkpoint) {
+    fn install_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, c: Arc<Checkpoint>) {
         ctx.metric("tiga.checkpoints_installed", 1);
         self.adopt_checkpoint(c);
     }
 
     /// Takes `c` as the executed state, with an empty log from its position on (a checkpoint
     /// sent by the leader, or this replica's own journaled one after a restart).
-    fn adopt_checkpoint(&mut self, c: Checkpoint) {
+    fn adopt_checkpoint(&mut self, c: Arc<Checkpoint>) {
         self.store = c.state.clone();
         self.executed = c.position;
         self.committed_maps = c.maps.clone();
@@ -1262,11 +1263,11 @@ impl Server {
     /// view change lists to the other shards; the others' pieces this replica never needs).
     fn remember_recent(&mut self, c: &Checkpoint) {
         self.truncated = c.recent.iter().copied().collect();
-        let pieces: BTreeMap<TxnId, &Piece> = c.multi_shard.iter().map(|p| (p.txn, p)).collect();
+        let pieces: BTreeMap<TxnId, &Arc<Piece>> = c.multi_shard.iter().map(|p| (p.txn, p)).collect();
         for t in &c.recent {
             let piece = match pieces.get(&t.txn) {
-                Some(p) if self.validate(p) => (*p).clone(),
-                _ => Piece::new(t.txn, self.shard, vec![self.shard], Vec::new()),
+                Some(p) if self.validate(p) => Arc::clone(p),
+                _ => Arc::new(Piece::new(t.txn, self.shard, vec![self.shard], Vec::new())),
             };
             let mut txn = Txn::new(piece, t.ts, Status::Final, 0);
             txn.last_reply = Some(self.slow_reply(t.txn, t.ts));

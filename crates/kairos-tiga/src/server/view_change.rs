@@ -57,6 +57,7 @@ use crate::msg::{Key, LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnI
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub(super) const VC_RETRY: kairos_core::TimerId = kairos_core::TimerId(5);
 /// Submits buffered while a view change runs, at most.
@@ -77,7 +78,7 @@ pub(super) struct Merged {
     remote: BTreeMap<TxnId, BTreeMap<ShardId, TxnState>>,
     shards_of: BTreeMap<TxnId, Vec<ShardId>>,
     /// A piece (carrying the whole transaction) of each transaction heard of.
-    pieces: BTreeMap<TxnId, crate::msg::Piece>,
+    pieces: BTreeMap<TxnId, Arc<crate::msg::Piece>>,
     /// Shards whose listing arrived.
     listed: BTreeSet<ShardId>,
     /// Per key, the latest timestamp that read it and that wrote it, over the executed state
@@ -88,7 +89,7 @@ pub(super) struct Merged {
     /// of entries truncated below a checkpoint count as in the prefix (they are executed).
     index: BTreeMap<TxnId, (Ts, bool)>,
     /// The pieces of truncated entries this replica still has.
-    truncated_pieces: BTreeMap<TxnId, crate::msg::Piece>,
+    truncated_pieces: BTreeMap<TxnId, Arc<crate::msg::Piece>>,
     /// Where each transaction's entry is in `prefix` then `tail` (read as one sequence), so
     /// that answering thousands of questions does not scan the merged log for each.
     at: BTreeMap<TxnId, usize>,
@@ -451,7 +452,7 @@ impl Server {
         }
     }
 
-    fn piece_in_merge(merged: &Merged, txn: TxnId) -> Option<&crate::msg::Piece> {
+    fn piece_in_merge(merged: &Merged, txn: TxnId) -> Option<&Arc<crate::msg::Piece>> {
         let in_log = merged.at.get(&txn).and_then(|i| match i.checked_sub(merged.prefix.len()) {
             None => merged.prefix.get(*i),
             Some(j) => merged.tail.get(j),
@@ -591,6 +592,9 @@ impl Server {
             let txn = item.txn;
             merged.remote.entry(txn).or_default().insert(shard, item.state);
             merged.shards_of.insert(txn, item.shards.clone());
+            // The asker sent the transaction's operations if it had them: it needs ours only
+            // if it did not (a piece per item would double the exchange).
+            let asker_has_it = item.piece.as_ref().is_some_and(|p| p.txn == txn && !p.txn_ops.is_empty());
             if let Some(p) = item.piece.filter(|p| p.txn == txn && !p.txn_ops.is_empty()) {
                 merged.pieces.entry(txn).or_insert(p);
             }
@@ -609,7 +613,7 @@ impl Server {
                 txn,
                 shards: item.shards,
                 state,
-                piece: Self::piece_in_merge(merged, txn).cloned(),
+                piece: if asker_has_it { None } else { Self::piece_in_merge(merged, txn).cloned() },
             });
         }
         if matches!(kind, VerifyKind::Listing | VerifyKind::ListingAgain) {
@@ -690,7 +694,7 @@ impl Server {
             match merged.pieces.get(txn).and_then(|p| p.sibling(me, shard_of)) {
                 Some(piece) => {
                     ctx.metric("tiga.vc_fetched", 1);
-                    tail.push(LogEntry { ts: *ts, piece });
+                    tail.push(LogEntry { ts: *ts, piece: Arc::new(piece) });
                 }
                 None => ctx.metric("tiga.vc_fetch_impossible", 1),
             }
@@ -830,8 +834,6 @@ impl Server {
         self.release_due(ctx);
     }
 
-    /// Rebuilds the transaction table, maps and hashes from the log (the store is rebuilt by
-    /// the caller).
     /// Rebuilds the transaction table, maps and hashes from the log: the maps of the executed
     /// prefix (kept as it executes; a checkpoint carries them), then every later entry.
     pub(super) fn rebuild_from_log(&mut self) {
