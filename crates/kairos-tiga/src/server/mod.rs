@@ -272,6 +272,13 @@ pub struct Server {
     next_send: Vec<u64>,
     /// Leader: when each follower's sync-point last advanced (local ns).
     ack_progress_at: Vec<u64>,
+    /// Leader: per follower, the `sync_resend_after` periods in a row its acknowledgements
+    /// stalled although entries were outstanding. After the first (a lost batch, most often)
+    /// the leader streams again from the follower's sync-point; after the second (crashed or
+    /// cut off) it only probes with its heartbeats until the follower answers one (Raft's
+    /// probe state): a dead follower would otherwise cost its leader the whole log again
+    /// every `sync_resend_after`.
+    stalls: Vec<u32>,
     /// Leader: the checkpoint (position) last sent to each replica, and when (local ns).
     checkpoint_sent: Vec<Option<(u64, u64)>>,
     commit_point: u64,
@@ -334,6 +341,7 @@ impl Server {
             sync_point: vec![0; n],
             next_send: vec![0; n],
             ack_progress_at: vec![0; n],
+            stalls: vec![0; n],
             checkpoint_sent: vec![None; n],
             commit_point: 0,
             commit_point_sent: vec![0; n],
@@ -1073,19 +1081,34 @@ impl Server {
             }
             // A lost batch leaves the follower with a gap it cannot fill (it ignores batches that
             // start beyond its log). When its acknowledgements stop advancing although entries
-            // are outstanding, resend from the acknowledged point.
+            // are outstanding, probe from the acknowledged point.
             let stalled = now.saturating_sub(self.ack_progress_at[r]) > duration_nanos(self.config.sync_resend_after);
             if self.sync_point[r] < self.next_send[r].max(len) && stalled {
                 self.next_send[r] = self.sync_point[r];
                 self.ack_progress_at[r] = now;
+                self.stalls[r] = self.stalls[r].saturating_add(1);
+                if self.stalls[r] == 2 {
+                    ctx.metric("tiga.sync_probing", 1);
+                }
+            }
+            // Nothing new: still an empty synchronization every heartbeat interval, so that the
+            // follower can tell the view manager it hears its leader.
+            let idle = now.saturating_sub(self.sync_sent_at[r]) < duration_nanos(self.config.heartbeat_interval);
+            if self.stalls[r] >= 2 {
+                // Probing: the heartbeat is the probe; a live follower answers it with its log
+                // length, and streaming resumes from there (`on_sync_ack`).
+                if !idle {
+                    self.sync_sent_at[r] = now;
+                    self.commit_point_sent[r] = self.commit_point;
+                    let (view, from, commit_point) = (self.view.number, self.sync_point[r], self.commit_point);
+                    ctx.send(*node, TigaMsg::LogSync { view, from, entries: Vec::new(), commit_point });
+                }
+                continue;
             }
             if self.next_send[r] < self.log.base() && self.send_checkpoint(ctx, r).is_none() {
                 continue;
             }
             let from = self.next_send[r];
-            // Nothing new: still an empty synchronization every heartbeat interval, so that the
-            // follower can tell the view manager it hears its leader.
-            let idle = now.saturating_sub(self.sync_sent_at[r]) < duration_nanos(self.config.heartbeat_interval);
             if from >= len && self.commit_point_sent[r] == self.commit_point && idle {
                 continue;
             }
@@ -1101,6 +1124,7 @@ impl Server {
                 end += 1;
             }
             let entries = self.log.range(from, end);
+            ctx.metric("tiga.sync_entries_sent", entries.len() as u64);
             self.next_send[r] = end;
             self.commit_point_sent[r] = self.commit_point;
             ctx.send(
@@ -1303,9 +1327,16 @@ impl Server {
             return;
         }
         let acked = sync_point.min(self.log.len());
+        if self.stalls[r] >= 2 {
+            // A probed follower is alive: stream to it from where its log ends.
+            self.next_send[r] = acked.max(self.sync_point[r]);
+            self.ack_progress_at[r] = ctx.now().as_nanos();
+            self.stalls[r] = 0;
+        }
         if acked > self.sync_point[r] {
             self.sync_point[r] = acked;
             self.ack_progress_at[r] = ctx.now().as_nanos();
+            self.stalls[r] = 0;
         }
         self.advance_commit_point();
     }

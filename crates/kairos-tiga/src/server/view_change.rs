@@ -231,6 +231,7 @@ impl Server {
         self.sync_point = vec![0; n];
         self.checkpoint_sent = vec![None; n];
         self.next_send = vec![0; n];
+        self.stalls = vec![0; n];
         self.commit_point_sent = vec![0; n];
     }
 
