@@ -472,10 +472,16 @@ impl Server {
             .iter()
             .filter_map(|(txn, piece)| merged.index.get(txn).map(|(ts, _)| LogEntry { ts: *ts, piece: piece.clone() }))
             .collect();
+        // The tail (rule (b)) is listed whatever its age: a transaction released long ago and
+        // never committed there (its coordinator resent it later, and the old view's leaders
+        // took the resend at a new timestamp) is tentative, not settled, and every shard must
+        // decide it the same way.
         let recent: Vec<&LogEntry> = truncated
             .iter()
-            .chain(merged.prefix.iter().chain(&merged.tail))
-            .filter(|e| e.ts >= since && e.piece.shards.len() > 1)
+            .chain(&merged.prefix)
+            .filter(|e| e.ts >= since)
+            .chain(&merged.tail)
+            .filter(|e| e.piece.shards.len() > 1)
             .collect();
         let mut by_shard: BTreeMap<ShardId, Vec<VerifyItem>> = BTreeMap::new();
         let mut mine = BTreeMap::new();
