@@ -196,3 +196,42 @@ fn the_analytic_latency_of_the_new_placement_is_the_slow_path_where_a_replica_is
         assert!(after < Duration::from_secs(1), "{region}: still a finite bound");
     }
 }
+
+/// After a view change, commit latency is back at the new placement's analytic bound at once.
+/// Submits that arrived while the view change ran wait in the servers until the view starts;
+/// their one-way-delay samples are measured to their arrival, not to when the server took
+/// them. Measured to then, the wait (hundreds of ms) filled the coordinators' estimate windows
+/// and pushed every headroom to its 400 ms cap for about a second after the view started.
+#[test]
+fn headroom_estimates_do_not_take_a_view_changes_wait_for_network_delay() {
+    use kairos_core::history::OpType;
+    use kairos_tiga::sim::{analytic_latency_in, LeaderKill};
+    let mut d = deployment(1);
+    d.load_txn_per_s = 2_000.0;
+    d.kill_leader = Some(LeaderKill { at: Duration::from_millis(1_500), shard: 0, restart_after: None });
+    let out = d.run(|_| {}).unwrap();
+    assert_eq!((out.view, out.leaders.clone()), (1, vec![1, 1, 1]), "every leader moves to fi");
+    // Latency of the transactions sc's coordinators invoked in the second after the view change.
+    let mut invoked = std::collections::BTreeMap::new();
+    let mut latencies_ms = Vec::new();
+    for r in &out.history {
+        let p = r.event.process;
+        match r.event.op_type {
+            OpType::Invoke => {
+                invoked.insert(p, r.time);
+            }
+            OpType::Ok => {
+                let Some(at) = invoked.remove(&p) else { continue };
+                let in_window = (2_500_000_000..3_500_000_000).contains(&at);
+                if in_window && out.region_of_process(p) == Some("sc") {
+                    latencies_ms.push((r.time - at) as f64 / 1e6);
+                }
+            }
+            _ => {}
+        }
+    }
+    latencies_ms.sort_by(f64::total_cmp);
+    let p50 = latencies_ms[latencies_ms.len() / 2];
+    let bound = analytic_latency_in(&d, "sc", &[1, 1, 1], &[(0, 0)]).unwrap().as_secs_f64() * 1e3;
+    assert!(p50 <= bound * 1.1, "sc p50 {p50:.1} ms over {} commits, analytic {bound:.1} ms", latencies_ms.len());
+}

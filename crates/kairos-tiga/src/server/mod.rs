@@ -455,7 +455,18 @@ impl Server {
             && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
     }
 
-    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, piece: Piece, ts: Ts, send_time: Ts) {
+    /// `arrived`: when the submit reached this server (earlier than now if it waited out a
+    /// view change here); the one-way delay sample is measured to then, so that a coordinator's
+    /// estimate does not take the view change's wait for a network delay.
+    fn on_submit(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        from: NodeId,
+        piece: Piece,
+        ts: Ts,
+        send_time: Ts,
+        arrived: Ts,
+    ) {
         // Only the coordinator a transaction id names may submit it (or claim its at-most-once
         // slot), and a timestamp beyond any headroom a coordinator can choose is refused (it
         // would sit in the queue, and through agreement in other leaders' queues, forever).
@@ -480,7 +491,7 @@ impl Server {
             return;
         }
         let now = ctx.now().as_nanos();
-        let owd_ns = now.saturating_sub(send_time).max(duration_nanos(self.config.owd_floor));
+        let owd_ns = arrived.saturating_sub(send_time).max(duration_nanos(self.config.owd_floor));
         let last = self.conflicts_last_ts(&piece);
         let txn = piece.txn;
         let (ts, status) = if ts > last {
@@ -1373,9 +1384,10 @@ impl Process for Server {
                 // A coordinator behind: tell it the view (it resends in it).
                 ctx.send(from, TigaMsg::NewView { view: self.view.clone() });
             }
-            TigaMsg::Submit { view, .. } if view == current && !normal => self.buffer_submit(from, msg),
+            TigaMsg::Submit { view, .. } if view == current && !normal => self.buffer_submit(ctx, from, msg),
             TigaMsg::Submit { view, piece, ts, send_time } if view == current => {
-                self.on_submit(ctx, from, piece, ts, send_time);
+                let arrived = ctx.now().as_nanos();
+                self.on_submit(ctx, from, piece, ts, send_time, arrived);
                 self.release_due(ctx);
             }
             TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == current && normal => {

@@ -108,8 +108,8 @@ pub(super) struct Progress {
     merged: Option<Merged>,
     /// Verify messages that arrived before the merge.
     early_verify: Vec<(ShardId, VerifyKind, Vec<VerifyItem>)>,
-    /// Submits of this view that arrived before it started.
-    buffered: Vec<(NodeId, TigaMsg)>,
+    /// Submits of this view that arrived before it started, with when they arrived.
+    buffered: Vec<(NodeId, TigaMsg, Ts)>,
     /// Leader, after the view started: the states it reported (late questions are answered
     /// from them, so every leader decides on the same facts).
     pub(super) answered: BTreeMap<TxnId, TxnState>,
@@ -833,9 +833,9 @@ impl Server {
         if self.is_leader() {
             self.write_snapshot(ctx);
         }
-        for (from, msg) in std::mem::take(&mut self.vc.buffered) {
+        for (from, msg, arrived) in std::mem::take(&mut self.vc.buffered) {
             if let TigaMsg::Submit { piece, ts, send_time, .. } = msg {
-                self.on_submit(ctx, from, piece, ts, send_time);
+                self.on_submit(ctx, from, piece, ts, send_time, arrived);
             }
         }
         self.release_due(ctx);
@@ -854,9 +854,9 @@ impl Server {
         }
     }
 
-    pub(super) fn buffer_submit(&mut self, from: NodeId, msg: TigaMsg) {
+    pub(super) fn buffer_submit(&mut self, ctx: &Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         if self.vc.buffered.len() < BUFFERED_MAX {
-            self.vc.buffered.push((from, msg));
+            self.vc.buffered.push((from, msg, ctx.now().as_nanos()));
         }
     }
 
