@@ -601,8 +601,9 @@ impl Server {
             merged.shards_of.insert(txn, item.shards.clone());
             // The asker sent the transaction's operations if it had them: it needs ours only
             // if it did not (a piece per item would double the exchange).
-            let asker_has_it = item.piece.as_ref().is_some_and(|p| p.txn == txn && !p.txn_ops.is_empty());
-            if let Some(p) = item.piece.filter(|p| p.txn == txn && !p.txn_ops.is_empty()) {
+            let asker_piece = item.piece.filter(|p| p.txn == txn && !p.txn_ops.is_empty());
+            let asker_has_it = asker_piece.is_some();
+            if let Some(p) = asker_piece {
                 merged.pieces.entry(txn).or_insert(p);
             }
             let state = match merged.mine.get(&txn) {
