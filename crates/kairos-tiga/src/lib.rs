@@ -103,6 +103,7 @@
 //! `kairos bench tiga` says so when it is all the checker found.
 
 pub mod coordinator;
+pub mod cow_map;
 pub mod msg;
 pub mod ops;
 mod release_queue;
