@@ -29,7 +29,6 @@
 //! in replies and log synchronization, which are framed with a size limit.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// A key or a value: a byte string.
@@ -137,7 +136,7 @@ pub struct Entry {
 }
 
 /// A shard's data. A deleted key keeps its entry (and version) with no value.
-pub type Store = BTreeMap<Bytes, Entry>;
+pub type Store = crate::cow_map::CowMap<Bytes, Entry>;
 
 /// The distinct keys of `ops` in order of first appearance, with whether the first operation
 /// on each reads it and whether any operation writes it.
@@ -176,7 +175,7 @@ pub fn execute(store: &mut Store, ops: &[Op]) -> Execution {
     let outputs = ops.iter().map(|op| apply(store, op)).collect();
     for (k, _, written) in &keys {
         if *written {
-            let e = store.entry(k.to_vec()).or_default();
+            let e = store.get_or_insert_with(k.to_vec(), Entry::default);
             let before =
                 undo.iter().find(|(u, _)| u.as_slice() == *k).and_then(|(_, o)| o.as_ref()).map_or(0, |o| o.version);
             e.version = before + 1;

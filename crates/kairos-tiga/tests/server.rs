@@ -372,3 +372,38 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     assert_eq!(replies(&resend), vec![(1, ReplyKind::Slow, now + 1, None)], "answered at its logged timestamp");
     assert_eq!(h.role.executed(), 10, "nothing ran again");
 }
+
+/// A checkpoint carries the recent transactions one segment per interval, and the next
+/// checkpoint shares the older segments instead of rebuilding them: taking one costs an
+/// interval's worth of work, not the whole at-most-once window's (a rebuild took 24 ms at
+/// 47,000 recent transactions in the 10,000 txn/s kill run). The segments cover every position
+/// below the checkpoint, each with its executions' results.
+#[test]
+fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
+    let config = TigaConfig { checkpoint_interval: 2, ..TigaConfig::default() };
+    let mut h = RoleHarness::new(NodeId(2), Server::new(topology(), config, 0, 2), 1);
+    h.start();
+    let now = ns(h.now());
+    let entry = |i: u32| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() };
+    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: (1..=8).map(entry).collect(), commit_point: 8 });
+    let at_8 = h.role.checkpoint().cloned().expect("a checkpoint at 8");
+    h.deliver(
+        NodeId(0),
+        TigaMsg::LogSync { view: 0, from: 8, entries: (9..=10).map(entry).collect(), commit_point: 10 },
+    );
+    let at_10 = h.role.checkpoint().cloned().expect("a checkpoint at 10");
+    assert_eq!((at_8.position, at_10.position), (8, 10));
+    assert_eq!((at_8.recent.len(), at_10.recent.len()), (4, 5), "one segment per interval");
+    for (old, new) in at_8.recent.iter().zip(&at_10.recent) {
+        assert!(std::sync::Arc::ptr_eq(old, new), "segment from {} rebuilt", old.from);
+    }
+    let mut next = 0;
+    for s in &at_10.recent {
+        assert_eq!(s.from, next, "contiguous");
+        assert_eq!((s.entries.len(), s.results.len()), (2, 2));
+        next += 2;
+    }
+    assert_eq!(next, 10);
+    let txns: Vec<u64> = at_10.recent.iter().flat_map(|s| &s.entries).map(|t| t.txn.0).collect();
+    assert_eq!(txns, (1..=10).map(|i| piece(i, &[0], &[0]).txn.0).collect::<Vec<_>>());
+}

@@ -48,6 +48,7 @@
 //! agree on order, while every replica of a fast quorum has released the same conflicting
 //! transactions at the same timestamps before T.
 
+use crate::cow_map::CowMap;
 use crate::msg::{Key, LogEntry, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
@@ -161,33 +162,109 @@ impl Txn {
     }
 }
 
-/// Per key: the timestamp of the last transaction that read it and wrote it, and its log hash
-/// (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyMaps {
-    pub rmap: BTreeMap<Key, Ts>,
-    pub wmap: BTreeMap<Key, Ts>,
-    pub key_hash: BTreeMap<Key, Hash>,
+/// A key's stamps: the timestamps of the last transactions that read it and that wrote it, and
+/// its log hash (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStamp {
+    pub read_ts: Ts,
+    pub write_ts: Ts,
+    pub hash: Hash,
 }
 
+/// The [`KeyStamp`] of every key touched (rMap, wMap and the log hashes in one map: one lookup
+/// per key instead of three). A [`CowMap`], so a checkpoint or a view change copies it cheaply.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyMaps(CowMap<Key, KeyStamp>);
+
 impl KeyMaps {
-    /// Takes `piece` at `ts` into the maps.
+    /// The stamps of `k` (all zero for a key never touched).
+    pub fn get(&self, k: &Key) -> KeyStamp {
+        self.0.get(k).copied().unwrap_or_default()
+    }
+
+    /// Keys with stamps.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Takes `piece` at `ts` into the maps: its read and write timestamps and its hash.
     fn add(&mut self, piece: &Piece, ts: Ts) {
+        self.stamp(piece, ts);
+        self.xor_hash(piece, ts);
+    }
+
+    /// Raises the read timestamps of `piece`'s reads and the write timestamps of its writes
+    /// to `ts` (they never go down).
+    fn stamp(&mut self, piece: &Piece, ts: Ts) {
         for k in &piece.reads {
-            let e = self.rmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
+            let e = self.0.get_or_insert_with(*k, KeyStamp::default);
+            e.read_ts = e.read_ts.max(ts);
         }
         for k in &piece.writes {
-            let e = self.wmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
+            let e = self.0.get_or_insert_with(*k, KeyStamp::default);
+            e.write_ts = e.write_ts.max(ts);
         }
+    }
+
+    /// Toggles `SHA-1(ts ‖ id)` of `piece` in the hash of each of its keys (adding and
+    /// removing are the same XOR).
+    fn xor_hash(&mut self, piece: &Piece, ts: Ts) {
         let h = Server::entry_hash(ts, piece.txn);
         for k in Server::keys(piece) {
-            let acc = self.key_hash.entry(*k).or_insert([0; 20]);
+            let acc = &mut self.0.get_or_insert_with(*k, KeyStamp::default).hash;
             for (a, b) in acc.iter_mut().zip(h) {
                 *a ^= b;
             }
         }
+    }
+
+    /// The timestamp of the last transaction `piece` conflicts with: the last write of any of
+    /// its keys, the last read of any key it writes.
+    fn conflict_ts(&self, piece: &Piece) -> Ts {
+        let w = piece.reads.iter().chain(&piece.writes).map(|k| self.get(k).write_ts).max().unwrap_or(0);
+        let r = piece.writes.iter().map(|k| self.get(k).read_ts).max().unwrap_or(0);
+        w.max(r)
+    }
+}
+
+/// Buckets of replaced maps (a replaced checkpoint's, the store a checkpoint or view change
+/// replaced), freed a few per executed position: freeing a whole state at once stops a replica
+/// as long as copying it would (100 ms at 90,000 keys), which is what [`CowMap`] avoids.
+#[derive(Default)]
+struct Retired {
+    stores: Vec<Arc<BTreeMap<Bytes, Entry>>>,
+    stamps: Vec<Arc<BTreeMap<Key, KeyStamp>>>,
+}
+
+impl Retired {
+    /// Buckets of each kind freed per executed position: a replaced checkpoint's maps (4,096
+    /// buckets each) are gone 1,024 positions later, well within a checkpoint interval.
+    const FREED_PER_POSITION: usize = 4;
+
+    fn store(&mut self, old: Store) {
+        self.stores.extend(old.into_buckets());
+    }
+
+    fn maps(&mut self, old: KeyMaps) {
+        self.stamps.extend(old.0.into_buckets());
+    }
+
+    /// A checkpoint no longer the latest: its maps, unless something still holds it.
+    fn checkpoint(&mut self, old: Option<Arc<Checkpoint>>) {
+        if let Some(Ok(c)) = old.map(Arc::try_unwrap) {
+            self.store(c.state);
+            self.maps(c.maps);
+        }
+    }
+
+    fn free_some(&mut self) {
+        let keep = |n: usize| n.saturating_sub(Self::FREED_PER_POSITION);
+        self.stores.truncate(keep(self.stores.len()));
+        self.stamps.truncate(keep(self.stamps.len()));
     }
 }
 
@@ -209,19 +286,36 @@ pub struct Checkpoint {
     pub position: u64,
     pub state: Store,
     pub maps: KeyMaps,
-    /// The transactions of the positions below, of the last few seconds: a replica that
-    /// installs the checkpoint still knows them (at-most-once).
-    pub recent: Vec<Truncated>,
-    /// What the executions of the last `results.len()` positions below `position` returned
-    /// (those of `recent`, as far as this replica kept them): a replica that installs the
-    /// checkpoint and then leads answers a resend of one of them with its result, which the
+    /// The transactions of the positions below, of the last few seconds, one segment per
+    /// checkpoint interval, oldest first: a replica that installs the checkpoint still knows
+    /// them (at-most-once). Consecutive checkpoints share their segments, so taking one costs
+    /// an interval's worth of work, not the whole window's.
+    pub recent: Vec<Arc<Recent>>,
+}
+
+/// The transactions of positions `from..from + entries.len()` (one checkpoint interval), kept
+/// in checkpoints while a coordinator could still resend them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recent {
+    pub from: u64,
+    pub entries: Vec<Truncated>,
+    /// What the executions of the last `results.len()` of `entries` returned (all of them,
+    /// unless the replica that took the checkpoint had not kept them): a replica that installs
+    /// the checkpoint and then leads answers a resend of one of them with its result, which the
     /// coordinator needs to finish it (a reply without one would leave it waiting for good).
     pub results: Vec<PieceResult>,
-    /// The pieces of the multi-shard transactions among `recent` (each carries the whole
+    /// The pieces of the multi-shard transactions among `entries` (each carries the whole
     /// transaction's operations): a replica that installs the checkpoint lists them to the
     /// other shards' leaders in a view change, so a shard that lacks one of them takes it from
     /// here instead of running the coordinator's resend as a new transaction.
     pub multi_shard: Vec<Arc<Piece>>,
+}
+
+impl Recent {
+    /// The last position it covers, plus one.
+    fn end(&self) -> u64 {
+        self.from + self.entries.len() as u64
+    }
 }
 
 /// Counters for tests and reports.
@@ -260,9 +354,8 @@ pub struct Server {
     txns: BTreeMap<TxnId, Txn>,
     /// Queued transactions, released incrementally (see [`crate::release_queue`]).
     pq: ReleaseQueue,
-    rmap: BTreeMap<Key, Ts>,
-    wmap: BTreeMap<Key, Ts>,
-    key_hash: BTreeMap<Key, Hash>,
+    /// rMap, wMap and the log hashes of every transaction released or in the log.
+    maps: KeyMaps,
     store: Store,
     log: Log,
     /// Leader: keys held by a speculative (not yet agreed) transaction.
@@ -292,6 +385,9 @@ pub struct Server {
     checkpoint: Option<Arc<Checkpoint>>,
     /// The key maps of the log up to `executed` (what a checkpoint carries).
     committed_maps: KeyMaps,
+    retired: Retired,
+    /// The segments of recent transactions the next checkpoint carries (see [`Recent`]).
+    recent: std::collections::VecDeque<Arc<Recent>>,
     /// Transactions whose entries were truncated, oldest first: forgotten once no coordinator
     /// can still resend them.
     truncated: std::collections::VecDeque<Truncated>,
@@ -332,10 +428,8 @@ impl Server {
             vc: view_change::Progress::default(),
             txns: BTreeMap::new(),
             pq: ReleaseQueue::default(),
-            rmap: BTreeMap::new(),
-            wmap: BTreeMap::new(),
-            key_hash: BTreeMap::new(),
-            store: BTreeMap::new(),
+            maps: KeyMaps::default(),
+            store: Store::new(),
             log: Log::default(),
             locked: BTreeMap::new(),
             sync_point: vec![0; n],
@@ -346,9 +440,11 @@ impl Server {
             commit_point: 0,
             commit_point_sent: vec![0; n],
             executed: 0,
-            committed: BTreeMap::new(),
+            committed: Store::new(),
             checkpoint: None,
             committed_maps: KeyMaps::default(),
+            retired: Retired::default(),
+            recent: std::collections::VecDeque::new(),
             truncated: Default::default(),
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
@@ -400,9 +496,7 @@ impl Server {
     }
 
     fn conflicts_last_ts(&self, piece: &Piece) -> Ts {
-        let w = piece.reads.iter().chain(&piece.writes).filter_map(|k| self.wmap.get(k)).max().copied().unwrap_or(0);
-        let r = piece.writes.iter().filter_map(|k| self.rmap.get(k)).max().copied().unwrap_or(0);
-        w.max(r)
+        self.maps.conflict_ts(piece)
     }
 
     fn keys(piece: &Piece) -> impl Iterator<Item = &Key> {
@@ -417,20 +511,14 @@ impl Server {
     }
 
     fn xor_hash(&mut self, piece: &Piece, ts: Ts) {
-        let e = Self::entry_hash(ts, piece.txn);
-        for k in Self::keys(piece) {
-            let acc = self.key_hash.entry(*k).or_insert([0; 20]);
-            for (a, b) in acc.iter_mut().zip(e) {
-                *a ^= b;
-            }
-        }
+        self.maps.xor_hash(piece, ts);
     }
 
     fn reply_hash(&self, piece: &Piece) -> Hash {
         let mut h = Sha1::new();
         for k in Self::keys(piece) {
             h.update(k.to_le_bytes());
-            h.update(self.key_hash.get(k).copied().unwrap_or([0; 20]));
+            h.update(self.maps.get(k).hash);
         }
         h.finalize().into()
     }
@@ -584,14 +672,7 @@ impl Server {
         let piece = t.piece.clone();
         let ts = t.ts;
         self.stats.released += 1;
-        for k in &piece.reads {
-            let e = self.rmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
-        }
-        for k in &piece.writes {
-            let e = self.wmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
-        }
+        self.maps.stamp(&piece, ts);
         self.xor_hash(&piece, ts);
         let leader = self.is_leader();
         let multi_shard = piece.shards.len() > 1;
@@ -954,33 +1035,51 @@ impl Server {
                 self.results.pop_front();
             }
             self.executed += 1;
+            self.retired.free_some();
             let interval = self.config.checkpoint_interval.max(1);
             if self.executed.is_multiple_of(interval) {
-                let state = if leader { &self.committed } else { &self.store };
-                let maps = self.committed_maps.clone();
-                let mut recent: Vec<Truncated> = self.truncated.iter().copied().collect();
-                for pos in self.log.base()..self.executed {
-                    if let Some(e) = self.log.get(pos) {
-                        recent.push(Truncated { ts: e.ts, txn: e.piece.txn, position: pos });
-                    }
-                }
                 let position = self.executed;
-                let first_recent = recent.iter().map(|t| t.position).min().unwrap_or(position);
-                let n = ((position - first_recent) as usize).min(self.results.len());
-                let results = self.results.iter().skip(self.results.len() - n).cloned().collect();
-                let multi_shard = recent
-                    .iter()
-                    .filter_map(|t| {
-                        let in_log = self.log.get(t.position).filter(|e| e.piece.txn == t.txn).map(|e| &e.piece);
-                        in_log.or_else(|| self.txns.get(&t.txn).map(|x| &x.piece))
-                    })
-                    .filter(|p| p.shards.len() > 1 && !p.txn_ops.is_empty())
-                    .cloned()
-                    .collect();
-                self.checkpoint =
-                    Some(Arc::new(Checkpoint { position, state: state.clone(), maps, recent, results, multi_shard }));
+                let segment = self.recent_segment(position);
+                self.recent.push_back(Arc::new(segment));
+                let state = if leader { &self.committed } else { &self.store };
+                let old = self.checkpoint.replace(Arc::new(Checkpoint {
+                    position,
+                    state: state.clone(),
+                    maps: self.committed_maps.clone(),
+                    recent: self.recent.iter().cloned().collect(),
+                }));
+                self.retired.checkpoint(old);
                 self.compact_log();
             }
+        }
+    }
+
+    /// The segment of recent transactions from the previous checkpoint (or the log's base) up
+    /// to `position`, the one being taken.
+    fn recent_segment(&self, position: u64) -> Recent {
+        let from = self.checkpoint.as_ref().map_or(0, |c| c.position).max(self.log.base()).min(position);
+        let entries: Vec<&LogEntry> = (from..position).map_while(|pos| self.log.get(pos)).collect();
+        let n = entries.len().min(self.results.len());
+        // `results` ends at `executed`, which is `position`.
+        let results = if from + entries.len() as u64 == position {
+            self.results.iter().skip(self.results.len() - n).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        Recent {
+            from,
+            entries: entries
+                .iter()
+                .zip(from..)
+                .map(|(e, position)| Truncated { ts: e.ts, txn: e.piece.txn, position })
+                .collect(),
+            results,
+            multi_shard: entries
+                .iter()
+                .map(|e| &e.piece)
+                .filter(|p| p.shards.len() > 1 && !p.txn_ops.is_empty())
+                .cloned()
+                .collect(),
         }
     }
 
@@ -1017,6 +1116,13 @@ impl Server {
             if self.txns.get(&txn).is_some_and(|t| t.status == Status::Final) {
                 self.txns.remove(&txn);
             }
+        }
+        // A segment goes once its newest transaction is that old (the log is in timestamp order).
+        while let Some(segment) = self.recent.front() {
+            if segment.entries.last().is_some_and(|t| t.ts.saturating_add(keep) >= now) {
+                break;
+            }
+            self.recent.pop_front();
         }
     }
 
@@ -1201,14 +1307,7 @@ impl Server {
             // Final: already adopted. Abandoned is a leader's state (never on a follower).
             Some((Status::Final | Status::Abandoned, _)) => {}
         }
-        for k in &entry.piece.reads {
-            let e = self.rmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
-        }
-        for k in &entry.piece.writes {
-            let e = self.wmap.entry(*k).or_insert(0);
-            *e = (*e).max(ts);
-        }
+        self.maps.stamp(&entry.piece, ts);
         let owd_ns = self.txns.get(&id).map_or(0, |t| t.owd_ns);
         let reply = TigaMsg::Reply {
             view: self.view.number,
@@ -1270,15 +1369,32 @@ impl Server {
     /// Takes `c` as the executed state, with an empty log from its position on (a checkpoint
     /// sent by the leader, or this replica's own journaled one after a restart).
     fn adopt_checkpoint(&mut self, c: Arc<Checkpoint>) {
-        self.store = c.state.clone();
+        let store = std::mem::replace(&mut self.store, c.state.clone());
+        self.retired.store(store);
         self.executed = c.position;
-        self.committed_maps = c.maps.clone();
-        // The results of the last positions below the checkpoint, as `apply_committed` keeps them.
-        let n = c.results.len().min(c.position as usize).min(RESULTS_KEPT);
-        self.results = c.results[c.results.len() - n..].iter().cloned().collect();
+        let maps = std::mem::replace(&mut self.committed_maps, c.maps.clone());
+        self.retired.maps(maps);
+        // The results of the last positions below the checkpoint, as `apply_committed` keeps
+        // them: back from its position for as long as the segments have them all.
+        self.results.clear();
+        let mut end = c.position;
+        for segment in c.recent.iter().rev() {
+            if segment.end() != end {
+                break;
+            }
+            for r in segment.results.iter().rev().take(RESULTS_KEPT - self.results.len()) {
+                self.results.push_front(r.clone());
+            }
+            if segment.results.len() < segment.entries.len() || self.results.len() == RESULTS_KEPT {
+                break;
+            }
+            end = segment.from;
+        }
+        self.recent = c.recent.iter().cloned().collect();
         self.log = Log::starting_at(c.position);
         self.remember_recent(&c);
-        self.checkpoint = Some(c);
+        let old = self.checkpoint.replace(c);
+        self.retired.checkpoint(old);
     }
 
     /// The transactions released and not yet in the log, at the timestamps they were released.
@@ -1297,9 +1413,10 @@ impl Server {
     /// resends are answered, not run again (with the pieces of the multi-shard ones, which a
     /// view change lists to the other shards; the others' pieces this replica never needs).
     fn remember_recent(&mut self, c: &Checkpoint) {
-        self.truncated = c.recent.iter().copied().collect();
-        let pieces: BTreeMap<TxnId, &Arc<Piece>> = c.multi_shard.iter().map(|p| (p.txn, p)).collect();
-        for t in &c.recent {
+        self.truncated = c.recent.iter().flat_map(|s| s.entries.iter().copied()).collect();
+        let pieces: BTreeMap<TxnId, &Arc<Piece>> =
+            c.recent.iter().flat_map(|s| &s.multi_shard).map(|p| (p.txn, p)).collect();
+        for t in c.recent.iter().flat_map(|s| &s.entries) {
             let piece = match pieces.get(&t.txn) {
                 Some(p) if self.validate(p) => Arc::clone(p),
                 _ => Arc::new(Piece::new(t.txn, self.shard, vec![self.shard], Vec::new())),
@@ -1315,14 +1432,7 @@ impl Server {
     fn index_entry(&mut self, entry: LogEntry, maps: bool) {
         if maps {
             self.xor_hash(&entry.piece, entry.ts);
-            for k in &entry.piece.reads {
-                let e = self.rmap.entry(*k).or_insert(0);
-                *e = (*e).max(entry.ts);
-            }
-            for k in &entry.piece.writes {
-                let e = self.wmap.entry(*k).or_insert(0);
-                *e = (*e).max(entry.ts);
-            }
+            self.maps.stamp(&entry.piece, entry.ts);
         }
         let mut t = Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0);
         // A resend is answered: the entry is in this replica's log (a leader replaces this

@@ -53,7 +53,7 @@
 //! released, so it may vote in a later view change as before the crash.
 
 use super::{Log, Record, Server, Status};
-use crate::msg::{Key, LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
+use crate::msg::{LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,8 +83,8 @@ pub(super) struct Merged {
     listed: BTreeSet<ShardId>,
     /// Per key, the latest timestamp that read it and that wrote it, over the executed state
     /// and the merged log: where a transaction this shard lacks could still be placed.
-    rmax: BTreeMap<Key, Ts>,
-    wmax: BTreeMap<Key, Ts>,
+    /// (Their log hashes are not used.)
+    stamps: super::KeyMaps,
     /// Where each transaction of the merged log is: (timestamp, in the prefix). Transactions
     /// of entries truncated below a checkpoint count as in the prefix (they are executed).
     index: BTreeMap<TxnId, (Ts, bool)>,
@@ -183,7 +183,8 @@ impl Server {
         // Anyone else's store is the executed state already (a leader that never started its
         // view has no committed copy of its own).
         if serving_leader {
-            self.store = self.committed.clone();
+            let store = std::mem::replace(&mut self.store, self.committed.clone());
+            self.retired.store(store);
         }
         // Tell the coordinators of what this server holds at once, so that they resend in the
         // new view now rather than when their retry timers fire.
@@ -387,10 +388,9 @@ impl Server {
         let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|e| e.piece.txn).collect();
         // Conflicts with the executed state (including entries truncated below a checkpoint)
         // and with the prefix.
-        let (mut rmax, mut wmax) = (self.committed_maps.rmap.clone(), self.committed_maps.wmap.clone());
+        let mut stamps = self.committed_maps.clone();
         for e in &prefix {
-            bump(&mut rmax, &e.piece.reads, e.ts);
-            bump(&mut wmax, &e.piece.writes, e.ts);
+            stamps.stamp(&e.piece, e.ts);
         }
         let mut tail: Vec<LogEntry> = Vec::new();
         let mut taken: BTreeSet<TxnId> = BTreeSet::new();
@@ -398,7 +398,7 @@ impl Server {
             if n < threshold || in_prefix.contains(&txn) || !taken.insert(txn) {
                 continue;
             }
-            let last_conflict = conflict_ts(&rmax, &wmax, &e.piece);
+            let last_conflict = stamps.conflict_ts(&e.piece);
             if ts <= last_conflict {
                 ctx.metric("tiga.vc_dropped_behind_log", 1);
                 continue;
@@ -408,10 +408,9 @@ impl Server {
         tail.sort_by_key(|e| (e.ts, e.piece.txn));
         ctx.metric("tiga.vc_merged_from_released", tail.len() as u64);
         for e in &tail {
-            bump(&mut rmax, &e.piece.reads, e.ts);
-            bump(&mut wmax, &e.piece.writes, e.ts);
+            stamps.stamp(&e.piece, e.ts);
         }
-        let mut merged = Merged { prefix, tail, rmax, wmax, ..Merged::default() };
+        let mut merged = Merged { prefix, tail, stamps, ..Merged::default() };
         let entries = merged.prefix.iter().chain(&merged.tail);
         merged.at = entries.enumerate().map(|(i, e)| (e.piece.txn, i)).collect();
         for e in &merged.prefix {
@@ -448,7 +447,7 @@ impl Server {
     /// from the transaction's operations; unplaceable without them) conflicts here.
     fn absent_state(merged: &Merged, here: Option<crate::msg::Piece>) -> TxnState {
         match here {
-            Some(p) => TxnState::Absent { latest_conflict: conflict_ts(&merged.rmax, &merged.wmax, &p) },
+            Some(p) => TxnState::Absent { latest_conflict: merged.stamps.conflict_ts(&p) },
             None => TxnState::UNPLACEABLE,
         }
     }
@@ -717,7 +716,8 @@ impl Server {
     fn start_view_as_leader(&mut self, ctx: &mut Ctx<'_, TigaMsg>, log: Vec<LogEntry>) {
         let executed = self.executed;
         // The committed state stays at `executed`; the live store runs the whole new log.
-        self.committed = self.store.clone();
+        let committed = std::mem::replace(&mut self.committed, self.store.clone());
+        self.retired.store(committed);
         // The merged log starts where this leader's held log does (below, a checkpoint).
         let mut new_log = Log::starting_at(self.log.base());
         for e in log {
@@ -846,8 +846,8 @@ impl Server {
     /// prefix (kept as it executes; a checkpoint carries them), then every later entry.
     pub(super) fn rebuild_from_log(&mut self) {
         self.clear_volatile();
-        let maps = self.committed_maps.clone();
-        (self.rmap, self.wmap, self.key_hash) = (maps.rmap, maps.wmap, maps.key_hash);
+        let maps = std::mem::replace(&mut self.maps, self.committed_maps.clone());
+        self.retired.maps(maps);
         let base = self.log.base();
         for (i, e) in self.log.take().into_iter().enumerate() {
             let executed = base + (i as u64) < self.executed;
@@ -940,19 +940,6 @@ pub(super) fn decide(states: &[TxnState]) -> Option<Ts> {
         _ => true,
     });
     placeable.then_some(ts)
-}
-
-fn bump(map: &mut BTreeMap<Key, Ts>, keys: &[Key], ts: Ts) {
-    for k in keys {
-        let e = map.entry(*k).or_insert(0);
-        *e = (*e).max(ts);
-    }
-}
-
-fn conflict_ts(rmax: &BTreeMap<Key, Ts>, wmax: &BTreeMap<Key, Ts>, piece: &crate::msg::Piece) -> Ts {
-    let w = piece.reads.iter().chain(&piece.writes).filter_map(|k| wmax.get(k)).max().copied().unwrap_or(0);
-    let r = piece.writes.iter().filter_map(|k| rmax.get(k)).max().copied().unwrap_or(0);
-    w.max(r)
 }
 
 #[cfg(test)]
