@@ -4,7 +4,7 @@
 //! hand it exactly the inputs a schedule calls for (a message from a chosen peer, a timer,
 //! time passing, a crash and a restart from what it made durable) and inspect each handler's
 //! effects. [`RoleHarness`] does that the way a host would: it keeps the armed timers and
-//! fires them in deadline order when time advances, applies [`Persist`] requests to a
+//! fires them in deadline order when time advances, applies [`Persist`](crate::Persist) requests to a
 //! [`Stored`] (so a recovery test sees exactly what was made durable), and checks the role's
 //! [`Process::invariants`] after every handler, panicking with the handler that broke them.
 //!

@@ -40,7 +40,8 @@ pub trait Process {
         Ok(())
     }
     /// A fresh instance of a node that has durable state (see [`Ctx::persist`]) is given it
-    /// once, before `on_start`: the last snapshot and every record appended since, in order.
+    /// once, before `on_start`: the last snapshot, every record appended since, in order, and
+    /// its pages.
     fn on_recover(&mut self, stored: &Stored) {
         let _ = stored;
     }
@@ -51,20 +52,28 @@ pub trait Process {
 pub enum Persist {
     /// Append a record to the node's durable log.
     Append(Vec<u8>),
-    /// Replace everything stored by one snapshot (compaction: records before it are dropped).
+    /// Replace the snapshot and the records by one snapshot (compaction: records before it are
+    /// dropped). Pages are not touched.
     Snapshot(Vec<u8>),
+    /// Store `bytes` as page number `page`, replacing any page of that number. Pages outlive
+    /// snapshots: a role keeps large, slowly changing state in them (a checkpoint of its data,
+    /// written a few pages at a time), so that its snapshots stay small.
+    Page { page: u64, bytes: Vec<u8> },
+    /// Drop the pages numbered `from..to`.
+    DropPages { from: u64, to: u64 },
 }
 
-/// What a node has made durable: its last snapshot and the records appended since.
+/// What a node has made durable: its last snapshot, the records appended since, and its pages.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stored {
     pub snapshot: Option<Vec<u8>>,
     pub records: Vec<Vec<u8>>,
+    pub pages: std::collections::BTreeMap<u64, Vec<u8>>,
 }
 
 impl Stored {
     pub fn is_empty(&self) -> bool {
-        self.snapshot.is_none() && self.records.is_empty()
+        self.snapshot.is_none() && self.records.is_empty() && self.pages.is_empty()
     }
 
     /// Applies one request, as a host does once it is durable.
@@ -74,6 +83,17 @@ impl Stored {
             Persist::Snapshot(s) => {
                 self.snapshot = Some(s);
                 self.records.clear();
+            }
+            Persist::Page { page, bytes } => {
+                self.pages.insert(page, bytes);
+            }
+            Persist::DropPages { from, to } => {
+                if from < to {
+                    let dropped: Vec<u64> = self.pages.range(from..to).map(|(p, _)| *p).collect();
+                    for p in dropped {
+                        self.pages.remove(&p);
+                    }
+                }
             }
         }
     }
@@ -163,9 +183,17 @@ impl<'a, M> Ctx<'a, M> {
     pub fn persist(&mut self, record: Vec<u8>) {
         self.effects.push(Effect::Persist(Persist::Append(record)));
     }
-    /// Replaces this node's durable state by `snapshot` (see [`Effect::Persist`]).
+    /// Replaces this node's snapshot and records by `snapshot` (see [`Effect::Persist`]).
     pub fn persist_snapshot(&mut self, snapshot: Vec<u8>) {
         self.effects.push(Effect::Persist(Persist::Snapshot(snapshot)));
+    }
+    /// Stores page `page` of this node's durable state (see [`Persist::Page`]).
+    pub fn persist_page(&mut self, page: u64, bytes: Vec<u8>) {
+        self.effects.push(Effect::Persist(Persist::Page { page, bytes }));
+    }
+    /// Drops pages `from..to` of this node's durable state.
+    pub fn drop_pages(&mut self, from: u64, to: u64) {
+        self.effects.push(Effect::Persist(Persist::DropPages { from, to }));
     }
 }
 

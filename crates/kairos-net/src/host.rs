@@ -281,7 +281,7 @@ pub type Call<P> = Box<dyn FnOnce(&mut P, &mut Ctx<'_, <P as Process>::Msg>) + S
 /// Process-local clients of a node (a gateway speaking another protocol, in the same
 /// process): they submit messages to the role as if sent by a node id outside the cluster
 /// (`>= cfg.len()`), and receive every message the role sends to such an id. Both directions
-/// are bounded: a full request queue makes [`LocalPort::submit`] wait; a full reply queue
+/// are bounded: a full request queue makes [`LocalSubmitter::submit`] wait; a full reply queue
 /// drops the reply (counted in [`metric::LOCAL_QUEUE_FULL`]).
 pub struct LocalPort<M> {
     requests: mpsc::Sender<(NodeId, M)>,

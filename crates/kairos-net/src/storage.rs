@@ -1,10 +1,12 @@
 //! A node's durable state on disk, under its data directory.
 //!
-//! Two files: `snapshot` (the last [`Persist::Snapshot`], replaced atomically — written to
-//! `snapshot.tmp`, synced, renamed over, the directory synced — after which `log` is emptied)
-//! and `log` (every [`Persist::Append`] since, as `[length u32 LE][xxh3-64 of the bytes, u64
-//! LE][bytes]`). A handler's requests are written and then synced once, before the host carries
-//! out any other effect of that handler (see [`kairos_core::Effect::Persist`]).
+//! Two files and a directory: `snapshot` (the last [`Persist::Snapshot`], replaced atomically —
+//! written to `snapshot.tmp`, synced, renamed over, the directory synced — after which `log` is
+//! emptied), `log` (every [`Persist::Append`] since, as `[length u32 LE][xxh3-64 of the bytes,
+//! u64 LE][bytes]`), and `pages/` (one file per [`Persist::Page`], named by its number in 16 hex
+//! digits, framed like a record and replaced atomically like the snapshot). A handler's
+//! requests are written and then synced once, before the host carries out any other effect of
+//! that handler (see [`kairos_core::Effect::Persist`]).
 //!
 //! Opening reads both. A record cut short, or failing its checksum, at the end of the log is a
 //! torn last write — the process died while writing it, so nothing that depended on it was
@@ -54,6 +56,9 @@ pub struct DiskStore {
     log: File,
     /// Records appended since the last sync.
     dirty: bool,
+    /// The pages on disk, and whether the pages directory changed since the last sync.
+    pages: std::collections::BTreeSet<u64>,
+    pages_dirty: bool,
 }
 
 fn io(file: &Path) -> impl FnOnce(std::io::Error) -> StorageError + '_ {
@@ -80,7 +85,10 @@ impl DiskStore {
             log.set_len(good as u64).map_err(io(&log_path))?;
             log.sync_all().map_err(io(&log_path))?;
         }
-        Ok((DiskStore { dir: dir.to_path_buf(), log, dirty: false }, Stored { snapshot, records }))
+        let pages = read_pages(&dir.join("pages"))?;
+        let numbers = pages.keys().copied().collect();
+        let store = DiskStore { dir: dir.to_path_buf(), log, dirty: false, pages: numbers, pages_dirty: false };
+        Ok((store, Stored { snapshot, records, pages }))
     }
 
     /// Writes one request (made durable by the next [`DiskStore::sync`]).
@@ -103,6 +111,32 @@ impl DiskStore {
                 self.log.set_len(0).map_err(io(&log_path))?;
                 self.dirty = true;
             }
+            Persist::Page { page, bytes } => {
+                let pages = self.dir.join("pages");
+                let (tmp, path) = (pages.join(format!("{page:016x}.tmp")), pages.join(format!("{page:016x}")));
+                let mut f = File::create(&tmp).map_err(io(&tmp))?;
+                f.write_all(&frame(&bytes)?).map_err(io(&tmp))?;
+                f.sync_all().map_err(io(&tmp))?;
+                std::fs::rename(&tmp, &path).map_err(io(&path))?;
+                self.pages.insert(page);
+                self.pages_dirty = true;
+            }
+            Persist::DropPages { from, to } => {
+                // Pages written before (a manifest naming what replaces the dropped pages) are
+                // on disk before any removal is.
+                if self.pages_dirty {
+                    sync_dir(&self.dir.join("pages"))?;
+                    self.pages_dirty = false;
+                }
+                let dropped: Vec<u64> =
+                    if from < to { self.pages.range(from..to).copied().collect() } else { Vec::new() };
+                for page in dropped {
+                    let path = self.dir.join("pages").join(format!("{page:016x}"));
+                    std::fs::remove_file(&path).map_err(io(&path))?;
+                    self.pages.remove(&page);
+                    self.pages_dirty = true;
+                }
+            }
         }
         Ok(())
     }
@@ -114,8 +148,34 @@ impl DiskStore {
             self.log.sync_data().map_err(io(&log_path))?;
             self.dirty = false;
         }
+        if self.pages_dirty {
+            sync_dir(&self.dir.join("pages"))?;
+            self.pages_dirty = false;
+        }
         Ok(())
     }
+}
+
+/// The pages in `dir` (created if missing). A leftover `.tmp` file is a page write cut short
+/// (its rename never happened, so nothing depended on it): removed. A page failing its
+/// checksum is corruption.
+fn read_pages(dir: &Path) -> Result<std::collections::BTreeMap<u64, Vec<u8>>, StorageError> {
+    std::fs::create_dir_all(dir).map_err(|source| StorageError::Dir { dir: dir.to_path_buf(), source })?;
+    let mut pages = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).map_err(|source| StorageError::Dir { dir: dir.to_path_buf(), source })? {
+        let path = entry.map_err(|source| StorageError::Dir { dir: dir.to_path_buf(), source })?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        if name.ends_with(".tmp") {
+            std::fs::remove_file(&path).map_err(io(&path))?;
+            continue;
+        }
+        let Some(page) = (name.len() == 16).then(|| u64::from_str_radix(&name, 16).ok()).flatten() else {
+            return Err(StorageError::Corrupt { file: path, offset: 0, why: "not a page this node wrote".into() });
+        };
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        pages.insert(page, decode_snapshot(&path, &bytes)?);
+    }
+    Ok(pages)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StorageError> {
@@ -210,6 +270,34 @@ mod tests {
         s.sync().unwrap();
         let (_, stored) = DiskStore::open(dir.path()).unwrap();
         assert_eq!(stored.records, vec![b"two".to_vec(), b"four".to_vec()], "appends resume on a record boundary");
+    }
+
+    #[test]
+    fn pages_survive_snapshots_and_reopening_and_can_be_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+            for page in [1u64, 2, 3, 1 << 40] {
+                s.write(Persist::Page { page, bytes: page.to_le_bytes().to_vec() }).unwrap();
+            }
+            s.write(Persist::Page { page: 2, bytes: b"two again".to_vec() }).unwrap();
+            s.write(Persist::Snapshot(b"snap".to_vec())).unwrap();
+            s.write(Persist::DropPages { from: 3, to: 1 << 41 }).unwrap();
+            s.sync().unwrap();
+        }
+        // A page write cut short before its rename leaves a .tmp file behind.
+        std::fs::write(dir.path().join("pages").join(format!("{:016x}.tmp", 9)), b"half").unwrap();
+        let (_, stored) = DiskStore::open(dir.path()).unwrap();
+        assert_eq!(stored.snapshot.as_deref(), Some(&b"snap"[..]));
+        let pages: Vec<(u64, Vec<u8>)> = stored.pages.into_iter().collect();
+        assert_eq!(pages, vec![(1, 1u64.to_le_bytes().to_vec()), (2, b"two again".to_vec())]);
+        assert!(!dir.path().join("pages").join(format!("{:016x}.tmp", 9)).exists(), "the torn page is gone");
+        let page_1 = dir.path().join("pages").join(format!("{:016x}", 1));
+        let mut bytes = std::fs::read(&page_1).unwrap();
+        bytes[HEADER] ^= 0xFF;
+        std::fs::write(&page_1, bytes).unwrap();
+        let err = DiskStore::open(dir.path()).err().expect("a bad page is an error").to_string();
+        assert!(err.contains("0000000000000001"), "{err}");
     }
 
     #[test]
