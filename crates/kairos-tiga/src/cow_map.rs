@@ -152,6 +152,12 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         self.buckets.into_iter().flatten()
     }
 
+    /// The entries of buckets `buckets` (a range of `0..BUCKETS`), by bucket and then by key.
+    pub fn bucket_entries(&self, buckets: std::ops::Range<usize>) -> impl Iterator<Item = (&K, &V)> {
+        let buckets = buckets.start.min(BUCKETS)..buckets.end.min(BUCKETS);
+        self.buckets[buckets].iter().flatten().flat_map(|b| b.iter())
+    }
+
     /// Every entry, by bucket and then by key (deterministic, not sorted by key).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
         self.buckets.iter().flatten().flat_map(|b| b.iter())

@@ -407,3 +407,54 @@ fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
     let txns: Vec<u64> = at_10.recent.iter().flat_map(|s| &s.entries).map(|t| t.txn.0).collect();
     assert_eq!(txns, (1..=10).map(|i| piece(i, &[0], &[0]).txn.0).collect::<Vec<_>>());
 }
+
+/// A checkpoint goes to disk a few pages per executed position, not all in the event that takes
+/// it, and the log below it stays in the journal until its last page and manifest are written.
+/// A replica restarted in between comes back from the previous checkpoint on disk (here: none)
+/// and its journaled log; one restarted after comes back from the new checkpoint.
+#[test]
+fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until_it_is_whole() {
+    let config = TigaConfig { checkpoint_interval: 40, ..TigaConfig::default() };
+    let follower = || Server::new(topology(), config.clone(), 0, 2);
+    let mut h = RoleHarness::new(NodeId(2), follower(), 1);
+    h.start();
+    let now = ns(h.now());
+    let entry = |i: u32| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() };
+    let sync = |from: u32, to: u32| TigaMsg::LogSync {
+        view: 0,
+        from: u64::from(from - 1),
+        entries: (from..=to).map(entry).collect(),
+        commit_point: u64::from(to),
+    };
+    let e = h.deliver(NodeId(0), sync(1, 40));
+    let pages = |e: &[Effect<TigaMsg>]| {
+        e.iter().filter(|e| matches!(e, Effect::Persist(kairos_core::Persist::Page { .. }))).count()
+    };
+    assert_eq!(h.role.checkpoint().map(|c| c.position), Some(40));
+    // State, key maps and one segment of recent transactions: three pages, paced over a
+    // quarter of the interval (one every third executed position here), then the manifest.
+    assert_eq!(pages(&e), 1, "only the first page in the event that took the checkpoint");
+    assert_eq!(h.role.log().base(), 0, "the log stays until the checkpoint is on disk");
+    let mut in_between = RoleHarness::new(NodeId(2), follower(), 1);
+    for (page, bytes) in &h.stored().pages {
+        in_between.call(|_, ctx| ctx.persist_page(*page, bytes.clone()));
+    }
+    for r in &h.stored().records {
+        in_between.call(|_, ctx| ctx.persist(r.clone()));
+    }
+    in_between.restart(follower());
+    assert_eq!(in_between.role.checkpoint(), None, "no whole checkpoint on disk yet");
+    assert_eq!((in_between.role.log().base(), in_between.role.log().len()), (0, 40), "the journaled log");
+    let e = h.deliver(NodeId(0), sync(41, 45));
+    assert_eq!(pages(&e), 1, "the second page, at position 43");
+    assert_eq!(h.role.log().base(), 0);
+    let e = h.deliver(NodeId(0), sync(46, 46));
+    assert_eq!(pages(&e), 2, "the last page and the manifest");
+    assert_eq!(h.role.log().base(), 40, "the log below the checkpoint on disk goes");
+    let before = h.role.checkpoint().cloned();
+    h.restart(follower());
+    assert_eq!(h.role.checkpoint().map(|c| c.position), Some(40), "back from its pages");
+    assert_eq!(h.role.checkpoint(), before.as_ref(), "state, key maps and recent transactions alike");
+    assert_eq!((h.role.log().base(), h.role.log().len()), (40, 46));
+    assert_eq!(h.role.stats().journal_unreadable, 0);
+}

@@ -30,17 +30,23 @@
 //!
 //! **Durable state.** Every replica journals each entry joining its log and each transaction
 //! it releases ([`Ctx::persist`]: durable before the reply or `SyncAck` leaves), and writes
-//! one snapshot of its view, log and released transactions after `max(4096, log length)`
-//! records and at every view it starts serving in (with the checkpoint its log continues from).
-//! A restarted replica rebuilds its log, maps and hashes from it ([`Process::on_recover`]) and
-//! comes back *recovering*; see [`view_change`] for the view change and the rejoin.
+//! one snapshot of its view, log and released transactions once a checkpoint is on disk, at
+//! every view it starts serving in, and after `max(4096, 4 × the log it holds)` records. Its
+//! checkpoints go to disk apart, a few pages at a time (see `durable.rs`), so no snapshot carries
+//! the state. A restarted replica rebuilds its log, maps and hashes from them
+//! ([`Process::on_recover`]) and comes back *recovering*; see [`view_change`] for the view
+//! change and the rejoin.
 //!
 //! **Checkpoints and truncation.** Every `checkpoint_interval` executed positions a replica
 //! keeps the committed state and the key maps of the log up to there ([`Checkpoint`]) and drops
-//! the log below (a leader keeps what its slowest follower still needs, up to one more
-//! interval). A follower whose next entry the leader's log no longer holds gets the checkpoint
-//! (`InstallCheckpoint`) and continues from it. The transactions of dropped entries are
-//! forgotten once older than any coordinator resends (`retry_timeout × max_sends`).
+//! the log below once that checkpoint is on disk (a leader keeps what its slowest follower
+//! still needs, up to one more interval). A follower whose next entry the leader's log no
+//! longer holds gets the checkpoint (`InstallCheckpoint`) and continues from it. The
+//! transactions of dropped entries are forgotten once older than any coordinator resends
+//! (`retry_timeout × max_sends`). No step of this costs time in proportion to the state: the
+//! state and maps are [`CowMap`]s (a checkpoint shares their buckets), replaced maps are freed a
+//! few buckets per position (`Retired`), and the recent transactions a checkpoint carries are
+//! segments filled as positions execute and shared by consecutive checkpoints ([`Recent`]).
 //!
 //! **Log hash.** Per key, the XOR of `SHA-1(ts ‖ id)` of every released transaction touching
 //! it (incremental on release, revocation and timestamp fixes). A reply's hash is SHA-1 over
@@ -60,6 +66,7 @@ use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+mod durable;
 mod log;
 pub mod view_change;
 
@@ -99,8 +106,9 @@ enum Record {
 struct Snapshot {
     view: View,
     last_normal: u64,
-    /// The checkpoint the log continues from (none: the log starts at 0).
-    checkpoint: Option<Arc<Checkpoint>>,
+    /// The position of `log`'s first entry: at or below the checkpoint on disk (its pages are
+    /// apart, see [`durable`]), 0 without one.
+    log_from: u64,
     log: Vec<LogEntry>,
     released: Vec<LogEntry>,
 }
@@ -238,6 +246,7 @@ impl KeyMaps {
 struct Retired {
     stores: Vec<Arc<BTreeMap<Bytes, Entry>>>,
     stamps: Vec<Arc<BTreeMap<Key, KeyStamp>>>,
+    segments: Vec<Arc<Recent>>,
 }
 
 impl Retired {
@@ -258,6 +267,7 @@ impl Retired {
         if let Some(Ok(c)) = old.map(Arc::try_unwrap) {
             self.store(c.state);
             self.maps(c.maps);
+            self.segments.extend(c.recent);
         }
     }
 
@@ -265,6 +275,7 @@ impl Retired {
         let keep = |n: usize| n.saturating_sub(Self::FREED_PER_POSITION);
         self.stores.truncate(keep(self.stores.len()));
         self.stamps.truncate(keep(self.stamps.len()));
+        self.segments.pop();
     }
 }
 
@@ -286,15 +297,15 @@ pub struct Checkpoint {
     pub position: u64,
     pub state: Store,
     pub maps: KeyMaps,
-    /// The transactions of the positions below, of the last few seconds, one segment per
-    /// checkpoint interval, oldest first: a replica that installs the checkpoint still knows
-    /// them (at-most-once). Consecutive checkpoints share their segments, so taking one costs
-    /// an interval's worth of work, not the whole window's.
+    /// The transactions of the positions below, of the last few seconds, in segments of up to
+    /// [`Recent::POSITIONS_MAX`] positions, oldest first: a replica that installs the
+    /// checkpoint still knows them (at-most-once). Consecutive checkpoints share their
+    /// segments, so taking one costs an interval's worth of work, not the whole window's.
     pub recent: Vec<Arc<Recent>>,
 }
 
-/// The transactions of positions `from..from + entries.len()` (one checkpoint interval), kept
-/// in checkpoints while a coordinator could still resend them.
+/// The transactions of positions `from..from + entries.len()`, kept in checkpoints while a
+/// coordinator could still resend them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recent {
     pub from: u64,
@@ -312,6 +323,14 @@ pub struct Recent {
 }
 
 impl Recent {
+    fn starting_at(from: u64) -> Self {
+        Recent { from, entries: Vec::new(), results: Vec::new(), multi_shard: Vec::new() }
+    }
+
+    /// Positions per segment at most: a checkpoint interval makes several (each is a page on
+    /// disk, written once and kept while a checkpoint carries it).
+    pub const POSITIONS_MAX: usize = 1_024;
+
     /// The last position it covers, plus one.
     fn end(&self) -> u64 {
         self.from + self.entries.len() as u64
@@ -386,8 +405,12 @@ pub struct Server {
     /// The key maps of the log up to `executed` (what a checkpoint carries).
     committed_maps: KeyMaps,
     retired: Retired,
-    /// The segments of recent transactions the next checkpoint carries (see [`Recent`]).
+    /// The checkpoint on disk and the one being written (see [`durable`]).
+    durable: durable::DurableCheckpoint,
+    /// The segments of recent transactions the next checkpoint carries (see [`Recent`]), and
+    /// the one being filled as positions execute (it ends at `executed`).
     recent: std::collections::VecDeque<Arc<Recent>>,
+    segment: Recent,
     /// Transactions whose entries were truncated, oldest first: forgotten once no coordinator
     /// can still resend them.
     truncated: std::collections::VecDeque<Truncated>,
@@ -444,7 +467,9 @@ impl Server {
             checkpoint: None,
             committed_maps: KeyMaps::default(),
             retired: Retired::default(),
+            durable: durable::DurableCheckpoint::default(),
             recent: std::collections::VecDeque::new(),
+            segment: Recent::starting_at(0),
             truncated: Default::default(),
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
@@ -997,7 +1022,7 @@ impl Server {
         self.stats.finalized += 1;
         let me = self.replica as usize;
         self.sync_point[me] = self.log.len();
-        self.advance_commit_point();
+        self.advance_commit_point(ctx);
     }
 
     /// Leader: arms log synchronization and agreement retries (once per leadership).
@@ -1009,18 +1034,18 @@ impl Server {
         }
     }
 
-    fn advance_commit_point(&mut self) {
+    fn advance_commit_point(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let mut points = self.sync_point.clone();
         points.sort_unstable_by(|a, b| b.cmp(a));
         let f = self.topology.f();
         self.commit_point = self.commit_point.max(points.get(f).copied().unwrap_or(0));
-        self.apply_committed(self.commit_point);
+        self.apply_committed(ctx, self.commit_point);
     }
 
     /// Executes log entries up to `upto` (exclusive) on the committed state — a follower's
     /// store, a leader's separate copy (its live store also holds speculative writes) — and
     /// takes a checkpoint every `checkpoint_interval` positions.
-    fn apply_committed(&mut self, upto: u64) {
+    fn apply_committed(&mut self, ctx: &mut Ctx<'_, TigaMsg>, upto: u64) {
         let leader = self.is_leader();
         while self.executed < upto.min(self.log.len()) {
             let Some(entry) = self.log.get(self.executed) else { break };
@@ -1030,56 +1055,58 @@ impl Server {
             let ops::Execution { outputs, versions, .. } = ops::execute(state, &piece.ops);
             // What the execution returned, for a while: a new leader answers a coordinator's
             // resend of a transaction its log had already executed from it.
-            self.results.push_back(PieceResult { outputs, versions });
+            let result = PieceResult { outputs, versions };
+            let segment = &mut self.segment;
+            segment.entries.push(Truncated { ts: entry.ts, txn: piece.txn, position: self.executed });
+            segment.results.push(result.clone());
+            if piece.shards.len() > 1 && !piece.txn_ops.is_empty() {
+                segment.multi_shard.push(Arc::clone(piece));
+            }
+            self.results.push_back(result);
             if self.results.len() > RESULTS_KEPT {
                 self.results.pop_front();
             }
             self.executed += 1;
+            if self.segment.entries.len() >= Recent::POSITIONS_MAX {
+                self.seal_segment();
+            }
             self.retired.free_some();
+            self.write_durable_pages(ctx);
             let interval = self.config.checkpoint_interval.max(1);
             if self.executed.is_multiple_of(interval) {
                 let position = self.executed;
-                let segment = self.recent_segment(position);
-                self.recent.push_back(Arc::new(segment));
+                self.seal_segment();
                 let state = if leader { &self.committed } else { &self.store };
-                let old = self.checkpoint.replace(Arc::new(Checkpoint {
+                let c = Arc::new(Checkpoint {
                     position,
                     state: state.clone(),
                     maps: self.committed_maps.clone(),
                     recent: self.recent.iter().cloned().collect(),
-                }));
+                });
+                self.durable.start(ctx, Arc::clone(&c), interval);
+                self.write_durable_pages(ctx);
+                let old = self.checkpoint.replace(c);
                 self.retired.checkpoint(old);
                 self.compact_log();
             }
         }
     }
 
-    /// The segment of recent transactions from the previous checkpoint (or the log's base) up
-    /// to `position`, the one being taken.
-    fn recent_segment(&self, position: u64) -> Recent {
-        let from = self.checkpoint.as_ref().map_or(0, |c| c.position).max(self.log.base()).min(position);
-        let entries: Vec<&LogEntry> = (from..position).map_while(|pos| self.log.get(pos)).collect();
-        let n = entries.len().min(self.results.len());
-        // `results` ends at `executed`, which is `position`.
-        let results = if from + entries.len() as u64 == position {
-            self.results.iter().skip(self.results.len() - n).cloned().collect()
-        } else {
-            Vec::new()
-        };
-        Recent {
-            from,
-            entries: entries
-                .iter()
-                .zip(from..)
-                .map(|(e, position)| Truncated { ts: e.ts, txn: e.piece.txn, position })
-                .collect(),
-            results,
-            multi_shard: entries
-                .iter()
-                .map(|e| &e.piece)
-                .filter(|p| p.shards.len() > 1 && !p.txn_ops.is_empty())
-                .cloned()
-                .collect(),
+    /// Writes the next pages of the checkpoint going to disk; once it is whole, the log below
+    /// it goes, and a journal snapshot (now small: the log from there) replaces the records.
+    fn write_durable_pages(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if self.durable.step(ctx) {
+            self.compact_log();
+            self.write_snapshot(ctx);
+        }
+    }
+
+    /// Closes the segment of recent transactions being filled (see [`Recent`]).
+    fn seal_segment(&mut self) {
+        let next = Recent::starting_at(self.executed);
+        let segment = std::mem::replace(&mut self.segment, next);
+        if !segment.entries.is_empty() {
+            self.recent.push_back(Arc::new(segment));
         }
     }
 
@@ -1096,6 +1123,8 @@ impl Server {
             let floor = upto.saturating_sub(self.config.checkpoint_interval);
             target = slowest.map_or(upto, |p| p.clamp(floor, upto));
         }
+        // The journal must still hold the log from the checkpoint on disk.
+        let target = target.min(self.durable.position());
         for pos in self.log.base()..target.min(self.log.len()) {
             if let Some(e) = self.log.get(pos) {
                 self.truncated.push_back(Truncated { ts: e.ts, txn: e.piece.txn, position: pos });
@@ -1122,7 +1151,9 @@ impl Server {
             if segment.entries.last().is_some_and(|t| t.ts.saturating_add(keep) >= now) {
                 break;
             }
-            self.recent.pop_front();
+            if let Some(old) = self.recent.pop_front() {
+                self.retired.segments.push(old);
+            }
         }
     }
 
@@ -1179,7 +1210,7 @@ impl Server {
         self.rebuild_from_log();
         self.write_snapshot(ctx);
         if self.state == ServerState::Normal {
-            self.apply_committed(commit_point.min(self.log.len()));
+            self.apply_committed(ctx, commit_point.min(self.log.len()));
             let leader = self.topology.leader_node(self.shard);
             ctx.send(
                 leader,
@@ -1276,7 +1307,7 @@ impl Server {
                 self.adopt_entry(ctx, entry);
             }
         }
-        self.apply_committed(commit_point.min(self.log.len()));
+        self.apply_committed(ctx, commit_point.min(self.log.len()));
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
             leader,
@@ -1335,7 +1366,7 @@ impl Server {
     /// Makes a change (already applied in memory) durable, or the whole state once the journal
     /// is long (module docs).
     fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) {
-        if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(self.log.len()) {
+        if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(4 * self.log.held() as u64) {
             return self.write_snapshot(ctx);
         }
         if let Ok(bytes) = postcard::to_allocvec(&record) {
@@ -1363,6 +1394,8 @@ impl Server {
     /// caller rebuilds what depends on the log).
     fn install_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, c: Arc<Checkpoint>) {
         ctx.metric("tiga.checkpoints_installed", 1);
+        // Durable at once: the log continues from it with nothing below.
+        self.durable.write_now(ctx, Arc::clone(&c));
         self.adopt_checkpoint(c);
     }
 
@@ -1391,6 +1424,7 @@ impl Server {
             end = segment.from;
         }
         self.recent = c.recent.iter().cloned().collect();
+        self.segment = Recent::starting_at(c.position);
         self.log = Log::starting_at(c.position);
         self.remember_recent(&c);
         let old = self.checkpoint.replace(c);
@@ -1459,7 +1493,7 @@ impl Server {
             self.ack_progress_at[r] = ctx.now().as_nanos();
             self.stalls[r] = 0;
         }
-        self.advance_commit_point();
+        self.advance_commit_point(ctx);
     }
 }
 
@@ -1571,13 +1605,8 @@ impl Process for Server {
     /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
         self.state = ServerState::Recovering;
-        let mut snapshot = Snapshot {
-            view: self.view.clone(),
-            last_normal: 0,
-            checkpoint: None,
-            log: Vec::new(),
-            released: Vec::new(),
-        };
+        let mut snapshot =
+            Snapshot { view: self.view.clone(), last_normal: 0, log_from: 0, log: Vec::new(), released: Vec::new() };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
             Some(_) => self.stats.journal_unreadable += 1,
@@ -1604,15 +1633,31 @@ impl Process for Server {
         self.topology.leader = self.view.leaders.clone();
         self.config.preventive = self.view.preventive;
         self.last_normal = snapshot.last_normal;
+        // The log continues from the checkpoint on disk, if any: install it (with the ids of
+        // the recent transactions it covers, so that a resend of one is answered, not re-run).
+        // Its pages may be newer than the snapshot: the entries below it are dropped.
+        let checkpoint = self.durable.load(stored);
+        let from = match checkpoint {
+            Ok(Some(c)) if c.position >= snapshot.log_from => {
+                let from = c.position;
+                self.adopt_checkpoint(Arc::new(c));
+                from
+            }
+            Ok(None) if snapshot.log_from == 0 => {
+                self.log = Log::starting_at(0);
+                0
+            }
+            // Pages missing or unreadable, or a log that starts past them: not whole.
+            _ => {
+                self.stats.journal_unreadable += 1;
+                self.log = Log::starting_at(snapshot.log_from);
+                snapshot.log_from
+            }
+        };
         self.voter = self.stats.journal_unreadable == 0;
         self.stats.recovered_entries = log.len() as u64;
-        // The log continues from the journaled checkpoint, if any: install it (with the ids of
-        // the recent transactions it covers, so that a resend of one is answered, not re-run).
-        match snapshot.checkpoint {
-            Some(c) => self.adopt_checkpoint(c),
-            None => self.log = Log::starting_at(0),
-        }
-        for e in log {
+        let skip = from.saturating_sub(snapshot.log_from) as usize;
+        for e in log.into_iter().skip(skip) {
             self.log.push(e);
         }
         self.rebuild_from_log();
@@ -1635,6 +1680,15 @@ impl Process for Server {
             if c.position > self.executed {
                 return Err(format!("checkpoint at {} beyond the executed point {}", c.position, self.executed));
             }
+        }
+        if self.log.base() > self.durable.position() {
+            return Err(format!(
+                "shard {} replica {}: log dropped below {} though the checkpoint on disk is at {}",
+                self.shard,
+                self.replica,
+                self.log.base(),
+                self.durable.position()
+            ));
         }
         if self.is_leader() && self.state == ServerState::Normal {
             if self.commit_point > len || self.executed > self.commit_point {

@@ -811,7 +811,7 @@ impl Server {
         for e in entries {
             self.adopt_entry(ctx, e);
         }
-        self.apply_committed(commit_point.min(self.log.len()));
+        self.apply_committed(ctx, commit_point.min(self.log.len()));
         self.write_snapshot(ctx);
         let leader = self.topology.leader_node(self.shard);
         ctx.send(
@@ -894,14 +894,13 @@ impl Server {
     /// Makes the whole durable state one journal snapshot.
     pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let released = self.released_entries();
-        // The log from the base on, after the checkpoint that covers what is below (a leader
-        // may hold a little more than its checkpoint: those entries are dropped on recovery).
-        let checkpoint = self.checkpoint.clone().filter(|c| c.position >= self.log.base() && self.log.base() > 0);
-        let from = checkpoint.as_ref().map_or(self.log.base(), |c| c.position);
+        // The log from the checkpoint on disk on (its pages are apart; a replica may hold a
+        // little more log than that, which recovery does not need).
+        let from = self.durable.position().max(self.log.base());
         let snapshot = super::Snapshot {
             view: self.view.clone(),
             last_normal: self.last_normal,
-            checkpoint,
+            log_from: from,
             log: self.log.range(from, self.log.len()),
             released,
         };
