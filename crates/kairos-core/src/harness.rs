@@ -143,7 +143,11 @@ impl<P: Process> RoleHarness<P> {
     pub fn restart(&mut self, fresh: P) -> Vec<Effect<P::Msg>> {
         self.role = fresh;
         self.timers.clear();
-        self.role.on_recover(&self.stored);
+        if self.stored.is_empty() {
+            self.role.on_amnesia();
+        } else {
+            self.role.on_recover(&self.stored);
+        }
         self.start()
     }
 }

@@ -45,6 +45,13 @@ pub trait Process {
     fn on_recover(&mut self, stored: &Stored) {
         let _ = stored;
     }
+    /// A fresh instance of a node that ran before but has nothing durable — its disk was lost
+    /// or wiped — is told so once, before `on_start`, instead of starting as if for the first
+    /// time. A role whose promises rest on its durable state must not make them again from
+    /// nothing (Paxos's amnesia: a vote given, forgotten, given again). The simulator knows a
+    /// restart from a first start; a real host cannot tell a wiped data directory from a new
+    /// one, so it never calls this.
+    fn on_amnesia(&mut self) {}
 }
 
 /// A request to make state durable.
@@ -115,6 +122,9 @@ impl<P: Process + ?Sized> Process for Box<P> {
     }
     fn on_recover(&mut self, stored: &Stored) {
         (**self).on_recover(stored)
+    }
+    fn on_amnesia(&mut self) {
+        (**self).on_amnesia()
     }
 }
 

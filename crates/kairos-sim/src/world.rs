@@ -562,6 +562,8 @@ impl<M: Message> Sim<M> {
                     let mut role = (node.factory)(id);
                     if !node.stored.is_empty() {
                         role.on_recover(&node.stored);
+                    } else {
+                        role.on_amnesia();
                     }
                     node.role = Some(role);
                     let incarnation = node.incarnation;

@@ -458,3 +458,38 @@ fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until
     assert_eq!((h.role.log().base(), h.role.log().len()), (40, 46));
     assert_eq!(h.role.stats().journal_unreadable, 0);
 }
+
+/// A replica restarted with nothing on disk (`on_amnesia`) reports itself as no voter in the
+/// view changes that follow, across a further restart, until it has served in a view later
+/// than the first it heard of: the fast replies and sync-points it acknowledged before went
+/// with its disk, so counting it among the f + 1 could drop a committed transaction.
+#[test]
+fn a_replica_that_lost_its_disk_does_not_vote_until_it_serves_in_a_newer_view() {
+    let follower = || Server::new(topology(), TigaConfig::default(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
+    let mut h = server_with_view_manager(0, 2);
+    assert!(h.stored().is_empty());
+    h.restart(follower());
+    assert!(h.role.stats().disk_lost);
+    let view = |number: u64, leader: u32| View { number, leaders: vec![leader, 0], preventive: false };
+    let leader_node = |leader: u32| NodeId(leader);
+    // The report it sends the new leader of `view`, then the view started with an empty log.
+    let vote_in = |h: &mut RoleHarness<Server>, number: u64, leader: u32| {
+        let e = h.deliver(leader_node(leader), TigaMsg::CollectLog { view: view(number, leader), from: 0 });
+        let voter = sent(&e)
+            .iter()
+            .find_map(|(_, m)| match m {
+                TigaMsg::LogState { report, .. } => Some(report.voter),
+                _ => None,
+            })
+            .expect("a report");
+        let start = TigaMsg::StartView { view: number, from: 0, entries: Vec::new(), commit_point: 0 };
+        h.deliver(leader_node(leader), start);
+        assert_eq!(view_of(h), (number, ServerState::Normal));
+        voter
+    };
+    assert!(!vote_in(&mut h, 1, 1), "view 1 is the first it heard of: it may have served in it");
+    h.restart(follower());
+    assert!(!h.role.stats().disk_lost, "restarted from its journal this time");
+    assert!(!vote_in(&mut h, 2, 0), "still no vote after a restart with its journal");
+    assert!(vote_in(&mut h, 3, 1), "it served in view 2, which started after it lost its disk");
+}

@@ -106,6 +106,10 @@ enum Record {
 struct Snapshot {
     view: View,
     last_normal: u64,
+    /// Whether the replica may vote in a view change (see [`view_change`]): a replica that
+    /// lost its journal, or part of it, stays without a vote across restarts until it has
+    /// served in a newer view.
+    voter: bool,
     /// The position of `log`'s first entry: at or below the checkpoint on disk (its pages are
     /// apart, see [`durable`]), 0 without one.
     log_from: u64,
@@ -351,6 +355,8 @@ pub struct ServerStats {
     pub recovered_entries: u64,
     /// Journal records a restart could not decode (written by another version of Kairos).
     pub journal_unreadable: u64,
+    /// Restarted with nothing on disk ([`Process::on_amnesia`]).
+    pub disk_lost: bool,
 }
 
 /// A replica of one shard; the leader of view 0 is `topology.leader[shard]`.
@@ -1501,6 +1507,10 @@ impl Process for Server {
     type Msg = TigaMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if !self.voter {
+            // Durable before anything else: a crash now must not give the vote back.
+            self.write_snapshot(ctx);
+        }
         if self.stats.recovered_entries > 0 {
             ctx.metric("tiga.server_recovered_entries", self.stats.recovered_entries);
         }
@@ -1600,13 +1610,31 @@ impl Process for Server {
         }
     }
 
+    /// A restarted server whose disk was lost or wiped: it comes back recovering with an empty
+    /// log, rejoins through its leader like any restarted follower, and does not vote until it
+    /// serves in a view later than the first it hears of (its fast replies and acknowledged
+    /// sync-points went with its disk; a view change counting it could drop a committed
+    /// transaction).
+    fn on_amnesia(&mut self) {
+        self.on_recover(&Stored::default());
+        self.stats.disk_lost = true;
+        self.voter = false;
+        self.vc.amnesia = true;
+    }
+
     /// A restarted server's durable state: the last snapshot, then every change journaled
     /// since, up to the first record that does not decode. It comes back recovering (module
     /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
         self.state = ServerState::Recovering;
-        let mut snapshot =
-            Snapshot { view: self.view.clone(), last_normal: 0, log_from: 0, log: Vec::new(), released: Vec::new() };
+        let mut snapshot = Snapshot {
+            view: self.view.clone(),
+            last_normal: 0,
+            voter: true,
+            log_from: 0,
+            log: Vec::new(),
+            released: Vec::new(),
+        };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
             Some(_) => self.stats.journal_unreadable += 1,
@@ -1654,7 +1682,7 @@ impl Process for Server {
                 snapshot.log_from
             }
         };
-        self.voter = self.stats.journal_unreadable == 0;
+        self.voter = snapshot.voter && self.stats.journal_unreadable == 0;
         self.stats.recovered_entries = log.len() as u64;
         let skip = from.saturating_sub(snapshot.log_from) as usize;
         for e in log.into_iter().skip(skip) {

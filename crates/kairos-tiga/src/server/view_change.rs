@@ -116,6 +116,10 @@ pub(super) struct Progress {
     pub(super) started_at: Option<LocalTime>,
     /// A view change began here since the last restart.
     pub(super) entered_since_restart: bool,
+    /// Restarted with nothing on disk ([`Process::on_amnesia`]), and the first view it heard
+    /// of since: it votes only once it serves in a later one (module docs).
+    pub(super) amnesia: bool,
+    pub(super) first_view_after_amnesia: Option<u64>,
     /// Follower: where the new leader asked its log from.
     asked_from: Option<u64>,
 }
@@ -148,6 +152,7 @@ impl Server {
         if view.number < self.view.number {
             return;
         }
+        self.note_view_after_amnesia(view.number);
         if view.number == self.view.number {
             // A recovering follower of the view it restarted in: ask its leader for the log.
             if self.state == ServerState::Recovering && !self.is_leader() {
@@ -168,8 +173,17 @@ impl Server {
         }
     }
 
+    /// After amnesia, the first view this replica hears of: the view it must serve past
+    /// before it votes.
+    fn note_view_after_amnesia(&mut self, view: u64) {
+        if self.vc.amnesia && self.vc.first_view_after_amnesia.is_none() {
+            self.vc.first_view_after_amnesia = Some(view);
+        }
+    }
+
     fn enter_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
         ctx.metric("tiga.server_view_changes", 1);
+        self.note_view_after_amnesia(view.number);
         let serving_leader = self.is_leader() && self.state == ServerState::Normal;
         if self.state == ServerState::Normal {
             // Remember what this replica released (and replied to) for the merge.
@@ -825,9 +839,16 @@ impl Server {
         self.state = ServerState::Normal;
         self.last_normal = self.view.number;
         // A replica that lost part of its journal votes again once it serves in a view that
-        // started after its restart (every view change since has done without its vote).
-        if self.vc.entered_since_restart {
+        // started after its restart (every view change since has done without its vote). One
+        // that lost all of it does not know the view it restarted in: it waits for a view
+        // later than the first it heard of.
+        self.note_view_after_amnesia(self.view.number);
+        let forgot = self.vc.amnesia && self.vc.first_view_after_amnesia.is_none_or(|v| self.view.number <= v);
+        if self.vc.entered_since_restart && !forgot && !self.voter {
             self.voter = true;
+            self.vc.amnesia = false;
+            // Durable, so that a later restart with this journal votes at once.
+            self.write_snapshot(ctx);
         }
         self.vc.released.clear();
         self.vc.started_at = None;
@@ -900,6 +921,7 @@ impl Server {
         let snapshot = super::Snapshot {
             view: self.view.clone(),
             last_normal: self.last_normal,
+            voter: self.voter,
             log_from: from,
             log: self.log.range(from, self.log.len()),
             released,
