@@ -104,17 +104,12 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + BucketKey + ?Sized,
     {
-        let bucket = self.buckets[bucket_of(k)].as_mut()?;
-        if !bucket.contains_key(k) {
-            return None;
-        }
-        Arc::make_mut(bucket).get_mut(k)
+        self.bucket_holding_mut(k)?.get_mut(k)
     }
 
     /// The value of `k`, inserted as `make()` if absent.
     pub fn get_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
-        let bucket = Arc::make_mut(self.buckets[bucket_of(&k)].get_or_insert_with(Default::default));
-        match bucket.entry(k) {
+        match Self::bucket_for_mut(&mut self.buckets, &k).entry(k) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
                 self.len += 1;
@@ -124,8 +119,7 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
     }
 
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        let bucket = Arc::make_mut(self.buckets[bucket_of(&k)].get_or_insert_with(Default::default));
-        let old = bucket.insert(k, v);
+        let old = Self::bucket_for_mut(&mut self.buckets, &k).insert(k, v);
         if old.is_none() {
             self.len += 1;
         }
@@ -137,13 +131,25 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + BucketKey + ?Sized,
     {
-        let bucket = self.buckets[bucket_of(k)].as_mut()?;
-        if !bucket.contains_key(k) {
-            return None;
-        }
-        let old = Arc::make_mut(bucket).remove(k);
+        let old = self.bucket_holding_mut(k)?.remove(k);
         self.len -= 1;
         old
+    }
+
+    /// `k`'s bucket to change (copied first if a clone shares it), if it holds `k`.
+    fn bucket_holding_mut<Q>(&mut self, k: &Q) -> Option<&mut BTreeMap<K, V>>
+    where
+        K: Borrow<Q>,
+        Q: Ord + BucketKey + ?Sized,
+    {
+        let bucket = self.buckets[bucket_of(k)].as_mut()?;
+        bucket.contains_key(k).then(|| Arc::make_mut(bucket))
+    }
+
+    /// `k`'s bucket among `buckets` to insert into (created, or copied first if a clone
+    /// shares it). Takes the field, not `self`, so the caller can still count `len`.
+    fn bucket_for_mut<'a>(buckets: &'a mut [Option<Arc<BTreeMap<K, V>>>], k: &K) -> &'a mut BTreeMap<K, V> {
+        Arc::make_mut(buckets[bucket_of(k)].get_or_insert_with(Default::default))
     }
 
     /// The buckets, to free a few at a time (a whole map at once would stop its owner for as
