@@ -188,10 +188,8 @@ impl DurableCheckpoint {
 
     /// Writes `c` whole, now.
     pub(super) fn write_now(&mut self, ctx: &mut Ctx<'_, super::TigaMsg>, c: Arc<Checkpoint>) {
+        // An interval of 0 is one step: every page at once.
         self.start(ctx, c, 0);
-        if let Some(w) = &mut self.writing {
-            (w.per_step, w.every) = (w.parts.len().max(1), 1);
-        }
         self.step(ctx);
     }
 
