@@ -129,6 +129,11 @@ pub struct TigaConfig {
     /// hash (a fast commit may then rest on followers that lack what the leader executed
     /// before it, which a view change loses).
     pub unsafe_ignore_log_hash: bool,
+    /// Test-only: a follower answers on the fast path at once, even for a transaction that
+    /// read from a multi-shard transaction not yet in its log (`server/reply_gate.rs`): a view
+    /// change that loses that transaction on its other shard then makes a committed result
+    /// false.
+    pub unsafe_ungated_fast_replies: bool,
 }
 
 impl Default for TigaConfig {
@@ -164,6 +169,7 @@ impl Default for TigaConfig {
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,
             unsafe_ignore_log_hash: false,
+            unsafe_ungated_fast_replies: false,
         }
     }
 }

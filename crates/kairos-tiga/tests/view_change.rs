@@ -235,3 +235,46 @@ fn headroom_estimates_do_not_take_a_view_changes_wait_for_network_delay() {
     let bound = analytic_latency_in(&d, "sc", &[1, 1, 1], &[(0, 0)]).unwrap().as_secs_f64() * 1e3;
     assert!(p50 <= bound * 1.1, "sc p50 {p50:.1} ms over {} commits, analytic {bound:.1} ms", latencies_ms.len());
 }
+
+/// The ambiguous case of the multi-shard reconciliation (`server/view_change.rs`): a
+/// multi-shard T1 reaches every replica of shard A but only the leader of shard B; the leaders
+/// agree on its timestamp; a transaction T2 on A that reads T1 commits on the fast path; on B a
+/// later transaction T3 that conflicts with T1 reaches the followers; and both leaders crash
+/// before their followers log T1. B's new leader cannot place T1 before T3, so T1 is dropped,
+/// which makes T2's committed result false, unless a follower's fast reply for T2 waited until
+/// T1 was in its log (`server/reply_gate.rs`: T1 is then settled on A and kept on B). Negative
+/// control: without that gate the checker catches the loss.
+#[test]
+fn a_fast_commit_that_read_a_multi_shard_transaction_survives_when_its_other_shard_lost_it() {
+    // Two shards with few keys: servers 0–5 (shard s, replica r = node 3s + r; nodes 0 and 3
+    // lead), coordinators 6–13 (two per region: sc, fi, br, hk), view-manager nodes 14–16.
+    // From 1.2 s the leaders cannot synchronize their followers, and coordinators 6–9 reach
+    // only shard 1's leader there. Both leaders crash at 1.5 s and the cuts heal.
+    let mut faults: Vec<(u64, Fault)> = Vec::new();
+    for (leader, followers) in [(0, [1, 2]), (3, [4, 5])] {
+        for to in followers {
+            faults.push((1_200, Fault::CutLink { from: NodeId(leader), to: NodeId(to) }));
+        }
+    }
+    for from in 6..=9 {
+        for to in [4, 5] {
+            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
+        }
+    }
+    faults.push((1_500, Fault::Crash(NodeId(0))));
+    faults.push((1_500, Fault::Crash(NodeId(3))));
+    faults.push((1_500, Fault::HealAll));
+    let hot = |d: &mut Deployment| {
+        d.shards = 2;
+        d.keys_per_shard = 30;
+    };
+    let ungated = |d: &mut Deployment| {
+        hot(d);
+        d.config.unsafe_ungated_fast_replies = true;
+    };
+    let caught: Vec<u64> = (1..=3).filter(|seed| !survives(*seed, ungated, &faults).0).collect();
+    assert!(caught.len() >= 2, "most seeds show the loss without the gate (caught: {caught:?})");
+    for seed in 1..=5 {
+        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the gate the same run is fine");
+    }
+}

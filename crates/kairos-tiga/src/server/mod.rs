@@ -9,7 +9,9 @@
 //! **Release.** When the local clock passes the head's timestamp, the transaction is released:
 //! rMap / wMap take its timestamp, the per-key log hashes take `SHA-1(ts ‖ id)`, and the server
 //! replies *fast* to the coordinator: a follower with `(ts, hash)`, a leader also with the
-//! values read, after executing the stored procedure (revocably).
+//! values read, after executing the stored procedure (revocably). A follower holds the fast
+//! reply of a transaction that read from a multi-shard one not yet in its log until it is
+//! ([`reply_gate`]: what makes a view change keep that multi-shard transaction).
 //!
 //! **Timestamp agreement** (transactions over several shards, leaders only; detective mode:
 //! execute, then agree). The leader sends its timestamp to the other involved leaders and
@@ -68,9 +70,11 @@ use std::sync::Arc;
 
 mod durable;
 mod log;
+mod reply_gate;
 pub mod view_change;
 
 pub use log::Log;
+use reply_gate::ReplyGate;
 
 /// The timer a server arms for the next queued timestamp (tests drive it directly).
 pub const RELEASE: TimerId = TimerId(1);
@@ -424,6 +428,8 @@ pub struct Server {
     early_agree: BTreeMap<TxnId, BTreeMap<(ShardId, bool), Ts>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
     awaiting: BTreeSet<TxnId>,
+    /// Follower: fast replies held until the multi-shard transactions they read from are logged.
+    gate: ReplyGate,
     /// Leader: transactions declared absent here (too old to arrive); a late submit is refused.
     absent: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
@@ -479,6 +485,7 @@ impl Server {
             truncated: Default::default(),
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
+            gate: ReplyGate::default(),
             absent: BTreeSet::new(),
             release_timer_at: None,
             journaled: 0,
@@ -739,7 +746,8 @@ impl Server {
     fn execute_and_reply(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get(&id) else { return };
         let hash = self.reply_hash(&t.piece);
-        let result = if self.is_leader() { Some(self.execute(id)) } else { None };
+        let result_is_leaders = self.is_leader();
+        let result = if result_is_leaders { Some(self.execute(id)) } else { None };
         let t = self.txns.get_mut(&id).expect("exists");
         let reply = TigaMsg::Reply {
             view: self.view.number,
@@ -752,8 +760,15 @@ impl Server {
             result,
             owd_ns: t.owd_ns,
         };
-        t.last_reply = Some(reply.clone());
-        ctx.send(id.coordinator(), reply);
+        let reply = if result_is_leaders || self.config.unsafe_ungated_fast_replies {
+            Some(reply)
+        } else {
+            self.gate.released(&t.piece, t.ts, reply)
+        };
+        if let Some(reply) = reply {
+            t.last_reply = Some(reply.clone());
+            ctx.send(id.coordinator(), reply);
+        }
     }
 
     /// Runs the piece's operations on the current state, remembering what they overwrote.
@@ -1143,6 +1158,7 @@ impl Server {
     /// gives up after `retry_timeout × max_sends`; their timestamps are in the past by then).
     fn forget_truncated(&mut self, now: Ts) {
         let keep = duration_nanos(self.config.retry_timeout * self.config.max_sends + self.config.future_slack);
+        self.gate.forget_older(now.saturating_sub(keep));
         while let Some(&Truncated { ts, txn, .. }) = self.truncated.front() {
             if ts.saturating_add(keep) >= now {
                 break;
@@ -1327,6 +1343,12 @@ impl Server {
     fn adopt_entry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, entry: LogEntry) {
         let id = entry.piece.txn;
         let ts = entry.ts;
+        for (waiter, reply) in self.gate.logged(id) {
+            if let Some(t) = self.txns.get_mut(&waiter) {
+                t.last_reply = Some(reply.clone());
+                ctx.send(waiter.coordinator(), reply);
+            }
+        }
         match self.txns.get(&id).map(|t| (t.status, t.ts)) {
             Some((Status::Released, old)) => {
                 if old != ts {

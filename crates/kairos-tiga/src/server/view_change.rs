@@ -29,16 +29,20 @@
 //! it there — none of its merged entries that conflict with the piece is as late — and dropped
 //! everywhere if one cannot (the transaction cannot have committed).
 //!
-//! Keeping what some shard still has matters: a leader executes a transaction T2 after a
-//! multi-shard T1 once T1's timestamp is agreed, and T2 may commit on the fast path before T1
-//! is durable on T1's other shard, with a result that reads T1's writes. T1 survives on T2's
-//! shard (the replicas that released T2 with a matching log hash released T1 too), so keeping
-//! it there and fetching it elsewhere keeps T2's result true. The shard that lacks T1 can
-//! place it only if nothing conflicting is merged later there: a committed conflicting
-//! transaction after T1's timestamp would have needed T1 in that shard's log or released sets.
-//! One case stays ambiguous (we did not find a way to resolve it from what f + 1 replicas
-//! report): T1 agreed, T2 committed on its shard, and on T1's other shard a later conflicting
-//! transaction released by f + 1 replicas but never committed. The rule then drops T1.
+//! Keeping what some shard settled matters: a leader executes T2 after a multi-shard T1 once
+//! T1's timestamp is agreed, and T2 may commit on the fast path before T1 is durable on T1's
+//! other shard, with a result that read T1's writes. A follower answers such a T2 on the fast
+//! path only once T1 is in its log (`reply_gate.rs`), so a committed T2, fast or slow, leaves
+//! T1 in the log of one of any f + 1 replicas of its shard: settled there, and kept everywhere.
+//! On a shard whose merge lacks T1, no conflicting transaction after T1's timestamp can have
+//! committed (T1's agreed timestamp put it before them on that shard's old leader, so their
+//! fast quorums released T1 and their slow commits logged it), so T1 is placed before them.
+//! A transaction tentative everywhere was read by no committed one: keeping it where every
+//! shard can place it, or dropping it, are both safe. (Without the gate this was ambiguous:
+//! from what f + 1 replicas report, "T1 agreed, the later conflicting transaction never
+//! committed" looks like "T1 never reached that shard's leader, the later one committed";
+//! the test `a_fast_commit_that_read_a_multi_shard_transaction_survives_when_its_other_shard_lost_it`
+//! shows the loss without it.)
 //!
 //! **Starting the view.** The leader rebuilds its maps, hashes and stores from the new log,
 //! keeps a reply (with the execution's result) for every transaction in it, and sends each
@@ -241,6 +245,7 @@ impl Server {
         self.locked.clear();
         self.early_agree.clear();
         self.awaiting.clear();
+        self.gate = Default::default();
         self.release_timer_at = None;
         let n = self.topology.replicas_per_shard();
         self.sync_point = vec![0; n];
