@@ -1595,7 +1595,7 @@ mod tests {
             ), // shard 1 not involved
             (NodeId(0), TigaMsg::Agree { view: 0, txn, shard: 0, ts: 1, confirm: true, resend: false }),
             (NodeId(0), TigaMsg::SyncAck { view: 0, replica: 0, sync_point: 1 }),
-            (NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: vec![], commit_point: 0, agreed: vec![] }),
+            (NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: vec![], commit_point: 0 }),
         ];
         let n = bad.len() as u64;
         for (from, m) in bad {

@@ -160,9 +160,8 @@ pub enum TigaMsg {
     /// Leader → leader: I do not have `txn`, it is older than any coordinator keeps trying, and
     /// I will refuse it from now on: drop it (answer to a `resend` probe).
     Absent { view: u64, txn: TxnId, shard: ShardId },
-    /// Leader → follower: log entries from `from` on, the commit point, and the multi-shard
-    /// transactions whose timestamps were agreed since the last one (`server/reply_gate.rs`).
-    LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64, agreed: Vec<(TxnId, Ts)> },
+    /// Leader → follower: log entries from `from` on, and the commit point.
+    LogSync { view: u64, from: u64, entries: Vec<LogEntry>, commit_point: u64 },
     /// Follower → leader: my log matches yours up to `sync_point` (exclusive).
     SyncAck { view: u64, replica: u32, sync_point: u64 },
 
@@ -231,9 +230,6 @@ pub struct LogReport {
     pub entries: Vec<LogEntry>,
     /// Transactions it released and has not seen in the log, at the timestamps it released them.
     pub released: Vec<LogEntry>,
-    /// Agreed timestamps of multi-shard transactions it heard of from its leader and has not
-    /// seen in the log.
-    pub agreed: Vec<(TxnId, Ts)>,
     /// When its log no longer holds the `from` asked for: the checkpoint `entries` continue
     /// from (`from` is its position).
     pub checkpoint: Option<Arc<Checkpoint>>,
@@ -247,8 +243,7 @@ pub enum TxnState {
     /// `Ts::MAX` when the shard cannot take the piece (it lacks the transaction's operations,
     /// or its view already started without it).
     Absent { latest_conflict: Ts },
-    /// In the part of the merged log that came from the old leader's log (final, agreed), or
-    /// reported agreed by a replica of the latest view (`server/reply_gate.rs`).
+    /// In the part of the merged log that came from the old leader's log (final, agreed).
     Settled(Ts),
     /// Among the released transactions enough replicas had (not final anywhere known).
     Tentative(Ts),

@@ -134,10 +134,6 @@ pub struct TigaConfig {
     /// change that loses that transaction on its other shard then makes a committed result
     /// false.
     pub unsafe_ungated_fast_replies: bool,
-    /// Test-only: the new leader's log merge skips rule (c): it ignores the agreed timestamps
-    /// followers heard of, so a multi-shard transaction that a fast commit read on one shard
-    /// may be dropped for a later conflicting one on another.
-    pub unsafe_skip_merge_rule_c: bool,
 }
 
 impl Default for TigaConfig {
@@ -174,7 +170,6 @@ impl Default for TigaConfig {
             unsafe_follower_keeps_own_ts: false,
             unsafe_ignore_log_hash: false,
             unsafe_ungated_fast_replies: false,
-            unsafe_skip_merge_rule_c: false,
         }
     }
 }

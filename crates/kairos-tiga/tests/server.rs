@@ -293,7 +293,6 @@ fn a_log_report_that_contradicts_itself_or_comes_from_a_stranger_is_refused() {
             from: 0,
             entries: Vec::new(),
             released: Vec::new(),
-            agreed: Vec::new(),
             checkpoint: None,
         },
     };
@@ -331,7 +330,6 @@ fn a_log_report_from_beyond_what_the_leader_asked_is_asked_again() {
             from,
             entries: Vec::new(),
             released: Vec::new(),
-            agreed: Vec::new(),
             checkpoint: None,
         },
     };
@@ -357,10 +355,7 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     let now = ns(h.now());
     let entries =
         (1..=10u32).map(|i| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() });
-    h.deliver(
-        NodeId(0),
-        TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10, agreed: vec![] },
-    );
+    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10 });
     assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "a checkpoint covers the ten entries");
     // A view change to replica 1 (node 1): the follower journals its state, checkpoint included.
     h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
@@ -390,14 +385,11 @@ fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
     h.start();
     let now = ns(h.now());
     let entry = |i: u32| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() };
-    h.deliver(
-        NodeId(0),
-        TigaMsg::LogSync { view: 0, from: 0, entries: (1..=8).map(entry).collect(), commit_point: 8, agreed: vec![] },
-    );
+    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: (1..=8).map(entry).collect(), commit_point: 8 });
     let at_8 = h.role.checkpoint().cloned().expect("a checkpoint at 8");
     h.deliver(
         NodeId(0),
-        TigaMsg::LogSync { view: 0, from: 8, entries: (9..=10).map(entry).collect(), commit_point: 10, agreed: vec![] },
+        TigaMsg::LogSync { view: 0, from: 8, entries: (9..=10).map(entry).collect(), commit_point: 10 },
     );
     let at_10 = h.role.checkpoint().cloned().expect("a checkpoint at 10");
     assert_eq!((at_8.position, at_10.position), (8, 10));
@@ -433,7 +425,6 @@ fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until
         from: u64::from(from - 1),
         entries: (from..=to).map(entry).collect(),
         commit_point: u64::from(to),
-        agreed: vec![],
     };
     let e = h.deliver(NodeId(0), sync(1, 40));
     let pages = |e: &[Effect<TigaMsg>]| {

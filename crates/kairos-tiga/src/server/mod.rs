@@ -102,8 +102,6 @@ enum Record {
     Logged(LogEntry),
     /// The transaction was released at this timestamp (and answered on the fast path).
     Released(LogEntry),
-    /// The leader agreed this multi-shard transaction's timestamp ([`reply_gate`]).
-    Agreed(TxnId, Ts),
 }
 
 /// The whole durable state: the view, the last view served in, the log, and what was released
@@ -121,7 +119,6 @@ struct Snapshot {
     log_from: u64,
     log: Vec<LogEntry>,
     released: Vec<LogEntry>,
-    agreed: Vec<(TxnId, Ts)>,
 }
 
 pub type Hash = [u8; 20];
@@ -431,10 +428,8 @@ pub struct Server {
     early_agree: BTreeMap<TxnId, BTreeMap<(ShardId, bool), Ts>>,
     /// Leader: multi-shard transactions not yet final (their agreement messages are retried).
     awaiting: BTreeSet<TxnId>,
-    /// Follower: fast replies held until the multi-shard transactions they read from are agreed.
+    /// Follower: fast replies held until the multi-shard transactions they read from are logged.
     gate: ReplyGate,
-    /// Leader: timestamps agreed since the last log synchronization (sent with the next).
-    agreed_outbox: Vec<(TxnId, Ts)>,
     /// Leader: transactions declared absent here (too old to arrive); a late submit is refused.
     absent: BTreeSet<TxnId>,
     release_timer_at: Option<Ts>,
@@ -491,7 +486,6 @@ impl Server {
             early_agree: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             gate: ReplyGate::default(),
-            agreed_outbox: Vec::new(),
             absent: BTreeSet::new(),
             release_timer_at: None,
             journaled: 0,
@@ -932,14 +926,12 @@ impl Server {
             t.ts = agreed;
             t.agreed = Some(agreed);
             t.lowered = true;
-            self.agreed_outbox.push((id, agreed));
             t.status = Status::Queued;
             self.pq.insert((agreed, id));
             ctx.metric("tiga.server_revisions", 1);
             return;
         }
         self.txns.get_mut(&id).expect("exists").agreed = Some(agreed);
-        self.agreed_outbox.push((id, agreed));
         self.settle(ctx, id);
     }
 
@@ -1279,8 +1271,7 @@ impl Server {
                     self.sync_sent_at[r] = now;
                     self.commit_point_sent[r] = self.commit_point;
                     let (view, from, commit_point) = (self.view.number, self.sync_point[r], self.commit_point);
-                    let agreed = Vec::new();
-                    ctx.send(*node, TigaMsg::LogSync { view, from, entries: Vec::new(), commit_point, agreed });
+                    ctx.send(*node, TigaMsg::LogSync { view, from, entries: Vec::new(), commit_point });
                 }
                 continue;
             }
@@ -1288,7 +1279,7 @@ impl Server {
                 continue;
             }
             let from = self.next_send[r];
-            if from >= len && self.commit_point_sent[r] == self.commit_point && idle && self.agreed_outbox.is_empty() {
+            if from >= len && self.commit_point_sent[r] == self.commit_point && idle {
                 continue;
             }
             self.sync_sent_at[r] = now;
@@ -1306,10 +1297,11 @@ impl Server {
             ctx.metric("tiga.sync_entries_sent", entries.len() as u64);
             self.next_send[r] = end;
             self.commit_point_sent[r] = self.commit_point;
-            let (view, commit_point, agreed) = (self.view.number, self.commit_point, self.agreed_outbox.clone());
-            ctx.send(*node, TigaMsg::LogSync { view, from, entries, commit_point, agreed });
+            ctx.send(
+                *node,
+                TigaMsg::LogSync { view: self.view.number, from, entries, commit_point: self.commit_point },
+            );
         }
-        self.agreed_outbox.clear();
     }
 
     fn on_log_sync(
@@ -1319,21 +1311,11 @@ impl Server {
         from: u64,
         entries: Vec<LogEntry>,
         commit_point: u64,
-        agreed: Vec<(TxnId, Ts)>,
     ) {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
         self.leader_heard_at = ctx.now().as_nanos();
-        for (txn, ts) in agreed {
-            if self.txns.get(&txn).is_some_and(|t| t.status == Status::Final) {
-                continue;
-            }
-            // Durable before a reply it lets go leaves: the view change counts it.
-            self.journal(ctx, Record::Agreed(txn, ts));
-            let ready = self.gate.agreed(txn, ts);
-            self.send_ungated(ctx, ready);
-        }
         let len = self.log.len();
         if from <= len {
             let skip = (len - from) as usize;
@@ -1361,8 +1343,12 @@ impl Server {
     fn adopt_entry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, entry: LogEntry) {
         let id = entry.piece.txn;
         let ts = entry.ts;
-        let ready = self.gate.logged(id);
-        self.send_ungated(ctx, ready);
+        for (waiter, reply) in self.gate.logged(id) {
+            if let Some(t) = self.txns.get_mut(&waiter) {
+                t.last_reply = Some(reply.clone());
+                ctx.send(waiter.coordinator(), reply);
+            }
+        }
         match self.txns.get(&id).map(|t| (t.status, t.ts)) {
             Some((Status::Released, old)) => {
                 if old != ts {
@@ -1403,16 +1389,6 @@ impl Server {
             if self.config.unsafe_follower_keeps_own_ts { LogEntry { ts: released_at, ..entry } } else { entry };
         self.log.push(entry.clone());
         self.journal(ctx, Record::Logged(entry));
-    }
-
-    /// Sends the fast replies the gate let go.
-    fn send_ungated(&mut self, ctx: &mut Ctx<'_, TigaMsg>, ready: Vec<(TxnId, TigaMsg)>) {
-        for (waiter, reply) in ready {
-            if let Some(t) = self.txns.get_mut(&waiter) {
-                t.last_reply = Some(reply.clone());
-                ctx.send(waiter.coordinator(), reply);
-            }
-        }
     }
 
     /// Makes a change (already applied in memory) durable, or the whole state once the journal
@@ -1600,8 +1576,8 @@ impl Process for Server {
                     self.on_absent(ctx, from, txn, shard);
                 }
             }
-            TigaMsg::LogSync { view, from: start, entries, commit_point, agreed } if view == current && normal => {
-                self.on_log_sync(ctx, from, start, entries, commit_point, agreed);
+            TigaMsg::LogSync { view, from: start, entries, commit_point } if view == current && normal => {
+                self.on_log_sync(ctx, from, start, entries, commit_point);
             }
             TigaMsg::SyncAck { view, replica, sync_point } if view == current && normal => {
                 if self.topology.shards[self.shard as usize].get(replica as usize) == Some(&from) {
@@ -1680,7 +1656,6 @@ impl Process for Server {
             log_from: 0,
             log: Vec::new(),
             released: Vec::new(),
-            agreed: Vec::new(),
         };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
@@ -1688,20 +1663,15 @@ impl Process for Server {
             None => {}
         }
         let mut released: BTreeMap<TxnId, LogEntry> = snapshot.released.into_iter().map(|e| (e.piece.txn, e)).collect();
-        let mut agreed: BTreeMap<TxnId, Ts> = snapshot.agreed.into_iter().collect();
         let mut log = snapshot.log;
         for r in &stored.records {
             match postcard::from_bytes::<Record>(r) {
                 Ok(Record::Logged(e)) => {
                     released.remove(&e.piece.txn);
-                    agreed.remove(&e.piece.txn);
                     log.push(e);
                 }
                 Ok(Record::Released(e)) => {
                     released.insert(e.piece.txn, e);
-                }
-                Ok(Record::Agreed(txn, ts)) => {
-                    agreed.insert(txn, ts);
                 }
                 Err(_) => {
                     self.stats.journal_unreadable += 1;
@@ -1745,7 +1715,6 @@ impl Process for Server {
         let mut released: Vec<LogEntry> = released.into_values().filter(|e| !in_log.contains(&e.piece.txn)).collect();
         released.sort_by_key(|e| (e.ts, e.piece.txn));
         self.vc.released = released;
-        self.vc.agreed = agreed.into_iter().filter(|(t, _)| !in_log.contains(t)).collect();
         self.journaled = stored.records.len() as u64;
     }
 

@@ -13,16 +13,9 @@
 //! of them include one that reports it there: T1 is *settled* on that shard and every new leader
 //! keeps it (`view_change.rs`). A slow commit of T2 puts T1 in the log before it anyway.
 //!
-//! **Agreed is enough.** What the view change needs is that T1's timestamp was agreed: then
-//! every involved leader ordered T1 at that timestamp among conflicting transactions, and every
-//! new leader may keep it there. So a leader also tells its followers each agreed timestamp
-//! with its next log synchronization, as soon as it knows it (leaders announce their
-//! timestamps when a transaction arrives, so that is usually before T1's timestamp passes); a
-//! follower journals it, reports it in a view change (where it makes T1 settled), and lets
-//! the replies waiting for T1 go. Log entries still count the same way.
-//!
-//! **Cost.** Only replies that read from a multi-shard transaction whose agreement this
-//! follower has not heard of wait, and only until it hears (or logs it).
+//! **Cost.** Only replies that read from a multi-shard transaction still outside the log wait,
+//! and only until the leader's next log synchronization reaches this follower: about the
+//! slow path's latency for those transactions, nothing for the others.
 //!
 //! **Transitively.** If T2 wrote a key that T4 reads, T4 waits for T1 too: T2 may stay in the
 //! new log (rule (b)) and be re-executed without T1, which would change the value T4 read.
@@ -51,10 +44,6 @@ pub(super) struct ReplyGate {
     by_ts: BTreeSet<(Ts, TxnId)>,
     /// Fast replies waiting, with how many unlogged transactions each still waits for.
     held: BTreeMap<TxnId, (TigaMsg, usize)>,
-    /// Agreed timestamps heard of for transactions not yet logged here, and the same by
-    /// timestamp (to forget those never logged).
-    agreed: BTreeMap<TxnId, Ts>,
-    agreed_by_ts: BTreeSet<(Ts, TxnId)>,
 }
 
 impl ReplyGate {
@@ -65,7 +54,7 @@ impl ReplyGate {
         deps.sort_unstable();
         deps.dedup();
         let mut taint = deps.clone();
-        if piece.shards.len() > 1 && !self.agreed.contains_key(&piece.txn) {
+        if piece.shards.len() > 1 {
             taint.push(piece.txn);
             self.by_ts.insert((ts, piece.txn));
             self.unlogged.insert(piece.txn, Unlogged { released_ts: ts, keys: Vec::new(), waiters: Vec::new() });
@@ -104,28 +93,6 @@ impl ReplyGate {
     /// held for `txn` itself is dropped (its slow reply leaves instead).
     pub(super) fn logged(&mut self, txn: TxnId) -> Vec<(TxnId, TigaMsg)> {
         self.held.remove(&txn);
-        if let Some(ts) = self.agreed.remove(&txn) {
-            self.agreed_by_ts.remove(&(ts, txn));
-        }
-        self.resolved(txn)
-    }
-
-    /// The leader agreed `txn`'s timestamp at `ts` (the caller journals it first): returns the
-    /// fast replies that waited only for it.
-    pub(super) fn agreed(&mut self, txn: TxnId, ts: Ts) -> Vec<(TxnId, TigaMsg)> {
-        if let Some(old) = self.agreed.insert(txn, ts) {
-            self.agreed_by_ts.remove(&(old, txn));
-        }
-        self.agreed_by_ts.insert((ts, txn));
-        self.resolved(txn)
-    }
-
-    /// The agreed timestamps heard of for transactions not logged here.
-    pub(super) fn agreed_facts(&self) -> Vec<(TxnId, Ts)> {
-        self.agreed.iter().map(|(t, ts)| (*t, *ts)).collect()
-    }
-
-    fn resolved(&mut self, txn: TxnId) -> Vec<(TxnId, TigaMsg)> {
         let Some(u) = self.forget(txn) else { return Vec::new() };
         let mut ready = Vec::new();
         for w in u.waiters {
@@ -144,13 +111,6 @@ impl ReplyGate {
     /// or the view is changing) with the replies that wait for them: those replies' hashes
     /// include a transaction the leader's log lacks, so they could not make a fast quorum.
     pub(super) fn forget_older(&mut self, before: Ts) {
-        while let Some(&(ts, txn)) = self.agreed_by_ts.first() {
-            if ts > before {
-                break;
-            }
-            self.agreed_by_ts.pop_first();
-            self.agreed.remove(&txn);
-        }
         while let Some(&(ts, txn)) = self.by_ts.first() {
             if ts > before {
                 break;
@@ -232,25 +192,6 @@ mod tests {
         assert_eq!(gate.len(), (0, 0));
         // Nothing is tainted any more.
         assert!(gate.released(&piece(6, vec![0], vec![inc("b")]), 6, reply(6)).is_some());
-    }
-
-    #[test]
-    fn hearing_that_the_timestamp_was_agreed_lets_the_waiting_replies_go_before_the_log_has_it() {
-        let mut gate = ReplyGate::default();
-        gate.released(&piece(1, vec![0, 1], vec![inc("a")]), 1, reply(1));
-        assert!(gate.released(&piece(2, vec![0], vec![inc("a")]), 2, reply(2)).is_none());
-        let ready: Vec<TxnId> = gate.agreed(TxnId(1), 1).into_iter().map(|(t, _)| t).collect();
-        assert_eq!(ready, vec![TxnId(2)]);
-        assert_eq!(gate.agreed_facts(), vec![(TxnId(1), 1)]);
-        // Heard of before this follower released it: never a reason to wait.
-        gate.agreed(TxnId(3), 3);
-        gate.released(&piece(3, vec![0, 1], vec![inc("b")]), 3, reply(3));
-        assert!(gate.released(&piece(4, vec![0], vec![inc("b")]), 4, reply(4)).is_some());
-        assert!(gate.logged(TxnId(1)).is_empty());
-        assert_eq!(gate.agreed_facts(), vec![(TxnId(3), 3)], "a logged transaction's fact is dropped");
-        gate.forget_older(3);
-        assert_eq!(gate.len(), (0, 0));
-        assert!(gate.agreed_facts().is_empty());
     }
 
     #[test]

@@ -16,9 +16,7 @@
 //!   timestamp: any f + 1 replicas include that many of any super quorum, so every transaction
 //!   committed on the fast path is here. Those whose timestamp is not above every conflicting
 //!   transaction in (a) cannot have committed (the old leader would have logged them first) and
-//!   are dropped; the rest follow (a) in timestamp order;
-//! - (c) every multi-shard transaction whose agreed timestamp one of them heard of from its
-//!   leader (`reply_gate.rs`): settled, at that timestamp, in timestamp order with (b).
+//!   are dropped; the rest follow (a) in timestamp order.
 //!
 //! **Multi-shard transactions** are then reconciled among the new leaders of all shards
 //! (every view change runs on every shard). Each lists its recent multi-shard transactions
@@ -34,9 +32,8 @@
 //! Keeping what some shard settled matters: a leader executes T2 after a multi-shard T1 once
 //! T1's timestamp is agreed, and T2 may commit on the fast path before T1 is durable on T1's
 //! other shard, with a result that read T1's writes. A follower answers such a T2 on the fast
-//! path only once it has heard from its leader that T1's timestamp was agreed, or has T1 in
-//! its log (`reply_gate.rs`), so a committed T2, fast or slow, leaves T1 agreed or logged at
-//! one of any f + 1 replicas of its shard: settled there (rule (c) or (a)), and kept everywhere.
+//! path only once T1 is in its log (`reply_gate.rs`), so a committed T2, fast or slow, leaves
+//! T1 in the log of one of any f + 1 replicas of its shard: settled there, and kept everywhere.
 //! On a shard whose merge lacks T1, no conflicting transaction after T1's timestamp can have
 //! committed (T1's agreed timestamp put it before them on that shard's old leader, so their
 //! fast quorums released T1 and their slow commits logged it), so T1 is placed before them.
@@ -92,9 +89,8 @@ pub(super) struct Merged {
     /// and the merged log: where a transaction this shard lacks could still be placed.
     /// (Their log hashes are not used.)
     stamps: super::KeyMaps,
-    /// Where each transaction of the merged log is: (timestamp, settled: in the prefix, or
-    /// reported agreed). Transactions of entries truncated below a checkpoint count as in the
-    /// prefix (they are executed).
+    /// Where each transaction of the merged log is: (timestamp, in the prefix). Transactions
+    /// of entries truncated below a checkpoint count as in the prefix (they are executed).
     index: BTreeMap<TxnId, (Ts, bool)>,
     /// The pieces of truncated entries this replica still has.
     truncated_pieces: BTreeMap<TxnId, Arc<crate::msg::Piece>>,
@@ -109,8 +105,6 @@ pub(super) struct Progress {
     /// Transactions released and not in the log when the server stopped serving (or, after a
     /// restart, as journaled).
     pub(super) released: Vec<LogEntry>,
-    /// Agreed timestamps heard of and not seen in the log, as [`Self::released`].
-    pub(super) agreed: Vec<(TxnId, Ts)>,
     /// Leader: the executed point its `CollectLog` asked from, and what replicas reported.
     collect_from: u64,
     reports: BTreeMap<u32, LogReport>,
@@ -198,7 +192,6 @@ impl Server {
         if self.state == ServerState::Normal {
             // Remember what this replica released (and replied to) for the merge.
             self.vc.released = self.released_entries();
-            self.vc.agreed = self.gate.agreed_facts();
         }
         if self.state != ServerState::Recovering {
             self.state = ServerState::ViewChange;
@@ -253,7 +246,6 @@ impl Server {
         self.early_agree.clear();
         self.awaiting.clear();
         self.gate = Default::default();
-        self.agreed_outbox.clear();
         self.release_timer_at = None;
         let n = self.topology.replicas_per_shard();
         self.sync_point = vec![0; n];
@@ -295,7 +287,6 @@ impl Server {
             from,
             entries,
             released: if self.voter { self.vc.released.clone() } else { Vec::new() },
-            agreed: if self.voter { self.vc.agreed.clone() } else { Vec::new() },
             checkpoint,
         }
     }
@@ -414,22 +405,6 @@ impl Server {
             }
         }
         let in_prefix: BTreeSet<TxnId> = prefix.iter().map(|e| e.piece.txn).collect();
-        // Multi-shard transactions a voter of the latest view heard were agreed (module docs):
-        // settled, at the agreed timestamp, whether or not enough voters released them.
-        let pieces: BTreeMap<TxnId, &Arc<crate::msg::Piece>> =
-            voters.iter().flat_map(|v| &v.released).map(|e| (e.piece.txn, &e.piece)).collect();
-        let mut agreed: BTreeMap<TxnId, LogEntry> = BTreeMap::new();
-        let rule_c = !self.config.unsafe_skip_merge_rule_c;
-        for s in voters.iter().filter(|s| rule_c && s.last_normal == last) {
-            for (txn, ts) in s.agreed.iter().filter(|(t, _)| !in_prefix.contains(t)) {
-                match pieces.get(txn) {
-                    Some(piece) => {
-                        agreed.insert(*txn, LogEntry { ts: *ts, piece: Arc::clone(piece) });
-                    }
-                    None => ctx.metric("tiga.vc_agreed_without_piece", 1),
-                }
-            }
-        }
         // Conflicts with the executed state (including entries truncated below a checkpoint)
         // and with the prefix.
         let mut stamps = self.committed_maps.clone();
@@ -439,7 +414,7 @@ impl Server {
         let mut tail: Vec<LogEntry> = Vec::new();
         let mut taken: BTreeSet<TxnId> = BTreeSet::new();
         for ((txn, ts), (n, e)) in counts {
-            if n < threshold || in_prefix.contains(&txn) || agreed.contains_key(&txn) || !taken.insert(txn) {
+            if n < threshold || in_prefix.contains(&txn) || !taken.insert(txn) {
                 continue;
             }
             let last_conflict = stamps.conflict_ts(&e.piece);
@@ -449,15 +424,8 @@ impl Server {
             }
             tail.push(e.clone());
         }
-        ctx.metric("tiga.vc_merged_from_released", tail.len() as u64);
-        ctx.metric("tiga.vc_merged_agreed", agreed.len() as u64);
-        // None can be (the old leader logged nothing conflicting after an agreed transaction
-        // before it): counted, so that a run would show it.
-        let behind = agreed.values().filter(|e| e.ts <= stamps.conflict_ts(&e.piece)).count();
-        ctx.metric("tiga.vc_agreed_behind_log", behind as u64);
-        let settled_in_tail: BTreeSet<TxnId> = agreed.keys().copied().collect();
-        tail.extend(agreed.into_values());
         tail.sort_by_key(|e| (e.ts, e.piece.txn));
+        ctx.metric("tiga.vc_merged_from_released", tail.len() as u64);
         for e in &tail {
             stamps.stamp(&e.piece, e.ts);
         }
@@ -468,7 +436,7 @@ impl Server {
             merged.index.insert(e.piece.txn, (e.ts, true));
         }
         for e in &merged.tail {
-            merged.index.insert(e.piece.txn, (e.ts, settled_in_tail.contains(&e.piece.txn)));
+            merged.index.insert(e.piece.txn, (e.ts, false));
         }
         for t in &self.truncated {
             merged.index.entry(t.txn).or_insert((t.ts, true));
@@ -853,7 +821,7 @@ impl Server {
         }
         if self.state == ServerState::Normal {
             // Already serving in this view (a duplicate): its entries are log synchronization.
-            return self.on_log_sync(ctx, from_node, from, entries, commit_point, Vec::new());
+            return self.on_log_sync(ctx, from_node, from, entries, commit_point);
         }
         self.log.truncate(from);
         self.rebuild_from_log();
@@ -880,10 +848,6 @@ impl Server {
         // that lost all of it does not know the view it restarted in: it waits for a view
         // later than the first it heard of.
         self.note_view_after_amnesia(self.view.number);
-        // What this replica reported belongs to the views before (and must not reach a
-        // snapshot written from now on).
-        self.vc.released.clear();
-        self.vc.agreed.clear();
         let forgot = self.vc.amnesia && self.vc.first_view_after_amnesia.is_none_or(|v| self.view.number <= v);
         if self.vc.entered_since_restart && !forgot && !self.voter {
             self.voter = true;
@@ -891,6 +855,7 @@ impl Server {
             // Durable, so that a later restart with this journal votes at once.
             self.write_snapshot(ctx);
         }
+        self.vc.released.clear();
         self.vc.started_at = None;
         if self.is_leader() {
             self.write_snapshot(ctx);
@@ -965,7 +930,6 @@ impl Server {
             log_from: from,
             log: self.log.range(from, self.log.len()),
             released,
-            agreed: self.gate.agreed_facts().into_iter().chain(self.vc.agreed.iter().copied()).collect(),
         };
         if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
             ctx.persist_snapshot(bytes);
