@@ -639,8 +639,10 @@ impl Coordinator {
         let inflight: Vec<TxnId> = self.pending.keys().copied().collect();
         for txn in inflight {
             if let Some(p) = self.pending.get_mut(&txn) {
-                p.replies.clear();
-                p.first_leader_ts.clear();
+                if !self.config.unsafe_accept_old_view_replies {
+                    p.replies.clear();
+                    p.first_leader_ts.clear();
+                }
                 p.sends = p.sends.saturating_sub(1);
             }
             self.send(ctx, txn);
@@ -691,7 +693,7 @@ impl Coordinator {
         owd_ns: u64,
     ) {
         let genuine = self.topology.shards.get(shard as usize).and_then(|rs| rs.get(replica as usize)) == Some(&from);
-        if !genuine || view != self.view {
+        if !genuine || (view != self.view && !self.config.unsafe_accept_old_view_replies) {
             return self.ignore(ctx);
         }
         if kind == ReplyKind::Fast && owd_ns > 0 {

@@ -134,6 +134,10 @@ pub struct TigaConfig {
     /// change that loses that transaction on its other shard then makes a committed result
     /// false.
     pub unsafe_ungated_fast_replies: bool,
+    /// Test-only: a coordinator keeps the replies it has across a view change and counts
+    /// replies from any view (the fast reply of a follower that now leads is then taken as
+    /// the new leader's).
+    pub unsafe_accept_old_view_replies: bool,
 }
 
 impl Default for TigaConfig {
@@ -170,6 +174,7 @@ impl Default for TigaConfig {
             unsafe_follower_keeps_own_ts: false,
             unsafe_ignore_log_hash: false,
             unsafe_ungated_fast_replies: false,
+            unsafe_accept_old_view_replies: false,
         }
     }
 }

@@ -278,3 +278,34 @@ fn a_fast_commit_that_read_a_multi_shard_transaction_survives_when_its_other_sha
         assert!(survives(seed, hot, &faults).0, "seed {seed}: with the gate the same run is fine");
     }
 }
+/// Negative control: a coordinator that keeps the replies it has across a view change (and
+/// counts replies from any view) commits on replies that no longer stand. In the schedule of
+/// `a_fast_quorum_with_mismatched_log_hashes_loses_a_committed_read_and_is_caught`, fi's
+/// replica leads after the crash, and its view-0 fast reply (a follower's: a timestamp, a
+/// hash, no result) is taken as the new leader's, which together with a slow
+/// reply of the new view commits without the new log's result. The checker catches it; with
+/// the view check (replies cleared and resent for in the new view) the same runs are fine.
+#[test]
+fn a_coordinator_that_counts_replies_from_an_old_view_commits_wrongly_and_is_caught() {
+    let mut faults: Vec<(u64, Fault)> = Vec::new();
+    for from in [0, 3, 4, 5, 6] {
+        for to in [1, 2] {
+            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
+        }
+    }
+    faults.push((1_500, Fault::Crash(NodeId(0))));
+    faults.push((1_500, Fault::HealAll));
+    let hot = |d: &mut Deployment| {
+        d.shards = 1;
+        d.keys_per_shard = 30;
+    };
+    let old_views = |d: &mut Deployment| {
+        hot(d);
+        d.config.unsafe_accept_old_view_replies = true;
+    };
+    let caught: Vec<u64> = (1..=3).filter(|seed| !survives(*seed, old_views, &faults).0).collect();
+    assert!(caught.len() >= 2, "most seeds show the wrong commits (caught: {caught:?})");
+    for seed in 1..=3 {
+        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the view check the same run is fine");
+    }
+}
