@@ -84,6 +84,52 @@ fn survives(seed: u64, tune: impl Fn(&mut Deployment), faults: &[(u64, Fault)]) 
     (report.valid, view.unwrap_or(0))
 }
 
+/// Few keys per shard, so that later transactions read what earlier ones wrote.
+fn hot(shards: u32) -> impl Fn(&mut Deployment) {
+    move |d: &mut Deployment| {
+        d.shards = shards;
+        d.keys_per_shard = 30;
+    }
+}
+
+/// A negative control: with `switch` on, at least `min_caught` of `caught_seeds` break an
+/// invariant or strict serializability under `faults`; with it off, every one of `fine_seeds`
+/// is fine.
+fn caught_only_with(
+    shards: u32,
+    faults: &[(u64, Fault)],
+    switch: impl Fn(&mut kairos_tiga::topology::TigaConfig),
+    (caught_seeds, min_caught): (std::ops::RangeInclusive<u64>, usize),
+    fine_seeds: std::ops::RangeInclusive<u64>,
+) {
+    let on = |d: &mut Deployment| {
+        hot(shards)(d);
+        switch(&mut d.config);
+    };
+    let caught: Vec<u64> = caught_seeds.filter(|seed| !survives(*seed, on, faults).0).collect();
+    assert!(caught.len() >= min_caught, "too few seeds caught with the switch on: {caught:?}");
+    for seed in fine_seeds {
+        assert!(survives(seed, hot(shards), faults).0, "seed {seed}: fine with the switch off");
+    }
+}
+
+/// One shard (servers 0–2, node 0 leads; coordinators 3–10; view-manager nodes 11–13). From
+/// 1.2 s, coordinators 3–6 reach only the leader and the leader cannot synchronize its
+/// followers: what those coordinators send is executed at the leader alone, while the other
+/// coordinators' transactions reach every replica. The leader crashes at 1.5 s, and the cuts
+/// heal.
+fn leader_alone_with_some_coordinators_then_crashed() -> Vec<(u64, Fault)> {
+    let mut faults: Vec<(u64, Fault)> = Vec::new();
+    for from in [0, 3, 4, 5, 6] {
+        for to in [1, 2] {
+            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
+        }
+    }
+    faults.push((1_500, Fault::Crash(NodeId(0))));
+    faults.push((1_500, Fault::HealAll));
+    faults
+}
+
 #[test]
 fn leaders_of_any_shard_the_new_leader_and_view_manager_nodes_may_crash_and_restart() {
     let n = |i: u32| NodeId(i);
@@ -134,17 +180,13 @@ fn a_merge_without_rule_b_loses_fast_path_commits_and_is_caught() {
     // few keys (so that later transactions read what the lost ones wrote). Servers are nodes
     // 0–2, coordinators 3–10, view-manager nodes 11–13.
     let crash = [(1_500, Fault::Crash(NodeId(0)))];
-    let hot = |d: &mut Deployment| {
-        d.shards = 1;
-        d.keys_per_shard = 30;
-    };
     let skip = |d: &mut Deployment| {
-        hot(d);
+        hot(1)(d);
         d.config.unsafe_skip_merge_rule_b = true;
     };
     let caught: Vec<u64> = (1..=10).filter(|seed| !survives(*seed, skip, &crash).0).collect();
     assert!(!caught.is_empty(), "some seed shows the loss");
-    assert!(survives(caught[0], hot, &crash).0, "with rule (b) the same run is fine");
+    assert!(survives(caught[0], hot(1), &crash).0, "with rule (b) the same run is fine");
 }
 
 /// Negative control: a coordinator that ignores the log hash commits a transaction on the fast
@@ -154,32 +196,8 @@ fn a_merge_without_rule_b_loses_fast_path_commits_and_is_caught() {
 /// schedule is fine (that commit waits for the slow path, which the failure stops).
 #[test]
 fn a_fast_quorum_with_mismatched_log_hashes_loses_a_committed_read_and_is_caught() {
-    // One shard with few keys: servers 0–2 (node 0 leads), coordinators 3–10, view-manager
-    // nodes 11–13. From 1.2 s, coordinators 3–6 reach only the leader and the leader cannot
-    // synchronize its followers: what those coordinators send is executed at the leader alone,
-    // while the other coordinators' transactions reach every replica. The leader crashes at
-    // 1.5 s, and the cuts heal.
-    let mut faults: Vec<(u64, Fault)> = Vec::new();
-    for from in [0, 3, 4, 5, 6] {
-        for to in [1, 2] {
-            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
-        }
-    }
-    faults.push((1_500, Fault::Crash(NodeId(0))));
-    faults.push((1_500, Fault::HealAll));
-    let hot = |d: &mut Deployment| {
-        d.shards = 1;
-        d.keys_per_shard = 30;
-    };
-    let ignore = |d: &mut Deployment| {
-        hot(d);
-        d.config.unsafe_ignore_log_hash = true;
-    };
-    let caught: Vec<u64> = (1..=5).filter(|seed| !survives(*seed, ignore, &faults).0).collect();
-    assert!(caught.len() >= 3, "most seeds show the loss (caught: {caught:?})");
-    for seed in 1..=5 {
-        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the hash check the same run is fine");
-    }
+    let faults = leader_alone_with_some_coordinators_then_crashed();
+    caught_only_with(1, &faults, |c| c.unsafe_ignore_log_hash = true, (1..=5, 3), 1..=5);
 }
 
 #[test]
@@ -264,20 +282,9 @@ fn a_fast_commit_that_read_a_multi_shard_transaction_survives_when_its_other_sha
     faults.push((1_500, Fault::Crash(NodeId(0))));
     faults.push((1_500, Fault::Crash(NodeId(3))));
     faults.push((1_500, Fault::HealAll));
-    let hot = |d: &mut Deployment| {
-        d.shards = 2;
-        d.keys_per_shard = 30;
-    };
-    let ungated = |d: &mut Deployment| {
-        hot(d);
-        d.config.unsafe_ungated_fast_replies = true;
-    };
-    let caught: Vec<u64> = (1..=3).filter(|seed| !survives(*seed, ungated, &faults).0).collect();
-    assert!(caught.len() >= 2, "most seeds show the loss without the gate (caught: {caught:?})");
-    for seed in 1..=5 {
-        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the gate the same run is fine");
-    }
+    caught_only_with(2, &faults, |c| c.unsafe_ungated_fast_replies = true, (1..=3, 2), 1..=5);
 }
+
 /// Negative control: a coordinator that keeps the replies it has across a view change (and
 /// counts replies from any view) commits on replies that no longer stand. In the schedule of
 /// `a_fast_quorum_with_mismatched_log_hashes_loses_a_committed_read_and_is_caught`, fi's
@@ -287,25 +294,6 @@ fn a_fast_commit_that_read_a_multi_shard_transaction_survives_when_its_other_sha
 /// the view check (replies cleared and resent for in the new view) the same runs are fine.
 #[test]
 fn a_coordinator_that_counts_replies_from_an_old_view_commits_wrongly_and_is_caught() {
-    let mut faults: Vec<(u64, Fault)> = Vec::new();
-    for from in [0, 3, 4, 5, 6] {
-        for to in [1, 2] {
-            faults.push((1_200, Fault::CutLink { from: NodeId(from), to: NodeId(to) }));
-        }
-    }
-    faults.push((1_500, Fault::Crash(NodeId(0))));
-    faults.push((1_500, Fault::HealAll));
-    let hot = |d: &mut Deployment| {
-        d.shards = 1;
-        d.keys_per_shard = 30;
-    };
-    let old_views = |d: &mut Deployment| {
-        hot(d);
-        d.config.unsafe_accept_old_view_replies = true;
-    };
-    let caught: Vec<u64> = (1..=3).filter(|seed| !survives(*seed, old_views, &faults).0).collect();
-    assert!(caught.len() >= 2, "most seeds show the wrong commits (caught: {caught:?})");
-    for seed in 1..=3 {
-        assert!(survives(seed, hot, &faults).0, "seed {seed}: with the view check the same run is fine");
-    }
+    let faults = leader_alone_with_some_coordinators_then_crashed();
+    caught_only_with(1, &faults, |c| c.unsafe_accept_old_view_replies = true, (1..=3, 2), 1..=3);
 }
