@@ -167,7 +167,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             c.pool.commit(slot, buf, now);
             if let (Some(primary), Some(v)) = (c.primary(slot), &op.value) {
                 let data = meta::encode_copy(op.tuple, v);
-                let addr = c.cfg.layout.inplace(slot);
+                let addr = c.cfg.layout.inplace(primary, slot);
                 c.send_background(primary, vec![Verb::Write { addr, data }], None, now, out);
             }
         }

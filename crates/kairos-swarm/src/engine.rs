@@ -310,7 +310,7 @@ impl Client {
                 let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
                 let mut shape = Shape { words: Some(0), ..Shape::default() };
                 if with_inplace && Some(node) == primary {
-                    verbs.push(Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() });
+                    verbs.push(Verb::Read { addr: l.inplace(node, slot), len: l.copy_bytes_max() });
                     shape.inplace = Some(1);
                 }
                 (node, verbs, shape)
@@ -492,12 +492,14 @@ impl Client {
         let replicas = self.cfg.layout.replicas_of(slot);
         let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
         key_area.extend_from_slice(&key);
+        // The key is stored once, with the in-place copy on the primary.
+        let primary = self.primary(slot);
         let mut chains = Vec::new();
         for node in self.alive_nodes() {
             let l = &self.cfg.layout;
             let mut verbs = Vec::new();
-            if replicas.contains(&node) {
-                verbs.push(Verb::Write { addr: l.key_area(slot), data: key_area.clone() });
+            if Some(node) == primary {
+                verbs.push(Verb::Write { addr: l.key_area(node, slot), data: key_area.clone() });
             }
             verbs.push(Verb::Write {
                 addr: l.dir_entry(bucket, self.cfg.writer, e),

@@ -14,6 +14,7 @@
 //! two clients *concurrently* creating the same new key may each keep using their own slot if
 //! only one of them sees the other's entry.
 
+use crate::engine::Protocol;
 use crate::layout::{Layout, DIR_ENTRIES, DIR_PROBE};
 use crate::meta;
 use crate::verbs::MemoryImage;
@@ -112,10 +113,12 @@ pub struct BulkLoad {
     pub tuples: Vec<Vec<(u64, u64)>>,
 }
 
-/// Writes `keys` (each with `value`) into every node image of `layout`. `ts` is the timestamp
-/// of the loaded tuples (below any guess a client will make).
+/// Writes `keys` (each with `value`) into every node image of `layout`, as `protocol` stores
+/// them (RAW: only the primary's key and in-place copy, and the directory). `ts` is the
+/// timestamp of the loaded tuples (below any guess a client will make).
 pub fn bulk_load(
     layout: &Layout,
+    protocol: Protocol,
     images: &mut [MemoryImage],
     keys: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
     ts: u64,
@@ -145,13 +148,17 @@ pub fn bulk_load(
         let copy = meta::encode_copy(tuple, &value);
         let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
         key_area.extend_from_slice(&key);
-        for node in layout.replicas_of(slot) {
+        let replicas = layout.replicas_of(slot);
+        for node in replicas.iter().copied().filter(|_| protocol != Protocol::Raw) {
             let Some(img) = images.get_mut(node as usize) else { continue };
-            img.write(layout.key_area(slot), &key_area);
             img.write(layout.meta_word(slot, w), &tuple.to_le_bytes());
             img.write(layout.buffer_lock(w, buf), &meta::lock(tuple, meta::LOCK_FREE).to_le_bytes());
             img.write(layout.buffer_copy(w, buf), &copy);
-            img.write(layout.inplace(slot), &copy);
+        }
+        // The key and the in-place copy only on the primary (see `layout`).
+        if let Some(img) = images.get_mut(replicas[0] as usize) {
+            img.write(layout.key_area(replicas[0], slot), &key_area);
+            img.write(layout.inplace(replicas[0], slot), &copy);
         }
         // The directory is on every node.
         for img in images.iter_mut() {

@@ -9,19 +9,27 @@
 //! ```text
 //! directory   buckets × writers × DIR_ENTRIES words   (fingerprint 40 bits | slot 24 bits) — the shared
 //!             part of the replica-location index: each writer appends to its own column only
-//! slots       keys × slot_bytes:
+//! slots       keys × writers words: one 8-byte In-n-Out metadata word per writer (see `meta`)
+//! in-place    replicas × ⌈keys / memory_nodes⌉ entries, grouped by the node's rank among the
+//!             key's replicas (rank 0 first):
 //!               key area      8-byte length + key bytes (padded to 8)
-//!               meta words    one 8-byte In-n-Out metadata word per writer (see `meta`)
 //!               in-place copy [meta][hash][len][value padded] — refreshed in the background
 //! buffers     writers × buffers_per_writer × buffer_bytes:
 //!               [lock word][meta][hash][len][value padded] — out-of-place values; the lock word is
 //!               the tuple's timestamp lock
 //! ```
 //!
+//! Only the primary (the first live replica) keeps a key's in-place copy and its key, so a node
+//! touches only the entries of the keys it is primary for: the rank-0 group while every node is
+//! up, and the rank-r group of a key only after its r earlier replicas crashed. Memory nodes
+//! allocate zeroed memory lazily (calloc'd pages in the simulator, tmpfs pages for shm), so an
+//! untouched group costs address space, not memory. The paper keeps the in-place copy on one
+//! replica too.
+//!
 //! All offsets are 8-aligned so that metadata and lock words can be read, written and CASed
 //! atomically.
 
-use crate::verbs::{Addr, MemNodeId};
+use crate::verbs::{Addr, MemNodeId, PAGE_BYTES};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -104,6 +112,9 @@ pub enum LayoutError {
 fn pad8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
+fn pad_page(n: u64) -> u64 {
+    n.div_ceil(PAGE_BYTES) * PAGE_BYTES
+}
 
 /// Addresses of everything in a node, computed from a checked [`LayoutConfig`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,7 +125,11 @@ pub struct Layout {
     pub slots_base: Addr,
     pub slot_bytes: u64,
     pub key_area_bytes: u64,
-    pub inplace_offset: u64,
+    pub inplace_base: Addr,
+    /// Bytes of one in-place entry: the key area, then the copy.
+    pub inplace_entry_bytes: u64,
+    /// In-place entries per rank group: `⌈keys / memory_nodes⌉`.
+    pub inplace_per_rank: u64,
     pub buffers_base: Addr,
     pub buffer_bytes: u64,
     pub node_bytes: u64,
@@ -152,10 +167,13 @@ impl Layout {
         let directory_bytes = buckets * w * DIR_ENTRIES * 8;
         let key_area_bytes = 8 + pad8(u64::from(c.key_size));
         let value_padded = pad8(u64::from(c.value_size));
-        let inplace_offset = key_area_bytes + w * 8;
-        let slot_bytes = inplace_offset + COPY_HEADER_BYTES + value_padded;
-        let slots_base = directory_base + directory_bytes;
-        let buffers_base = slots_base + c.keys * slot_bytes;
+        let slot_bytes = w * 8;
+        // Regions start on page boundaries, so pages written are counted per region exactly.
+        let slots_base = pad_page(directory_base + directory_bytes);
+        let inplace_base = pad_page(slots_base + c.keys * slot_bytes);
+        let inplace_entry_bytes = key_area_bytes + COPY_HEADER_BYTES + value_padded;
+        let inplace_per_rank = c.keys.div_ceil(u64::from(c.memory_nodes));
+        let buffers_base = pad_page(inplace_base + u64::from(c.replicas) * inplace_per_rank * inplace_entry_bytes);
         let buffer_bytes = 8 + COPY_HEADER_BYTES + value_padded;
         let total =
             u128::from(buffers_base) + u128::from(w * u64::from(c.buffers_per_writer)) * u128::from(buffer_bytes);
@@ -167,7 +185,9 @@ impl Layout {
             slots_base,
             slot_bytes,
             key_area_bytes,
-            inplace_offset,
+            inplace_base,
+            inplace_entry_bytes,
+            inplace_per_rank,
             buffers_base,
             buffer_bytes,
             node_bytes,
@@ -177,6 +197,15 @@ impl Layout {
     /// Bytes every memory node must have.
     pub fn node_bytes(&self) -> u64 {
         self.node_bytes
+    }
+    /// The regions of a node, in address order: `(name, start, end)`.
+    pub fn regions(&self) -> [(&'static str, Addr, Addr); 4] {
+        [
+            ("directory", self.directory_base, self.slots_base),
+            ("metadata", self.slots_base, self.inplace_base),
+            ("in_place", self.inplace_base, self.buffers_base),
+            ("buffers", self.buffers_base, self.node_bytes),
+        ]
     }
     pub fn majority(&self) -> usize {
         self.config.replicas as usize / 2 + 1
@@ -202,12 +231,9 @@ impl Layout {
     pub fn slot_base(&self, slot: u64) -> Addr {
         self.slots_base + slot * self.slot_bytes
     }
-    pub fn key_area(&self, slot: u64) -> Addr {
-        self.slot_base(slot)
-    }
     /// Address of `writer`'s metadata word of `slot`.
     pub fn meta_word(&self, slot: u64, writer: u32) -> Addr {
-        self.slot_base(slot) + self.key_area_bytes + u64::from(writer) * 8
+        self.slot_base(slot) + u64::from(writer) * 8
     }
     /// Address of all metadata words of `slot` (`writers × 8` bytes).
     pub fn meta_words(&self, slot: u64) -> Addr {
@@ -216,9 +242,26 @@ impl Layout {
     pub fn meta_words_bytes(&self) -> u32 {
         self.config.writers * 8
     }
-    /// Address of the in-place copy (header then value) of `slot`.
-    pub fn inplace(&self, slot: u64) -> Addr {
-        self.slot_base(slot) + self.inplace_offset
+    /// `node`'s rank among the replicas of `slot` (0 for its first replica). `node` must be one
+    /// of [`Layout::replicas_of`]`(slot)`; for another node the answer is past the last rank.
+    pub fn rank_of(&self, node: MemNodeId, slot: u64) -> u64 {
+        let m = u64::from(self.config.memory_nodes);
+        (u64::from(node) + m - slot % m) % m
+    }
+    /// Address of `slot`'s in-place entry on `node`, one of its replicas.
+    fn inplace_entry(&self, node: MemNodeId, slot: u64) -> Addr {
+        let rank = self.rank_of(node, slot);
+        debug_assert!(rank < u64::from(self.config.replicas), "node {node} holds no replica of slot {slot}");
+        let m = u64::from(self.config.memory_nodes);
+        self.inplace_base + (rank * self.inplace_per_rank + slot / m) * self.inplace_entry_bytes
+    }
+    /// Address of `slot`'s key area (8-byte length, then the key) on `node`, one of its replicas.
+    pub fn key_area(&self, node: MemNodeId, slot: u64) -> Addr {
+        self.inplace_entry(node, slot)
+    }
+    /// Address of `slot`'s in-place copy (header then value) on `node`, one of its replicas.
+    pub fn inplace(&self, node: MemNodeId, slot: u64) -> Addr {
+        self.inplace_entry(node, slot) + self.key_area_bytes
     }
     /// Bytes of a copy with its header (`[meta][hash][len][value]`) for `value_len` bytes of value.
     pub fn copy_bytes(&self, value_len: usize) -> u32 {
@@ -238,6 +281,20 @@ impl Layout {
     pub fn buffer_copy(&self, writer: u32, buf: u32) -> Addr {
         self.buffer(writer, buf) + 8
     }
+    /// Memory touched on all nodes, estimated where a backend cannot measure it: the directory
+    /// (and for replicated protocols the metadata words) on every node, each key's primary
+    /// in-place entry, and `buffers_touched` buffers (the writers' high-water marks) on each
+    /// replica.
+    pub fn estimated_touched_bytes(&self, raw: bool, buffers_touched: u64) -> u64 {
+        let c = &self.config;
+        let directory = self.slots_base * u64::from(c.memory_nodes);
+        let in_place = c.keys * self.inplace_entry_bytes;
+        if raw {
+            return directory + in_place;
+        }
+        let metadata = (self.inplace_base - self.slots_base) * u64::from(c.memory_nodes);
+        directory + metadata + in_place + buffers_touched * self.buffer_bytes * u64::from(c.replicas)
+    }
     /// Node bytes per key, everything included (directory, slot, the pools' share).
     pub fn bytes_per_key(&self) -> f64 {
         self.node_bytes as f64 * f64::from(self.config.memory_nodes) / self.config.keys as f64
@@ -252,13 +309,47 @@ mod tests {
     fn regions_do_not_overlap_and_words_are_aligned() {
         let l = Layout::new(LayoutConfig { keys: 10, ..LayoutConfig::paper() }.with_default_buffers()).unwrap();
         assert!(l.dir_entry(l.buckets - 1, 3, DIR_ENTRIES - 1) + 8 <= l.slots_base);
-        assert!(l.slot_base(9) + l.slot_bytes <= l.buffers_base);
+        assert!(l.slot_base(9) + l.slot_bytes <= l.inplace_base);
         assert_eq!(l.buffer(3, l.config.buffers_per_writer - 1) + l.buffer_bytes, l.node_bytes());
-        for a in [l.meta_word(7, 3), l.inplace(7), l.buffer_lock(2, 5), l.buffer_copy(2, 5), l.dir_entry(3, 1, 1)] {
+        for a in [
+            l.meta_word(7, 3),
+            l.inplace(1, 7),
+            l.key_area(2, 7),
+            l.buffer_lock(2, 5),
+            l.buffer_copy(2, 5),
+            l.dir_entry(3, 1, 1),
+        ] {
             assert_eq!(a % 8, 0);
         }
         assert_eq!(l.replicas_of(0), vec![0, 1, 2]);
         assert_eq!(l.majority(), 2);
+    }
+
+    #[test]
+    fn every_replica_has_its_own_in_place_entry_and_primaries_are_packed() {
+        for (keys, nodes) in [(23, 5), (10, 3), (1, 3)] {
+            let c = LayoutConfig { keys, memory_nodes: nodes, ..LayoutConfig::paper() }.with_default_buffers();
+            let l = Layout::new(c).unwrap();
+            for node in 0..nodes {
+                let mut entries: Vec<(u64, u64)> = (0..keys)
+                    .filter(|s| l.replicas_of(*s).contains(&node))
+                    .map(|s| (l.key_area(node, s), l.rank_of(node, s)))
+                    .collect();
+                entries.sort_unstable();
+                for pair in entries.windows(2) {
+                    assert!(pair[0].0 + l.inplace_entry_bytes <= pair[1].0, "entries overlap on node {node}");
+                }
+                for (addr, _) in &entries {
+                    assert!(*addr >= l.inplace_base && addr + l.inplace_entry_bytes <= l.buffers_base);
+                }
+                // The keys a node is primary for come first, with no gaps: only they are touched
+                // while every node is up.
+                let primaries: Vec<u64> = entries.iter().filter(|e| e.1 == 0).map(|e| e.0).collect();
+                for (i, addr) in primaries.iter().enumerate() {
+                    assert_eq!(*addr, l.inplace_base + i as u64 * l.inplace_entry_bytes);
+                }
+            }
+        }
     }
 
     #[test]

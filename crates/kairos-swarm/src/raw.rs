@@ -17,18 +17,18 @@ pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbo
     let nodes = if c.members.is_alive(node) { vec![node] } else { vec![] };
     let l = c.cfg.layout.clone();
     let (stage, verbs) = match &op.op {
-        KvOp::Get { .. } => (Stage::RawRead, vec![Verb::Read { addr: l.inplace(slot), len: l.copy_bytes_max() }]),
+        KvOp::Get { .. } => (Stage::RawRead, vec![Verb::Read { addr: l.inplace(node, slot), len: l.copy_bytes_max() }]),
         KvOp::Update { value, .. } | KvOp::Insert { value, .. } => {
             let ts = match c.guess_ts(now) {
                 Ok(ts) => ts,
                 Err(e) => return c.finish(op, Err(e), now, out),
             };
             let copy = meta::encode_copy(meta::pack(ts, 0, c.cfg.writer, true), value);
-            (Stage::RawWrite, vec![Verb::Write { addr: l.inplace(slot), data: copy }])
+            (Stage::RawWrite, vec![Verb::Write { addr: l.inplace(node, slot), data: copy }])
         }
         KvOp::Delete { .. } => {
             let copy = meta::encode_copy(meta::pack(meta::DELETED_TS, 0, c.cfg.writer, true), &[]);
-            (Stage::RawWrite, vec![Verb::Write { addr: l.inplace(slot), data: copy }])
+            (Stage::RawWrite, vec![Verb::Write { addr: l.inplace(node, slot), data: copy }])
         }
     };
     let chains =

@@ -29,7 +29,7 @@ use crate::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
 use crate::engine::{Client, Protocol};
 use crate::layout::Layout;
 use crate::sim::{check_per_key, LatencyUs, Outcome, RunError, SwarmRun, Warmed};
-use crate::verbs::{Chain, MemoryImage, Verb, VerbOutcome};
+use crate::verbs::{Chain, MemoryImage, Verb, VerbOutcome, PAGE_BYTES};
 use crate::ycsb::{self, Ycsb};
 
 /// Largest write chain [`load_images`] sends (well inside a TCP frame).
@@ -96,7 +96,7 @@ impl RealRun {
         self.load(&prepared, backend)?;
         let (layout, last_value) = (prepared.layout.clone(), prepared.last_value.clone());
         let report = self.measure(prepared, backend, 0..self.run.clients, None, crash)?;
-        Ok(self.outcome(&layout, report, &last_value))
+        Ok(self.outcome(&layout, report, &last_value, backend))
     }
 
     /// Phase 1: loads every key and runs the warm-up through the clients on node images.
@@ -199,20 +199,40 @@ impl RealRun {
 
     /// Phase 4: the simulator's [`Outcome`] of a measured phase, its history checked per key
     /// (the warm-up's last values enter as synthetic writes) if the run asks for it.
-    pub fn outcome(&self, layout: &Layout, report: DriverReport, last_value: &BTreeMap<u64, u64>) -> Outcome {
+    /// Memory is measured on `backend` where it can tell (shm), else estimated from the layout.
+    pub fn outcome(
+        &self,
+        layout: &Layout,
+        report: DriverReport,
+        last_value: &BTreeMap<u64, u64>,
+        backend: &dyn MemoryBackend,
+    ) -> Outcome {
         let r = &self.run;
-        let copies = if r.protocol == Protocol::Raw { 1.0 } else { f64::from(layout.config.memory_nodes) };
-        let fixed = layout.buffers_base as f64 * copies;
-        let touched = report.counters.get("buffers_touched").copied().unwrap_or(0);
-        let used_buffers =
-            if r.protocol == Protocol::Raw { 0.0 } else { touched as f64 * layout.buffer_bytes as f64 * copies };
+        let keys = r.keys as f64;
+        let measured: Option<BTreeMap<&'static str, f64>> = layout
+            .regions()
+            .iter()
+            .map(|(name, start, end)| {
+                let bytes: Option<u64> =
+                    (0..layout.config.memory_nodes).map(|n| backend.allocated_bytes_in(n, *start, *end)).sum();
+                Some((*name, bytes? as f64 / keys))
+            })
+            .collect();
+        let touched_bytes_per_key = match &measured {
+            Some(regions) => regions.values().sum(),
+            None => {
+                let touched = report.counters.get("buffers_touched").copied().unwrap_or(0);
+                layout.estimated_touched_bytes(r.protocol == Protocol::Raw, touched) as f64 / keys
+            }
+        };
         let latency_us: BTreeMap<OpKind, LatencyUs> =
             report.latency_ns.iter().map(|(k, v)| (*k, LatencyUs::of(v.clone()))).collect();
         let mut outcome = Outcome {
             latency_us,
             round_trips: report.round_trips.clone(),
             memory_bytes_per_key: layout.bytes_per_key(),
-            memory_bytes_per_key_used: (fixed + used_buffers) / r.keys as f64,
+            memory_bytes_per_key_used: touched_bytes_per_key,
+            memory_bytes_per_key_by_region: measured.unwrap_or_default(),
             metrics: report.counters.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             errors: report.errors.clone(),
             completed: report.ok + report.failed + report.unknown,
@@ -247,7 +267,7 @@ pub struct Prepared {
 }
 
 /// Writes node images into a backend's (zeroed) nodes with ordinary write chains, skipping
-/// all-zero chunks, and waits for every chain to complete.
+/// all-zero pages, and waits for every chain to complete.
 pub fn load_images(backend: &dyn MemoryBackend, images: &[MemoryImage]) -> Result<(), BackendError> {
     let mut port = backend.connect(u32::MAX)?;
     for (node, img) in images.iter().enumerate() {
@@ -255,27 +275,35 @@ pub fn load_images(backend: &dyn MemoryBackend, images: &[MemoryImage]) -> Resul
         let mut addr = 0u64;
         let mut tag = 0u64;
         while addr < len {
-            let n = (len - addr).min(LOAD_CHUNK_BYTES as u64) as usize;
-            let data = img.read(addr, n);
-            if data.iter().any(|&b| b != 0) {
-                tag += 1;
-                port.submit(tag, Chain { node: node as u32, verbs: vec![Verb::Write { addr, data }] })?;
-                match port.poll(Duration::from_secs(10)) {
-                    Some(c) if c.result == Ok(vec![VerbOutcome::Written]) => {}
-                    Some(c) => {
-                        return Err(BackendError::Config(format!(
-                            "memory node {node} refused the load at byte {addr}: {:?} (is it at least {len} bytes?)",
-                            c.result
-                        )))
-                    }
-                    None => {
-                        return Err(BackendError::Config(format!(
-                            "memory node {node} did not answer a load write within 10 s (crashed?)"
-                        )))
-                    }
+            // A run of pages holding data, at most one chunk long: zero pages are skipped, so a
+            // backend that allocates on first write allocates only what the image uses.
+            let holds_data = |a: u64| a < len && !img.is_zero(a, PAGE_BYTES.min(len - a));
+            if !holds_data(addr) {
+                addr += PAGE_BYTES;
+                continue;
+            }
+            let mut n = 0u64;
+            while n < LOAD_CHUNK_BYTES as u64 && holds_data(addr + n) {
+                n += PAGE_BYTES.min(len - addr - n);
+            }
+            let data = img.read(addr, n as usize);
+            tag += 1;
+            port.submit(tag, Chain { node: node as u32, verbs: vec![Verb::Write { addr, data }] })?;
+            match port.poll(Duration::from_secs(10)) {
+                Some(c) if c.result == Ok(vec![VerbOutcome::Written]) => {}
+                Some(c) => {
+                    return Err(BackendError::Config(format!(
+                        "memory node {node} refused the load at byte {addr}: {:?} (is it at least {len} bytes?)",
+                        c.result
+                    )))
+                }
+                None => {
+                    return Err(BackendError::Config(format!(
+                        "memory node {node} did not answer a load write within 10 s (crashed?)"
+                    )))
                 }
             }
-            addr += n as u64;
+            addr += n;
         }
     }
     Ok(())

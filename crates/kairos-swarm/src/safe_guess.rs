@@ -469,7 +469,7 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         let l = &c.cfg.layout;
         let mut verbs = vec![Verb::Cas { addr: l.meta_word(slot, c.cfg.writer), expected, new: verified }];
         if Some(node) == primary {
-            verbs.push(Verb::Write { addr: l.inplace(slot), data: copy.clone() });
+            verbs.push(Verb::Write { addr: l.inplace(node, slot), data: copy.clone() });
         }
         c.send_background(node, verbs, Some((0, slot, expected, verified)), now, out);
     }
@@ -660,7 +660,7 @@ fn after_reader_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
             let mut verbs =
                 vec![Verb::Cas { addr: l.meta_word(slot, xw as u32), expected: meta::id(x), new: verified }];
             if Some(node) == primary {
-                verbs.push(Verb::Write { addr: l.inplace(slot), data: meta::encode_copy(verified, &v) });
+                verbs.push(Verb::Write { addr: l.inplace(node, slot), data: meta::encode_copy(verified, &v) });
             }
             c.send_background(node, verbs, None, now, out);
         }
@@ -704,7 +704,7 @@ fn after_fetch(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 let slot = op.slot.unwrap_or(0);
                 if let Some(primary) = c.primary(slot) {
                     let data = meta::encode_copy(op.target, &v);
-                    let addr = c.cfg.layout.inplace(slot);
+                    let addr = c.cfg.layout.inplace(primary, slot);
                     c.bump("inplace_repairs");
                     c.send_background(primary, vec![Verb::Write { addr, data }], None, now, out);
                 }

@@ -94,17 +94,54 @@ pub fn check_verb(node_len: u64, verb: &Verb) -> Result<(), VerbError> {
     }
 }
 
+/// Page size for [`MemoryImage::written_bytes`], as the OS allocates zeroed memory.
+pub const PAGE_BYTES: u64 = 4096;
+
 /// A node's bytes as 8-byte little-endian words, with the verb semantics above (applied
 /// whole: the single-threaded backends decide themselves where tearing may happen).
 #[derive(Clone, Debug)]
 pub struct MemoryImage {
     words: Vec<u64>,
+    /// One bit per [`PAGE_BYTES`] page ever written: the memory the node really uses, since
+    /// zeroed memory is allocated lazily, page by page, on first write.
+    pages_written: Vec<u64>,
 }
 
 impl MemoryImage {
     /// A zeroed node of `len` bytes (rounded up to whole words).
     pub fn new(len: u64) -> Self {
-        MemoryImage { words: vec![0; len.div_ceil(8) as usize] }
+        let pages = len.div_ceil(PAGE_BYTES);
+        MemoryImage { words: vec![0; len.div_ceil(8) as usize], pages_written: vec![0; pages.div_ceil(64) as usize] }
+    }
+
+    /// Bytes of the pages ever written (by a verb or by [`MemoryImage::write`]).
+    pub fn written_bytes(&self) -> u64 {
+        self.pages_written.iter().map(|w| u64::from(w.count_ones())).sum::<u64>() * PAGE_BYTES
+    }
+
+    /// Bytes of the pages ever written that start in `start..end` (regions of a layout: a
+    /// page two regions share counts for the one it starts in).
+    pub fn written_bytes_in(&self, start: Addr, end: Addr) -> u64 {
+        let pages = start.div_ceil(PAGE_BYTES)..end.div_ceil(PAGE_BYTES);
+        let written = |p: u64| self.pages_written.get((p / 64) as usize).is_some_and(|w| w & (1 << (p % 64)) != 0);
+        pages.filter(|p| written(*p)).count() as u64 * PAGE_BYTES
+    }
+
+    /// Whether the `len` bytes at `addr` (8-aligned, inside the node) are all zero.
+    pub fn is_zero(&self, addr: Addr, len: u64) -> bool {
+        let (first, last) = ((addr / 8) as usize, (addr + len).div_ceil(8) as usize);
+        self.words.get(first..last.min(self.words.len())).is_none_or(|w| w.iter().all(|x| *x == 0))
+    }
+
+    fn mark_written(&mut self, addr: Addr, len: u64) {
+        if len == 0 {
+            return;
+        }
+        for page in addr / PAGE_BYTES..=(addr + len - 1) / PAGE_BYTES {
+            if let Some(w) = self.pages_written.get_mut((page / 64) as usize) {
+                *w |= 1 << (page % 64);
+            }
+        }
     }
 
     pub fn len_bytes(&self) -> u64 {
@@ -135,6 +172,7 @@ impl MemoryImage {
                 let previous = *w;
                 if previous == *expected {
                     *w = *new;
+                    self.mark_written(*addr, 8);
                 }
                 VerbOutcome::Cas { previous }
             }
@@ -156,6 +194,7 @@ impl MemoryImage {
 
     /// Writes `data` at `addr` (caller has checked the range).
     pub fn write(&mut self, addr: Addr, data: &[u8]) {
+        self.mark_written(addr, data.len() as u64);
         let mut a = addr as usize;
         let mut i = 0;
         while i < data.len() {
@@ -186,5 +225,18 @@ mod tests {
         assert!(matches!(m.apply(&Verb::Read { addr: 60, len: 8 }), Err(VerbError::OutOfBounds { .. })));
         assert!(matches!(m.apply(&Verb::Read { addr: u64::MAX, len: 8 }), Err(VerbError::OutOfBounds { .. })));
         assert!(matches!(m.apply(&Verb::Read { addr: 0, len: VERB_BYTES_MAX + 1 }), Err(VerbError::TooLarge(_))));
+    }
+
+    #[test]
+    fn written_pages_count_writes_and_successful_cas_only() {
+        let mut m = MemoryImage::new(5 * PAGE_BYTES);
+        assert_eq!(m.written_bytes(), 0);
+        m.apply(&Verb::Read { addr: 0, len: 64 }).unwrap();
+        m.apply(&Verb::Cas { addr: PAGE_BYTES, expected: 1, new: 2 }).unwrap();
+        assert_eq!(m.written_bytes(), 0, "reads and failed CAS touch nothing");
+        m.apply(&Verb::Write { addr: 2 * PAGE_BYTES - 4, data: vec![1; 8] }).unwrap();
+        assert_eq!(m.written_bytes(), 2 * PAGE_BYTES, "a write across a page boundary touches both");
+        m.apply(&Verb::Cas { addr: 4 * PAGE_BYTES, expected: 0, new: 2 }).unwrap();
+        assert_eq!(m.written_bytes(), 3 * PAGE_BYTES);
     }
 }

@@ -24,7 +24,7 @@ fn setup(protocol: Protocol) -> (DirectMemory, Client, Layout) {
     )
     .unwrap();
     let mut images: Vec<MemoryImage> = (0..3).map(|_| MemoryImage::new(layout.node_bytes())).collect();
-    let load = bulk_load(&layout, &mut images, [(b"a".to_vec(), b"1".to_vec())], 1).unwrap();
+    let load = bulk_load(&layout, protocol, &mut images, [(b"a".to_vec(), b"1".to_vec())], 1).unwrap();
     let mut c = Client::new(ClientConfig::new(protocol, 0, layout.clone(), LocalTime::ZERO));
     c.absorb_load(&load);
     (DirectMemory::new(images), c, layout)
@@ -168,7 +168,7 @@ fn a_full_load_fits_the_directory_with_any_number_of_writers() {
         let layout = kairos_swarm::layout::Layout::new(config.with_default_buffers()).unwrap();
         let mut images: Vec<_> = (0..3).map(|_| kairos_swarm::verbs::MemoryImage::new(layout.node_bytes())).collect();
         let load = (0..keys).map(|k| (kairos_swarm::ycsb::key_bytes(k, 24), vec![1u8; 8]));
-        let loaded = kairos_swarm::index::bulk_load(&layout, &mut images, load, 1);
+        let loaded = kairos_swarm::index::bulk_load(&layout, Protocol::SwarmKv, &mut images, load, 1);
         assert!(loaded.is_ok(), "{writers} writers: {:?}", loaded.err());
     }
 }

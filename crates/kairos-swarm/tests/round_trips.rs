@@ -60,3 +60,30 @@ fn recycling_keeps_buffer_memory_bounded_in_long_runs() {
     assert!(updates > 7_000);
     assert!(touched * 4 < updates, "buffers are reused: {touched} touched for {updates} updates");
 }
+
+/// Memory is measured in pages the memory nodes wrote. SWARM-KV keeps one in-place copy per
+/// key (on its primary) and, per replica, about one buffer per key; RAW keeps one copy and no
+/// metadata or buffers.
+#[test]
+fn memory_per_key_is_one_in_place_copy_and_a_buffer_per_replica() {
+    for protocol in [Protocol::SwarmKv, Protocol::Raw] {
+        let run = SwarmRun { protocol, keys: 4_000, value_size: 1024, warmup: 8_000, ops: 500, ..SwarmRun::default() };
+        let layout = run.layout().unwrap();
+        let o = run.run().unwrap();
+        assert_eq!(o.linearizable, Some(true), "{}: {}", protocol.name(), o.check_report);
+        let region = |name: &str| o.memory_bytes_per_key_by_region[name];
+        println!("{}: {:?}", protocol.name(), o.memory_bytes_per_key_by_region);
+        let entry = layout.inplace_entry_bytes as f64;
+        // Pages are 4 KiB: allow a page per few keys of rounding, never a second copy.
+        assert!(region("in_place") >= entry && region("in_place") < 1.1 * entry, "{}", region("in_place"));
+        let sum: f64 = o.memory_bytes_per_key_by_region.values().sum();
+        assert!((sum - o.memory_bytes_per_key_used).abs() < 1.0);
+        match protocol {
+            Protocol::Raw => assert_eq!((region("metadata"), region("buffers")), (0.0, 0.0)),
+            _ => {
+                let buffers = 3.0 * layout.buffer_bytes as f64;
+                assert!(region("buffers") >= buffers && region("buffers") < 1.15 * buffers, "{}", region("buffers"));
+            }
+        }
+    }
+}

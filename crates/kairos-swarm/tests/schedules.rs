@@ -50,7 +50,8 @@ impl Lab {
         )
         .unwrap();
         let mut images: Vec<MemoryImage> = (0..3).map(|_| MemoryImage::new(layout.node_bytes())).collect();
-        let load = index::bulk_load(&layout, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1).unwrap();
+        let load = index::bulk_load(&layout, Protocol::SwarmKv, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1)
+            .unwrap();
         let slot = load.tuples.iter().flatten().next().unwrap().0;
         let clients = (0..n)
             .map(|w| {

@@ -84,4 +84,10 @@ pub trait MemoryBackend: Send + Sync {
 
     /// Short name for reports: `shm` or `tcp`.
     fn name(&self) -> &'static str;
+
+    /// Bytes of node addresses `start..end` of `node` that hold allocated memory (nodes are
+    /// zeroed lazily, page by page), if this backend can tell.
+    fn allocated_bytes_in(&self, _node: MemNodeId, _start: u64, _end: u64) -> Option<u64> {
+        None
+    }
 }

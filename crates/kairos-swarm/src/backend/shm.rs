@@ -141,6 +141,29 @@ impl ShmRegion {
         AtomicWords::new(&self.all_words()[SHM_HEADER_BYTES as usize / 8..])
     }
 
+    /// Bytes of node addresses `start..end` backed by allocated tmpfs pages (found with
+    /// `SEEK_DATA` / `SEEK_HOLE`: a page exists once something wrote it).
+    pub fn allocated_bytes_in(&self, start: u64, end: u64) -> Result<u64, BackendError> {
+        use std::os::fd::AsRawFd;
+        let file = File::open(&self.path).map_err(|e| shm_err(&self.path, format!("cannot open ({e})")))?;
+        let fd = file.as_raw_fd();
+        let stop = SHM_HEADER_BYTES + end.min(self.data_words as u64 * 8);
+        let (mut pos, mut total) = (SHM_HEADER_BYTES + start, 0);
+        while pos < stop {
+            // SAFETY: lseek on a file descriptor this function owns; no memory is passed.
+            let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 || data as u64 >= stop {
+                break; // ENXIO: no data at or after `pos`
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            let hole = if hole < 0 { stop } else { (hole as u64).min(stop) };
+            total += hole - data as u64;
+            pos = hole;
+        }
+        Ok(total)
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -257,6 +280,10 @@ impl MemoryBackend for ShmCluster {
 
     fn connect(&self, _client: u32) -> Result<Box<dyn MemoryPort>, BackendError> {
         Ok(Box::new(ShmPort { regions: self.regions.clone(), done: VecDeque::new() }))
+    }
+
+    fn allocated_bytes_in(&self, node: MemNodeId, start: u64, end: u64) -> Option<u64> {
+        self.region(node)?.allocated_bytes_in(start, end).ok()
     }
 
     fn name(&self) -> &'static str {

@@ -196,9 +196,11 @@ pub struct Outcome {
     pub round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>>,
     /// Node memory per key the layout allocates (all nodes).
     pub memory_bytes_per_key: f64,
-    /// Memory per key actually touched (slots, directory and the buffers ever used, on every
-    /// replica; RAW: its single copy).
+    /// Memory per key actually touched: the pages memory nodes ever wrote (zeroed memory is
+    /// allocated on first write), all nodes.
     pub memory_bytes_per_key_used: f64,
+    /// The same by region of the layout ([`Layout::regions`]); empty where not measured.
+    pub memory_bytes_per_key_by_region: BTreeMap<&'static str, f64>,
     /// Client counters summed (maxima for `*_max`).
     pub metrics: BTreeMap<String, u64>,
     pub errors: BTreeMap<String, u64>,
@@ -356,7 +358,7 @@ impl SwarmRun {
         let mut images: Vec<MemoryImage> =
             (0..layout.config.memory_nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
         let keys = (0..self.keys).map(|k| (ycsb.key_bytes(k), ycsb::value_bytes(0, value_size)));
-        let load = index::bulk_load(layout, &mut images, keys, 1).map_err(RunError::Load)?;
+        let load = index::bulk_load(layout, self.protocol, &mut images, keys, 1).map_err(RunError::Load)?;
         let mut clients: Vec<Client> = (0..self.clients)
             .map(|w| {
                 let mut cfg = ClientConfig::new(self.protocol, w, layout.clone(), ts_epoch);
@@ -477,7 +479,6 @@ impl SwarmRun {
         let mut metrics: BTreeMap<String, u64> = BTreeMap::new();
         let mut errors: BTreeMap<String, u64> = BTreeMap::new();
         let mut completed = 0;
-        let mut buffers_touched = 0u64;
         for id in &client_ids {
             let Some(c) = sim.role::<ClientNode>(*id) else { continue };
             completed += c.completed;
@@ -493,9 +494,6 @@ impl SwarmRun {
                 } else {
                     *e += v;
                 }
-                if k == "buffers_touched" {
-                    buffers_touched += v;
-                }
             }
             for (k, v) in &c.errors {
                 *errors.entry(k.clone()).or_insert(0) += v;
@@ -510,19 +508,24 @@ impl SwarmRun {
             end = SimTime(last);
         }
         let latency_us = latencies(&history);
-        // RAW keeps one in-place copy per key on one node and no buffers.
-        let copies = if self.protocol == Protocol::Raw { 1.0 } else { f64::from(m) };
-        let fixed = layout.buffers_base as f64 * copies;
-        let used_buffers = if self.protocol == Protocol::Raw {
-            0.0
-        } else {
-            buffers_touched as f64 * layout.buffer_bytes as f64 * copies
-        };
+        // Memory nodes are the first `m` nodes added.
+        let images: Vec<&MemoryImage> =
+            (0..m).filter_map(|n| sim.role::<MemoryNode>(NodeId(n))).map(|n| &n.image).collect();
+        let written_bytes: u64 = images.iter().map(|i| i.written_bytes()).sum();
+        let memory_bytes_per_key_by_region = layout
+            .regions()
+            .iter()
+            .map(|(name, start, end)| {
+                let bytes: u64 = images.iter().map(|i| i.written_bytes_in(*start, *end)).sum();
+                (*name, bytes as f64 / self.keys as f64)
+            })
+            .collect();
         let mut outcome = Outcome {
             latency_us,
             round_trips,
             memory_bytes_per_key: layout.bytes_per_key(),
-            memory_bytes_per_key_used: (fixed + used_buffers) / self.keys as f64,
+            memory_bytes_per_key_used: written_bytes as f64 / self.keys as f64,
+            memory_bytes_per_key_by_region,
             metrics,
             errors,
             completed,

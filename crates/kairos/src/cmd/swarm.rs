@@ -271,13 +271,20 @@ pub fn print_table_on(run: &SwarmRun, o: &Outcome, backend: BackendArg) {
         None => format!("UNVERIFIED (no checker could decide): {}", o.check_report),
     };
     println!(
-        "throughput {:.0} ops/s ({}) · memory {:.0} B/key allocated, {:.0} B/key touched · errors {:?} · {verdict}",
+        "throughput {:.0} ops/s ({}) · memory {:.0} B/key reserved, {:.0} B/key touched · errors {:?} · {verdict}",
         o.throughput_ops_per_s(),
         if backend == BackendArg::Sim { "virtual" } else { "real time" },
         o.memory_bytes_per_key,
         o.memory_bytes_per_key_used,
         o.errors
     );
+    if o.memory_bytes_per_key_by_region.is_empty() {
+        println!("memory touched is estimated from the layout (this backend cannot measure its pages)");
+    } else {
+        let parts: Vec<String> =
+            o.memory_bytes_per_key_by_region.iter().map(|(region, b)| format!("{region} {b:.0}")).collect();
+        println!("memory touched per key, all nodes, by region (pages written): {}", parts.join(", "));
+    }
 }
 
 /// CPU cores this process may use (real backends share them between clients and memory).
@@ -324,6 +331,9 @@ pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: Bac
         extra.insert("host_cores".into(), cores().into());
     }
     extra.insert("memory_bytes_per_key_used".into(), o.memory_bytes_per_key_used.into());
+    if !o.memory_bytes_per_key_by_region.is_empty() {
+        extra.insert("memory_bytes_per_key_by_region".into(), serde_json::json!(o.memory_bytes_per_key_by_region));
+    }
     extra.insert("metrics".into(), serde_json::json!(o.metrics));
     RunResult {
         system: "swarm".into(),

@@ -773,15 +773,16 @@ fn swarm_memory(runs: &[&RunResult]) -> Figure {
         svgs,
         paper: paper.into(),
         measured: format!(
-            "Kairos ({value_size:.0} B values), bytes touched per key: SWARM-KV/RAW {}, DM-ABD/RAW {}; bytes \
-             allocated per key (the layout reserves the same slots for every protocol): SWARM-KV/RAW {}, DM-ABD/RAW {}.{}",
+            "Kairos ({value_size:.0} B values), bytes touched per key (pages the memory nodes wrote; zeroed \
+             memory is allocated on first write): SWARM-KV/RAW {}, DM-ABD/RAW {}; address space reserved per key \
+             (the layout reserves the same regions for every protocol): SWARM-KV/RAW {}, DM-ABD/RAW {}.{}",
             x(ratio(of("swarm-kv"), of("raw"))),
             x(ratio(of("dm-abd"), of("raw"))),
             x(ratio(alloc("swarm-kv"), alloc("raw"))),
             x(ratio(alloc("dm-abd"), alloc("raw"))),
             notes.join(" ")
         ),
-        table: table(&["protocol", "allocated B/key", "touched B/key"], rows),
+        table: table(&["protocol", "reserved B/key", "touched B/key"], rows),
     }
 }
 
