@@ -14,6 +14,22 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+/// Directory claims a create tries before it fails with [`KvError::IndexFull`] (a claim is
+/// lost only to a concurrent insert into the same entry of the same window).
+pub const DIR_CLAIMS_MAX: u32 = 8;
+
+/// Every replied node's directory window, read by the verb at `shape.window`.
+pub(crate) fn window_words(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
+    let mut m = BTreeMap::new();
+    for (node, outs) in &op.replies {
+        let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
+        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+            m.insert(*node, meta::words(bytes));
+        }
+    }
+    m
+}
+
 /// Which protocol a [`Client`] runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Protocol {
@@ -97,6 +113,8 @@ pub(crate) struct Shape {
     pub words: Option<usize>,
     pub inplace: Option<usize>,
     pub window: Option<usize>,
+    /// The CAS claiming the new key's directory entry.
+    pub dir_claim: Option<usize>,
     pub copy: Option<usize>,
     /// A read of a buffer's lock word (8 bytes), or of the whole buffer (lock word, then copy).
     pub lock: Option<usize>,
@@ -109,18 +127,25 @@ pub(crate) enum Stage {
     Queued,
     Lookup,
     Create,
+    /// A directory claim lost on some nodes is retried there (see [`crate::index`]).
+    DirRetry,
     Write,
     WriterPrepare,
     WriterLock,
     Read,
     ReaderLock,
-    Fetch { then_read: bool },
+    Fetch {
+        then_read: bool,
+    },
     AbdRead,
     AbdWrite,
     AbdBack,
     RawRead,
     RawWrite,
 }
+
+/// A round's replies and the shapes of its chains, per node.
+pub(crate) type RoundReplies = (BTreeMap<MemNodeId, Vec<VerbOutcome>>, BTreeMap<MemNodeId, Shape>);
 
 pub(crate) struct Op {
     pub id: OpId,
@@ -155,6 +180,12 @@ pub(crate) struct Op {
     pub above: std::collections::BTreeSet<MemNodeId>,
     /// The tuple's timestamp is above everything read after the op began: no staleness check.
     pub fresh: bool,
+    /// A created key's directory entry, the nodes that hold it, the claims tried, and the
+    /// create round's replies and shapes while a lost claim is retried.
+    pub dir_word: u64,
+    pub dir_holders: std::collections::BTreeSet<MemNodeId>,
+    pub dir_claims: u32,
+    pub dir_stash: Option<RoundReplies>,
     pub done: bool,
 }
 
@@ -459,7 +490,7 @@ impl Client {
                     .alive_nodes()
                     .into_iter()
                     .map(|n| {
-                        let verbs = vec![Verb::Read { addr: l.dir_entry(first, 0, 0), len }];
+                        let verbs = vec![Verb::Read { addr: l.dir_entry(first, 0), len }];
                         (n, verbs, Shape { window: Some(0), ..Shape::default() })
                     })
                     .collect();
@@ -469,18 +500,23 @@ impl Client {
         }
     }
 
-    /// A key no directory entry names yet: allocate a slot, write its directory entry (and, for
-    /// SWARM-KV, its first value) and read the key's window in one round trip.
+    /// A key no directory entry names yet (`op.replies` hold the lookup's window reads):
+    /// allocate a slot, claim its directory entry (and, for SWARM-KV, write its first value) and
+    /// read the key's window in one round trip.
     fn create(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         let key = op.op.key().to_vec();
         let fp = index::fingerprint(&key);
+        let windows = window_words(op);
+        let windows: Vec<&[u64]> = windows.values().map(|w| w.as_slice()).collect();
+        let Some((bucket, e)) = self.index.claim_entry(&self.cfg.layout, fp, &windows) else {
+            return self.finish(op, Err(KvError::IndexFull), now, out);
+        };
         let Some(slot) = self.index.allocate_slot(&self.cfg.layout, self.cfg.writer) else {
             return self.finish(op, Err(KvError::IndexFull), now, out);
         };
-        let Some((bucket, e)) = self.index.allocate_entry(&self.cfg.layout, fp) else {
-            return self.finish(op, Err(KvError::IndexFull), now, out);
-        };
         op.slot = Some(slot);
+        op.dir_word = index::entry(fp, slot);
+        op.dir_claims = 1;
         // SWARM-KV writes the value in the same round trip as the directory entry.
         let swarm = self.cfg.protocol == Protocol::SwarmKv;
         if swarm {
@@ -501,13 +537,10 @@ impl Client {
             if Some(node) == primary {
                 verbs.push(Verb::Write { addr: l.key_area(node, slot), data: key_area.clone() });
             }
-            verbs.push(Verb::Write {
-                addr: l.dir_entry(bucket, self.cfg.writer, e),
-                data: index::entry(fp, slot).to_le_bytes().to_vec(),
-            });
-            let window = verbs.len();
-            verbs.push(Verb::Read { addr: l.dir_entry(first, 0, 0), len: (probe * l.bucket_bytes()) as u32 });
-            let mut shape = Shape { window: Some(window), ..Shape::default() };
+            let dir_claim = verbs.len();
+            verbs.push(Verb::Cas { addr: l.dir_entry(bucket, e), expected: 0, new: op.dir_word });
+            verbs.push(Verb::Read { addr: l.dir_entry(first, 0), len: (probe * l.bucket_bytes()) as u32 });
+            let mut shape = Shape { window: Some(dir_claim + 1), dir_claim: Some(dir_claim), ..Shape::default() };
             if swarm && replicas.contains(&node) {
                 let (more, s) = crate::safe_guess::write_verbs(self, op, node);
                 let base = verbs.len();
@@ -531,18 +564,67 @@ impl Client {
         }
     }
 
+    /// After a create round or a claim retry: whether the new key's directory entry is on a
+    /// directory quorum (then the create round's replies are back in `op`). If not, retries
+    /// the lost claims with other free entries, or fails the operation after
+    /// [`DIR_CLAIMS_MAX`] tries.
+    fn directory_entry_installed(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) -> bool {
+        let windows = window_words(op);
+        let mut lost = Vec::new();
+        for (node, outs) in &op.replies {
+            let Some(i) = op.shapes.get(node).and_then(|s| s.dir_claim) else { continue };
+            match outs.get(i) {
+                Some(VerbOutcome::Cas { previous }) if *previous == 0 || *previous == op.dir_word => {
+                    op.dir_holders.insert(*node);
+                }
+                Some(VerbOutcome::Cas { .. }) => lost.push(*node),
+                _ => {}
+            }
+        }
+        let need = self.dir_quorum();
+        if op.dir_holders.len() >= need {
+            if let Some((replies, shapes)) = op.dir_stash.take() {
+                (op.replies, op.shapes, op.stage) = (replies, shapes, Stage::Create);
+            }
+            return true;
+        }
+        self.bump("directory_claims_lost");
+        if op.dir_claims >= DIR_CLAIMS_MAX {
+            self.finish(op, Err(KvError::IndexFull), now, out);
+            return false;
+        }
+        op.dir_claims += 1;
+        if op.dir_stash.is_none() {
+            op.dir_stash = Some((std::mem::take(&mut op.replies), std::mem::take(&mut op.shapes)));
+        }
+        let fp = index::entry_fp(op.dir_word);
+        let (first, probe) = index::window(&self.cfg.layout, fp);
+        let mut chains = Vec::new();
+        for node in lost {
+            let window = windows.get(&node).map_or(&[][..], |w| w.as_slice());
+            let Some((bucket, e)) = self.index.claim_entry(&self.cfg.layout, fp, &[window]) else { continue };
+            let l = &self.cfg.layout;
+            let verbs = vec![
+                Verb::Cas { addr: l.dir_entry(bucket, e), expected: 0, new: op.dir_word },
+                Verb::Read { addr: l.dir_entry(first, 0), len: (probe * l.bucket_bytes()) as u32 },
+            ];
+            chains.push((node, verbs, Shape { dir_claim: Some(0), window: Some(1), ..Shape::default() }));
+        }
+        let more = need - op.dir_holders.len();
+        self.send_round(op, Stage::DirRetry, chains, more, now, out);
+        false
+    }
+
     fn advance(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        if matches!(op.stage, Stage::Create | Stage::DirRetry) && !self.directory_entry_installed(op, now, out) {
+            return;
+        }
         match op.stage {
             Stage::Create if self.cfg.protocol == Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
             Stage::Lookup | Stage::Create => {
                 let fp = index::fingerprint(op.op.key());
-                let mut slots = Vec::new();
-                for (node, outs) in &op.replies {
-                    let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
-                    if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-                        slots.extend(index::slots_in_window(&self.cfg.layout, &meta::words(bytes), fp));
-                    }
-                }
+                let mut slots: Vec<u64> =
+                    window_words(op).values().flat_map(|w| index::slots_in_window(&self.cfg.layout, w, fp)).collect();
                 slots.sort_unstable();
                 if op.stage == Stage::Create {
                     // Another client's earlier slot for the same key wins.
@@ -659,6 +741,10 @@ impl KvClient for Client {
             lock_for: 0,
             above: std::collections::BTreeSet::new(),
             fresh: false,
+            dir_word: 0,
+            dir_holders: std::collections::BTreeSet::new(),
+            dir_claims: 0,
+            dir_stash: None,
             done: false,
         };
         let q = self.key_queue.entry(key).or_default();

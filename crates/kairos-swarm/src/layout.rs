@@ -7,8 +7,8 @@
 //! node holds every key):
 //!
 //! ```text
-//! directory   buckets × writers × DIR_ENTRIES words   (fingerprint 40 bits | slot 24 bits) — the shared
-//!             part of the replica-location index: each writer appends to its own column only
+//! directory   buckets × DIR_ENTRIES words   (fingerprint 40 bits | slot 24 bits) — the shared part
+//!             of the replica-location index; writers claim entries with CAS (see `index`)
 //! slots       keys × writers words: one 8-byte In-n-Out metadata word per writer (see `meta`)
 //! in-place    replicas × ⌈keys / memory_nodes⌉ entries, grouped by the node's rank among the
 //!             key's replicas (rank 0 first):
@@ -33,12 +33,16 @@ use crate::verbs::{Addr, MemNodeId, PAGE_BYTES};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Directory entries per (bucket, writer).
-pub const DIR_ENTRIES: u64 = 2;
-/// Consecutive buckets a key may land in (its home bucket and the next ones). With about one
-/// key per bucket and column (see `Layout::new`), a window then holds Poisson(2) of its
-/// column's keys against 16 entries: overflow odds ~10⁻¹⁰ per window, none at 10⁷ keys.
-pub const DIR_PROBE: u64 = 8;
+/// Directory entries per bucket (one 64-byte line), shared by all writers.
+pub const DIR_ENTRIES: u64 = 8;
+/// Consecutive buckets a key may land in (its home bucket and the next ones): a window of 128
+/// entries (1 KiB), read with one verb when a client looks up a key it does not know.
+pub const DIR_PROBE: u64 = 16;
+/// Directory entries per key of capacity. At this load (one half), a full directory of 10⁶
+/// keys placed first-free in their windows needs about 7 of a window's buckets, each further
+/// bucket about a tenth as often as the one before
+/// (`index::tests::a_full_directory_leaves_every_window_room`).
+pub const DIR_ENTRIES_PER_KEY: u64 = 2;
 /// Bytes of a buffer's or in-place copy's header: `[meta][hash][len]` (+ the lock word for buffers).
 pub const COPY_HEADER_BYTES: u64 = 24;
 /// Most writers the metadata word can name (7 bits).
@@ -61,7 +65,7 @@ pub struct LayoutConfig {
     pub replicas: u32,
     /// Memory nodes (≥ replicas).
     pub memory_nodes: u32,
-    /// Clients that may write (each gets a metadata word per key, a directory column and a pool).
+    /// Clients that may write (each gets a metadata word per key and a pool).
     pub writers: u32,
     /// Out-of-place buffers per writer per node (recycled; see the crate docs).
     pub buffers_per_writer: u32,
@@ -158,13 +162,10 @@ impl Layout {
             return Err(LayoutError::BadSize { key_size: c.key_size, value_size: c.value_size });
         }
         let w = u64::from(c.writers);
-        // Keys spread over the writers' columns (slot % writers); a key's window is DIR_PROBE
-        // buckets of DIR_ENTRIES entries per column. One bucket per key gives a column ≤ 1/4
-        // key per bucket with ≥ 4 writers; fewer writers get more buckets to stay there (with
-        // 1 writer and one bucket per key, windows overflowed at 100,000 keys).
-        let buckets = c.keys.max((c.keys * 4).div_ceil(w.max(1)));
+        // The directory is sized for the keys, not for the writers: entries are shared.
+        let buckets = (c.keys * DIR_ENTRIES_PER_KEY).div_ceil(DIR_ENTRIES).max(DIR_PROBE);
         let directory_base = 0;
-        let directory_bytes = buckets * w * DIR_ENTRIES * 8;
+        let directory_bytes = buckets * DIR_ENTRIES * 8;
         let key_area_bytes = 8 + pad8(u64::from(c.key_size));
         let value_padded = pad8(u64::from(c.value_size));
         let slot_bytes = w * 8;
@@ -215,18 +216,13 @@ impl Layout {
         let m = u64::from(self.config.memory_nodes);
         (0..u64::from(self.config.replicas)).map(|i| ((slot + i) % m) as MemNodeId).collect()
     }
-    /// The home bucket of a key fingerprint.
-    pub fn bucket_of(&self, fingerprint: u64) -> u64 {
-        fingerprint % self.buckets
+    /// Address of directory entry `entry` of `bucket`.
+    pub fn dir_entry(&self, bucket: u64, entry: u64) -> Addr {
+        self.directory_base + ((bucket % self.buckets) * DIR_ENTRIES + entry % DIR_ENTRIES) * 8
     }
-    /// Address of `writer`'s directory entry `entry` in `bucket`.
-    pub fn dir_entry(&self, bucket: u64, writer: u32, entry: u64) -> Addr {
-        let w = u64::from(self.config.writers);
-        self.directory_base + ((bucket % self.buckets) * w * DIR_ENTRIES + u64::from(writer) * DIR_ENTRIES + entry) * 8
-    }
-    /// Bytes of one bucket (all writers' columns).
+    /// Bytes of one bucket.
     pub fn bucket_bytes(&self) -> u64 {
-        u64::from(self.config.writers) * DIR_ENTRIES * 8
+        DIR_ENTRIES * 8
     }
     pub fn slot_base(&self, slot: u64) -> Addr {
         self.slots_base + slot * self.slot_bytes
@@ -308,7 +304,7 @@ mod tests {
     #[test]
     fn regions_do_not_overlap_and_words_are_aligned() {
         let l = Layout::new(LayoutConfig { keys: 10, ..LayoutConfig::paper() }.with_default_buffers()).unwrap();
-        assert!(l.dir_entry(l.buckets - 1, 3, DIR_ENTRIES - 1) + 8 <= l.slots_base);
+        assert!(l.dir_entry(l.buckets - 1, DIR_ENTRIES - 1) + 8 <= l.slots_base);
         assert!(l.slot_base(9) + l.slot_bytes <= l.inplace_base);
         assert_eq!(l.buffer(3, l.config.buffers_per_writer - 1) + l.buffer_bytes, l.node_bytes());
         for a in [
@@ -317,7 +313,7 @@ mod tests {
             l.key_area(2, 7),
             l.buffer_lock(2, 5),
             l.buffer_copy(2, 5),
-            l.dir_entry(3, 1, 1),
+            l.dir_entry(3, 1),
         ] {
             assert_eq!(a % 8, 0);
         }

@@ -50,7 +50,7 @@ pub struct RealRun {
     pub grace: Duration,
     /// After the last invocation, how long the driver waits for operations in flight.
     pub drain_timeout: Duration,
-    /// Writer slots in the layout (metadata words per key, directory columns, buffer pools);
+    /// Writer slots in the layout (metadata words per key and buffer pools);
     /// `None` = one per client. More slots than clients keeps one layout across client counts
     /// (a scaling experiment), and avoids the directory overflowing with 1–2 writers.
     pub layout_writers: Option<u32>,

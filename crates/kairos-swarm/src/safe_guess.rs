@@ -160,12 +160,9 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let fp = crate::index::fingerprint(op.op.key());
     let mut lowest = op.slot;
-    for (node, outs) in &op.replies {
-        let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
-        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-            if let Some(&s) = crate::index::slots_in_window(&c.cfg.layout, &meta::words(bytes), fp).first() {
-                lowest = Some(lowest.map_or(s, |l| l.min(s)));
-            }
+    for words in crate::engine::window_words(op).values() {
+        if let Some(&s) = crate::index::slots_in_window(&c.cfg.layout, words, fp).first() {
+            lowest = Some(lowest.map_or(s, |l| l.min(s)));
         }
     }
     let key = op.op.key().to_vec();

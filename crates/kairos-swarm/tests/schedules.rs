@@ -359,3 +359,38 @@ fn a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operat
         "R1 returned W's value before V began, so a read after V completed must return V's"
     );
 }
+
+/// Directory entries are shared and claimed with CAS. Two clients insert new keys at once and
+/// claim the same free entry: A's claim lands first on P, B's on B and C. B holds a majority
+/// and is done; A lost the entry on B, retries there with another free entry, and completes
+/// one round trip later. A third client, which knows neither key, then finds both.
+#[test]
+fn inserts_racing_for_one_directory_entry_both_end_up_findable() {
+    let (a, b, reader) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let [p, q, r] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    let insert = |key: &[u8], value: &[u8]| KvOp::Insert { key: key.to_vec(), value: value.to_vec() };
+    lab.invoke(a, 1, insert(b"key-a", b"value a"));
+    lab.invoke(b, 1, insert(b"key-b", b"value b"));
+    for c in [a, b] {
+        for n in [p, q, r] {
+            lab.step(c, n); // the lookups: neither key exists
+        }
+    }
+    // Both creates now claim the same entry (the first free one of a shared window).
+    lab.step(a, p);
+    lab.step(b, q);
+    lab.step(b, r);
+    assert!(lab.done.contains_key(&(b, 1)), "B's claim holds on a majority: its insert is done");
+    lab.step(a, q); // A's claim on Q is lost to B's
+    assert_eq!(lab.counter(a, "directory_claims_lost"), 1);
+    let got = lab.run(a, 1, &[q, p, r], 20).expect("A completes after retrying its claim");
+    assert_eq!(got.result, Ok(None));
+    assert_eq!(lab.done[&(b, 1)].result, Ok(None));
+    for (id, key, value) in [(1, b"key-a", b"value a"), (2, b"key-b", b"value b")] {
+        lab.invoke(reader, id, KvOp::Get { key: key.to_vec() });
+        // Its lookup hears Q and R first: P alone holding A's entry would not be enough.
+        let got = lab.run(reader, id, &[q, r, p], 20).expect("the reader completes");
+        assert_eq!(got.result, Ok(Some(value.to_vec())), "{}", String::from_utf8_lossy(key));
+    }
+}
