@@ -215,7 +215,7 @@ pub struct Client {
     /// CASes it from there; see [`crate::safe_guess`]).
     pub(crate) my_locks: BTreeMap<(u32, MemNodeId), u64>,
     /// Operations per key, the running one first (one operation per key at a time per client).
-    key_queue: BTreeMap<Vec<u8>, VecDeque<OpId>>,
+    key_queue: index::KeyMap<VecDeque<OpId>>,
     pub(crate) ts_adjust: u64,
     pub(crate) last_ts: u64,
     pub(crate) counters: BTreeMap<&'static str, u64>,
@@ -236,7 +236,7 @@ impl Client {
             next_tag: 1,
             my_words: BTreeMap::new(),
             my_locks: BTreeMap::new(),
-            key_queue: BTreeMap::new(),
+            key_queue: index::KeyMap::default(),
             ts_adjust: 0,
             last_ts: 0,
             counters: BTreeMap::new(),
