@@ -39,15 +39,19 @@ pub enum Protocol {
     DmAbd,
     /// One node, no replication, no concurrency control: 1 round trip (a lower bound).
     Raw,
+    /// FUSEE's SNAPSHOT replication (FAST 2023): 3 round trips per update, 1 per get on a
+    /// cache hit (see [`crate::fusee`]).
+    Fusee,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Raw];
+    pub const ALL: [Protocol; 4] = [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Raw, Protocol::Fusee];
     pub fn name(self) -> &'static str {
         match self {
             Protocol::SwarmKv => "swarm-kv",
             Protocol::DmAbd => "dm-abd",
             Protocol::Raw => "raw",
+            Protocol::Fusee => "fusee",
         }
     }
     pub fn parse(s: &str) -> Option<Protocol> {
@@ -64,6 +68,9 @@ pub enum UnsafeSwitch {
     TrustGuess,
     /// A reader returns GUESSED tuples as if they were VERIFIED (no lock).
     ReadGuessed,
+    /// FUSEE: a writer that lost the SNAPSHOT race returns at once, without waiting for the
+    /// winner to change the primary slot.
+    FuseeLoserReturnsAtOnce,
 }
 
 /// Everything a client needs besides its memory nodes.
@@ -142,6 +149,14 @@ pub(crate) enum Stage {
     AbdBack,
     RawRead,
     RawWrite,
+    FuseeRead,
+    FuseeFetch,
+    FuseeWrite,
+    FuseeBackups,
+    FuseeRecheck,
+    FuseeFix,
+    FuseePrimary,
+    FuseeWait,
 }
 
 /// A round's replies and the shapes of its chains, per node.
@@ -220,6 +235,8 @@ pub struct Client {
     pub(crate) last_ts: u64,
     pub(crate) counters: BTreeMap<&'static str, u64>,
     suspected_at: BTreeMap<MemNodeId, LocalTime>,
+    /// FUSEE: the primary index slot's value per slot, as last seen (its adaptive cache).
+    pub(crate) fusee_seen: BTreeMap<u64, u64>,
 }
 
 impl Client {
@@ -241,6 +258,7 @@ impl Client {
             last_ts: 0,
             counters: BTreeMap::new(),
             suspected_at: BTreeMap::new(),
+            fusee_seen: BTreeMap::new(),
         }
     }
 
@@ -561,6 +579,7 @@ impl Client {
             Protocol::SwarmKv => crate::safe_guess::begin(self, op, now, out),
             Protocol::DmAbd => crate::dm_abd::begin(self, op, now, out),
             Protocol::Raw => crate::raw::begin(self, op, now, out),
+            Protocol::Fusee => crate::fusee::begin(self, op, now, out),
         }
     }
 
@@ -650,6 +669,7 @@ impl Client {
                 Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
                 Protocol::DmAbd => crate::dm_abd::advance(self, op, now, out),
                 Protocol::Raw => crate::raw::advance(self, op, now, out),
+                Protocol::Fusee => crate::fusee::advance(self, op, now, out),
             },
         }
     }
@@ -806,7 +826,12 @@ impl KvClient for Client {
     }
 
     fn on_tick(&mut self, now: LocalTime, out: &mut Outbox) {
-        let expired: Vec<ChainTag> = self.chains.iter().filter(|(_, c)| c.deadline <= now).map(|(t, _)| *t).collect();
+        // A late chain is taken for a crashed node and the round goes on with the others — but
+        // FUSEE's rounds need every replica and it has no failover (see `crate::fusee`): its
+        // operations wait for slow chains until their own deadline.
+        let expires = self.cfg.protocol != Protocol::Fusee;
+        let expired: Vec<ChainTag> =
+            self.chains.iter().filter(|(_, c)| expires && c.deadline <= now).map(|(t, _)| *t).collect();
         for tag in expired {
             let Some(info) = self.chains.remove(&tag) else { continue };
             self.suspect(info.node, now);

@@ -168,16 +168,20 @@ pub fn bulk_load(
         let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
         key_area.extend_from_slice(&key);
         let replicas = layout.replicas_of(slot);
+        // FUSEE keeps one index slot per key (word 0); the others one word per writer.
+        let word_of = if protocol == Protocol::Fusee { 0 } else { w };
         for node in replicas.iter().copied().filter(|_| protocol != Protocol::Raw) {
             let Some(img) = images.get_mut(node as usize) else { continue };
-            img.write(layout.meta_word(slot, w), &tuple.to_le_bytes());
+            img.write(layout.meta_word(slot, word_of), &tuple.to_le_bytes());
             img.write(layout.buffer_lock(w, buf), &meta::lock(tuple, meta::LOCK_FREE).to_le_bytes());
             img.write(layout.buffer_copy(w, buf), &copy);
         }
-        // The key and the in-place copy only on the primary (see `layout`).
+        // The key and the in-place copy only on the primary (see `layout`); FUSEE has none.
         if let Some(img) = images.get_mut(replicas[0] as usize) {
             img.write(layout.key_area(replicas[0], slot), &key_area);
-            img.write(layout.inplace(replicas[0], slot), &copy);
+            if protocol != Protocol::Fusee {
+                img.write(layout.inplace(replicas[0], slot), &copy);
+            }
         }
         // The directory is on every node.
         for img in images.iter_mut() {

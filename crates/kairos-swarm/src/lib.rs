@@ -10,13 +10,13 @@
 //! |---|---|
 //! | [`verbs`] | verbs, chains, outcomes, [`verbs::MemoryImage`] (the reference semantics) |
 //! | [`client`] | the sans-IO client interface: [`client::KvOp`], [`client::Outbox`], [`client::KvError`], membership |
-//! | [`layout`] | where the directory, slots (key, metadata words, in-place copy) and buffer pools live |
+//! | [`layout`] | where the directory, metadata words, in-place entries (key + copy, primary only) and buffer pools live |
 //! | [`meta`] | In-n-Out's metadata and lock words, hashed copies (xxHash3 over tuple + value) |
 //! | [`index`] | the replica-location index (shared directory + client cache), the bulk loader |
 //! | [`pool`] | memory recycling of out-of-place buffers |
 //! | [`engine`] | [`engine::Client`]: rounds of chains, timeouts, membership, per-key ordering |
 //! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
-//! | [`dm_abd`], [`raw`] | the baselines on the same layout and verbs |
+//! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
 //! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
 //! | [`direct`] | synchronous backend (warm-up, unit tests) |
 //! | [`backend`] | real memory nodes: [`backend::shm`] (regions in /dev/shm, CXL-style) and [`backend::tcp`] (memory server + client), one submit/poll [`backend::MemoryPort`] per client |
@@ -73,6 +73,7 @@ pub mod client;
 pub mod direct;
 pub mod dm_abd;
 pub mod engine;
+pub mod fusee;
 pub mod index;
 pub mod layout;
 pub mod meta;

@@ -373,6 +373,9 @@ pub enum SimCommand {
     /// DM-ABD under the same random deployments and adversary as `swarm-kv`.
     #[command(name = "dm-abd")]
     DmAbd(CampaignArgs),
+    /// FUSEE under the same random deployments, stalled chains and paused clients, without
+    /// crashes (Kairos's FUSEE has no recovery; see its module docs).
+    Fusee(CampaignArgs),
 }
 
 /// The protocols a fault campaign can run (the register has its own command).
@@ -385,6 +388,7 @@ pub enum CampaignProtocol {
     Causal,
     SwarmKv,
     DmAbd,
+    Fusee,
 }
 
 impl CampaignProtocol {
@@ -397,6 +401,7 @@ impl CampaignProtocol {
             CampaignProtocol::Causal => "causal",
             CampaignProtocol::SwarmKv => "swarm-kv",
             CampaignProtocol::DmAbd => "dm-abd",
+            CampaignProtocol::Fusee => "fusee",
         }
     }
 }

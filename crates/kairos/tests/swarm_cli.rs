@@ -33,7 +33,7 @@ fn bench_swarm_writes_one_result_per_protocol() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = v.as_array().unwrap();
     let protocols: Vec<&str> = runs.iter().map(|r| r["protocol"].as_str().unwrap()).collect();
-    assert_eq!(protocols, ["swarm-kv", "dm-abd", "raw"]);
+    assert_eq!(protocols, ["swarm-kv", "dm-abd", "fusee", "raw"]);
     for r in runs {
         assert_eq!(r["system"], "swarm");
         assert_eq!(r["host"], "sim");
@@ -47,7 +47,7 @@ fn bench_swarm_writes_one_result_per_protocol() {
 #[test]
 fn bench_swarm_refuses_bad_flags_with_a_reason() {
     for (args, needle) in [
-        (vec!["bench", "swarm", "--protocols", "fusee"], "unknown protocol"),
+        (vec!["bench", "swarm", "--protocols", "farm"], "unknown protocol"),
         (vec!["bench", "swarm", "--replicas", "2"], "--replicas"),
         (vec!["bench", "swarm", "--value-size", "4"], "--value-size"),
         (vec!["bench", "swarm", "--clients", "0"], "--clients"),

@@ -165,9 +165,19 @@ fn run_seed(
             });
             SeedRun { view_changes: views, stuck_why, ..run }
         }
-        CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd => {
-            let p = if protocol == CampaignProtocol::SwarmKv { Protocol::SwarmKv } else { Protocol::DmAbd };
-            let run = SwarmRun::draw(seed, false, Some(p));
+        CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd | CampaignProtocol::Fusee => {
+            let p = match protocol {
+                CampaignProtocol::SwarmKv => Protocol::SwarmKv,
+                CampaignProtocol::DmAbd => Protocol::DmAbd,
+                _ => Protocol::Fusee,
+            };
+            let mut run = SwarmRun::draw(seed, false, Some(p));
+            if p == Protocol::Fusee {
+                // No recovery: a crashed writer or memory node would stall FUSEE for good.
+                run.crash_node_at = None;
+                run.crash_client_after = None;
+                run.adversary.crash_client_at_chain = None;
+            }
             let o = run.run().map_err(|e| CliError::Usage(e.to_string()))?;
             let verdict = match o.linearizable {
                 Some(true) => Verdict::Valid,
@@ -398,6 +408,8 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         wall_s,
         fault_kinds: if matches!(protocol, CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd) {
             ["memory-node crash", "client crash", "stalled chains", "paused client"].map(String::from).to_vec()
+        } else if protocol == CampaignProtocol::Fusee {
+            ["stalled chains", "paused client"].map(String::from).to_vec()
         } else {
             rates.kinds.names()
         },

@@ -84,7 +84,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("━━ 4. SWARM-KV: replicated passive memory in one round trip ━━");
     println!("YCSB B (95% gets, Zipf 0.99) over 10,000 keys, 3 memory nodes (0.7 µs one way, verbs interleaved");
     println!(
-        "adversarially), 4 clients with skewed clocks; SWARM-KV against DM-ABD (2 RTT) and RAW (no replication).\n"
+        "adversarially), 4 clients with skewed clocks; SWARM-KV against DM-ABD (2 RTT), FUSEE (3 RTT updates) and RAW\n\
+         (no replication).\n"
     );
     let mut swarm_results = Vec::new();
     let mut swarm_ok = true;

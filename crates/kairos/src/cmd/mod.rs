@@ -39,6 +39,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sim(SimCommand::Causal(a)) => campaign::run(CampaignProtocol::Causal, a),
         Command::Sim(SimCommand::SwarmKv(a)) => campaign::run(CampaignProtocol::SwarmKv, a),
         Command::Sim(SimCommand::DmAbd(a)) => campaign::run(CampaignProtocol::DmAbd, a),
+        Command::Sim(SimCommand::Fusee(a)) => campaign::run(CampaignProtocol::Fusee, a),
         Command::Check(a) => check::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Cluster(redis::cluster::ClusterCommand::Up(a)) => redis::cluster::up(a),

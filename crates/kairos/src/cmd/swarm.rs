@@ -40,8 +40,9 @@ pub struct SwarmBenchArgs {
     /// Where memory nodes live.
     #[arg(long, value_enum, default_value_t = BackendArg::Sim)]
     pub backend: BackendArg,
-    /// Protocols to run side by side: swarm-kv, dm-abd, raw.
-    #[arg(long, value_delimiter = ',', default_value = "swarm-kv,dm-abd,raw")]
+    /// Protocols to run side by side: swarm-kv, dm-abd, fusee (the paper's peers), raw (no
+    /// replication: the lower bound).
+    #[arg(long, value_delimiter = ',', default_value = "swarm-kv,dm-abd,fusee,raw")]
     pub protocols: Vec<String>,
     #[arg(long, value_enum, default_value_t = YcsbArg::YcsbB)]
     pub workload: YcsbArg,
@@ -122,7 +123,7 @@ impl SwarmBenchArgs {
         let mut out = Vec::new();
         for name in &self.protocols {
             let Some(protocol) = Protocol::parse(name.trim()) else {
-                return bad(format!("unknown protocol `{name}`; choose from swarm-kv, dm-abd, raw"));
+                return bad(format!("unknown protocol `{name}`; choose from swarm-kv, dm-abd, fusee, raw"));
             };
             out.push(SwarmRun {
                 protocol,
@@ -206,7 +207,7 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
     for k in [OpKind::Get, OpKind::Update] {
         if let Some(s) = median(Protocol::SwarmKv, k) {
             let mut parts = Vec::new();
-            for base in [Protocol::Raw, Protocol::DmAbd] {
+            for base in [Protocol::Raw, Protocol::DmAbd, Protocol::Fusee] {
                 if let Some(b) = median(base, k).filter(|b| *b > 0.0) {
                     parts.push(format!("SWARM-KV/{} = {:.2}", base.name().to_uppercase(), s / b));
                 }
