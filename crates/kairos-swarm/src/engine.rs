@@ -546,8 +546,9 @@ impl Client {
         let replicas = self.cfg.layout.replicas_of(slot);
         let mut key_area = (key.len() as u64).to_le_bytes().to_vec();
         key_area.extend_from_slice(&key);
-        // The key is stored once, with the in-place copy on the primary.
-        let primary = self.primary(slot);
+        // The key is stored once, with the in-place copy on the primary (FUSEE: nowhere, see
+        // `crate::fusee`).
+        let primary = self.primary(slot).filter(|_| self.cfg.protocol != Protocol::Fusee);
         let mut chains = Vec::new();
         for node in self.alive_nodes() {
             let l = &self.cfg.layout;

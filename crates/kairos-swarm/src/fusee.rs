@@ -37,7 +37,8 @@
 //! writes (FUSEE runs are excluded from the crash campaigns); for the same reason a slow chain
 //! is waited for (until the operation's deadline) rather than taken for a crashed node; RACE hashing is replaced by the
 //! shared directory every protocol here uses; KV blocks are replicated on every replica of the
-//! key. Without the log writes, an update takes 3 round trips in the common case (5 when it
+//! key and hold the value only (FUSEE's also hold the key: about 32 bytes more per replica
+//! here, which this FUSEE does not store at all). Without the log writes, an update takes 3 round trips in the common case (5 when it
 //! raced another writer and won), where the paper reports 4–5.
 
 use crate::client::{KvError, KvOp, Outbox};

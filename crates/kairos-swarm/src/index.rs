@@ -176,12 +176,11 @@ pub fn bulk_load(
             img.write(layout.buffer_lock(w, buf), &meta::lock(tuple, meta::LOCK_FREE).to_le_bytes());
             img.write(layout.buffer_copy(w, buf), &copy);
         }
-        // The key and the in-place copy only on the primary (see `layout`); FUSEE has none.
-        if let Some(img) = images.get_mut(replicas[0] as usize) {
+        // The key and the in-place copy only on the primary (see `layout`). FUSEE has no
+        // in-place copy, and its key would live in its KV blocks (see `crate::fusee`).
+        if let Some(img) = images.get_mut(replicas[0] as usize).filter(|_| protocol != Protocol::Fusee) {
             img.write(layout.key_area(replicas[0], slot), &key_area);
-            if protocol != Protocol::Fusee {
-                img.write(layout.inplace(replicas[0], slot), &copy);
-            }
+            img.write(layout.inplace(replicas[0], slot), &copy);
         }
         // The directory is on every node.
         for img in images.iter_mut() {
