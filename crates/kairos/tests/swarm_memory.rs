@@ -141,7 +141,7 @@ fn bench_swarm_on_shm_and_tcp_writes_checked_results() {
         assert_eq!(o.status.code(), Some(0), "{backend}: {text}");
         let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let runs = v.as_array().unwrap();
-        assert_eq!(runs.len(), 3, "{backend}: swarm-kv, dm-abd, raw side by side");
+        assert_eq!(runs.len(), 4, "{backend}: swarm-kv, dm-abd, fusee, raw side by side");
         for r in runs {
             assert_eq!(r["host"], host);
             assert_eq!(r["check"]["valid"], true, "{backend} {}", r["protocol"]);
