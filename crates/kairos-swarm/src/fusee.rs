@@ -18,10 +18,11 @@
 //!   When rule 1 does not apply, a writer first reads the primary again: if it has left
 //!   `v_old` the race is over and the write lost; otherwise every value it saw belongs to this
 //!   race (see `after_recheck`). The winner sets the backups that hold another value to its
-//!   own, then `CAS(v_old → v_new)` on the primary: its write is linearized there. A loser's write is linearized just before the winner's (overwritten at
-//!   once, never visible): it reads the primary until it left `v_old`, then returns. A writer
-//!   whose `v_old` is stale finds every backup at a later value, loses to it, and returns at
-//!   once (that write was concurrent with it: its primary was still `v_old` after it began).
+//!   own, then `CAS(v_old → v_new)` on the primary: its write is linearized there. A loser's
+//!   write is linearized just before the winner's (overwritten at once, never visible): it
+//!   reads the primary until it left `v_old`, then returns. A writer whose `v_old` is stale
+//!   finds every backup at a later value, loses to it, and returns at once (that write was
+//!   concurrent with it: its primary was still `v_old` after it began).
 //! * get: read the primary slot and, when this client saw the key before, the KV block it
 //!   pointed to, in one chain: a hit (the slot still names that block) takes one round trip,
 //!   as FUSEE's adaptive index cache does; otherwise a second round reads the named block
@@ -30,16 +31,18 @@
 //! Tuple words are unique (a per-writer sequence number in the timestamp field), so a slot
 //! never returns to an old value and rule 3's order is total.
 //!
-//! **Simplifications**, each with its reason: no embedded operation log and no recovery — FUSEE
-//! recovers crashed clients from their logs and reconfigures after a memory-node crash through
-//! a master, neither of which is part of the normal path the benchmark measures, so a crashed
-//! writer here can leave losers waiting until their deadline, and a crashed memory node stops
-//! writes (FUSEE runs are excluded from the crash campaigns); for the same reason a slow chain
-//! is waited for (until the operation's deadline) rather than taken for a crashed node; RACE hashing is replaced by the
-//! shared directory every protocol here uses; KV blocks are replicated on every replica of the
-//! key and hold the value only (FUSEE's also hold the key: about 32 bytes more per replica
-//! here, which this FUSEE does not store at all). Without the log writes, an update takes 3 round trips in the common case (5 when it
-//! raced another writer and won), where the paper reports 4–5.
+//! **Simplifications**, each with its reason:
+//! - No embedded operation log and no recovery. FUSEE recovers crashed clients from their logs
+//!   and reconfigures after a memory-node crash through a master, neither of which is part of
+//!   the normal path the benchmark measures. So a crashed writer here can leave losers waiting
+//!   until their deadline, a crashed memory node stops writes (FUSEE runs are excluded from
+//!   the crash campaigns), and a slow chain is waited for (until the operation's deadline)
+//!   rather than taken for a crashed node.
+//! - RACE hashing is replaced by the shared directory every protocol here uses.
+//! - KV blocks are replicated on every replica of the key and hold the value only (FUSEE's
+//!   also hold the key: about 32 bytes more per replica, which this FUSEE does not store).
+//! - Without the log writes, an update takes 3 round trips in the common case (5 when it raced
+//!   another writer and won), where the paper reports 4–5.
 
 use crate::client::{KvError, KvOp, Outbox};
 use crate::engine::{Client, Op, Shape, Stage, UnsafeSwitch};

@@ -13,10 +13,10 @@
 //!
 //! An insert of a key the client does not know looks it up first (an existing key is updated in
 //! place); a key nobody has is created with its directory entry and first value in one round
-//! trip (two when a claim was lost), and the lowest slot named for a key wins. Simplifications: two distinct keys with the
-//! same 40-bit fingerprint are not supported (the later insert would alias the earlier key), and
-//! two clients *concurrently* creating the same new key may each keep using their own slot if
-//! only one of them sees the other's entry.
+//! trip (two when a claim was lost), and the lowest slot named for a key wins.
+//! Simplifications: two distinct keys with the same 40-bit fingerprint are not supported (the
+//! later insert would alias the earlier key), and two clients *concurrently* creating the same
+//! new key may each keep using their own slot if only one of them sees the other's entry.
 
 use crate::engine::Protocol;
 use crate::layout::{Layout, DIR_ENTRIES, DIR_PROBE};

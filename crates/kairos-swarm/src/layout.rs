@@ -277,20 +277,6 @@ impl Layout {
     pub fn buffer_copy(&self, writer: u32, buf: u32) -> Addr {
         self.buffer(writer, buf) + 8
     }
-    /// Memory touched on all nodes, estimated where a backend cannot measure it: the directory
-    /// (and for replicated protocols the metadata words) on every node, each key's primary
-    /// in-place entry, and `buffers_touched` buffers (the writers' high-water marks) on each
-    /// replica.
-    pub fn estimated_touched_bytes(&self, raw: bool, buffers_touched: u64) -> u64 {
-        let c = &self.config;
-        let directory = self.slots_base * u64::from(c.memory_nodes);
-        let in_place = c.keys * self.inplace_entry_bytes;
-        if raw {
-            return directory + in_place;
-        }
-        let metadata = (self.inplace_base - self.slots_base) * u64::from(c.memory_nodes);
-        directory + metadata + in_place + buffers_touched * self.buffer_bytes * u64::from(c.replicas)
-    }
     /// Node bytes per key, everything included (directory, slot, the pools' share).
     pub fn bytes_per_key(&self) -> f64 {
         self.node_bytes as f64 * f64::from(self.config.memory_nodes) / self.config.keys as f64

@@ -222,7 +222,7 @@ impl RealRun {
             Some(regions) => regions.values().sum(),
             None => {
                 let touched = report.counters.get("buffers_touched").copied().unwrap_or(0);
-                layout.estimated_touched_bytes(r.protocol == Protocol::Raw, touched) as f64 / keys
+                estimated_touched_bytes(layout, r.protocol, touched) as f64 / keys
             }
         };
         let latency_us: BTreeMap<OpKind, LatencyUs> =
@@ -264,6 +264,21 @@ pub struct Prepared {
     pub last_value: BTreeMap<u64, u64>,
     /// Local clocks of the measured phase start here (after the warm-up's local time).
     pub local_clock_base_ns: u64,
+}
+
+/// Memory touched on all nodes, estimated where a backend cannot measure it: the directory on
+/// every node; for the replicated protocols the metadata words on every node and
+/// `buffers_touched` buffers (the writers' high-water marks) on each replica; each key's
+/// primary in-place entry except for FUSEE, which has none.
+fn estimated_touched_bytes(layout: &Layout, protocol: Protocol, buffers_touched: u64) -> u64 {
+    let c = &layout.config;
+    let directory = layout.slots_base * u64::from(c.memory_nodes);
+    let in_place = if protocol == Protocol::Fusee { 0 } else { c.keys * layout.inplace_entry_bytes };
+    if protocol == Protocol::Raw {
+        return directory + in_place;
+    }
+    let metadata = (layout.inplace_base - layout.slots_base) * u64::from(c.memory_nodes);
+    directory + metadata + in_place + buffers_touched * layout.buffer_bytes * u64::from(c.replicas)
 }
 
 /// Writes node images into a backend's (zeroed) nodes with ordinary write chains, skipping
