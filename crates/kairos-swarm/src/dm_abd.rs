@@ -20,7 +20,11 @@ pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbo
     let get = matches!(op.op, KvOp::Get { .. });
     let chains = c.meta_read_chains(slot, get);
     let need = c.majority();
-    c.send_round(op, Stage::AbdRead, chains, need, now, out);
+    if get {
+        c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
+    } else {
+        c.send_round(op, Stage::AbdRead, chains, need, now, out);
+    }
 }
 
 fn words_by_node(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {

@@ -363,9 +363,11 @@ fn run_client<C: KvClient>(
     let mut next_op: OpId = 0;
     let mut invoked = 0u64;
     let mut source_done = false;
-    let tick = client.tick_interval().clamp(Duration::from_micros(10), Duration::from_millis(100));
-    let tick_ns = tick.as_nanos() as u64;
-    let mut next_tick_ns = clock.true_ns() + tick_ns;
+    // The client may shorten its tick once it has measured round trips (see `crate::hedge`).
+    let tick_ns = |client: &C| {
+        client.tick_interval().clamp(Duration::from_micros(10), Duration::from_millis(100)).as_nanos() as u64
+    };
+    let mut next_tick_ns = clock.true_ns() + tick_ns(&client);
     let stop_invoking_ns = config.duration.map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
     let mut drain_deadline_ns: Option<u64> = None;
 
@@ -427,7 +429,7 @@ fn run_client<C: KvClient>(
             }
             client.on_tick(clock.local(now_ns), &mut outbox);
             flush(&mut outbox, port.as_mut(), &mut pending, &mut free_slots, &mut out, clock, codec, config);
-            next_tick_ns = now_ns + tick_ns;
+            next_tick_ns = now_ns + tick_ns(&client);
         } else {
             let window_open = pending.len() < n && may_invoke;
             if got_any || window_open {

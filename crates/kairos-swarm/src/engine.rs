@@ -4,6 +4,7 @@
 //! [`crate::raw`]; this file only moves operations from round to round.
 
 use crate::client::{ChainTag, KvClient, KvError, KvOp, Membership, OpId, Outbox, CHAIN_TIMEOUT_DEFAULT};
+use crate::hedge::RttFloor;
 use crate::index::{self, IndexCache};
 use crate::layout::Layout;
 use crate::meta;
@@ -201,6 +202,10 @@ pub(crate) struct Op {
     pub dir_holders: std::collections::BTreeSet<MemNodeId>,
     pub dir_claims: u32,
     pub dir_stash: Option<RoundReplies>,
+    /// A majority-first round's chains not sent yet, and when the round began (see
+    /// [`crate::hedge`]).
+    pub spare: Vec<(MemNodeId, Vec<Verb>, Shape)>,
+    pub round_started: LocalTime,
     pub done: bool,
 }
 
@@ -208,6 +213,7 @@ struct ChainInfo {
     op: Option<OpId>,
     round: u32,
     node: MemNodeId,
+    issued: LocalTime,
     deadline: LocalTime,
     /// CASes of this writer's own metadata words: (verb index, slot, expected, new).
     cas_my: Option<(usize, u64, u64, u64)>,
@@ -237,6 +243,8 @@ pub struct Client {
     suspected_at: BTreeMap<MemNodeId, LocalTime>,
     /// FUSEE: the primary index slot's value per slot, as last seen (its adaptive cache).
     pub(crate) fusee_seen: BTreeMap<u64, u64>,
+    /// The lowest recent chain round trip: when a majority-first round widens.
+    rtt_floor: RttFloor,
 }
 
 impl Client {
@@ -259,6 +267,7 @@ impl Client {
             counters: BTreeMap::new(),
             suspected_at: BTreeMap::new(),
             fusee_seen: BTreeMap::new(),
+            rtt_floor: RttFloor::default(),
         }
     }
 
@@ -284,11 +293,26 @@ impl Client {
         }
     }
 
+    /// Takes `node` for crashed until [`ClientConfig::retry_suspected_after`] — unless that
+    /// would leave fewer than a majority of the memory nodes unsuspected: a suspicion is only a
+    /// guess (a stalled connection looks like a crashed node), and with a majority suspected
+    /// every operation would fail at once. The longest-suspected other node is then tried again
+    /// instead (if it did crash, it costs a chain timeout and is suspected again).
     fn suspect(&mut self, node: MemNodeId, now: LocalTime) {
-        if self.members.is_alive(node) {
-            self.members.suspect(node);
-            self.suspected_at.insert(node, now);
-            self.bump("suspicions");
+        if !self.members.is_alive(node) {
+            return;
+        }
+        self.members.suspect(node);
+        self.suspected_at.insert(node, now);
+        self.bump("suspicions");
+        if self.alive_nodes().len() < self.dir_quorum() {
+            let oldest =
+                self.suspected_at.iter().filter(|(n, _)| **n != node).min_by_key(|(_, at)| **at).map(|(n, _)| *n);
+            if let Some(n) = oldest {
+                self.suspected_at.remove(&n);
+                self.members.restore(n);
+                self.bump("suspects_retried");
+            }
         }
     }
 
@@ -390,6 +414,8 @@ impl Client {
         op.failed_nodes.clear();
         op.shapes.clear();
         op.nodes.clear();
+        op.spare.clear();
+        op.round_started = now;
         op.need = need;
         if chains.len() < need {
             let alive = chains.len();
@@ -397,24 +423,80 @@ impl Client {
             return;
         }
         for (node, verbs, shape) in chains {
-            let slot = op.slot.unwrap_or(0);
-            let cas_my = shape.cas_my.map(|(i, expected)| match &verbs[i] {
-                Verb::Cas { new, .. } => (i, slot, expected, *new),
-                _ => (i, slot, expected, expected),
-            });
-            // Rounds that read this writer's own buffer lock word keep `my_locks` current.
-            let own = matches!(stage, Stage::Write | Stage::Create | Stage::WriterPrepare | Stage::WriterLock);
-            let own_lock = match (own, op.buf, shape.lock) {
-                (true, Some(b), Some(i)) => Some((b, i)),
-                _ => None,
-            };
-            op.nodes.push(node);
-            op.shapes.insert(node, shape);
-            self.issue(Some(op.id), op.round, node, verbs, cas_my, now, out);
-            if let Some(info) = self.chains.get_mut(&(self.next_tag - 1)) {
-                info.own_lock = own_lock;
-            }
+            self.send_in_round(op, node, verbs, shape, now, out);
         }
+    }
+
+    /// Like [`Client::send_round`] for a read round, but to a majority first: the chain that
+    /// reads the in-place copy (the primary's) and the next ones, rotated by slot so that the
+    /// other replicas share the load; the rest wait in `op.spare` until the round widens (see
+    /// [`crate::hedge`]).
+    pub(crate) fn send_round_majority_first(
+        &mut self,
+        op: &mut Op,
+        stage: Stage,
+        mut chains: Vec<(MemNodeId, Vec<Verb>, Shape)>,
+        need: usize,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        if let Some(p) = chains.iter().position(|(_, _, s)| s.inplace.is_some()) {
+            chains[..=p].rotate_right(1);
+        }
+        let others = chains.len().saturating_sub(1);
+        if others > 0 {
+            let turn = (op.slot.unwrap_or(0) % others as u64) as usize;
+            chains[1..].rotate_left(turn);
+        }
+        let spare = if chains.len() > need { chains.split_off(need) } else { Vec::new() };
+        self.send_round(op, stage, chains, need, now, out);
+        if !op.done {
+            op.spare = spare;
+        }
+    }
+
+    /// Sends the chains a majority-first round held back.
+    fn widen(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        if op.spare.is_empty() {
+            return;
+        }
+        self.bump("rounds_widened");
+        for (node, verbs, shape) in std::mem::take(&mut op.spare) {
+            self.send_in_round(op, node, verbs, shape, now, out);
+        }
+    }
+
+    fn send_in_round(
+        &mut self,
+        op: &mut Op,
+        node: MemNodeId,
+        verbs: Vec<Verb>,
+        shape: Shape,
+        now: LocalTime,
+        out: &mut Outbox,
+    ) {
+        let slot = op.slot.unwrap_or(0);
+        let cas_my = shape.cas_my.map(|(i, expected)| match &verbs[i] {
+            Verb::Cas { new, .. } => (i, slot, expected, *new),
+            _ => (i, slot, expected, expected),
+        });
+        // Rounds that read this writer's own buffer lock word keep `my_locks` current.
+        let own = matches!(op.stage, Stage::Write | Stage::Create | Stage::WriterPrepare | Stage::WriterLock);
+        let own_lock = match (own, op.buf, shape.lock) {
+            (true, Some(b), Some(i)) => Some((b, i)),
+            _ => None,
+        };
+        op.nodes.push(node);
+        op.shapes.insert(node, shape);
+        self.issue(Some(op.id), op.round, node, verbs, cas_my, now, out);
+        if let Some(info) = self.chains.get_mut(&(self.next_tag - 1)) {
+            info.own_lock = own_lock;
+        }
+    }
+
+    /// How long a majority-first round waits before it widens.
+    fn widen_after(&self) -> Duration {
+        self.rtt_floor.widen_after(self.cfg.chain_timeout / 4)
     }
 
     /// Background chain (no operation waits for it).
@@ -448,7 +530,7 @@ impl Client {
             // reply corrects the prediction.
             self.my_words.insert((slot, node), new);
         }
-        self.chains.insert(tag, ChainInfo { op, round, node, deadline, cas_my, own_lock: None });
+        self.chains.insert(tag, ChainInfo { op, round, node, issued: now, deadline, cas_my, own_lock: None });
         self.bump("chains");
         out.issue(tag, Chain { node, verbs });
     }
@@ -691,6 +773,9 @@ impl Client {
     }
 
     fn check_round(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+        if op.failed > 0 {
+            self.widen(op, now, out);
+        }
         // The node holding the in-place copy is waited for unless it failed.
         let waiting = op
             .shapes
@@ -766,6 +851,8 @@ impl KvClient for Client {
             dir_holders: std::collections::BTreeSet::new(),
             dir_claims: 0,
             dir_stash: None,
+            spare: Vec::new(),
+            round_started: now,
             done: false,
         };
         let q = self.key_queue.entry(key).or_default();
@@ -803,6 +890,7 @@ impl KvClient for Client {
         match &reply {
             Err(VerbError::NodeCrashed(_)) => self.suspect(info.node, now),
             Ok(_) => {
+                self.rtt_floor.sample(now.saturating_since(info.issued));
                 self.members.restore(info.node);
                 self.suspected_at.remove(&info.node);
             }
@@ -858,6 +946,16 @@ impl KvClient for Client {
             self.members.restore(n);
             self.bump("suspects_retried");
         }
+        let widen_after = self.widen_after();
+        let slow: Vec<OpId> = self
+            .ops
+            .values()
+            .filter(|o| !o.spare.is_empty() && now.saturating_since(o.round_started) >= widen_after)
+            .map(|o| o.id)
+            .collect();
+        for id in slow {
+            self.with_op(id, now, out, |c, op, now, out| c.widen(op, now, out));
+        }
         let late: Vec<OpId> = self
             .ops
             .values()
@@ -871,7 +969,11 @@ impl KvClient for Client {
     }
 
     fn tick_interval(&self) -> Duration {
-        self.cfg.chain_timeout / 4
+        // Majority-first reads (SWARM-KV, DM-ABD) widen within a few round trips.
+        match self.cfg.protocol {
+            Protocol::SwarmKv | Protocol::DmAbd => self.widen_after(),
+            Protocol::Raw | Protocol::Fusee => self.cfg.chain_timeout / 4,
+        }
     }
 
     fn in_flight(&self) -> usize {

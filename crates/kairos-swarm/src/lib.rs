@@ -15,6 +15,7 @@
 //! | [`index`] | the replica-location index (shared directory + client cache), the bulk loader |
 //! | [`pool`] | memory recycling of out-of-place buffers |
 //! | [`engine`] | [`engine::Client`]: rounds of chains, timeouts, membership, per-key ordering |
+//! | [`hedge`] | majority-first read rounds that widen to every replica when one is slow or fails |
 //! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
 //! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
 //! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
@@ -50,10 +51,12 @@
 //! period ([`pool`]).
 //!
 //! ## Simplifications (be aware)
-//! * Membership is a per-client suspicion list (a node that misses a 2 ms deadline is skipped),
-//!   not uKharon; memory nodes never restart (a restarted node would be an empty replica).
-//! * The in-place copy is kept on every replica's slot but written and read on the first alive
-//!   replica only (the layout reserves it everywhere for uniform addresses).
+//! * Membership is a per-client suspicion list (a node that misses a 2 ms deadline is skipped,
+//!   but a client never suspects a majority), not uKharon; memory nodes never restart (a
+//!   restarted node would be an empty replica).
+//! * The in-place copy is written and read on the first alive replica only; every replica
+//!   reserves address space for it, grouped by rank, and only the primaries' group is touched
+//!   ([`layout`]).
 //! * Inserting a key the client does not know costs an index lookup first (2 round trips: lookup,
 //!   then directory entry + first value together, or an update if the key exists); known keys (the
 //!   client's index cache, warm after the load phase) take 1. 40-bit key fingerprints must be
@@ -74,6 +77,7 @@ pub mod direct;
 pub mod dm_abd;
 pub mod engine;
 pub mod fusee;
+pub mod hedge;
 pub mod index;
 pub mod layout;
 pub mod meta;

@@ -491,7 +491,13 @@ fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         }
     }
     let need = c.majority();
-    c.send_round(op, Stage::Read, chains, need, now, out);
+    if op.iterations == 0 {
+        c.send_round_majority_first(op, Stage::Read, chains, need, now, out);
+    } else {
+        // Later iterations ask every replica: the tuple the read is after may sit only on
+        // nodes a fixed majority would miss (see `crate::hedge`).
+        c.send_round(op, Stage::Read, chains, need, now, out);
+    }
 }
 
 /// The value of `target` from any replied copy (in-place or buffer). A copy whose header names

@@ -164,3 +164,26 @@ fn swarm_kv_campaign_seed_2662_reads_end_after_a_write_gave_up() {
 fn dm_abd_campaign_seed_3368_gets_end_after_a_write_gave_up() {
     campaign_seed(3368, Protocol::DmAbd);
 }
+
+/// Campaign seed 353 (swarm-kv), with reads that contacted a majority first in every
+/// iteration: a read's maximum came from a node outside the majority it asked next (a widened
+/// round had reached it), so the lock round never found the tuple's value among the replies and
+/// the read went round 209 times. Only a read's first iteration is majority-first now.
+#[test]
+fn swarm_kv_campaign_seed_353_a_reads_later_iterations_ask_every_replica() {
+    let o = campaign_seed(353, Protocol::SwarmKv);
+    assert!(o.metrics.get("rounds_widened").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
+}
+
+/// Campaign seed 3233 (swarm-kv): one memory node crashed, and a client whose chains stall for
+/// up to 1.5 ms (FIFO behind each other) then suspected a second, live node — and failed 142
+/// operations as unavailable before the seed ended. A client no longer suspects a majority:
+/// it tries the longest-suspected node again instead.
+#[test]
+fn swarm_kv_campaign_seed_3233_a_client_never_suspects_a_majority() {
+    let o = campaign_seed(3233, Protocol::SwarmKv);
+    let metric = |name: &str| o.metrics.get(name).copied().unwrap_or(0);
+    assert!(metric("suspects_retried") > 0, "{:?}", o.metrics);
+    let unavailable: u64 = o.errors.iter().filter(|(e, _)| e.contains("majority")).map(|(_, n)| n).sum();
+    assert!(unavailable < 20, "{unavailable} operations failed as unavailable: {:?}", o.errors);
+}
