@@ -9,11 +9,10 @@
 //!   the in-place copy did not hold it (round 2).
 
 use crate::client::{KvError, KvOp, Outbox};
-use crate::engine::{Client, Op, Shape, Stage};
+use crate::engine::{Client, NodeMap, Op, Shape, Stage};
 use crate::meta;
-use crate::verbs::{MemNodeId, Verb, VerbOutcome};
+use crate::verbs::{Verb, VerbOutcome};
 use kairos_core::LocalTime;
-use std::collections::BTreeMap;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
@@ -27,8 +26,8 @@ pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbo
     }
 }
 
-fn words_by_node(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
-    let mut m = BTreeMap::new();
+fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
+    let mut m = NodeMap::new();
     for (node, outs) in &op.replies {
         let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {

@@ -12,7 +12,7 @@ use crate::pool::Pool;
 use crate::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome};
 use kairos_core::LocalTime;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Directory claims a create tries before it fails with [`KvError::IndexFull`] (a claim is
@@ -20,8 +20,8 @@ use std::time::Duration;
 pub const DIR_CLAIMS_MAX: u32 = 8;
 
 /// Every replied node's directory window, read by the verb at `shape.window`.
-pub(crate) fn window_words(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
-    let mut m = BTreeMap::new();
+pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
+    let mut m = NodeMap::new();
     for (node, outs) in &op.replies {
         let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
@@ -30,6 +30,10 @@ pub(crate) fn window_words(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
     }
     m
 }
+
+/// Per-node state of one operation: a few replicas, iterated in node order (a `BTreeMap`'s
+/// order, so decisions never depend on hashing), one allocation that survives `clear`.
+pub(crate) type NodeMap<V> = litemap::LiteMap<MemNodeId, V>;
 
 /// Which protocol a [`Client`] runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -161,7 +165,7 @@ pub(crate) enum Stage {
 }
 
 /// A round's replies and the shapes of its chains, per node.
-pub(crate) type RoundReplies = (BTreeMap<MemNodeId, Vec<VerbOutcome>>, BTreeMap<MemNodeId, Shape>);
+pub(crate) type RoundReplies = (NodeMap<Vec<VerbOutcome>>, NodeMap<Shape>);
 
 pub(crate) struct Op {
     pub id: OpId,
@@ -173,10 +177,10 @@ pub(crate) struct Op {
     pub stage: Stage,
     pub nodes: Vec<MemNodeId>,
     pub need: usize,
-    pub replies: BTreeMap<MemNodeId, Vec<VerbOutcome>>,
+    pub replies: NodeMap<Vec<VerbOutcome>>,
     pub failed: usize,
     pub failed_nodes: Vec<MemNodeId>,
-    pub shapes: BTreeMap<MemNodeId, Shape>,
+    pub shapes: NodeMap<Shape>,
     pub tuple: u64,
     pub buf: Option<u32>,
     pub seen: BTreeMap<u32, u64>,
@@ -186,11 +190,11 @@ pub(crate) struct Op {
     pub read_max: u64,
     pub max_from: std::collections::BTreeSet<MemNodeId>,
     pub iterations: u32,
-    pub observed: BTreeMap<MemNodeId, Vec<u64>>,
+    pub observed: NodeMap<Vec<u64>>,
     pub target: u64,
     pub value: Option<Vec<u8>>,
     /// Lock word of `lock_for`'s buffer per node, as last read (see [`crate::safe_guess`]).
-    pub locks: BTreeMap<MemNodeId, u64>,
+    pub locks: NodeMap<u64>,
     pub lock_for: u64,
     /// A stale write: nodes known to hold another writer's tuple above the guess.
     pub above: std::collections::BTreeSet<MemNodeId>,
@@ -230,11 +234,12 @@ pub struct Client {
     ops: BTreeMap<OpId, Op>,
     chains: BTreeMap<ChainTag, ChainInfo>,
     next_tag: ChainTag,
-    /// This writer's metadata word per (slot, node), as last seen.
-    pub(crate) my_words: BTreeMap<(u64, MemNodeId), u64>,
+    /// This writer's metadata word per (slot, node), as last seen (hashed: looked up on every
+    /// write; never iterated).
+    pub(crate) my_words: HashMap<(u64, MemNodeId), u64, index::FixedHash>,
     /// The lock word of this writer's buffers per (buffer, node), as last read (a stale write
     /// CASes it from there; see [`crate::safe_guess`]).
-    pub(crate) my_locks: BTreeMap<(u32, MemNodeId), u64>,
+    pub(crate) my_locks: HashMap<(u32, MemNodeId), u64, index::FixedHash>,
     /// Operations per key, the running one first (one operation per key at a time per client).
     key_queue: index::KeyMap<VecDeque<OpId>>,
     pub(crate) ts_adjust: u64,
@@ -259,8 +264,8 @@ impl Client {
             ops: BTreeMap::new(),
             chains: BTreeMap::new(),
             next_tag: 1,
-            my_words: BTreeMap::new(),
-            my_locks: BTreeMap::new(),
+            my_words: HashMap::default(),
+            my_locks: HashMap::default(),
             key_queue: index::KeyMap::default(),
             ts_adjust: 0,
             last_ts: 0,
@@ -556,33 +561,33 @@ impl Client {
             }
         }
         self.bump(if result.is_ok() { "ops_ok" } else { "ops_err" });
-        let key = op.op.key().to_vec();
         out.complete(op.id, result, op.rtt);
-        if let Some(q) = self.key_queue.get_mut(&key) {
-            q.retain(|id| *id != op.id);
-            if let Some(&next) = q.front() {
+        let Some(q) = self.key_queue.get_mut(op.op.key()) else { return };
+        q.retain(|id| *id != op.id);
+        match q.front().copied() {
+            Some(next) => {
                 if let Some(mut next_op) = self.ops.remove(&next) {
                     self.start(&mut next_op, now, out);
                     if !next_op.done {
                         self.ops.insert(next, next_op);
                     }
                 }
-            } else {
-                self.key_queue.remove(&key);
+            }
+            None => {
+                self.key_queue.remove(op.op.key());
             }
         }
     }
 
     /// Starts an operation whose key is free.
     fn start(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
-        let key = op.op.key().to_vec();
-        let fp = index::fingerprint(&key);
-        match (self.index.get(&key), &op.op) {
-            (Some(slot), _) => {
+        match self.index.get(op.op.key()) {
+            Some(slot) => {
                 op.slot = Some(slot);
                 self.begin(op, now, out);
             }
-            (None, _) => {
+            None => {
+                let fp = index::fingerprint(op.op.key());
                 let l = &self.cfg.layout;
                 let (first, probe) = index::window(l, fp);
                 let len = (probe * l.bucket_bytes()) as u32;
@@ -829,10 +834,10 @@ impl KvClient for Client {
             stage: Stage::Queued,
             nodes: Vec::new(),
             need: 0,
-            replies: BTreeMap::new(),
+            replies: NodeMap::new(),
             failed: 0,
             failed_nodes: Vec::new(),
-            shapes: BTreeMap::new(),
+            shapes: NodeMap::new(),
             tuple: 0,
             buf: None,
             seen: BTreeMap::new(),
@@ -840,10 +845,10 @@ impl KvClient for Client {
             read_max: 0,
             max_from: std::collections::BTreeSet::new(),
             iterations: 0,
-            observed: BTreeMap::new(),
+            observed: NodeMap::new(),
             target: 0,
             value: None,
-            locks: BTreeMap::new(),
+            locks: NodeMap::new(),
             lock_for: 0,
             above: std::collections::BTreeSet::new(),
             fresh: false,

@@ -80,11 +80,10 @@
 //! client-crash campaign).
 
 use crate::client::{KvError, KvOp, Outbox};
-use crate::engine::{Client, Op, Shape, Stage, UnsafeSwitch};
+use crate::engine::{Client, NodeMap, Op, Shape, Stage, UnsafeSwitch};
 use crate::meta;
 use crate::verbs::{MemNodeId, Verb, VerbOutcome};
 use kairos_core::LocalTime;
-use std::collections::BTreeMap;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     if let KvOp::Get { .. } = op.op {
@@ -186,8 +185,8 @@ fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 }
 
 /// Every replied node's metadata words, read by the verb at `shape.words`.
-fn words_by_node(op: &Op) -> BTreeMap<MemNodeId, Vec<u64>> {
-    let mut m = BTreeMap::new();
+fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
+    let mut m = NodeMap::new();
     for (node, outs) in &op.replies {
         let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
@@ -212,8 +211,8 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let mut max_other = 0u64;
     let mut deleted = false;
     for (node, ws) in &words {
-        let shape = op.shapes.get(node).cloned().unwrap_or_default();
-        if let (Some(prev), Some((_, expected))) = (cas_previous(op, *node, shape.cas_my.map(|x| x.0)), shape.cas_my) {
+        let cas_my = op.shapes.get(node).and_then(|s| s.cas_my);
+        if let (Some(prev), Some((_, expected))) = (cas_previous(op, *node, cas_my.map(|x| x.0)), cas_my) {
             if prev == expected || meta::id(prev) >= t {
                 written += 1;
             }
@@ -426,8 +425,8 @@ fn lock_outcomes(op: &Op) -> Vec<(MemNodeId, u64, u64, u64)> {
 }
 
 /// The lock word read by the verb at `shape.lock` (alone, or as the first word of a buffer).
-fn lock_words_by_node(op: &Op) -> BTreeMap<MemNodeId, u64> {
-    let mut m = BTreeMap::new();
+fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
+    let mut m = NodeMap::new();
     for (node, outs) in &op.replies {
         let Some(i) = op.shapes.get(node).and_then(|s| s.lock) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
@@ -507,7 +506,7 @@ fn find_value(c: &mut Client, op: &Op, target: u64) -> Option<Vec<u8>> {
     let mut torn = 0;
     let mut found = None;
     'nodes: for (node, outs) in &op.replies {
-        let shape = op.shapes.get(node).cloned().unwrap_or_default();
+        let Some(shape) = op.shapes.get(node) else { continue };
         for i in [shape.inplace, shape.copy].into_iter().flatten() {
             if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
                 match meta::decode_copy(bytes, max) {
