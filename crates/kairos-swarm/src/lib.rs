@@ -20,10 +20,11 @@
 //! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
 //! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
 //! | [`direct`] | synchronous backend (warm-up, unit tests) |
-//! | [`backend`] | real memory nodes: [`backend::shm`] (regions in /dev/shm, CXL-style) and [`backend::tcp`] (memory server + client), one submit/poll [`backend::MemoryPort`] per client |
-//! | [`driver`] | runs any [`client::KvClient`] on a real backend: client threads, operations in flight, host clock with offsets, latency, Jepsen history |
-//! | [`real`] | [`real::RealRun`]: a [`sim::SwarmRun`]'s load, warm-up and workload on a real backend, checked per key |
 //! | [`ycsb`] | YCSB A / B with scrambled Zipf 0.99 |
+//!
+//! The real memory backends (shm, TCP), the threaded driver that runs clients on them, and the
+//! per-key linearizability check live in `kairos-harness` (`kairos_harness::swarm`): this crate
+//! has no threads, sockets, wall clock or checker.
 //!
 //! ## The protocol in one paragraph
 //! Every key has, on each of its replicas, one 8-byte metadata word **per writer** (packing
@@ -87,7 +88,3 @@ pub mod safe_guess;
 pub mod sim;
 pub mod verbs;
 pub mod ycsb;
-
-pub mod backend;
-pub mod driver;
-pub mod real;

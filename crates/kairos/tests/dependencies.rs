@@ -15,12 +15,11 @@ const PROTOCOL_CRATES: [&str; 5] = ["kairos-tiga", "kairos-txn", "kairos-swarm",
 const NEVER_BELOW_A_PROTOCOL: [&str; 3] = ["kairos-check", "kairos-net", "tokio"];
 
 /// Edges (protocol crate, forbidden dependency) that still exist, and why.
-const KNOWN: [(&str, &str, &str); 4] = [
-    ("kairos-txn", "kairos-tiga", "the shell takes Tiga's open-loop arrivals and increment encoding, and the peers' deployment builds on Tiga's (to move into a kairos-workload crate)"),
-    ("kairos-swarm", "kairos-check", "the SWARM runners check their histories in-crate (to move into a harness crate)"),
-    ("kairos-swarm", "kairos-net", "the TCP memory-node driver lives in kairos-swarm (to move into a harness crate)"),
-    ("kairos-swarm", "tokio", "through kairos-net"),
-];
+const KNOWN: [(&str, &str, &str); 1] = [(
+    "kairos-txn",
+    "kairos-tiga",
+    "the shell takes Tiga's open-loop arrivals and increment encoding, and the peers' deployment builds on Tiga's (to move into a kairos-workload crate)",
+)];
 
 /// Every package's normal and build dependencies, by name.
 fn dependency_graph() -> BTreeMap<String, Vec<String>> {

@@ -12,10 +12,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kairos_harness::swarm::backend::tcp::{
+    read_frame_blocking, ChainReply, ChainRequest, TcpBackend, MEM_FRAME_BYTES_MAX,
+};
+use kairos_harness::swarm::real::RealRun;
 use kairos_net::frame::{encode, FrameKind};
-use kairos_swarm::backend::tcp::{read_frame_blocking, ChainReply, ChainRequest, TcpBackend, MEM_FRAME_BYTES_MAX};
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::real::RealRun;
 use kairos_swarm::sim::SwarmRun;
 use kairos_swarm::verbs::{Verb, VerbOutcome};
 use kairos_swarm::ycsb::Workload;

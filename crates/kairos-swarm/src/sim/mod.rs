@@ -23,7 +23,6 @@ use crate::layout::{Layout, LayoutConfig};
 use crate::verbs::{Chain, MemoryImage, VerbError, VerbOutcome};
 use crate::ycsb::{self, Workload, Ycsb};
 use client_node::ClientNode;
-use kairos_check::{check, Model};
 use kairos_clock::{SimClock, SIM_EPOCH_NS};
 use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType};
 use kairos_core::{LatencyMatrix, LocalTime, NodeId, RegionId, SimTime};
@@ -123,7 +122,8 @@ pub struct SwarmRun {
     /// Longest pause between two verb pieces on a memory node (interleaving granularity).
     pub piece_ns_max: u64,
     pub seed: u64,
-    /// Check the history for linearizability (per key).
+    /// Check the history for linearizability (per key). [`SwarmRun::run`] only records it; the
+    /// harness (`kairos_harness::swarm::run`) runs and checks.
     pub check: bool,
     pub unsafe_switch: UnsafeSwitch,
     /// Reuse retired buffers (off: every write takes a fresh buffer, to measure what recycling saves).
@@ -207,8 +207,8 @@ pub struct Outcome {
     pub completed: u64,
     /// True time of the measured phase.
     pub duration: Duration,
-    /// `Some(valid)` if checked and decided; `None` if not checked, or if some key could not
-    /// be decided (then `check_report` says which).
+    /// `Some(valid)` if checked (by the harness) and decided; `None` if not checked, or if some
+    /// key could not be decided (then `check_report` says which).
     pub linearizable: Option<bool>,
     pub check_report: String,
     pub checked_keys: usize,
@@ -234,7 +234,7 @@ impl Outcome {
     /// The history as the checker sees it: the warm-up's final value of every key first, as one
     /// completed write at time 0 by a loader process, then the measured phase. This is the
     /// history to save: `kairos check --model linearizable` on it judges the run as
-    /// [`check_per_key`] did (without the initial writes, reads of warm-up values look like
+    /// `kairos_harness::swarm::check_per_key` does (without the initial writes, reads of warm-up values look like
     /// reads of values never written).
     pub fn history_with_initial_values(&self) -> Vec<HistoryRecord> {
         let mut h = initial_writes(self.initial_values.iter().map(|(k, v)| (*k, *v)));
@@ -246,7 +246,7 @@ impl Outcome {
 }
 
 /// One completed write at time 0 per `(key, value id)`, by the loader process.
-fn initial_writes(values: impl IntoIterator<Item = (u64, u64)>) -> Vec<HistoryRecord> {
+pub fn initial_writes(values: impl IntoIterator<Item = (u64, u64)>) -> Vec<HistoryRecord> {
     let mut h = Vec::new();
     for (key, v) in values {
         for t in [OpType::Invoke, OpType::Ok] {
@@ -258,7 +258,7 @@ fn initial_writes(values: impl IntoIterator<Item = (u64, u64)>) -> Vec<HistoryRe
 }
 
 /// Node images, clients and warm-up values after [`SwarmRun::load_and_warm_up`].
-pub(crate) struct Warmed {
+pub struct Warmed {
     pub ycsb: Ycsb,
     pub images: Vec<MemoryImage>,
     pub clients: Vec<Client>,
@@ -343,7 +343,7 @@ impl SwarmRun {
     /// `configure` after the run's own settings), and runs the warm-up through them on the
     /// direct backend. Deterministic from the seed, so every backend starts from the same
     /// memory, clients and warm-up values. The warm-up starts 1 ms after `ts_epoch`.
-    pub(crate) fn load_and_warm_up(
+    pub fn load_and_warm_up(
         &self,
         layout: &Layout,
         ts_epoch: LocalTime,
@@ -520,7 +520,7 @@ impl SwarmRun {
                 (*name, bytes as f64 / self.keys as f64)
             })
             .collect();
-        let mut outcome = Outcome {
+        let outcome = Outcome {
             latency_us,
             round_trips,
             memory_bytes_per_key: layout.bytes_per_key(),
@@ -537,12 +537,6 @@ impl SwarmRun {
             history,
             initial_values: last_value.clone(),
         };
-        if self.check {
-            let (valid, report, keys) = check_per_key(&outcome.history, &last_value);
-            outcome.linearizable = valid;
-            outcome.check_report = report;
-            outcome.checked_keys = keys;
-        }
         Ok(outcome)
     }
 }
@@ -568,36 +562,4 @@ fn latencies(history: &[HistoryRecord]) -> BTreeMap<OpKind, LatencyUs> {
         }
     }
     ns.into_iter().map(|(k, v)| (k, LatencyUs::of(v))).collect()
-}
-
-/// Checks linearizability key by key; the warm-up's final values enter as synthetic writes.
-/// `Some(false)`: some key is not linearizable; `None`: none is known not to be, but some key
-/// could not be decided (unknown is never valid); `Some(true)`: every key was proved.
-pub fn check_per_key(history: &[HistoryRecord], warm: &BTreeMap<u64, u64>) -> (Option<bool>, String, usize) {
-    let mut by_key: BTreeMap<u64, Vec<HistoryRecord>> = BTreeMap::new();
-    for r in history {
-        if let Some(m) = r.event.value.first() {
-            by_key.entry(m.key()).or_default().push(r.clone());
-        }
-    }
-    let keys = by_key.len();
-    let mut undecided = None;
-    for (key, recs) in by_key {
-        let mut h = initial_writes(warm.get(&key).map(|v| (key, *v)));
-        for r in recs {
-            h.push(HistoryRecord { index: h.len() as u64, time: r.time, event: r.event });
-        }
-        match check(&h, Model::Linearizable) {
-            Ok(rep) if rep.valid => {}
-            Ok(rep) if rep.verdict == kairos_check::Verdict::Unknown => {
-                undecided.get_or_insert(format!("key {key}: {rep}"));
-            }
-            Ok(rep) => return (Some(false), format!("key {key}: {rep}"), keys),
-            Err(e) => return (Some(false), format!("key {key}: cannot check: {e}"), keys),
-        }
-    }
-    match undecided {
-        Some(report) => (None, report, keys),
-        None => (Some(true), format!("linearizable ({keys} keys)"), keys),
-    }
 }

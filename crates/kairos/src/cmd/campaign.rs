@@ -178,7 +178,7 @@ fn run_seed(
                 run.crash_client_after = None;
                 run.adversary.crash_client_at_chain = None;
             }
-            let o = run.run().map_err(|e| CliError::Usage(e.to_string()))?;
+            let o = kairos_harness::swarm::run(&run).map_err(|e| CliError::Usage(e.to_string()))?;
             let verdict = match o.linearizable {
                 Some(true) => Verdict::Valid,
                 Some(false) => Verdict::Invalid,

@@ -99,7 +99,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
             ..kairos_swarm::sim::SwarmRun::default()
         };
         let started = std::time::Instant::now();
-        let o = run.run().map_err(|e| CliError::Runtime(e.to_string()))?;
+        let o = kairos_harness::swarm::run(&run).map_err(|e| CliError::Runtime(e.to_string()))?;
         super::swarm::print_table(&run, &o);
         swarm_ok &= o.linearizable == Some(true);
         swarm_results.push(super::swarm::swarm_result(&run, &o, started.elapsed()));

@@ -2,7 +2,7 @@
 //! B, every history checked linearizable per key. Backends: the simulator (`sim`), shared
 //! memory regions in /dev/shm (`shm`), or TCP memory servers on loopback started in this
 //! process (`tcp`); the real backends run one thread per client in real time
-//! (`kairos_swarm::real`), with fresh zeroed nodes for every protocol.
+//! (`kairos_harness::swarm::real`), with fresh zeroed nodes for every protocol.
 
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -193,7 +193,7 @@ pub fn bench(a: SwarmBenchArgs) -> Result<(), CliError> {
     for run in &runs {
         let started = Instant::now();
         let o = match a.backend {
-            BackendArg::Sim => run.run().map_err(|e| CliError::Usage(e.to_string()))?,
+            BackendArg::Sim => kairos_harness::swarm::run(run).map_err(|e| CliError::Usage(e.to_string()))?,
             BackendArg::Shm | BackendArg::Tcp => super::swarm_real::run(a.backend, run, a.layout_writers)?,
         };
         let wall = started.elapsed();

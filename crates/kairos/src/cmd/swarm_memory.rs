@@ -2,7 +2,7 @@
 //!
 //! The process holds `N` zeroed bytes and executes READ / WRITE / CAS / CHAIN frames from any
 //! number of clients (up to `--connections-max`), one verb at a time (see
-//! `kairos_swarm::backend::tcp`). It runs no protocol logic. Killing it is a memory-node crash.
+//! `kairos_harness::swarm::backend::tcp`). It runs no protocol logic. Killing it is a memory-node crash.
 //! It prints `swarm-memory listening on ADDR` on stdout once it accepts connections, and its
 //! counters on stderr when it stops.
 
@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kairos_swarm::backend::tcp::{MemoryServer, MemoryServerConfig};
+use kairos_harness::swarm::backend::tcp::{MemoryServer, MemoryServerConfig};
 
 use crate::cli::SwarmMemoryArgs;
 use crate::CliError;

@@ -9,9 +9,9 @@
 
 use std::sync::Mutex;
 
-use kairos_swarm::backend::shm::ShmCluster;
-use kairos_swarm::backend::tcp::TcpCluster;
-use kairos_swarm::real::RealRun;
+use kairos_harness::swarm::backend::shm::ShmCluster;
+use kairos_harness::swarm::backend::tcp::TcpCluster;
+use kairos_harness::swarm::real::RealRun;
 use kairos_swarm::sim::{Outcome, SwarmRun};
 
 use super::swarm::BackendArg;
@@ -51,7 +51,7 @@ pub fn run(backend: BackendArg, run: &SwarmRun, layout_writers: Option<u32>) -> 
             });
             real.run_on(&backend, crash)
         }
-        BackendArg::Sim => run.run(),
+        BackendArg::Sim => kairos_harness::swarm::run(run),
     };
     outcome.map_err(|e| CliError::Runtime(format!("{} backend: {e}", format!("{backend:?}").to_lowercase())))
 }

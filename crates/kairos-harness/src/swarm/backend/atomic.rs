@@ -14,11 +14,11 @@
 //! The checks (bounds, alignment, sizes) are exactly those of [`MemoryImage`]
 //! (`tests/backend_verbs.rs` compares both on random verbs).
 //!
-//! [`MemoryImage`]: crate::verbs::MemoryImage
+//! [`MemoryImage`]: kairos_swarm::verbs::MemoryImage
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
-use crate::verbs::{Addr, Verb, VerbError, VerbOutcome};
+use kairos_swarm::verbs::{Addr, Verb, VerbError, VerbOutcome};
 
 /// A node's bytes as shared 8-byte words, little-endian within a word.
 #[derive(Clone, Copy, Debug)]
@@ -37,12 +37,12 @@ impl<'a> AtomicWords<'a> {
 
     /// Checks that `len` bytes at `addr` are inside the node and not too many.
     pub fn check_range(&self, addr: Addr, len: u64) -> Result<(), VerbError> {
-        crate::verbs::check_range(self.len_bytes(), addr, len)
+        kairos_swarm::verbs::check_range(self.len_bytes(), addr, len)
     }
 
     /// Checks a verb without applying it.
     pub fn check(&self, verb: &Verb) -> Result<(), VerbError> {
-        crate::verbs::check_verb(self.len_bytes(), verb)
+        kairos_swarm::verbs::check_verb(self.len_bytes(), verb)
     }
 
     /// Applies one verb (atomically only if it is a CAS or an aligned 8-byte access).

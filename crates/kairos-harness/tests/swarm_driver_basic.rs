@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use kairos_check::{check, Model};
 use kairos_core::LocalTime;
-use kairos_swarm::backend::shm::ShmCluster;
-use kairos_swarm::backend::tcp::TcpCluster;
-use kairos_swarm::backend::MemoryBackend;
+use kairos_harness::swarm::backend::shm::ShmCluster;
+use kairos_harness::swarm::backend::tcp::TcpCluster;
+use kairos_harness::swarm::backend::MemoryBackend;
+use kairos_harness::swarm::driver::{run, DriverConfig, LeU64Codec, OpSource};
 use kairos_swarm::client::{ChainTag, KvClient, KvOp, OpId, Outbox};
-use kairos_swarm::driver::{run, DriverConfig, LeU64Codec, OpSource};
 use kairos_swarm::verbs::{Chain, Verb, VerbError, VerbOutcome};
 use rand::{Rng, SeedableRng};
 

@@ -35,7 +35,7 @@ use memmap2::MmapRaw;
 
 use super::atomic::AtomicWords;
 use super::{BackendError, Completion, MemoryBackend, MemoryPort, PORT_IN_FLIGHT_MAX};
-use crate::verbs::{Chain, MemNodeId, VerbError, CHAIN_VERBS_MAX};
+use kairos_swarm::verbs::{Chain, MemNodeId, VerbError, CHAIN_VERBS_MAX};
 
 /// First header word of every region.
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"KRSWSHM1");

@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType, ReadValue};
 use kairos_core::LocalTime;
 
-use crate::backend::{BackendError, MemoryBackend, MemoryPort};
-use crate::client::{KvClient, KvOp, OpId, OpKind, Outbox};
+use crate::swarm::backend::{BackendError, MemoryBackend, MemoryPort};
+use kairos_swarm::client::{KvClient, KvOp, OpId, OpKind, Outbox};
 
 /// Local clocks start here (1 s), so offsets down to −1 s keep them positive.
 pub const LOCAL_CLOCK_BASE_NS: u64 = 1_000_000_000;
@@ -363,7 +363,7 @@ fn run_client<C: KvClient>(
     let mut next_op: OpId = 0;
     let mut invoked = 0u64;
     let mut source_done = false;
-    // The client may shorten its tick once it has measured round trips (see `crate::hedge`).
+    // The client may shorten its tick once it has measured round trips (see `kairos_swarm::hedge`).
     let tick_ns = |client: &C| {
         client.tick_interval().clamp(Duration::from_micros(10), Duration::from_millis(100)).as_nanos() as u64
     };

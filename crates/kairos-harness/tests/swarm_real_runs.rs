@@ -5,11 +5,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use kairos_swarm::backend::shm::ShmCluster;
-use kairos_swarm::backend::tcp::TcpCluster;
+use kairos_harness::swarm::backend::shm::ShmCluster;
+use kairos_harness::swarm::backend::tcp::TcpCluster;
+use kairos_harness::swarm::real::RealRun;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::real::RealRun;
 use kairos_swarm::sim::{Outcome, SwarmRun};
 use kairos_swarm::ycsb::Workload;
 
@@ -101,7 +101,7 @@ fn shm_crash_flag_mid_run_does_not_stop_the_clients() {
 #[test]
 fn swarm_kv_clients_in_two_processes_share_the_shm_nodes() {
     use kairos_core::history::HistoryRecord;
-    use kairos_swarm::driver::unix_now_ns;
+    use kairos_harness::swarm::driver::unix_now_ns;
     const CHILD_ENV: &str = "KAIROS_SWARM_REAL_CHILD";
     let mut run = small(Protocol::SwarmKv, 8);
     run.run.clients = 4;
@@ -153,7 +153,7 @@ fn swarm_kv_clients_in_two_processes_share_the_shm_nodes() {
         r.index = i as u64;
     }
     assert_eq!(merged.len(), 2 * 4 * 2000, "every operation invoked and completed");
-    let (valid, text, keys) = kairos_swarm::sim::check_per_key(&merged, &last_value);
+    let (valid, text, keys) = kairos_harness::swarm::check_per_key(&merged, &last_value);
     assert_eq!(valid, Some(true), "{text}");
     assert!(keys > 0);
     eprintln!("two processes: parent ran {mine:?} ns, child {their:?} ns; {text}");

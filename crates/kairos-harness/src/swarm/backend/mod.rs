@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::verbs::{Chain, MemNodeId, VerbError, VerbOutcome};
+use kairos_swarm::verbs::{Chain, MemNodeId, VerbError, VerbOutcome};
 
 /// Most chains one port may have in flight to one node (bounds every client-side queue).
 pub const PORT_IN_FLIGHT_MAX: usize = 1024;

@@ -4,9 +4,10 @@
 //! a client crashed mid-chain in any round) and its history must be linearizable.
 //! `SWARM_SEEDS=N` runs more seeds of the first test, `SWARM_HARD=1` harder ones;
 //! `SWARM_ADV_SEEDS=a..b` runs seeds `a..b` of the adversarial campaign (the `#[ignore]`d one
-//! is the same campaign for long runs: `cargo test --release -p kairos-swarm --test random_runs
+//! is the same campaign for long runs: `cargo test --release -p kairos-harness --test swarm_random_runs
 //! -- --ignored`).
 
+use kairos_harness::swarm;
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::{Adversary, SwarmRun};
 use kairos_swarm::ycsb::Workload;
@@ -68,7 +69,7 @@ fn adversarial_campaign(seeds: std::ops::Range<u64>) -> (u64, u64, u64, u64) {
             eprintln!("adversarial campaign: seed {seed}");
         }
         let run = draw_adversarial(seed);
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_eq!(o.linearizable, Some(true), "adversarial seed {seed} ({run:?}):\n{}", o.check_report);
         let bound = 2 * u64::from(run.clients) + 1;
         let iterations = o.metrics.get("read_iterations_max").copied().unwrap_or(0);
@@ -104,7 +105,7 @@ fn random_deployments_are_linearizable() {
             eprintln!("random deployments: seed {seed} of {seeds}");
         }
         let run = draw(seed);
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_eq!(o.linearizable, Some(true), "seed {seed} ({run:?}):\n{}", o.check_report);
     }
 }
@@ -119,7 +120,7 @@ fn random_deployments_are_linearizable() {
 fn dm_abd_under_a_stalled_chain_seed_2794() {
     let run = draw(2794);
     assert_eq!(run.protocol, Protocol::DmAbd);
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     assert_eq!(o.linearizable, Some(true), "{run:?}: {}", o.check_report);
 }
 
@@ -127,7 +128,7 @@ fn dm_abd_under_a_stalled_chain_seed_2794() {
 /// linearizable, no get timed out, every read within `2 × writers + 1` iterations.
 fn campaign_seed(seed: u64, protocol: Protocol) -> kairos_swarm::sim::Outcome {
     let run = SwarmRun::draw(seed, false, Some(protocol));
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     assert_eq!(o.linearizable, Some(true), "seed {seed} ({run:?}):\n{}", o.check_report);
     let metric = |name: &str| o.metrics.get(name).copied().unwrap_or(0);
     let bound = 2 * u64::from(run.clients) + 1;

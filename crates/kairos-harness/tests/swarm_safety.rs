@@ -2,6 +2,7 @@
 //! todc-utils), under contention, clock skew, crashes and torn reads — and the checker does catch
 //! a deliberately broken SWARM-KV.
 
+use kairos_harness::swarm;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::{Protocol, UnsafeSwitch};
 use kairos_swarm::sim::{Outcome, SwarmRun};
@@ -32,7 +33,7 @@ fn sixteen_clients_on_one_key_stay_linearizable() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, &format!("16 clients on one key, seed {seed}"));
         assert_eq!(o.completed, 80);
     }
@@ -48,7 +49,7 @@ fn under_contention_reads_take_at_most_two_per_writer_plus_one_iterations() {
         check: false,
         ..small()
     };
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     println!("contention round trips: {:?}\nmetrics: {:?}", o.round_trips, o.metrics);
     assert_eq!(o.completed, 1600);
     // The lock and repair paths ran.
@@ -74,7 +75,7 @@ fn clock_offsets_up_to_one_millisecond_stay_linearizable() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, &format!("1 ms skew, seed {seed}"));
         assert!(metric(&o, "stale_guesses") > 0, "skew makes guesses stale");
         assert!(metric(&o, "resyncs") > 0);
@@ -90,7 +91,7 @@ fn a_memory_node_crash_mid_run_does_not_stop_service() {
             clock_offset_max: Duration::from_micros(20),
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, "memory-node crash");
         assert_eq!(o.completed, 4 * 300, "every operation completed: errors {:?}", o.errors);
         assert!(o.errors.is_empty(), "{:?}", o.errors);
@@ -113,7 +114,7 @@ fn a_client_crashing_mid_chain_leaves_a_linearizable_history() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, &format!("client crash, seed {seed}"));
         assert!(o.completed >= 3 * 300, "the other clients finished");
         assert_eq!(metric(&o, "client_crashes"), 1, "seed {seed}");
@@ -135,7 +136,7 @@ fn torn_reads_of_large_values_are_caught_by_the_hash() {
         clock_offset_max: Duration::from_micros(20),
         ..small()
     };
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     assert_linearizable(&o, "4 KiB values");
     println!("4 KiB: {:?} {:?}", o.round_trips, o.metrics);
     assert!(metric(&o, "torn_copies") > 0, "some copies were read while being written: {:?}", o.metrics);
@@ -154,12 +155,12 @@ fn the_checker_catches_a_swarm_that_trusts_stale_guesses() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         if o.linearizable == Some(false) {
             caught = true;
             println!("caught: {}", o.check_report);
             // Control: the same run with verification is linearizable.
-            let safe = SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }.run().unwrap();
+            let safe = swarm::run(&SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }).unwrap();
             assert_linearizable(&safe, &format!("control run, seed {seed}"));
             break;
         }
@@ -170,15 +171,15 @@ fn the_checker_catches_a_swarm_that_trusts_stale_guesses() {
 #[test]
 fn same_seed_same_trace() {
     let run = SwarmRun { check: false, ..small() };
-    assert_eq!(run.run().unwrap().trace_hash, run.run().unwrap().trace_hash);
+    assert_eq!(swarm::run(&run).unwrap().trace_hash, swarm::run(&run).unwrap().trace_hash);
     let other = SwarmRun { seed: 2, ..run.clone() };
-    assert_ne!(run.run().unwrap().trace_hash, other.run().unwrap().trace_hash);
+    assert_ne!(swarm::run(&run).unwrap().trace_hash, swarm::run(&other).unwrap().trace_hash);
 }
 
 #[test]
 fn dm_abd_and_raw_histories_are_checked_too() {
     for protocol in [Protocol::DmAbd, Protocol::Raw] {
-        let o = SwarmRun { protocol, ..small() }.run().unwrap();
+        let o = swarm::run(&SwarmRun { protocol, ..small() }).unwrap();
         assert_linearizable(&o, protocol.name());
         assert!(o.share(OpKind::Get, if protocol == Protocol::Raw { 1 } else { 2 }) > 0.99);
     }
@@ -195,7 +196,7 @@ fn several_operations_in_flight_per_client_stay_linearizable() {
             clock_offset_max: Duration::from_micros(30),
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, &format!("{} with 4 in flight", protocol.name()));
         assert_eq!(o.completed, 4 * 200);
     }
@@ -214,12 +215,12 @@ fn the_checker_catches_a_swarm_whose_readers_skip_the_lock() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         if o.linearizable == Some(false) {
             caught = true;
             println!("caught at seed {seed}: {}", o.check_report.lines().next().unwrap_or(""));
             // Control: the same run with the lock is linearizable.
-            let safe = SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }.run().unwrap();
+            let safe = swarm::run(&SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }).unwrap();
             assert_linearizable(&safe, &format!("control run, seed {seed}"));
             break;
         }
@@ -238,7 +239,7 @@ fn fusee_under_stalled_chains_and_contention_stays_linearizable() {
         run.crash_node_at = None;
         run.crash_client_after = None;
         run.adversary.crash_client_at_chain = None;
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_linearizable(&o, &format!("FUSEE, seed {seed}"));
         assert_eq!(o.completed, u64::from(run.clients) * run.ops, "seed {seed}: {:?}", o.errors);
         lost += metric(&o, "fusee_lost");
@@ -257,7 +258,7 @@ fn fusee_seed_184_a_cas_stalled_across_two_races_does_not_make_a_second_winner()
     run.crash_node_at = None;
     run.crash_client_after = None;
     run.adversary.crash_client_at_chain = None;
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     assert_linearizable(&o, "FUSEE, seed 184");
     assert!(o.errors.is_empty(), "{:?}", o.errors);
     assert_eq!(metric(&o, "fusee_primary_moved"), 0);
@@ -275,10 +276,10 @@ fn the_checker_catches_a_fusee_whose_losers_do_not_wait() {
             seed,
             ..small()
         };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         if o.linearizable == Some(false) {
             println!("caught: {}", o.check_report);
-            let safe = SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }.run().unwrap();
+            let safe = swarm::run(&SwarmRun { unsafe_switch: UnsafeSwitch::Off, ..run }).unwrap();
             assert_linearizable(&safe, &format!("control run, seed {seed}"));
         }
         o.linearizable == Some(false)

@@ -7,10 +7,12 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use kairos_harness::swarm::backend::shm::ShmCluster;
+use kairos_harness::swarm::backend::tcp::{
+    read_frame_blocking, ChainReply, ChainRequest, TcpCluster, MEM_FRAME_BYTES_MAX,
+};
+use kairos_harness::swarm::backend::{Completion, MemoryBackend, MemoryPort};
 use kairos_net::frame::{encode, encode_raw, FrameKind, Hello};
-use kairos_swarm::backend::shm::ShmCluster;
-use kairos_swarm::backend::tcp::{read_frame_blocking, ChainReply, ChainRequest, TcpCluster, MEM_FRAME_BYTES_MAX};
-use kairos_swarm::backend::{Completion, MemoryBackend, MemoryPort};
 use kairos_swarm::verbs::{Chain, MemoryImage, Verb, VerbError, VerbOutcome, CHAIN_VERBS_MAX};
 use proptest::prelude::*;
 use xxhash_rust::xxh3::xxh3_64;
@@ -333,7 +335,7 @@ fn tcp_killed_node_never_completes_and_other_nodes_go_on() {
 
 #[test]
 fn tcp_connections_are_bounded() {
-    use kairos_swarm::backend::tcp::{MemoryServer, MemoryServerConfig};
+    use kairos_harness::swarm::backend::tcp::{MemoryServer, MemoryServerConfig};
     let mut cfg = MemoryServerConfig::new(64);
     cfg.connections_max = 2;
     let server = MemoryServer::start("127.0.0.1:0", cfg).unwrap();
@@ -361,7 +363,7 @@ fn regions_of_dead_processes_are_removed() {
 
 #[test]
 fn ports_bound_chains_in_flight_and_drop_cleanly_with_replies_unread() {
-    use kairos_swarm::backend::{BackendError, PORT_IN_FLIGHT_MAX};
+    use kairos_harness::swarm::backend::{BackendError, PORT_IN_FLIGHT_MAX};
     let shm = ShmCluster::create(15, 1, 64).unwrap();
     let tcp = TcpCluster::start_loopback(1, 64).unwrap();
     for mut port in [shm.connect(0).unwrap(), tcp.backend().connect(0).unwrap()] {

@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use super::atomic::{zeroed_words, AtomicWords};
 use super::{BackendError, Completion, MemoryBackend, MemoryPort, PORT_IN_FLIGHT_MAX};
-use crate::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome, CHAIN_VERBS_MAX};
+use kairos_swarm::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome, CHAIN_VERBS_MAX};
 
 /// Largest frame payload either side sends or accepts (a 1 MiB verb fits with room to spare).
 pub const MEM_FRAME_BYTES_MAX: u32 = 4 * 1024 * 1024 + 4096;

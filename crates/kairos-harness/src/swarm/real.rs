@@ -14,7 +14,7 @@
 //! here ([`RealRun::chain_timeout`], [`RealRun::op_timeout`]): a too-short chain timeout makes a
 //! client suspect a live node for good.
 //!
-//! [`driver`]: crate::driver
+//! [`driver`]: crate::swarm::driver
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -23,14 +23,15 @@ use std::time::Duration;
 use kairos_core::LocalTime;
 use rand::{Rng as _, SeedableRng};
 
-use crate::backend::{BackendError, MemoryBackend};
-use crate::client::{KvOp, OpKind};
-use crate::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
-use crate::engine::{Client, Protocol};
-use crate::layout::Layout;
-use crate::sim::{check_per_key, LatencyUs, Outcome, RunError, SwarmRun, Warmed};
-use crate::verbs::{Chain, MemoryImage, Verb, VerbOutcome, PAGE_BYTES};
-use crate::ycsb::{self, Ycsb};
+use crate::swarm::backend::{BackendError, MemoryBackend};
+use crate::swarm::check_per_key;
+use crate::swarm::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
+use kairos_swarm::client::{KvOp, OpKind};
+use kairos_swarm::engine::{Client, Protocol};
+use kairos_swarm::layout::Layout;
+use kairos_swarm::sim::{LatencyUs, Outcome, RunError, SwarmRun, Warmed};
+use kairos_swarm::verbs::{Chain, MemoryImage, Verb, VerbOutcome, PAGE_BYTES};
+use kairos_swarm::ycsb::{self, Ycsb};
 
 /// Largest write chain [`load_images`] sends (well inside a TCP frame).
 const LOAD_CHUNK_BYTES: usize = 1 << 20;

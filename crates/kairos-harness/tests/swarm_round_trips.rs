@@ -2,6 +2,7 @@
 //! 24 B, 64 B values, 3 replicas, 4 clients; shorter warm-up and run): SWARM-KV completes ≥ 99%
 //! of gets and updates in one round trip, DM-ABD takes two, RAW one.
 
+use kairos_harness::swarm;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::SwarmRun;
@@ -11,7 +12,7 @@ use std::time::Duration;
 fn ycsb_b_round_trips_per_protocol() {
     for protocol in Protocol::ALL {
         let run = SwarmRun { protocol, warmup: 20_000, ops: 2_500, ..SwarmRun::default() };
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_eq!(o.linearizable, Some(true), "{}: {}", protocol.name(), o.check_report);
         assert_eq!(o.completed, 10_000);
         let (get1, upd1) = (o.share(OpKind::Get, 1), o.share(OpKind::Update, 1));
@@ -61,7 +62,7 @@ fn recycling_keeps_buffer_memory_bounded_in_long_runs() {
         check: false,
         ..SwarmRun::default()
     };
-    let o = run.run().unwrap();
+    let o = swarm::run(&run).unwrap();
     let updates: u64 = o.round_trips[&OpKind::Update].values().sum();
     let touched = o.metrics["buffers_touched"];
     println!("updates {updates}, buffers touched {touched}, in use max {}", o.metrics["buffers_in_use_max"]);
@@ -77,7 +78,7 @@ fn memory_per_key_is_one_in_place_copy_and_a_buffer_per_replica() {
     for protocol in [Protocol::SwarmKv, Protocol::Raw] {
         let run = SwarmRun { protocol, keys: 4_000, value_size: 1024, warmup: 8_000, ops: 500, ..SwarmRun::default() };
         let layout = run.layout().unwrap();
-        let o = run.run().unwrap();
+        let o = swarm::run(&run).unwrap();
         assert_eq!(o.linearizable, Some(true), "{}: {}", protocol.name(), o.check_report);
         let region = |name: &str| o.memory_bytes_per_key_by_region[name];
         println!("{}: {:?}", protocol.name(), o.memory_bytes_per_key_by_region);
