@@ -75,13 +75,13 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use kairos_core::{duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
-use rand_distr::{Distribution, Exp};
 use thiserror::Error;
 
-use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId, Value};
+use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
-use crate::workload::TxnSource;
+use kairos_workload::history::write_placeholder;
+use kairos_workload::{OpenLoop, TxnSource};
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -104,47 +104,6 @@ pub enum TxnError {
     Overloaded { inflight: usize, max: usize },
     #[error("this coordinator has used all 2^32 transaction ids; run a new coordinator node")]
     IdsExhausted,
-}
-
-/// Open-loop load: Poisson arrivals at `rate_per_s` (0: no load generation), until
-/// `stop_after` of local time since start or `max_txns` arrivals (admitted or not).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct OpenLoop {
-    pub rate_per_s: f64,
-    pub stop_after: Option<Duration>,
-    pub max_txns: Option<u64>,
-}
-
-impl OpenLoop {
-    /// Whether arrivals continue at local time `now`, `arrivals` after a start at `started_at`.
-    pub fn generating(&self, started_at: LocalTime, arrivals: u64, now: LocalTime) -> bool {
-        let rate = self.rate_per_s;
-        rate.is_finite()
-            && rate > 0.0
-            && self.max_txns.is_none_or(|m| arrivals < m)
-            && self.stop_after.is_none_or(|d| now.saturating_since(started_at) < d)
-    }
-
-    /// The gap to the next arrival (exponential), or `None` without a valid rate.
-    pub fn next_gap(&self, rng: &mut kairos_core::Rng) -> Option<Duration> {
-        let exp = Exp::new(self.rate_per_s).ok()?;
-        let gap_s: f64 = exp.sample(rng);
-        Some(Duration::try_from_secs_f64(gap_s).unwrap_or(ARRIVAL_GAP_MAX).min(ARRIVAL_GAP_MAX))
-    }
-
-    /// The arrival after the one due at `due`: when it is due, and the timer to arm at local
-    /// time `now`. Arrivals follow their own schedule, so the time a process spends handling
-    /// (or waiting behind other work) never slows the offered load: an arrival whose time has
-    /// passed is due at once and queues like any event.
-    pub fn next_arrival(
-        &self,
-        rng: &mut kairos_core::Rng,
-        due: LocalTime,
-        now: LocalTime,
-    ) -> Option<(LocalTime, Duration)> {
-        let at = due.saturating_add(self.next_gap(rng)?);
-        Some((at, at.saturating_since(now)))
-    }
 }
 
 /// Counts for tests (the same events as the metrics).
@@ -196,15 +155,6 @@ pub const ARRIVAL_TIMER: TimerId = TimerId(0);
 
 /// Samples kept per (shard, replica) window at most (oldest dropped first).
 const OWD_SAMPLES_MAX: usize = 65_536;
-/// Longest gap between arrivals (a tiny rate would otherwise overflow a `Duration`).
-const ARRIVAL_GAP_MAX: Duration = Duration::from_secs(24 * 3600);
-
-/// The value an invocation records as the write of `key` by `txn` (see the module docs):
-/// `2^62 + (key·2^32 + txn)` folded below 2^63, so it fits adya's i64 and no count reaches it.
-pub fn write_placeholder(txn: TxnId, key: Key) -> Value {
-    const LOW: u64 = (1 << 62) - 1;
-    (1 << 62) | ((txn.0 ^ key.rotate_left(32)) & LOW)
-}
 
 /// How a finished transaction turned out, for the front end that submitted it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -227,28 +177,6 @@ pub fn ops_invocation(txn: TxnId, ops: &[Op]) -> Vec<MicroOp> {
         }
     }
     out
-}
-
-/// The invocation's micro-ops of a transaction incrementing `keys` (see the module docs):
-/// per key, a read of unknown value and a write of the placeholder.
-pub fn increment_invocation(txn: TxnId, keys: &[Key]) -> Vec<MicroOp> {
-    keys.iter()
-        .flat_map(|&key| {
-            [MicroOp::Read { key, value: None }, MicroOp::Write { key, value: write_placeholder(txn, key) }]
-        })
-        .collect()
-}
-
-/// The completion's micro-ops of a committed increment: per key, the value `read(key)`
-/// returned (0, a never-written key, is the initial `null`) and the value written, one more.
-pub fn increment_completion(keys: &[Key], mut read: impl FnMut(Key) -> Value) -> Vec<MicroOp> {
-    let mut ops = Vec::with_capacity(2 * keys.len());
-    for &key in keys {
-        let v = read(key);
-        ops.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
-        ops.push(MicroOp::Write { key, value: v.saturating_add(1) });
-    }
-    ops
 }
 
 /// A time-ordered window of OWD samples with an order-statistic split: `lower` holds the
@@ -894,7 +822,8 @@ impl Coordinator {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {
-            let ops = self.workload.next_ops(ctx.rng());
+            // MicroBench: an increment by 1 of each key (see `kairos_workload::micro`).
+            let ops = self.workload.next_keys(ctx.rng()).into_iter().map(Op::increment).collect();
             // A rejected transaction is counted by `submit`; the load goes on.
             let _ = self.submit(ctx, ops);
         }
@@ -939,8 +868,9 @@ impl Process for Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::FixedKeys;
+    use crate::msg::Value;
     use kairos_core::{Effect, Rng};
+    use kairos_workload::FixedKeys;
     use rand::SeedableRng;
 
     const ME: NodeId = NodeId(100);
@@ -1616,23 +1546,6 @@ mod tests {
         let e = h.deliver(NodeId(0), leader);
         assert_eq!(history(&e).len(), 1);
         assert_eq!(h.c.owd_estimate(h.now, 0, 0), Some(Duration::from_millis(400)), "a huge OWD is capped");
-    }
-
-    /// Arrivals keep their own schedule: a coordinator that handles an arrival late (busy, or
-    /// its timer queued behind other work) does not push every later arrival back.
-    #[test]
-    fn a_late_arrival_does_not_delay_the_schedule() {
-        let load = OpenLoop { rate_per_s: 1000.0, stop_after: None, max_txns: None };
-        let start = LocalTime::from_secs(1);
-        let (first, after) = load.next_arrival(&mut Rng::seed_from_u64(3), start, start).unwrap();
-        assert_eq!(start + after, first);
-        // The next arrival is due at the same time whether the first is handled on time or
-        // 50 ms late (20 times the mean gap): then it is due at once.
-        let late = first + Duration::from_millis(50);
-        let (on_time, _) = load.next_arrival(&mut Rng::seed_from_u64(4), first, first).unwrap();
-        let (handled_late, after_late) = load.next_arrival(&mut Rng::seed_from_u64(4), first, late).unwrap();
-        assert_eq!(on_time, handled_late);
-        assert_eq!(after_late, handled_late.saturating_since(late));
     }
 
     #[test]

@@ -8,37 +8,11 @@ use crate::ops::{distinct_keys, key_id, Op, OpOutput};
 use crate::server::Checkpoint;
 use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
-use kairos_core::NodeId;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-/// Globally unique transaction id: the coordinator's node id in the high 32 bits, its
-/// sequence number in the low 32. A retransmission keeps the id (at-most-once execution).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TxnId(pub u64);
-
-impl TxnId {
-    pub fn new(coordinator: NodeId, seq: u32) -> Self {
-        TxnId(((coordinator.0 as u64) << 32) | seq as u64)
-    }
-    /// The coordinator that owns this transaction (replies go there).
-    pub fn coordinator(self) -> NodeId {
-        NodeId((self.0 >> 32) as u32)
-    }
-    pub fn seq(self) -> u32 {
-        self.0 as u32
-    }
-}
-
-/// A timestamp: nanoseconds of a node's local clock (future timestamps are send time +
-/// headroom). Ties are broken by transaction id: the order is `(Ts, TxnId)`.
-pub type Ts = u64;
-/// A key's protocol identity ([`crate::ops::key_id`] of its bytes): what conflict detection
-/// and log hashes work on. (Tiga's peers in `kairos-txn` use plain integer keys of this type.)
-pub type Key = u64;
-/// An integer value (the peers' increment-only store).
-pub type Value = u64;
-pub type ShardId = u32;
+/// The transactional vocabulary Tiga shares with its peers (`kairos-workload`).
+pub use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
 
 /// The part of a transaction one shard executes: its operations (in transaction order) and
 /// their read and write sets as key ids, distinct, in order of first appearance.

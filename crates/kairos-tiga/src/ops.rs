@@ -37,17 +37,7 @@ pub type Bytes = Vec<u8>;
 /// Largest value a key may hold, bytes (1 MiB: well inside the hosts' frame limit).
 pub const VALUE_BYTES_MAX: usize = 1 << 20;
 
-/// The protocol's identity of a key: xxh3-64 of its bytes. Conflict detection, log hashes and
-/// shard placement (`key_id % shards`) use it; two distinct keys with the same id would only
-/// conflict more than needed (a coordinator refuses a transaction naming two of them).
-pub fn key_id(key: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(key)
-}
-
-/// The key a history records for `key`: its id folded below 2^63 (adya reads keys as i64).
-pub fn history_key(key: &[u8]) -> u64 {
-    key_id(key) & (u64::MAX >> 1)
-}
+pub use kairos_workload::txn::{history_key, key_id};
 
 /// What one operation does to its key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,28 +6,21 @@
 //! 2 coordinators in each of sc / fi / br and 2 in hk (no servers there). Latency matrix:
 //! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
 
-use crate::coordinator::{Coordinator, CoordinatorStats, OpenLoop};
+use crate::coordinator::{Coordinator, CoordinatorStats};
 use crate::msg::{ShardId, TigaMsg, Ts, TxnId};
 use crate::server::Server;
 use crate::topology::{TigaConfig, Topology};
 use crate::view::{ModeRule, View, ViewManager};
-use crate::workload::MicroBench;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, Message, NodeId, SimTime};
 use kairos_sim::{CpuModel, Role, Sim, SimConfig, SimStats};
+use kairos_workload::{MicroBench, OpenLoop};
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Where each shard's replicas live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
-    /// Replica r of every shard in region r: every leader in sc (preventive-friendly).
-    CoLocated,
-    /// Shard s's replica list rotated by s: leaders in sc, fi, br (detective mode).
-    Separated,
-}
+pub use kairos_workload::Placement;
 
 /// Which timestamp-agreement mode the leaders use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +171,7 @@ pub enum DeployError {
     #[error("{0}")]
     Region(#[from] kairos_core::CoreError),
     #[error("{0}")]
-    Workload(#[from] crate::workload::WorkloadError),
+    Workload(#[from] kairos_workload::WorkloadError),
     #[error("the deployment needs at least one shard, one server region and one coordinator")]
     Empty,
 }
@@ -248,11 +241,7 @@ impl Deployment {
 
     /// The index (in `server_regions`) of the region of replica `replica` of shard `shard`.
     pub fn region_index(&self, shard: usize, replica: usize) -> usize {
-        let n = self.server_regions.len().max(1);
-        match self.placement {
-            Placement::CoLocated => replica,
-            Placement::Separated => (replica + shard) % n,
-        }
+        self.placement.region_index(shard, replica, self.server_regions.len().max(1))
     }
 
     #[allow(clippy::type_complexity)]
@@ -269,10 +258,7 @@ impl Deployment {
             return Err(DeployError::Empty);
         }
         let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
-        let region_of = |shard: usize, replica: usize| match self.placement {
-            Placement::CoLocated => regions[replica],
-            Placement::Separated => regions[(replica + shard) % n],
-        };
+        let region_of = |shard: usize, replica: usize| regions[self.placement.region_index(shard, replica, n)];
         let topology = Topology {
             shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
             leader: vec![0; self.shards as usize],

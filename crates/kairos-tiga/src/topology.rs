@@ -1,55 +1,8 @@
 //! Who is where: the replicas of every shard, which one leads, and the protocol's knobs.
 
-use crate::msg::{Key, ShardId};
-use kairos_core::NodeId;
 use std::time::Duration;
 
-/// The shards and their replicas. Replica `r` of shard `s` is `shards[s][r]`; in view 0 the
-/// leader of every shard is replica `leader[s]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Topology {
-    pub shards: Vec<Vec<NodeId>>,
-    pub leader: Vec<u32>,
-}
-
-impl Topology {
-    pub fn shard_count(&self) -> usize {
-        self.shards.len()
-    }
-    /// Replicas per shard (2f + 1).
-    pub fn replicas_per_shard(&self) -> usize {
-        self.shards.first().map_or(0, Vec::len)
-    }
-    /// Failures tolerated per shard.
-    pub fn f(&self) -> usize {
-        self.replicas_per_shard().saturating_sub(1) / 2
-    }
-    /// Super quorum: 1 + f + ⌈f/2⌉ replicas (3 of 3 when f = 1).
-    pub fn super_quorum(&self) -> usize {
-        let f = self.f();
-        1 + f + f.div_ceil(2)
-    }
-    pub fn leader_node(&self, shard: ShardId) -> NodeId {
-        self.shards[shard as usize][self.leader[shard as usize] as usize]
-    }
-    /// The shard of a key id: id mod shards. Tiga's keys are byte strings whose id is
-    /// [`crate::ops::key_id`] (xxh3), so a key's shard is xxh3(bytes) mod shards; the peers'
-    /// integer MicroBench keys are their own ids.
-    pub fn shard_of_key(&self, key: Key) -> ShardId {
-        (key % self.shards.len() as u64) as ShardId
-    }
-    /// The shard of a byte-string key.
-    pub fn shard_of_bytes(&self, key: &[u8]) -> ShardId {
-        self.shard_of_key(crate::ops::key_id(key))
-    }
-    /// (shard, replica index) of a server node, if it is one.
-    pub fn locate(&self, node: NodeId) -> Option<(ShardId, u32)> {
-        self.shards
-            .iter()
-            .enumerate()
-            .find_map(|(s, rs)| rs.iter().position(|n| *n == node).map(|r| (s as ShardId, r as u32)))
-    }
-}
+pub use kairos_workload::Topology;
 
 /// The protocol's knobs, shared by coordinators and servers.
 #[derive(Clone, Debug, PartialEq)]

@@ -20,8 +20,8 @@ use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Ctx, Effect, LocalTime, NodeId, Process};
 use kairos_tiga::coordinator::Coordinator;
 use kairos_tiga::server::{Server, RELEASE};
-use kairos_tiga::workload::FixedKeys;
 use kairos_tiga::{TigaConfig, TigaMsg, Topology};
+use kairos_workload::FixedKeys;
 use rand::SeedableRng;
 use std::time::Duration;
 

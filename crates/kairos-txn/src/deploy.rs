@@ -18,9 +18,9 @@ use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, Process, SimTime};
 use kairos_sim::{CpuModel, Sim, SimStats, WorldCheck};
-use kairos_tiga::msg::ShardId;
 use kairos_tiga::sim::{Deployment as TigaDeployment, Placement};
-use kairos_tiga::Topology;
+use kairos_workload::txn::ShardId;
+use kairos_workload::Topology;
 
 use crate::shell::{ShellConfig, TxnShell, TxnStats};
 

@@ -1,6 +1,6 @@
 //! OCC+Paxos: optimistic execution at the shard leaders (reads return values and versions,
 //! take nothing), validation at prepare, and two-phase commit whose prepare, commit and abort
-//! records are replicated through each shard's Multi-Paxos group ([`crate::paxos`]). The
+//! records are replicated through each shard's Multi-Paxos group ([`kairos_consensus::paxos`]). The
 //! protocol, its latency formula and its simplifications are in [`crate::twopc`]; this module
 //! is the [`Peer`] binding.
 //!
@@ -23,8 +23,8 @@ use crate::twopc::server::TxnServer;
 pub use crate::twopc::ClassicConfig;
 use crate::twopc::{Cc, TxnMsg};
 use kairos_sim::WorldCheck;
-use kairos_tiga::msg::ShardId;
-use kairos_tiga::Topology;
+use kairos_workload::txn::ShardId;
+use kairos_workload::Topology;
 
 /// The configuration of OCC+Paxos (the shared [`ClassicConfig`]; `unsafe_early_release` does
 /// not apply).

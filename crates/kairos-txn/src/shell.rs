@@ -5,10 +5,10 @@
 //! recorded here, identically for every protocol, so their histories and statistics compare.
 //!
 //! # History encoding
-//! The same as Tiga's coordinator (see `kairos_tiga::coordinator`): one Jepsen process per
+//! The same as Tiga's coordinator (`kairos_workload::history`): one Jepsen process per
 //! in-flight transaction (`process_base + slot`); a MicroBench transaction increments its keys;
 //! the invocation names `["r", k, null]` and `["w", k, P]` with P the unique placeholder
-//! [`write_placeholder`]; `ok` carries the values read and written (`v + 1`); a transaction
+//! [`write_placeholder`](kairos_workload::history::write_placeholder); `ok` carries the values read and written (`v + 1`); a transaction
 //! that exhausted its attempts is `fail` (every attempt aborted: it took no effect); one whose
 //! outcome is unknown is `info` with its invocation's micro-ops.
 //!
@@ -53,9 +53,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId};
-use kairos_tiga::coordinator::{increment_completion, increment_invocation, OpenLoop};
-use kairos_tiga::msg::{Key, TxnId, Value};
-use kairos_tiga::workload::TxnSource;
+use kairos_workload::history::{increment_completion, increment_invocation};
+use kairos_workload::txn::{Key, TxnId, Value};
+use kairos_workload::OpenLoop;
+use kairos_workload::TxnSource;
 use rand::Rng as _;
 
 /// The timer of the next open-loop arrival.
@@ -436,7 +437,7 @@ impl TxnShell {
 mod tests {
     use super::*;
     use kairos_core::{Effect, NodeId, ReadValue, Rng};
-    use kairos_tiga::workload::FixedKeys;
+    use kairos_workload::FixedKeys;
     use rand::SeedableRng;
 
     fn shell(max_attempts: u32) -> TxnShell {

@@ -5,7 +5,7 @@
 //! Only the latest version is kept: 2PL reads under locks, OCC and Tapir validate the version
 //! they read against the latest, so none of them reads an older snapshot.
 
-use kairos_tiga::msg::{Key, Value};
+use kairos_workload::txn::{Key, Value};
 use std::collections::BTreeMap;
 
 /// A value and the version that wrote it.

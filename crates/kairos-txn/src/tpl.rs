@@ -1,6 +1,6 @@
 //! 2PL+Paxos (Spanner-style): two-phase locking with **wound-wait** at the shard leaders, and
 //! two-phase commit whose prepare, commit and abort records are replicated through each
-//! shard's Multi-Paxos group ([`crate::paxos`]). The protocol, its latency formula and its
+//! shard's Multi-Paxos group ([`kairos_consensus::paxos`]). The protocol, its latency formula and its
 //! simplifications are in [`crate::twopc`]; this module is the [`Peer`] binding.
 //!
 //! Locks: a `Read` takes every key's lock (MicroBench increments read and write each key, so
@@ -30,8 +30,8 @@ use crate::twopc::server::TxnServer;
 pub use crate::twopc::ClassicConfig;
 use crate::twopc::{Cc, TxnMsg};
 use kairos_sim::WorldCheck;
-use kairos_tiga::msg::ShardId;
-use kairos_tiga::Topology;
+use kairos_workload::txn::ShardId;
+use kairos_workload::Topology;
 
 /// The configuration of 2PL+Paxos (the shared [`ClassicConfig`]; `unsafe_skip_validation`
 /// does not apply).

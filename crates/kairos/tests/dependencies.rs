@@ -18,7 +18,7 @@ const NEVER_BELOW_A_PROTOCOL: [&str; 3] = ["kairos-check", "kairos-net", "tokio"
 const KNOWN: [(&str, &str, &str); 1] = [(
     "kairos-txn",
     "kairos-tiga",
-    "the shell takes Tiga's open-loop arrivals and increment encoding, and the peers' deployment builds on Tiga's (to move into a kairos-workload crate)",
+    "the peers' MicroBench deployment (`deploy::Bench`) builds on Tiga's and runs Tiga too (to move into kairos-harness)",
 )];
 
 /// Every package's normal and build dependencies, by name.

@@ -11,7 +11,7 @@
 //! replies *fast* to the coordinator: a follower with `(ts, hash)`, a leader also with the
 //! values read, after executing the stored procedure (revocably). A follower holds the fast
 //! reply of a transaction that read from a multi-shard one not yet in its log until it is
-//! ([`reply_gate`]: what makes a view change keep that multi-shard transaction).
+//! (`reply_gate`: what makes a view change keep that multi-shard transaction).
 //!
 //! **Timestamp agreement** (transactions over several shards, leaders only; detective mode:
 //! execute, then agree). The leader sends its timestamp to the other involved leaders and

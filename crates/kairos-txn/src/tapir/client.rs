@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
-use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
-use kairos_tiga::Topology;
+use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
+use kairos_workload::Topology;
 
 use super::ir::{Confirms, ConsensusQuorum};
 use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
@@ -643,8 +643,8 @@ impl Process for Coordinator {
 mod tests {
     use super::*;
     use kairos_core::{Effect, HistoryEvent, OpType, Rng};
-    use kairos_tiga::coordinator::OpenLoop;
-    use kairos_tiga::workload::FixedKeys;
+    use kairos_workload::FixedKeys;
+    use kairos_workload::OpenLoop;
     use rand::SeedableRng;
 
     const ME: NodeId = NodeId(9);

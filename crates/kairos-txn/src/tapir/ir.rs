@@ -8,7 +8,7 @@
 //! and retried until acknowledged; replicas apply them in any order (commit is idempotent and
 //! keyed by version, abort only drops a prepared entry).
 
-use kairos_tiga::Topology;
+use kairos_workload::Topology;
 
 use super::msg::PrepareResult;
 

@@ -20,7 +20,7 @@
 //!   IR's `Finalize` at f + 1 replicas. All shards PREPARE-OK → commit: the client is answered
 //!   at once and `Commit` (an IR **inconsistent operation**) is delivered asynchronously. A
 //!   stale read (ABORT) or abstentions → the attempt aborts (`Abort`, inconsistent) and the
-//!   shell retries it under the same [`TxnId`](kairos_tiga::TxnId) after a backoff. RETRY →
+//!   shell retries it under the same [`TxnId`](kairos_workload::TxnId) after a backoff. RETRY →
 //!   a new prepare round at the largest suggested timestamp (up to `prepare_rounds_max`).
 //! - [`ir`]: the coordinator's quorum logic; [`msg`]: the messages.
 //!
@@ -84,9 +84,9 @@ pub mod replica;
 use std::time::Duration;
 
 use kairos_core::LatencyMatrix;
-use kairos_tiga::msg::ShardId;
-use kairos_tiga::sim::Placement;
-use kairos_tiga::Topology;
+use kairos_workload::txn::ShardId;
+use kairos_workload::Placement;
+use kairos_workload::Topology;
 
 pub use client::{Coordinator, CoordinatorStats};
 pub use msg::{OpId, PrepareResult, TapirMsg};
@@ -217,9 +217,9 @@ pub fn analytic_latency(bench: &Bench, region: &str) -> Result<Duration, DeployE
 mod tests {
     use super::*;
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
-    use kairos_tiga::coordinator::OpenLoop;
-    use kairos_tiga::msg::TxnId;
-    use kairos_tiga::workload::FixedKeys;
+    use kairos_workload::txn::TxnId;
+    use kairos_workload::FixedKeys;
+    use kairos_workload::OpenLoop;
     use rand::{Rng as _, SeedableRng};
 
     fn random_msg(rng: &mut Rng) -> TapirMsg {

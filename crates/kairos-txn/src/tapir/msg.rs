@@ -2,7 +2,7 @@
 //! finalize round, IR's inconsistent operations (commit, abort), and a ping that lets a
 //! coordinator find the closest replica of every shard.
 
-use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
+use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
 use serde::{Deserialize, Serialize};
 
 /// Identifies one IR consensus operation (one prepare) of a transaction: the shell's attempt

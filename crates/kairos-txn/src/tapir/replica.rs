@@ -43,8 +43,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, Stored, TimerId};
-use kairos_tiga::msg::{Key, ShardId, Ts, TxnId, Value};
-use kairos_tiga::Topology;
+use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
+use kairos_workload::Topology;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 

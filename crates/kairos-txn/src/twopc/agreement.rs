@@ -7,7 +7,7 @@ use super::server::TxnServer;
 use super::{Record, TxnMsg};
 use kairos_core::NodeId;
 use kairos_sim::{Sim, WorldCheck};
-use kairos_tiga::Topology;
+use kairos_workload::Topology;
 use std::cell::RefCell;
 
 /// Per shard, the record applied in each slot (`None`: a no-op); per node, how far it was

@@ -12,8 +12,8 @@
 use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, TxnShell, TxnStats};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
-use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
-use kairos_tiga::Topology;
+use kairos_workload::txn::{Key, ShardId, TxnId, Value};
+use kairos_workload::Topology;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

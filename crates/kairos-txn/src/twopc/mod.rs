@@ -64,7 +64,7 @@ pub mod server;
 
 use kairos_consensus::paxos::{PaxosConfig, PaxosMsg};
 use kairos_core::LatencyMatrix;
-use kairos_tiga::msg::{Key, ShardId, TxnId, Value};
+use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -229,9 +229,9 @@ mod tests {
     use crate::shell::{ShellConfig, TxnShell};
     use kairos_consensus::paxos::Ballot;
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
-    use kairos_tiga::coordinator::OpenLoop;
-    use kairos_tiga::workload::FixedKeys;
-    use kairos_tiga::Topology;
+    use kairos_workload::FixedKeys;
+    use kairos_workload::OpenLoop;
+    use kairos_workload::Topology;
     use rand::SeedableRng;
 
     fn topology() -> Topology {

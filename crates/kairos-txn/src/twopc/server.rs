@@ -22,8 +22,8 @@ use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
 use crate::store::Store;
 use kairos_consensus::paxos::{Ballot, MultiPaxos};
 use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
-use kairos_tiga::msg::{Key, ShardId, Value};
-use kairos_tiga::Topology;
+use kairos_workload::txn::{Key, ShardId, Value};
+use kairos_workload::Topology;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The Multi-Paxos tick.

@@ -15,9 +15,9 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::Placement;
 use kairos_txn::deploy::DeployError;
 use kairos_txn::{Bench, Protocol, RunOutcome};
+use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -1,12 +1,12 @@
 //! Where a coordinator's transactions come from: a source of key sets.
 //!
-//! [`MicroBench`] is the paper's micro-benchmark: every transaction increments
+//! [`MicroBench`] is the Tiga paper's micro-benchmark: every transaction increments
 //! `keys_per_txn` (3) distinct keys drawn from a Zipf distribution over all keys
 //! (`keys_per_shard × shards`); rank 1 (the hottest) is key 0. Tiga runs each key as an
-//! increment of the byte-string key of its decimal digits ([`TxnSource::next_ops`]), placed by
-//! hash; the peers in `kairos-txn` place the integer key by `key % shards`
-//! ([`crate::Topology::shard_of_key`]). Either way a transaction may touch fewer shards than it
-//! has keys. [`FixedKeys`] replays a fixed list, for tests.
+//! increment of the byte-string key of its decimal digits, placed by hash; the peers in
+//! `kairos-txn` place the integer key by `key % shards` ([`crate::Topology::shard_of_key`]).
+//! Either way a transaction may touch fewer shards than it has keys. [`FixedKeys`] replays a
+//! fixed list, for tests.
 //!
 //! Every draw comes from the generator the caller passes in (the node's seeded `ctx.rng()`),
 //! so a source is reproducible from the run's seed.
@@ -16,17 +16,11 @@ use rand::Rng as _;
 use rand_distr::{Distribution, Zipf};
 use thiserror::Error;
 
-use crate::msg::Key;
-use crate::ops::Op;
+use crate::txn::Key;
 
 /// A source of transactions: the keys the next transaction touches, in its order.
 pub trait TxnSource: Send {
     fn next_keys(&mut self, rng: &mut Rng) -> Vec<Key>;
-    /// The next transaction as Tiga's general operations: by default an increment by 1 of
-    /// each key of [`TxnSource::next_keys`] (MicroBench; the peers use the keys directly).
-    fn next_ops(&mut self, rng: &mut Rng) -> Vec<Op> {
-        self.next_keys(rng).into_iter().map(Op::increment).collect()
-    }
 }
 
 /// A workload that cannot be built as asked.

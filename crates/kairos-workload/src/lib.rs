@@ -1,0 +1,26 @@
+//! # kairos-workload — the work the transactional protocols run
+//!
+//! Tiga and its peers (`kairos-txn`) are compared on identical work, so what defines that work
+//! lives here, outside every protocol crate; no protocol crate depends on another.
+//!
+//! - [`txn`]: the vocabulary — transaction ids, timestamps, keys, values, shards, and a byte
+//!   key's 64-bit identity.
+//! - [`shards`]: who serves which shard ([`Topology`]) and where leaders sit ([`Placement`]).
+//! - [`micro`]: the Tiga paper's MicroBench ([`MicroBench`]: Zipf over all keys, 3 keys per
+//!   transaction) and a fixed replay for tests, behind one [`TxnSource`] trait.
+//! - [`open_loop`]: Poisson arrivals on their own schedule ([`OpenLoop`]).
+//! - [`history`]: how an increment transaction is recorded for the history checkers.
+//!
+//! Every random draw takes the caller's generator (a node's seeded `ctx.rng()`), so a run is
+//! reproducible from its seed.
+
+pub mod history;
+pub mod micro;
+pub mod open_loop;
+pub mod shards;
+pub mod txn;
+
+pub use micro::{FixedKeys, MicroBench, TxnSource, WorkloadError};
+pub use open_loop::OpenLoop;
+pub use shards::{Placement, Topology};
+pub use txn::{history_key, key_id, Key, ShardId, Ts, TxnId, Value};
