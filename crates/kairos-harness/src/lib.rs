@@ -6,9 +6,17 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`tiga`] | Tiga's deployment in the simulator (the paper's regions, clocks, view managers, a leader crash), its runs and analytic latency |
+//! | [`micro`] | the protocol-neutral MicroBench deployment: Tiga and each peer of `kairos-txn` on identical work, one outcome for all |
 //! | [`swarm`] | SWARM's real memory nodes (shm, TCP), the client driver, real runs, and the per-key linearizability check of simulated and real runs |
+//! | [`error`] | the error of every transactional deployment ([`DeployError`]) |
 //!
-//! The other protocols' runners still live in their crates (the testing-tree issue moves them
-//! here, one protocol at a time).
+//! The replica set's and the register's runners still live in their crates (the testing-tree
+//! issue moves them here, one protocol at a time).
 
+pub mod error;
+pub mod micro;
 pub mod swarm;
+pub mod tiga;
+
+pub use error::DeployError;

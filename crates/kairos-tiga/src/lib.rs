@@ -24,10 +24,12 @@
 //! - MicroBench ([`kairos_workload::MicroBench`]): 3 distinct keys per transaction drawn from Zipf(skew) over
 //!   1,000,000 keys per shard; each transaction is a general one that increments its keys by 1
 //!   (a key's bytes are its decimal digits, so it lands on a shard by hash like any key).
-//! - [`sim`]: the paper's deployment in the simulator (3 shards × 3 replicas in sc / fi / br,
-//!   2 coordinators in each of sc / fi / br / hk), co-located or separated leaders.
 //!
-//! ## The analytic latency ([`sim::analytic_latency`])
+//! The paper's deployment in the simulator (3 shards × 3 replicas in sc / fi / br,
+//! 2 coordinators in each of sc / fi / br / hk, co-located or separated leaders) and its runs
+//! are in `kairos_harness::tiga`; this crate holds only the roles.
+//!
+//! ## The analytic latency (`kairos_harness::tiga::analytic_latency`)
 //! For a coordinator c, with one-way delays d(·,·) from the latency matrix, super quorum
 //! SQ = 1 + f + ⌈f/2⌉, margin Δ (10 ms) and perfectly synchronized clocks:
 //!
@@ -108,7 +110,6 @@ pub mod msg;
 pub mod ops;
 mod release_queue;
 pub mod server;
-pub mod sim;
 pub mod topology;
 pub mod view;
 

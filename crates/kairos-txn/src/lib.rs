@@ -7,22 +7,22 @@
 //!   Jepsen process slots and the history encoding (identical to Tiga's, so one checker reads
 //!   every protocol's history), abort-and-retry, and protocol-neutral counters.
 //! - [`store`]: the shard store the peers execute on.
-//! - [`deploy`]: the protocol-neutral MicroBench deployment (the paper's: 3 shards × 3
-//!   replicas in sc / fi / br, coordinators in sc / fi / br / hk) that runs any [`Protocol`],
-//!   Tiga included, on the identical workload, placement, clocks and seed.
+//! - [`peer`]: how a peer plugs into a deployment ([`Peer`]: its roles, knobs and world
+//!   checks). `kairos_harness::micro::Bench` runs any peer, and Tiga, on the identical
+//!   MicroBench workload, placement, clocks and seed.
 //! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
 //!   replicated through each shard's Multi-Paxos group, `kairos_consensus::paxos`).
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
 //! - [`twopc`]: what 2PL+Paxos and OCC+Paxos share (messages, log records, coordinator, server).
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
 
-pub mod deploy;
 pub mod occ;
+pub mod peer;
 pub mod shell;
 pub mod store;
 pub mod tapir;
 pub mod tpl;
 pub mod twopc;
 
-pub use deploy::{Bench, Protocol, RunOutcome};
+pub use peer::Peer;
 pub use shell::{Attempt, ShellConfig, TxnShell, TxnStats};

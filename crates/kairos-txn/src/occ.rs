@@ -16,7 +16,7 @@
 //! Test-only bug: [`ClassicConfig::unsafe_skip_validation`] prepares without validating: two
 //! increments that read the same version both commit (a lost update the checker reports).
 
-use crate::deploy::{Peer, Protocol};
+use crate::peer::Peer;
 use crate::shell::{TxnShell, TxnStats};
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
@@ -38,7 +38,6 @@ impl Peer for OccPaxos {
     type Server = TxnServer;
     type Coordinator = TxnCoordinator;
     type Config = ClassicConfig;
-    const PROTOCOL: Protocol = Protocol::OccPaxos;
 
     fn server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
         TxnServer::new(Cc::Optimistic, topology, config, shard, replica)

@@ -23,7 +23,7 @@
 //! record is durable, before the commit applies the writes: a waiter then reads the old value
 //! and the two increments collapse into one (a lost update the checker reports).
 
-use crate::deploy::{Peer, Protocol};
+use crate::peer::Peer;
 use crate::shell::{TxnShell, TxnStats};
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
@@ -45,7 +45,6 @@ impl Peer for TwoPlPaxos {
     type Server = TxnServer;
     type Coordinator = TxnCoordinator;
     type Config = ClassicConfig;
-    const PROTOCOL: Protocol = Protocol::TwoPlPaxos;
 
     fn server(topology: &Topology, config: &ClassicConfig, shard: ShardId, replica: u32) -> TxnServer {
         TxnServer::new(Cc::Locking, topology, config, shard, replica)

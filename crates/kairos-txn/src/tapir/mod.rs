@@ -92,7 +92,7 @@ pub use client::{Coordinator, CoordinatorStats};
 pub use msg::{OpId, PrepareResult, TapirMsg};
 pub use replica::{Replica, ReplicaStats};
 
-use crate::deploy::{Bench, DeployError, Peer, Protocol};
+use crate::peer::Peer;
 use crate::shell::{TxnShell, TxnStats};
 
 /// Tapir's knobs, shared by coordinators and replicas.
@@ -166,7 +166,6 @@ impl Peer for Tapir {
     type Server = Replica;
     type Coordinator = Coordinator;
     type Config = TapirConfig;
-    const PROTOCOL: Protocol = Protocol::Tapir;
 
     fn server(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Replica {
         Replica::new(topology, config, shard, replica)
@@ -187,30 +186,27 @@ impl Peer for Tapir {
 /// the largest over all shards (with co-located placement every shard is placed alike, so a
 /// transaction touching fewer shards costs the same; with separated placement this is the
 /// bound for one touching every shard).
-pub fn analytic_latency(bench: &Bench, region: &str) -> Result<Duration, DeployError> {
+///
+/// `None` if a region is unknown or there are no servers.
+pub fn analytic_latency(region: &str, server_regions: &[&str], placement: Placement, shards: u32) -> Option<Duration> {
     let matrix = LatencyMatrix::gcp();
-    let c = matrix.region(region)?;
-    let regions: Vec<_> = bench.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
+    let c = matrix.region(region).ok()?;
+    let regions: Vec<_> = server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>().ok()?;
     let n = regions.len();
-    if n == 0 || bench.shards == 0 {
-        return Err(DeployError::Empty);
+    if n == 0 || shards == 0 {
+        return None;
     }
     let sq = Topology { shards: vec![vec![kairos_core::NodeId(0); n]], leader: vec![0] }.super_quorum().min(n);
     let rtt = |r| matrix.one_way(c, r) + matrix.one_way(r, c);
     let per_shard = |s: usize| {
-        let mut v: Vec<Duration> = (0..n)
-            .map(|r| match bench.placement {
-                Placement::CoLocated => rtt(regions[r]),
-                Placement::Separated => rtt(regions[(r + s) % n]),
-            })
-            .collect();
+        let mut v: Vec<Duration> = (0..n).map(|r| rtt(regions[placement.region_index(s, r, n)])).collect();
         v.sort();
         (v[0], v[sq - 1])
     };
-    let (read, prepare) = (0..bench.shards as usize)
+    let (read, prepare) = (0..shards as usize)
         .map(per_shard)
         .fold((Duration::ZERO, Duration::ZERO), |(a, b), (r, p)| (a.max(r), b.max(p)));
-    Ok(read + prepare)
+    Some(read + prepare)
 }
 
 #[cfg(test)]
@@ -253,6 +249,19 @@ mod tests {
     }
 
     /// No message a peer could send makes a role panic (and the roles stay usable).
+    #[test]
+    fn analytic_latency_needs_known_regions_and_servers() {
+        let servers = ["sc", "fi", "br"];
+        let sc = analytic_latency("sc", &servers, Placement::CoLocated, 3).unwrap();
+        // From sc: reads at the local replica (~0), the prepare's super quorum is all three.
+        let far = analytic_latency("hk", &servers, Placement::CoLocated, 3).unwrap();
+        assert!(sc < far, "{sc:?} {far:?}");
+        assert_eq!(analytic_latency("atlantis", &servers, Placement::CoLocated, 3), None);
+        assert_eq!(analytic_latency("sc", &["sc", "atlantis"], Placement::CoLocated, 3), None);
+        assert_eq!(analytic_latency("sc", &[], Placement::CoLocated, 3), None);
+        assert_eq!(analytic_latency("sc", &servers, Placement::Separated, 0), None);
+    }
+
     #[test]
     fn random_messages_and_timers_never_panic() {
         let topology = Topology {

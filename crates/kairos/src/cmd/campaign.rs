@@ -12,6 +12,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
+use kairos_harness::micro::Bench;
 use kairos_sim::fault::random_plan;
 use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
@@ -21,7 +22,6 @@ use kairos_txn::occ::OccPaxos;
 use kairos_txn::tapir::{Tapir, TapirConfig};
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::ClassicConfig;
-use kairos_txn::Bench;
 use serde::Serialize;
 
 use crate::cli::{CampaignArgs, CampaignProtocol};

@@ -5,10 +5,10 @@ use super::bench::{print_register_table, register_result, run_and_check, verdict
 use crate::cli::{CausalBenchArgs, DemoArgs, OnOff, ReadConcernArg, ReadPrefArg, SigningArg, WriteConcernArg};
 use crate::result;
 use crate::CliError;
+use kairos_harness::micro::{Bench, Protocol};
+use kairos_harness::tiga::{Deployment, LeaderKill};
 use kairos_register::sim::RegisterRun;
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::{Deployment, LeaderKill};
-use kairos_txn::{Bench, Protocol};
 use std::time::Duration;
 
 pub fn run(args: DemoArgs) -> Result<(), CliError> {

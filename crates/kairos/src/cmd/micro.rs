@@ -14,9 +14,8 @@ use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_core::history::{HistoryRecord, OpType};
+use kairos_harness::micro::{Bench, Protocol, RunOutcome};
 use kairos_sim::CpuModel;
-use kairos_txn::deploy::DeployError;
-use kairos_txn::{Bench, Protocol, RunOutcome};
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -84,7 +83,7 @@ impl MicroBenchArgs {
         let mut protocols = Vec::new();
         for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             let p: Protocol =
-                name.parse().map_err(|e: kairos_txn::deploy::UnknownProtocol| CliError::Usage(e.to_string()))?;
+                name.parse().map_err(|e: kairos_harness::micro::UnknownProtocol| CliError::Usage(e.to_string()))?;
             if !protocols.contains(&p) {
                 protocols.push(p);
             }
@@ -151,16 +150,6 @@ impl MicroBenchArgs {
     }
 }
 
-/// Runs `protocol` on `bench`.
-pub fn run_protocol(bench: &Bench, protocol: Protocol, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
-    match protocol {
-        Protocol::Tiga => bench.run_tiga(progress),
-        Protocol::TwoPlPaxos => bench.run_peer::<kairos_txn::tpl::TwoPlPaxos>(&Default::default(), progress),
-        Protocol::OccPaxos => bench.run_peer::<kairos_txn::occ::OccPaxos>(&Default::default(), progress),
-        Protocol::Tapir => bench.run_peer::<kairos_txn::tapir::Tapir>(&Default::default(), progress),
-    }
-}
-
 /// Commits completed in `[duration/3, duration]` of virtual time, per second: the window
 /// skips the start (no commits before one wide-area round trip) and the drain after the load.
 pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
@@ -173,8 +162,8 @@ pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
 pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     let bar = progress::bar(100, protocol.name());
     bar.set_message(format!("{:.0} txn/s, skew {}", bench.load_txn_per_s, bench.skew));
-    let outcome = run_protocol(bench, protocol, |f| bar.set_position((f * 100.0) as u64))
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let outcome =
+        bench.run(protocol, |f| bar.set_position((f * 100.0) as u64)).map_err(|e| CliError::Usage(e.to_string()))?;
     bar.set_message(format!("checking {} transactions", outcome.history.len() / 2));
     let report = kairos_check::check(&outcome.history, Model::StrictSerializable).map_err(|e| {
         CliError::Runtime(format!("the simulator wrote a history the checker cannot read (a Kairos bug): {e}"))

@@ -9,8 +9,9 @@ use crate::stats;
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
+use kairos_harness::tiga::{analytic_latency, analytic_latency_in, Deployment, LeaderKill, Mode, Outcome};
 use kairos_sim::CpuModel;
-use kairos_tiga::sim::{analytic_latency, analytic_latency_in, Deployment, LeaderKill, Mode, Outcome, Placement};
+use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! 1. **Latency.** From every region's gateway at once, one client alternates a single-key
 //!    `INCR` and a `MULTI` / `EXEC` of three `INCR`s on keys of the three shards, `--requests`
 //!    of each, one at a time. The p50 / p90 of each kind per region stand beside the analytic
-//!    commit latency of the placement ([`kairos_tiga::sim::analytic_latency`]: what the
+//!    commit latency of the placement ([`kairos_harness::tiga::analytic_latency`]: what the
 //!    simulator's median approaches at moderate load), with injected delay only.
 //! 2. **Throughput and CPU.** `--clients` connections per gateway run MicroBench-like
 //!    transactions back to back for `--duration-s` (`MULTI`, three `INCR`s of keys drawn over
@@ -30,8 +30,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{check, Model, Verdict};
 use kairos_core::history::HistoryRecord;
 use kairos_core::NodeId;
+use kairos_harness::tiga::{analytic_latency, Deployment};
 use kairos_net::ClusterConfig;
-use kairos_tiga::sim::{analytic_latency, Deployment};
 use serde::Serialize;
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,8 +1,9 @@
 //! The protocol-neutral MicroBench deployment: one description ([`Bench`]) that runs Tiga or
-//! any peer on the identical workload, placement, clock draws and seed.
+//! any peer on the identical workload, placement, clock draws and seed, and one outcome
+//! ([`RunOutcome`]) for all of them.
 //!
 //! Node ids, regions and clocks are assigned exactly as Tiga's deployment assigns them
-//! (`kairos_tiga::sim`): the servers of shard s are nodes s·n … s·n + n − 1 (replica 0 is the
+//! ([`crate::tiga`]): the servers of shard s are nodes s·n … s·n + n − 1 (replica 0 is the
 //! initial leader; co-located: every leader in the first server region; separated: shard s's
 //! replica list rotated by s), then the coordinators region by region; every node's clock is
 //! drawn from the preset in that order from the same seed. Each coordinator offers
@@ -16,13 +17,17 @@ use std::time::Duration;
 
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
-use kairos_core::{Message, NodeId, Process, SimTime};
-use kairos_sim::{CpuModel, Sim, SimStats, WorldCheck};
-use kairos_tiga::sim::{Deployment as TigaDeployment, Placement};
-use kairos_workload::txn::ShardId;
-use kairos_workload::Topology;
+use kairos_core::{Message, NodeId, SimTime};
+use kairos_sim::{CpuModel, Sim, SimStats};
+use kairos_txn::occ::OccPaxos;
+use kairos_txn::peer::Peer;
+use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
+use kairos_txn::tapir::Tapir;
+use kairos_txn::tpl::TwoPlPaxos;
+use kairos_workload::{Placement, Topology};
 
-use crate::shell::{ShellConfig, TxnShell, TxnStats};
+use crate::tiga::Deployment as TigaDeployment;
+use crate::DeployError;
 
 /// The protocols the harness can run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,20 +118,6 @@ impl Default for Bench {
     }
 }
 
-/// Errors in a deployment description.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The run broke an invariant and stopped at that event.
-    #[error("{0}")]
-    Invariant(kairos_sim::Violation),
-    #[error("{0}")]
-    Tiga(#[from] kairos_tiga::sim::DeployError),
-    #[error("{0}")]
-    Region(#[from] kairos_core::CoreError),
-    #[error("the deployment needs at least one shard, one server region and one coordinator")]
-    Empty,
-}
-
 /// What a run produced, the same for every protocol.
 pub struct RunOutcome {
     pub protocol: Protocol,
@@ -191,24 +182,22 @@ impl RunOutcome {
     }
 }
 
-/// How a peer protocol plugs into the deployment.
-pub trait Peer: 'static {
-    type Msg: Message;
-    type Server: Process<Msg = Self::Msg> + 'static;
-    type Coordinator: Process<Msg = Self::Msg> + 'static;
-    /// The protocol's knobs (timeouts, test-only switches), shared by all its roles.
-    type Config: Clone + 'static;
+/// A peer of Tiga's, as [`Bench`] runs it: its [`Peer`] roles under the [`Protocol`] name
+/// that results carry.
+pub trait PeerProtocol: Peer {
     const PROTOCOL: Protocol;
-    fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
-    fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
-    /// Properties over all the protocol's nodes (e.g. replicas agree on what they applied),
-    /// checked as the run goes ([`Sim::add_world_check`]: every `u64` events).
-    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<Self::Msg>)> {
-        let _ = topology;
-        Vec::new()
-    }
-    /// The coordinator's counters (usually its shell's).
-    fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
+}
+
+impl PeerProtocol for TwoPlPaxos {
+    const PROTOCOL: Protocol = Protocol::TwoPlPaxos;
+}
+
+impl PeerProtocol for OccPaxos {
+    const PROTOCOL: Protocol = Protocol::OccPaxos;
+}
+
+impl PeerProtocol for Tapir {
+    const PROTOCOL: Protocol = Protocol::Tapir;
 }
 
 /// A built, not yet run, peer deployment (tests may schedule faults before running it).
@@ -262,7 +251,11 @@ impl Bench {
     }
 
     /// Runs peer `P` for `duration` + `drain`, calling `progress(fraction)` along the way.
-    pub fn run_peer<P: Peer>(&self, config: &P::Config, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+    pub fn run_peer<P: PeerProtocol>(
+        &self,
+        config: &P::Config,
+        progress: impl FnMut(f64),
+    ) -> Result<RunOutcome, DeployError> {
         #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
         let started = std::time::Instant::now();
         let PeerWorld { mut sim, topology, process_regions } = self.build::<P>(config)?;
@@ -289,6 +282,16 @@ impl Bench {
             coordinators,
             wall: started.elapsed(),
         })
+    }
+
+    /// Runs `protocol` (its default knobs) on this bench.
+    pub fn run(&self, protocol: Protocol, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+        match protocol {
+            Protocol::Tiga => self.run_tiga(progress),
+            Protocol::TwoPlPaxos => self.run_peer::<TwoPlPaxos>(&Default::default(), progress),
+            Protocol::OccPaxos => self.run_peer::<OccPaxos>(&Default::default(), progress),
+            Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
+        }
     }
 
     /// Runs Tiga on this bench through its own deployment.

@@ -10,10 +10,10 @@ use kairos_clock::ClockPreset;
 use kairos_core::{NodeId, OpType, SimTime};
 use kairos_sim::Fault;
 
-use kairos_txn::deploy::RunOutcome;
+use kairos_harness::micro::Bench;
+use kairos_harness::micro::RunOutcome;
 use kairos_txn::shell::RESTARTED_PROCESS_BIT;
 use kairos_txn::tapir::{analytic_latency, Coordinator, Replica, Tapir, TapirConfig};
-use kairos_txn::Bench;
 
 fn run(bench: &Bench, config: &TapirConfig) -> (RunOutcome, CheckReport) {
     let out = bench.run_peer::<Tapir>(config, |_| {}).unwrap();
@@ -34,7 +34,9 @@ fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip(
     for (region, s) in out.stats_by_region() {
         let fast_share = s.committed_fast as f64 / s.committed as f64;
         let median_ms = out.median_latency_ms(&region);
-        let analytic_ms = analytic_latency(&bench, &region).unwrap().as_secs_f64() * 1e3;
+        let servers: Vec<&str> = bench.server_regions.iter().map(String::as_str).collect();
+        let analytic = analytic_latency(&region, &servers, bench.placement, bench.shards).unwrap();
+        let analytic_ms = analytic.as_secs_f64() * 1e3;
         eprintln!("{region}: median {median_ms:.1} ms, analytic {analytic_ms:.1} ms, fast share {fast_share:.3}");
         assert!(fast_share > 0.99, "{region}: {s:?}");
         assert!((median_ms - analytic_ms).abs() <= 0.10 * analytic_ms, "{region}: {median_ms} ms vs {analytic_ms} ms");

@@ -5,17 +5,19 @@
 
 use kairos_check::{check, CheckReport, Model};
 use kairos_core::{NodeId, OpType, SimTime};
-use kairos_txn::deploy::Peer;
+use kairos_harness::micro::PeerProtocol;
+use kairos_harness::micro::{Bench, RunOutcome};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::coordinator::TxnCoordinator;
 use kairos_txn::twopc::server::TxnServer;
 use kairos_txn::twopc::ClassicConfig;
-use kairos_txn::{Bench, RunOutcome, TxnStats};
+use kairos_txn::Peer;
+use kairos_txn::TxnStats;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn run<P: Peer<Config = ClassicConfig>>(bench: &Bench, config: &ClassicConfig) -> (RunOutcome, CheckReport) {
+fn run<P: PeerProtocol<Config = ClassicConfig>>(bench: &Bench, config: &ClassicConfig) -> (RunOutcome, CheckReport) {
     let out = bench.run_peer::<P>(config, |_| {}).unwrap();
     let report = check(&out.history, Model::StrictSerializable).unwrap();
     (out, report)

@@ -1,7 +1,9 @@
 //! Invariants checked at every event: a broken one stops the run at the event that broke
 //! it, before any history anomaly could show it (or when none ever would).
 
-use kairos_tiga::sim::{DeployError, Deployment, Placement};
+use kairos_harness::tiga::Deployment;
+use kairos_harness::DeployError;
+use kairos_workload::Placement;
 use std::time::Duration;
 
 /// Contended MicroBench with no headroom (timestamp = send time): leaders bump most

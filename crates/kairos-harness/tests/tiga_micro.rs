@@ -2,17 +2,18 @@
 //! serializable, and the protocol facts of the common case.
 
 use kairos_check::{check, Model};
-use kairos_tiga::sim::{Deployment, Placement};
+use kairos_harness::tiga::Deployment;
+use kairos_workload::Placement;
 use std::time::Duration;
 
-fn run(d: &Deployment) -> (kairos_tiga::sim::Outcome, kairos_check::CheckReport) {
+fn run(d: &Deployment) -> (kairos_harness::tiga::Outcome, kairos_check::CheckReport) {
     let out = d.run(|_| {}).unwrap();
     let report = check(&out.history, Model::StrictSerializable).unwrap();
     (out, report)
 }
 
 /// Median commit latency (invoke → ok, true time) of the coordinators in `region`.
-fn median_latency_ms(out: &kairos_tiga::sim::Outcome, region: &str) -> f64 {
+fn median_latency_ms(out: &kairos_harness::tiga::Outcome, region: &str) -> f64 {
     use kairos_core::OpType;
     let mut open = std::collections::BTreeMap::new();
     let mut lat = Vec::new();
@@ -50,7 +51,7 @@ fn colocated_leaders_commit_strictly_serializably_mostly_on_the_fast_path() {
     // docs: headroom + the faster of the fast and slow paths), in simulated time.
     for region in ["sc", "fi", "br", "hk"] {
         let median_ms = median_latency_ms(&out, region);
-        let bound_ms = kairos_tiga::sim::analytic_latency(&d, region).unwrap().as_secs_f64() * 1e3;
+        let bound_ms = kairos_harness::tiga::analytic_latency(&d, region).unwrap().as_secs_f64() * 1e3;
         eprintln!("{region}: median {median_ms:.1} ms, analytic {bound_ms:.1} ms");
         assert!(
             (median_ms - bound_ms).abs() <= 0.10 * bound_ms,
@@ -77,7 +78,7 @@ fn colocated_leaders_commit_strictly_serializably_mostly_on_the_fast_path() {
 /// nothing better).
 #[test]
 fn the_per_transaction_quorum_choice_takes_the_slow_path_where_it_commits_sooner() {
-    use kairos_tiga::sim::analytic_latency;
+    use kairos_harness::tiga::analytic_latency;
     let mut d = Deployment { load_txn_per_s: 2_000.0, duration: Duration::from_secs(3), ..Deployment::default() };
     let paper = d.clone();
     d.config.quorum_choice = true;
@@ -128,7 +129,7 @@ fn separated_leaders_stay_strictly_serializable() {
 fn preventive_mode_never_revokes_and_detective_mode_does_under_contention() {
     use kairos_tiga::server::Server;
     let mut revoked = Vec::new();
-    for mode in [kairos_tiga::sim::Mode::Preventive, kairos_tiga::sim::Mode::Detective] {
+    for mode in [kairos_harness::tiga::Mode::Preventive, kairos_harness::tiga::Mode::Detective] {
         let mut d = Deployment {
             placement: Placement::Separated,
             mode,

@@ -6,9 +6,9 @@
 
 use kairos_check::{check, Model};
 use kairos_core::{NodeId, SimTime};
+use kairos_harness::tiga::{Deployment, World};
 use kairos_sim::Fault;
 use kairos_tiga::server::Server;
-use kairos_tiga::sim::{Deployment, World};
 use kairos_tiga::view::{ServerState, ViewManager};
 use std::time::Duration;
 
@@ -202,7 +202,7 @@ fn a_fast_quorum_with_mismatched_log_hashes_loses_a_committed_read_and_is_caught
 
 #[test]
 fn the_analytic_latency_of_the_new_placement_is_the_slow_path_where_a_replica_is_missing() {
-    use kairos_tiga::sim::{analytic_latency, analytic_latency_in};
+    use kairos_harness::tiga::{analytic_latency, analytic_latency_in};
     let d = Deployment::default();
     for region in ["sc", "fi", "br", "hk"] {
         let view_0 = analytic_latency(&d, region).unwrap();
@@ -223,7 +223,7 @@ fn the_analytic_latency_of_the_new_placement_is_the_slow_path_where_a_replica_is
 #[test]
 fn headroom_estimates_do_not_take_a_view_changes_wait_for_network_delay() {
     use kairos_core::history::OpType;
-    use kairos_tiga::sim::{analytic_latency_in, LeaderKill};
+    use kairos_harness::tiga::{analytic_latency_in, LeaderKill};
     let mut d = deployment(1);
     d.load_txn_per_s = 2_000.0;
     d.kill_leader = Some(LeaderKill { at: Duration::from_millis(1_500), shard: 0, restart_after: None });

@@ -1,4 +1,4 @@
-//! The paper's deployment in the simulator.
+//! Tiga's runner: the paper's deployment in the simulator.
 //!
 //! 3 shards × 3 replicas in sc / fi / br — replica r of every shard in region r, so all
 //! leaders (replica 0) sit in sc (`co-located`, the paper's view 0) — or, with `separated`,
@@ -6,21 +6,23 @@
 //! 2 coordinators in each of sc / fi / br and 2 in hk (no servers there). Latency matrix:
 //! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
 
-use crate::coordinator::{Coordinator, CoordinatorStats};
-use crate::msg::{ShardId, TigaMsg, Ts, TxnId};
-use crate::server::Server;
-use crate::topology::{TigaConfig, Topology};
-use crate::view::{ModeRule, View, ViewManager};
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, Message, NodeId, SimTime};
 use kairos_sim::{CpuModel, Role, Sim, SimConfig, SimStats};
+use kairos_tiga::coordinator::{Coordinator, CoordinatorStats};
+use kairos_tiga::msg::{ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::server::Server;
+use kairos_tiga::topology::{TigaConfig, Topology};
+use kairos_tiga::view::{ModeRule, View, ViewManager};
 use kairos_workload::{MicroBench, OpenLoop};
+
+use crate::DeployError;
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use kairos_workload::Placement;
+use kairos_workload::Placement;
 
 /// Which timestamp-agreement mode the leaders use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,20 +162,6 @@ pub struct World {
     pub process_regions: Vec<(u64, u64, String)>,
     /// The view manager's nodes (one in each server region, after the coordinators).
     pub view_managers: Vec<NodeId>,
-}
-
-/// Errors in a deployment description.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The run broke an invariant and stopped at that event.
-    #[error("{0}")]
-    Invariant(kairos_sim::Violation),
-    #[error("{0}")]
-    Region(#[from] kairos_core::CoreError),
-    #[error("{0}")]
-    Workload(#[from] kairos_workload::WorkloadError),
-    #[error("the deployment needs at least one shard, one server region and one coordinator")]
-    Empty,
 }
 
 impl Deployment {
@@ -375,7 +363,7 @@ impl Deployment {
 
 /// The analytic commit latency of a coordinator in `region` for a transaction touching every
 /// shard, with perfectly synchronized clocks and no queueing — what the median should approach
-/// at moderate load (see the crate docs for the formula), in view 0.
+/// at moderate load (see the `kairos_tiga` crate docs for the formula), in view 0.
 pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, DeployError> {
     analytic_latency_in(d, region, &vec![0; d.shards as usize], &[])
 }

@@ -5,9 +5,9 @@
 
 use kairos_check::{check, Model};
 use kairos_core::{NodeId, SimTime};
+use kairos_harness::tiga::Deployment;
 use kairos_sim::Fault;
 use kairos_tiga::server::Server;
-use kairos_tiga::sim::Deployment;
 use std::time::Duration;
 
 /// Runs MicroBench with a follower of every shard crashed at 1 s and restarted at 2 s;
