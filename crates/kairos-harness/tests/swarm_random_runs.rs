@@ -10,7 +10,7 @@
 use kairos_harness::swarm;
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::{Adversary, SwarmRun};
-use kairos_swarm::ycsb::Workload;
+use kairos_workload::ycsb::Workload;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 

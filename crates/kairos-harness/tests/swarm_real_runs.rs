@@ -11,7 +11,7 @@ use kairos_harness::swarm::real::RealRun;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::{Outcome, SwarmRun};
-use kairos_swarm::ycsb::Workload;
+use kairos_workload::ycsb::Workload;
 
 fn small(protocol: Protocol, seed: u64) -> RealRun {
     RealRun::new(SwarmRun {

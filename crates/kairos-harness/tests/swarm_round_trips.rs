@@ -57,7 +57,7 @@ fn recycling_keeps_buffer_memory_bounded_in_long_runs() {
         keys: 16,
         warmup: 0,
         ops: 4_000,
-        workload: kairos_swarm::ycsb::Workload::YcsbA,
+        workload: kairos_workload::ycsb::Workload::YcsbA,
         clock_offset_max: Duration::ZERO,
         check: false,
         ..SwarmRun::default()

@@ -6,7 +6,7 @@ use kairos_harness::swarm;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::{Protocol, UnsafeSwitch};
 use kairos_swarm::sim::{Outcome, SwarmRun};
-use kairos_swarm::ycsb::Workload;
+use kairos_workload::ycsb::Workload;
 use std::time::Duration;
 
 fn small() -> SwarmRun {

@@ -20,7 +20,6 @@
 //! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
 //! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
 //! | [`direct`] | synchronous backend (warm-up, unit tests) |
-//! | [`ycsb`] | YCSB A / B with scrambled Zipf 0.99 |
 //!
 //! The real memory backends (shm, TCP), the threaded driver that runs clients on them, and the
 //! per-key linearizability check live in `kairos-harness` (`kairos_harness::swarm`): this crate
@@ -87,4 +86,3 @@ pub mod raw;
 pub mod safe_guess;
 pub mod sim;
 pub mod verbs;
-pub mod ycsb;

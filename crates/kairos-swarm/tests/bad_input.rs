@@ -174,7 +174,7 @@ fn a_full_load_fits_the_directory_with_any_number_of_writers() {
         };
         let layout = kairos_swarm::layout::Layout::new(config.with_default_buffers()).unwrap();
         let mut images: Vec<_> = (0..3).map(|_| kairos_swarm::verbs::MemoryImage::new(layout.node_bytes())).collect();
-        let load = (0..keys).map(|k| (kairos_swarm::ycsb::key_bytes(k, 24), vec![1u8; 8]));
+        let load = (0..keys).map(|k| (kairos_workload::ycsb::key_bytes(k, 24), vec![1u8; 8]));
         let loaded = kairos_swarm::index::bulk_load(&layout, Protocol::SwarmKv, &mut images, load, 1);
         assert!(loaded.is_ok(), "{writers} writers: {:?}", loaded.err());
     }
@@ -187,7 +187,7 @@ fn a_full_load_fits_the_directory_with_any_number_of_writers() {
 fn raw_gives_up_on_a_copy_torn_for_good() {
     let run = kairos_swarm::sim::SwarmRun {
         protocol: kairos_swarm::engine::Protocol::Raw,
-        workload: kairos_swarm::ycsb::Workload::YcsbA,
+        workload: kairos_workload::ycsb::Workload::YcsbA,
         clients: 8,
         keys: 100,
         value_size: 1024,

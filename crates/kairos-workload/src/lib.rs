@@ -1,7 +1,8 @@
-//! # kairos-workload — the work the transactional protocols run
+//! # kairos-workload — the work the protocols run
 //!
-//! Tiga and its peers (`kairos-txn`) are compared on identical work, so what defines that work
-//! lives here, outside every protocol crate; no protocol crate depends on another.
+//! Tiga and its peers (`kairos-txn`) are compared on identical work, and so are SWARM-KV and its
+//! peers, so what defines that work lives here, outside every protocol crate; no protocol crate
+//! depends on another.
 //!
 //! - [`txn`]: the vocabulary — transaction ids, timestamps, keys, values, shards, and a byte
 //!   key's 64-bit identity.
@@ -10,6 +11,8 @@
 //!   transaction) and a fixed replay for tests, behind one [`TxnSource`] trait.
 //! - [`open_loop`]: Poisson arrivals on their own schedule ([`OpenLoop`]).
 //! - [`history`]: how an increment transaction is recorded for the history checkers.
+//! - [`ycsb`]: YCSB A and B over a fixed key set with scrambled Zipf 0.99 (the SWARM paper's
+//!   workloads), and the key and value bytes whose value ids a key-value history records.
 //!
 //! Every random draw takes the caller's generator (a node's seeded `ctx.rng()`), so a run is
 //! reproducible from its seed.
@@ -19,6 +22,7 @@ pub mod micro;
 pub mod open_loop;
 pub mod shards;
 pub mod txn;
+pub mod ycsb;
 
 pub use micro::{FixedKeys, MicroBench, TxnSource, WorkloadError};
 pub use open_loop::OpenLoop;

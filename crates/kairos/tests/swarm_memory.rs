@@ -20,7 +20,7 @@ use kairos_net::frame::{encode, FrameKind};
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::SwarmRun;
 use kairos_swarm::verbs::{Verb, VerbOutcome};
-use kairos_swarm::ycsb::Workload;
+use kairos_workload::ycsb::Workload;
 
 /// Memory-node processes, killed on drop.
 struct Nodes(Vec<Child>);

@@ -31,7 +31,7 @@ use kairos_swarm::engine::{Client, Protocol};
 use kairos_swarm::layout::Layout;
 use kairos_swarm::sim::{LatencyUs, Outcome, RunError, SwarmRun, Warmed};
 use kairos_swarm::verbs::{Chain, MemoryImage, Verb, VerbOutcome, PAGE_BYTES};
-use kairos_swarm::ycsb::{self, Ycsb};
+use kairos_workload::ycsb::{self, Ycsb};
 
 /// Largest write chain [`load_images`] sends (well inside a TCP frame).
 const LOAD_CHUNK_BYTES: usize = 1 << 20;

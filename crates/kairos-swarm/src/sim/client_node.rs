@@ -3,10 +3,10 @@
 
 use super::SwarmMsg;
 use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
-use crate::ycsb::{self, Ycsb};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::LocalTime;
 use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_workload::ycsb::{self, Ycsb};
 use rand::Rng as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

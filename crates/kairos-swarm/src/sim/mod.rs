@@ -21,12 +21,12 @@ use crate::engine::{Client, ClientConfig, Protocol, UnsafeSwitch};
 use crate::index;
 use crate::layout::{Layout, LayoutConfig};
 use crate::verbs::{Chain, MemoryImage, VerbError, VerbOutcome};
-use crate::ycsb::{self, Workload, Ycsb};
 use client_node::ClientNode;
 use kairos_clock::{SimClock, SIM_EPOCH_NS};
 use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType};
 use kairos_core::{LatencyMatrix, LocalTime, NodeId, RegionId, SimTime};
 use kairos_sim::{Fault, Sim, SimConfig};
+use kairos_workload::ycsb::{self, Workload, Ycsb};
 use memory_node::MemoryNode;
 use rand::{Rng as _, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -273,7 +273,7 @@ pub enum RunError {
     #[error("{0}")]
     Layout(#[from] crate::layout::LayoutError),
     #[error("{0}")]
-    Ycsb(#[from] crate::ycsb::YcsbError),
+    Ycsb(#[from] kairos_workload::ycsb::YcsbError),
     #[error("load phase: {0}")]
     Load(crate::client::KvError),
     #[error("bad run: {0}")]

@@ -12,7 +12,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
 use kairos_swarm::sim::{Outcome, SwarmRun};
-use kairos_swarm::ycsb::Workload;
+use kairos_workload::ycsb::Workload;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -353,7 +353,7 @@ pub fn swarm_result_on(run: &SwarmRun, o: &Outcome, wall: Duration, backend: Bac
             "single_key_contention": run.single_key_contention,
             "recycling": run.recycling,
             "crash_node_at_us": run.crash_node_at.map(|(_, t)| t.as_micros() as u64),
-            "zipf": kairos_swarm::ycsb::ZIPF_THETA,
+            "zipf": kairos_workload::ycsb::ZIPF_THETA,
         }),
         host: match backend {
             BackendArg::Sim => "sim",

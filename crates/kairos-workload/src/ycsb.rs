@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn zipf_is_skewed_and_mix_matches() {
         let y = Ycsb::new(Workload::YcsbB, 1000, 24).unwrap();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let mut rng = kairos_core::Rng::seed_from_u64(1);
         let mut counts = vec![0u32; 1000];
         let mut updates = 0;
         for _ in 0..20_000 {
