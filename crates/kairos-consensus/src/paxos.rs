@@ -122,8 +122,8 @@ pub struct PaxosConfig {
     /// Entries sent to a follower and not acknowledged for this long are sent again.
     pub resend_after: Duration,
     /// TEST ONLY: the leader commits what it proposes without waiting for a majority. Breaks
-    /// agreement once a partitioned leader is replaced (the negative control of
-    /// [`crate::twopc::agreement`]).
+    /// agreement once a partitioned leader is replaced (the negative control of the world
+    /// check `kairos_harness::twopc_agreement`).
     pub unsafe_commit_alone: bool,
 }
 

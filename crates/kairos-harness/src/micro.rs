@@ -18,15 +18,17 @@ use std::time::Duration;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
-use kairos_sim::{CpuModel, Sim, SimStats};
+use kairos_sim::{CpuModel, Sim, SimStats, WorldCheck};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
 use kairos_txn::tapir::Tapir;
 use kairos_txn::tpl::TwoPlPaxos;
+use kairos_txn::twopc::TxnMsg;
 use kairos_workload::{Placement, Topology};
 
 use crate::tiga::Deployment as TigaDeployment;
+use crate::twopc_agreement::applied_slots_agree;
 use crate::DeployError;
 
 /// The protocols the harness can run.
@@ -183,17 +185,29 @@ impl RunOutcome {
 }
 
 /// A peer of Tiga's, as [`Bench`] runs it: its [`Peer`] roles under the [`Protocol`] name
-/// that results carry.
+/// that results carry, and the properties over all its nodes checked as the run goes.
 pub trait PeerProtocol: Peer {
     const PROTOCOL: Protocol;
+    /// Properties over all the protocol's nodes (e.g. replicas agree on what they applied),
+    /// checked as the run goes ([`Sim::add_world_check`]: every `u64` events).
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<Self::Msg>)> {
+        let _ = topology;
+        Vec::new()
+    }
 }
 
 impl PeerProtocol for TwoPlPaxos {
     const PROTOCOL: Protocol = Protocol::TwoPlPaxos;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TxnMsg>)> {
+        vec![(64, applied_slots_agree(topology.clone()))]
+    }
 }
 
 impl PeerProtocol for OccPaxos {
     const PROTOCOL: Protocol = Protocol::OccPaxos;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TxnMsg>)> {
+        vec![(64, applied_slots_agree(topology.clone()))]
+    }
 }
 
 impl PeerProtocol for Tapir {
@@ -229,7 +243,7 @@ impl Bench {
 
     /// Builds the simulated world of peer `P` (nothing has run yet), node for node and clock
     /// for clock as Tiga's deployment builds Tiga's.
-    pub fn build<P: Peer>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
+    pub fn build<P: PeerProtocol>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
         let (c, s) = (config.clone(), config.clone());
         let shell = self.shell.clone();
         let (sim, topology, process_regions) = self.tiga().build_with(

@@ -12,7 +12,6 @@ use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::coordinator::TxnCoordinator;
 use kairos_txn::twopc::server::TxnServer;
 use kairos_txn::twopc::ClassicConfig;
-use kairos_txn::Peer;
 use kairos_txn::TxnStats;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -39,7 +38,7 @@ struct Ran {
 /// acknowledgement.
 fn run_and_check_cleanup<P>(name: &str, bench: &Bench, config: &ClassicConfig) -> Ran
 where
-    P: Peer<Config = ClassicConfig, Server = TxnServer, Coordinator = TxnCoordinator>,
+    P: PeerProtocol<Config = ClassicConfig, Server = TxnServer, Coordinator = TxnCoordinator>,
 {
     let mut world = bench.build::<P>(config).unwrap();
     world.sim.run_until(SimTime::ZERO + bench.duration + bench.drain);
@@ -367,10 +366,11 @@ fn the_injected_bugs_are_caught_by_the_checker() {
     }
 }
 
-/// The applied-slots world check (`twopc::agreement`) against its negative control: shard 0's
-/// leader is cut off from its followers for 3 s. With the test-only switch that lets a leader
-/// commit alone, it applies records in slots where the new leader's majority applies others,
-/// and the run stops at the event that made them disagree; without it, nothing is flagged.
+/// The applied-slots world check (`kairos_harness::twopc_agreement`) against its negative
+/// control: shard 0's leader is cut off from its followers for 3 s. With the test-only switch
+/// that lets a leader commit alone, it applies records in slots where the new leader's
+/// majority applies others, and the run stops at the event that made them disagree; without
+/// it, nothing is flagged.
 #[test]
 fn replicas_that_apply_different_records_in_a_slot_stop_the_run() {
     use kairos_core::{NodeId, SimTime};

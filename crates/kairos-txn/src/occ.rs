@@ -22,7 +22,6 @@ use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
 pub use crate::twopc::ClassicConfig;
 use crate::twopc::{Cc, TxnMsg};
-use kairos_sim::WorldCheck;
 use kairos_workload::txn::ShardId;
 use kairos_workload::Topology;
 
@@ -49,9 +48,5 @@ impl Peer for OccPaxos {
 
     fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
         c.txn_stats()
-    }
-
-    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TxnMsg>)> {
-        vec![(64, crate::twopc::agreement::applied_slots_agree(topology.clone()))]
     }
 }

@@ -1,9 +1,8 @@
-//! How a peer protocol plugs into a deployment: its message, server and coordinator roles,
-//! its knobs, and the checks over all its nodes. `kairos_harness::micro::Bench` builds and
-//! runs any [`Peer`] on the same MicroBench deployment as Tiga.
+//! How a peer protocol plugs into a deployment: its message, server and coordinator roles and
+//! its knobs. `kairos_harness::micro::Bench` builds and runs any [`Peer`] on the same
+//! MicroBench deployment as Tiga, with the checks over all its nodes.
 
 use kairos_core::{Message, Process};
-use kairos_sim::WorldCheck;
 use kairos_workload::txn::ShardId;
 use kairos_workload::Topology;
 
@@ -18,12 +17,6 @@ pub trait Peer: 'static {
     type Config: Clone + 'static;
     fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
-    /// Properties over all the protocol's nodes (e.g. replicas agree on what they applied),
-    /// checked as the run goes (`kairos_sim::Sim::add_world_check`: every `u64` events).
-    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<Self::Msg>)> {
-        let _ = topology;
-        Vec::new()
-    }
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
 }

@@ -58,7 +58,6 @@
 //! - Wound-wait ages are the coordinator's local clock at the first attempt (ties: txn id):
 //!   skewed clocks change who is older, never safety.
 
-pub mod agreement;
 pub mod coordinator;
 pub mod server;
 

@@ -3,10 +3,10 @@
 //! compared with the first record any replica of the shard applied there; a replica that
 //! restarted applies its log again from slot 0 and is compared again from there.
 
-use super::server::TxnServer;
-use super::{Record, TxnMsg};
 use kairos_core::NodeId;
 use kairos_sim::{Sim, WorldCheck};
+use kairos_txn::twopc::server::TxnServer;
+use kairos_txn::twopc::{Record, TxnMsg};
 use kairos_workload::Topology;
 use std::cell::RefCell;
 
