@@ -21,9 +21,10 @@
 //!   xxh3(key) mod shards, and a transaction is a list of per-key Redis-style operations (GET,
 //!   SET, SETNX, DEL, EXISTS, INCRBY, APPEND, STRLEN) whose read and write sets are known up
 //!   front; servers run each shard's piece as a stored procedure in timestamp order.
-//! - MicroBench ([`kairos_workload::MicroBench`]): 3 distinct keys per transaction drawn from Zipf(skew) over
-//!   1,000,000 keys per shard; each transaction is a general one that increments its keys by 1
-//!   (a key's bytes are its decimal digits, so it lands on a shard by hash like any key).
+//! - MicroBench ([`kairos_workload::MicroBench`]): 3 distinct keys per transaction drawn from
+//!   Zipf(skew) over 1,000,000 keys per shard; each transaction is a general one that increments
+//!   its keys by 1 (a key's bytes are its decimal digits, so it lands on a shard by hash like any
+//!   key).
 //!
 //! The paper's deployment in the simulator (3 shards × 3 replicas in sc / fi / br,
 //! 2 coordinators in each of sc / fi / br / hk, co-located or separated leaders) and its runs

@@ -3,11 +3,11 @@
 //! the history checked per key like the simulator's.
 //!
 //! Phases: (1) load every key and run the warm-up through the real clients on the synchronous
-//! [`DirectMemory`] backend (cheap, in local time from 1 ms on); (2) copy the node images into
-//! the backend through ordinary write chains ([`load_images`]); (3) run the measured phase with
-//! one thread per client, clocks continuing after the warm-up, each offset by up to
-//! `clock_offset_max`; (4) check the history per key, the warm-up's last values entering as
-//! synthetic writes.
+//! [`DirectMemory`](kairos_swarm::direct::DirectMemory) backend (cheap, in local time from
+//! 1 ms on); (2) copy the node images into the backend through ordinary write chains
+//! ([`load_images`]); (3) run the measured phase with one thread per client, clocks continuing
+//! after the warm-up, each offset by up to `clock_offset_max`; (4) check the history per key,
+//! the warm-up's last values entering as synthetic writes.
 //!
 //! Real hosts are slower and noisier than the simulated rack (threads are descheduled for
 //! milliseconds on a loaded machine), so the clients' chain and operation timeouts are longer
