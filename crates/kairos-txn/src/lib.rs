@@ -7,9 +7,9 @@
 //!   Jepsen process slots and the history encoding (identical to Tiga's, so one checker reads
 //!   every protocol's history), abort-and-retry, and protocol-neutral counters.
 //! - [`store`]: the shard store the peers execute on.
-//! - [`peer`]: how a peer plugs into a deployment ([`Peer`]: its roles, knobs and world
-//!   checks). `kairos_harness::micro::Bench` runs any peer, and Tiga, on the identical
-//!   MicroBench workload, placement, clocks and seed.
+//! - [`peer`]: how a peer plugs into a deployment ([`Peer`]: its roles and knobs).
+//!   `kairos_harness::micro::Bench` runs any peer, and Tiga, on the identical MicroBench
+//!   workload, placement, clocks and seed, and checks the properties over all its nodes.
 //! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
 //!   replicated through each shard's Multi-Paxos group, `kairos_consensus::paxos`).
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
