@@ -55,8 +55,6 @@
 //!   read-write sessions (new-order, payment, delivery), read-only sessions (order-status,
 //!   stock-level), or the full 44/44/4/4/4 mix; each transaction a short sequence of
 //!   single-document operations (no multi-document transactions).
-//! * [`sim`] — the deployment in the simulator, for tests and `kairos bench causal`
-//!   ([`sim::WorkloadKind`] picks the workload).
 //! * [`mongo`] — unmodified MongoDB drivers against the set: the wire protocol
 //!   ([`mongo::wire`]: OP_MSG, OP_QUERY handshake, BSON, size limits) and the commands
 //!   (`hello`, `find`, `insert`, `update`, `delete`, cursors, sessions), executed by the member
@@ -66,6 +64,9 @@
 //!   ([`msg::MongoRequest`]); the TCP listener is in the `kairos` binary. Replies to clients
 //!   are signed only with keys whose oplog entry is majority-committed, so a driver never
 //!   gossips a time signed with a key another member may lack.
+//!
+//! The deployment in the simulator (for tests, `kairos bench causal` and `kairos sim causal`)
+//! lives in `kairos_harness::causal`, with the other runners.
 //!
 //! ## Simplified versus MongoDB
 //! * Kairos's own sessions use no BSON: [`msg::Request`] / [`msg::Reply`] carry the fields
@@ -91,7 +92,6 @@ pub mod member;
 pub mod mongo;
 pub mod msg;
 pub mod session;
-pub mod sim;
 pub mod tpcc;
 
 pub use member::{Durable, Member, MemberConfig, MemberState, MemberStats, MongoSetConfig};

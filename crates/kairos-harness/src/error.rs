@@ -10,6 +10,8 @@ pub enum DeployError {
     Region(#[from] kairos_core::CoreError),
     #[error("{0}")]
     Workload(#[from] kairos_workload::WorkloadError),
-    #[error("the deployment needs at least one shard, one server region and one coordinator")]
-    Empty,
+    /// The deployment's sizes cannot run (no replicas, no sessions, too many members…); the
+    /// message says what is allowed.
+    #[error("{0}")]
+    Shape(String),
 }

@@ -243,7 +243,9 @@ impl Deployment {
         let n = self.server_regions.len();
         let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
         if self.shards == 0 || n == 0 || coordinators == 0 {
-            return Err(DeployError::Empty);
+            return Err(DeployError::Shape(
+                "the deployment needs at least one shard, one server region and one coordinator".into(),
+            ));
         }
         let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
         let region_of = |shard: usize, replica: usize| regions[self.placement.region_index(shard, replica, n)];

@@ -8,8 +8,8 @@
 //! -- --ignored`).
 
 use kairos_harness::swarm;
+use kairos_harness::swarm::sim::{Adversary, SwarmRun};
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::sim::{Adversary, SwarmRun};
 use kairos_workload::ycsb::Workload;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
@@ -126,7 +126,7 @@ fn dm_abd_under_a_stalled_chain_seed_2794() {
 
 /// Runs `seed` of the `kairos sim <protocol>` campaign and checks what the campaign checks:
 /// linearizable, no get timed out, every read within `2 × writers + 1` iterations.
-fn campaign_seed(seed: u64, protocol: Protocol) -> kairos_swarm::sim::Outcome {
+fn campaign_seed(seed: u64, protocol: Protocol) -> kairos_harness::swarm::sim::Outcome {
     let run = SwarmRun::draw(seed, false, Some(protocol));
     let o = swarm::run(&run).unwrap();
     assert_eq!(o.linearizable, Some(true), "seed {seed} ({run:?}):\n{}", o.check_report);

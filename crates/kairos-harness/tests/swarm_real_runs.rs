@@ -8,9 +8,9 @@ use std::time::Duration;
 use kairos_harness::swarm::backend::shm::ShmCluster;
 use kairos_harness::swarm::backend::tcp::TcpCluster;
 use kairos_harness::swarm::real::RealRun;
+use kairos_harness::swarm::sim::{Outcome, SwarmRun};
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::sim::{Outcome, SwarmRun};
 use kairos_workload::ycsb::Workload;
 
 fn small(protocol: Protocol, seed: u64) -> RealRun {

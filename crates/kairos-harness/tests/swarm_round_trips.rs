@@ -3,9 +3,9 @@
 //! of gets and updates in one round trip, DM-ABD takes two, RAW one.
 
 use kairos_harness::swarm;
+use kairos_harness::swarm::sim::SwarmRun;
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::sim::SwarmRun;
 use std::time::Duration;
 
 #[test]

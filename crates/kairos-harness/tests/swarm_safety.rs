@@ -3,9 +3,9 @@
 //! a deliberately broken SWARM-KV.
 
 use kairos_harness::swarm;
+use kairos_harness::swarm::sim::{Outcome, SwarmRun};
 use kairos_swarm::client::OpKind;
 use kairos_swarm::engine::{Protocol, UnsafeSwitch};
-use kairos_swarm::sim::{Outcome, SwarmRun};
 use kairos_workload::ycsb::Workload;
 use std::time::Duration;
 
@@ -285,4 +285,28 @@ fn the_checker_catches_a_fusee_whose_losers_do_not_wait() {
         o.linearizable == Some(false)
     });
     assert!(caught, "a loser returning before the winner's write is visible must be caught");
+}
+
+/// RAW has no concurrency control: two writers interleaving their 8-byte pieces in one large
+/// copy leave it torn for good. A get then fails with a clear error after a bounded number of
+/// reads instead of spinning until its deadline.
+#[test]
+fn raw_gives_up_on_a_copy_torn_for_good() {
+    let run = kairos_harness::swarm::sim::SwarmRun {
+        protocol: kairos_swarm::engine::Protocol::Raw,
+        workload: kairos_workload::ycsb::Workload::YcsbA,
+        clients: 8,
+        keys: 100,
+        value_size: 1024,
+        warmup: 100,
+        ops: 500,
+        single_key_contention: true,
+        check: false,
+        ..kairos_harness::swarm::sim::SwarmRun::default()
+    };
+    let o = run.run().unwrap();
+    let corrupt = kairos_swarm::client::KvError::Corrupt.to_string();
+    assert!(o.errors.keys().all(|e| *e == corrupt), "{:?}", o.errors);
+    assert!(o.errors.get(&corrupt).copied().unwrap_or(0) > 0, "8 writers on one 1 KiB copy tear it: {:?}", o.errors);
+    assert_eq!(o.completed, 8 * 500);
 }

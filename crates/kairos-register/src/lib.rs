@@ -22,7 +22,6 @@
 
 mod client;
 mod replica;
-pub mod sim;
 
 pub use client::{Client, ClientConfig, ROUND_TRIP_METRICS};
 pub use replica::Replica;

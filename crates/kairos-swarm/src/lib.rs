@@ -18,7 +18,7 @@
 //! | [`hedge`] | majority-first read rounds that widen to every replica when one is slow or fails |
 //! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
 //! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
-//! | [`sim`] | simulator backend (memory-node and client processes) and [`sim::SwarmRun`] |
+//! | [`sim`] | the simulator's memory-node and client-machine processes (their runs: `kairos_harness::swarm::sim`) |
 //! | [`direct`] | synchronous backend (warm-up, unit tests) |
 //!
 //! The real memory backends (shm, TCP), the threaded driver that runs clients on them, and the

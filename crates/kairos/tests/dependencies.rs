@@ -6,33 +6,14 @@
 //! What protocols share (`kairos-workload`, `kairos-consensus`) is allowed. Dev-dependencies
 //! do not count (tests may check histories).
 //!
-//! [`KNOWN`] lists each edge that breaks the rule, with the reason; the test fails on any edge
-//! not listed, and also on a listed edge that is gone, so the list only shrinks.
+//! No edge breaks the rule any more (the last ones went when the simulated runners of SWARM,
+//! the replica set and the register moved into `kairos-harness`); the test fails on any.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 const PROTOCOL_CRATES: [&str; 5] = ["kairos-tiga", "kairos-txn", "kairos-swarm", "kairos-causal", "kairos-register"];
 const NEVER_BELOW_A_PROTOCOL: [&str; 5] = ["kairos-sim", "kairos-check", "kairos-net", "kairos-harness", "tokio"];
-
-/// Edges (protocol crate, forbidden dependency) that still exist, and why.
-const KNOWN: [(&str, &str, &str); 3] = [
-    (
-        "kairos-swarm",
-        "kairos-sim",
-        "its simulated memory nodes and simulated runs (`kairos_swarm::sim`) are still in the crate",
-    ),
-    (
-        "kairos-causal",
-        "kairos-sim",
-        "the replica set's deployment and runs in the simulator (`kairos_causal::sim`) are still in the crate",
-    ),
-    (
-        "kairos-register",
-        "kairos-sim",
-        "the register's deployment in the simulator (`kairos_register::sim`) is still in the crate",
-    ),
-];
 
 /// Every package's normal and build dependencies, by name.
 fn dependency_graph() -> BTreeMap<String, Vec<String>> {
@@ -90,11 +71,7 @@ fn protocol_crates_depend_on_no_other_protocol_nor_on_the_checker_the_host_or_to
             }
         }
     }
-    let known: BTreeSet<(&str, &str)> = KNOWN.iter().map(|(a, b, _)| (*a, *b)).collect();
-    let new: Vec<_> = found.difference(&known).collect();
-    assert!(new.is_empty(), "protocol crates gained forbidden dependencies: {new:?}");
-    let gone: Vec<_> = known.difference(&found).collect();
-    assert!(gone.is_empty(), "these edges are gone, remove them from KNOWN: {gone:?}");
+    assert!(found.is_empty(), "protocol crates depend on what they must not (crate, dependency): {found:?}");
 }
 
 /// The rule can fail: the binary crate depends on every protocol and on kairos-net.

@@ -16,9 +16,9 @@ use kairos_harness::swarm::backend::tcp::{
     read_frame_blocking, ChainReply, ChainRequest, TcpBackend, MEM_FRAME_BYTES_MAX,
 };
 use kairos_harness::swarm::real::RealRun;
+use kairos_harness::swarm::sim::SwarmRun;
 use kairos_net::frame::{encode, FrameKind};
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::sim::SwarmRun;
 use kairos_swarm::verbs::{Verb, VerbOutcome};
 use kairos_workload::ycsb::Workload;
 

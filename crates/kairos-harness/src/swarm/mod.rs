@@ -1,4 +1,4 @@
-//! SWARM outside the simulator's roles: real memory nodes ([`backend`]: shm and TCP), the
+//! SWARM outside its roles: simulated runs ([`sim`]), real memory nodes ([`backend`]: shm and TCP), the
 //! driver that runs any `kairos_swarm::client::KvClient` on them with the host clock
 //! ([`driver`]), a simulated run's workload on a real backend ([`real`]), and the per-key
 //! linearizability check of every run ([`check_per_key`], [`run`]).
@@ -6,10 +6,11 @@
 pub mod backend;
 pub mod driver;
 pub mod real;
+pub mod sim;
 
 use kairos_check::{check, Model};
 use kairos_core::history::HistoryRecord;
-use kairos_swarm::sim::{initial_writes, Outcome, RunError, SwarmRun};
+use sim::{initial_writes, Outcome, RunError, SwarmRun};
 use std::collections::BTreeMap;
 
 /// Runs a simulated SWARM run and, if `run.check`, checks its history per key.

@@ -23,13 +23,13 @@ use std::time::Duration;
 use kairos_core::LocalTime;
 use rand::{Rng as _, SeedableRng};
 
+use super::sim::{LatencyUs, Outcome, RunError, SwarmRun, Warmed};
 use crate::swarm::backend::{BackendError, MemoryBackend};
 use crate::swarm::check_per_key;
 use crate::swarm::driver::{self, DriverConfig, DriverReport, HistoryCodec, OpSource};
 use kairos_swarm::client::{KvOp, OpKind};
 use kairos_swarm::engine::{Client, Protocol};
 use kairos_swarm::layout::Layout;
-use kairos_swarm::sim::{LatencyUs, Outcome, RunError, SwarmRun, Warmed};
 use kairos_swarm::verbs::{Chain, MemoryImage, Verb, VerbOutcome, PAGE_BYTES};
 use kairos_workload::ycsb::{self, Ycsb};
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 const TICK: TimerId = TimerId(1);
 const WAKE: TimerId = TimerId(2);
 
-/// What the adversarial scheduler does to this client (see [`super::Adversary`]).
+/// What the adversarial scheduler does to this client (see `kairos_harness::swarm::sim::Adversary`).
 #[derive(Clone, Debug, Default)]
 pub struct ClientFaults {
     /// `(p, ns_max)`: each chain is stalled with probability `p`, after a random prefix, for up

@@ -6,7 +6,7 @@
 //! chains interleave and large reads tear. Chains on one connection run in FIFO order. A crashed
 //! node (`Fault::Crash`) completes nothing. A chain marked `prefix` (a client crashing mid-chain)
 //! applies only that many verbs and gets no reply. A chain marked `pause` (the adversarial
-//! scheduler, [`super::Adversary`]) stalls its connection between two of its verbs for the given
+//! scheduler, `kairos_harness::swarm::sim::Adversary`) stalls its connection between two of its verbs for the given
 //! time while other connections go on — what a descheduled client thread or a slow NIC does.
 
 use super::SwarmMsg;

@@ -7,7 +7,7 @@ use crate::stats;
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model, Verdict};
-use kairos_register::sim::{RegisterOutcome, RegisterRun};
+use kairos_harness::register::{RegisterOutcome, RegisterRun};
 use kairos_register::ROUND_TRIP_METRICS;
 use std::collections::BTreeMap;
 use std::time::Instant;

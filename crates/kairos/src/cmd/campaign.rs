@@ -13,10 +13,10 @@ use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_harness::micro::Bench;
+use kairos_harness::swarm::sim::SwarmRun;
 use kairos_sim::fault::random_plan;
 use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
-use kairos_swarm::sim::SwarmRun;
 use kairos_tiga::Topology;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tapir::{Tapir, TapirConfig};
@@ -218,12 +218,12 @@ fn run_seed(
             // A session runs one operation at a time: one invoked during the faults may hold
             // it until its timeout, after the repair.
             let grace = kairos_causal::session::SessionConfig::new(0, Vec::new()).op_timeout;
-            let d = kairos_causal::sim::Deployment {
+            let d = kairos_harness::causal::Deployment {
                 seed,
                 sessions: 8,
                 warmup: Duration::from_secs(3),
                 duration: end + grace + recovery,
-                ..kairos_causal::sim::Deployment::default()
+                ..kairos_harness::causal::Deployment::default()
             };
             let mut world = d.build().map_err(|e| usage(&e))?;
             let plan = plan_for(&world.members, d.warmup);

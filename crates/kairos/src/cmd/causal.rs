@@ -7,9 +7,9 @@ use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use kairos_causal::sim::{measure_hmac_ns, Deployment, Signing};
 use kairos_causal::{ReadConcern, ReadPref, WriteConcern};
 use kairos_check::Model;
+use kairos_harness::causal::{measure_hmac_ns, Deployment, Signing};
 use kairos_sim::CpuModel;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -75,7 +75,7 @@ fn deployments(a: &CausalBenchArgs) -> Result<Vec<Deployment>, CliError> {
                 d.read_concern = a.read_concern.into();
                 d.read_pref = a.read_pref.into();
                 if a.workload == CausalWorkloadArg::Tpcc {
-                    d.workload = kairos_causal::sim::WorkloadKind::Tpcc(kairos_causal::tpcc::TpccConfig::default());
+                    d.workload = kairos_harness::causal::WorkloadKind::Tpcc(kairos_causal::tpcc::TpccConfig::default());
                 }
                 d.causal = causal == OnOff::On;
                 d.signing = match signing {
@@ -200,13 +200,13 @@ fn names(report: &kairos_check::CheckReport) -> String {
     n.join(", ")
 }
 
-fn pct(p: kairos_causal::sim::Percentiles) -> Percentiles {
+fn pct(p: kairos_harness::causal::Percentiles) -> Percentiles {
     Percentiles { p50: p.p50, p90: p.p90, p99: p.p99 }
 }
 
 fn causal_result(
     d: &Deployment,
-    out: &kairos_causal::sim::Outcome,
+    out: &kairos_harness::causal::Outcome,
     report: &kairos_check::CheckReport,
     signing_cpu_ms: f64,
 ) -> RunResult {
@@ -237,7 +237,7 @@ fn causal_result(
             "read_concern": format!("{:?}", d.read_concern),
             "read_pref": format!("{:?}", d.read_pref),
             "signing": format!("{:?}", d.signing),
-            "tpcc": matches!(d.workload, kairos_causal::sim::WorkloadKind::Tpcc(_)),
+            "tpcc": matches!(d.workload, kairos_harness::causal::WorkloadKind::Tpcc(_)),
         }),
         host: "sim".into(),
         clock: d.clock.to_string(),

@@ -6,8 +6,8 @@ use crate::cli::{CausalBenchArgs, DemoArgs, OnOff, ReadConcernArg, ReadPrefArg, 
 use crate::result;
 use crate::CliError;
 use kairos_harness::micro::{Bench, Protocol};
+use kairos_harness::register::RegisterRun;
 use kairos_harness::tiga::{Deployment, LeaderKill};
-use kairos_register::sim::RegisterRun;
 use kairos_sim::CpuModel;
 use std::time::Duration;
 
@@ -90,13 +90,13 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     let mut swarm_results = Vec::new();
     let mut swarm_ok = true;
     for protocol in kairos_swarm::engine::Protocol::ALL {
-        let run = kairos_swarm::sim::SwarmRun {
+        let run = kairos_harness::swarm::sim::SwarmRun {
             protocol,
             keys: 10_000,
             warmup: 10_000,
             ops: 1_500,
             seed: args.seed,
-            ..kairos_swarm::sim::SwarmRun::default()
+            ..kairos_harness::swarm::sim::SwarmRun::default()
         };
         let started = std::time::Instant::now();
         let o = kairos_harness::swarm::run(&run).map_err(|e| CliError::Runtime(e.to_string()))?;

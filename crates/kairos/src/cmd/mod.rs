@@ -19,7 +19,7 @@ mod tiga;
 use crate::cli::{BenchCommand, CampaignProtocol, Cli, ClockArg, Command, RegisterArgs, SimCommand};
 use crate::CliError;
 use kairos_clock::ClockPreset;
-use kairos_register::sim::RegisterRun;
+use kairos_harness::register::RegisterRun;
 use std::time::Duration;
 
 pub fn run(cli: Cli) -> Result<(), CliError> {

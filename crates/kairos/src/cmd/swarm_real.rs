@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use kairos_harness::swarm::backend::shm::ShmCluster;
 use kairos_harness::swarm::backend::tcp::TcpCluster;
 use kairos_harness::swarm::real::RealRun;
-use kairos_swarm::sim::{Outcome, SwarmRun};
+use kairos_harness::swarm::sim::{Outcome, SwarmRun};
 
 use super::swarm::BackendArg;
 use crate::CliError;

@@ -1,11 +1,11 @@
 //! The TPC-C-derived session workload: the mix, read-only sessions, checkable histories; and
 //! read throughput from secondaries growing with the number of members.
 
-use kairos_causal::sim::{Deployment, WorkloadKind, World};
 use kairos_causal::tpcc::{pick_txn, TpccConfig, TpccSessionKind, TpccSessions, TxnType};
 use kairos_causal::{ReadConcern, ReadPref, Session, WriteConcern};
 use kairos_check::{check, Model};
 use kairos_core::{MicroOp, OpType, SimTime};
+use kairos_harness::causal::{Deployment, WorkloadKind, World};
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -85,7 +85,7 @@ fn split_sessions_are_clean_and_read_only_sessions_never_write() {
     }
     assert_eq!(read_only.len(), 4);
     // The history agrees: no append by a read-only session, ever (invoked or not).
-    let out = kairos_causal::sim::collect(&mut sim, &members, &sessions, d.duration, Duration::ZERO);
+    let out = kairos_harness::causal::collect(&mut sim, &members, &sessions, d.duration, Duration::ZERO);
     for r in &out.history {
         if read_only.contains(&r.event.process) {
             assert!(r.event.value.iter().all(|m| matches!(m, MicroOp::Read { .. })), "{r:?}");
@@ -104,7 +104,7 @@ fn split_sessions_are_clean_and_read_only_sessions_never_write() {
 /// The paper: read throughput from secondaries under causal consistency grows almost linearly
 /// with the members. Every handler costs a fixed 2 ms of a member's CPU (machine-independent),
 /// and 600 closed-loop sessions reading from secondaries (majority, causal on) saturate them.
-fn secondary_read_throughput(members: usize) -> (f64, kairos_causal::sim::Outcome) {
+fn secondary_read_throughput(members: usize) -> (f64, kairos_harness::causal::Outcome) {
     let d = Deployment {
         seed: 5,
         sessions: 600,

@@ -1,11 +1,11 @@
 //! Cluster-time security through the protocol, and range versus per-reply signing.
 
 use kairos_causal::msg::codes;
-use kairos_causal::sim::{Deployment, Signing, World};
 use kairos_causal::{ClientOp, Member, Probe, ReadConcern, Reply, Request, WriteConcern};
 use kairos_check::{check, Model};
 use kairos_clock::{ClusterTime, Signature, SignedClusterTime, TimeProof};
 use kairos_core::{NodeId, SimTime};
+use kairos_harness::causal::{Deployment, Signing, World};
 use std::time::Duration;
 
 fn req(id: u64, op: ClientOp, ct: Option<SignedClusterTime>) -> Request {
@@ -151,7 +151,7 @@ fn key_rotation_across_expiries_keeps_operations_working() {
     sim.run_until(SimTime::ZERO + d.warmup + d.duration + Duration::from_secs(5));
     let generated: u64 = members.iter().filter_map(|&m| sim.role::<Member>(m)).map(|m| m.stats().keys_generated).sum();
     assert!(generated >= 8, "keys rotate every 4 s: {generated} generated");
-    let out = kairos_causal::sim::collect(&mut sim, &members, &sessions, d.duration, Duration::ZERO);
+    let out = kairos_harness::causal::collect(&mut sim, &members, &sessions, d.duration, Duration::ZERO);
     for bad in [codes::KEY_NOT_FOUND, codes::TIME_PROOF_MISMATCH] {
         assert_eq!(out.sessions.errors.get(&bad), None, "{:?}", out.sessions.errors);
     }

@@ -1,26 +1,15 @@
 //! The register's deployment in the simulator: replicas in sc / fi / br, clients in every
 //! region of the GCP world (used by `kairos demo`, `kairos bench register` and `kairos sim`).
 
-use crate::{Client, ClientConfig, RegisterMsg, Replica};
+use crate::DeployError;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
+use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
 use kairos_sim::{fault, CpuModel, FaultRates, ScheduledFault, Sim, SimConfig, SimStats};
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// A deployment that cannot be built.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The run broke an invariant and stopped at that event.
-    #[error("{0}")]
-    Invariant(kairos_sim::Violation),
-    #[error("the register needs at least one replica region")]
-    NoReplicas,
-    #[error("{0}")]
-    Region(#[from] kairos_core::CoreError),
-}
 
 /// One simulated run of the register.
 #[derive(Clone, Debug)]
@@ -82,7 +71,7 @@ impl RegisterRun {
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0xc10c);
         let replicas: Vec<NodeId> = (0..self.replica_regions.len() as u32).map(NodeId).collect();
         if replicas.is_empty() {
-            return Err(DeployError::NoReplicas);
+            return Err(DeployError::Shape("the register needs at least one replica region".into()));
         }
         for region in &self.replica_regions {
             let r = matrix.region(region)?;

@@ -1,9 +1,9 @@
 //! Session guarantees under faults: majority is clean, w:1 shows the anomaly; elections.
 
-use kairos_causal::sim::{collect, Deployment, Faults, World};
 use kairos_causal::{Member, ReadConcern, ReadPref, WriteConcern};
 use kairos_check::{check, Model};
 use kairos_core::{MicroOp, NodeId, OpType, SimTime};
+use kairos_harness::causal::{collect, Deployment, Faults, World};
 use kairos_sim::{Fault, FaultRates};
 use std::time::Duration;
 

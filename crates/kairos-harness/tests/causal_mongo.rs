@@ -4,9 +4,9 @@
 
 use bson::{doc, Bson, Document};
 use kairos_causal::msg::{MongoReply, MongoRequest};
-use kairos_causal::sim::{Deployment, World};
 use kairos_causal::{CausalMsg, Member};
 use kairos_core::{Ctx, NodeId, Process, SimTime, TimerId};
+use kairos_harness::causal::{Deployment, World};
 use std::time::Duration;
 
 /// A scripted MongoDB client: sends each command at its time, keeps every reply by id.

@@ -4,10 +4,11 @@
 //! returns the history (for `kairos_check::check(.., Model::Causal)`), metrics, latency
 //! percentiles per operation type, throughput and the HMAC count.
 
-use crate::member::{Member, MemberConfig};
-use crate::msg::{CausalMsg, ReadConcern, WriteConcern};
-use crate::session::{ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};
-use crate::tpcc::TpccConfig;
+use crate::DeployError;
+use kairos_causal::member::{Member, MemberConfig};
+use kairos_causal::msg::{CausalMsg, ReadConcern, WriteConcern};
+use kairos_causal::session::{ReadPref, Session, SessionConfig, SessionStats, SessionWorkload};
+use kairos_causal::tpcc::TpccConfig;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
@@ -45,7 +46,7 @@ pub enum WorkloadKind {
     /// Uniform reads and unique appends over `keys` keys, `read_fraction` reads.
     #[default]
     ListAppend,
-    /// The TPC-C-derived session workload ([`crate::tpcc`]); `read_fraction` and `keys` are
+    /// The TPC-C-derived session workload ([`kairos_causal::tpcc`]); `read_fraction` and `keys` are
     /// ignored. Session `i`'s kind is [`TpccConfig::session_kind`]`(i)`, its home warehouse
     /// `i % warehouses`.
     Tpcc(TpccConfig),
@@ -117,20 +118,6 @@ impl Deployment {
     }
 }
 
-/// Errors in a deployment description.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The run broke an invariant and stopped at that event.
-    #[error("{0}")]
-    Invariant(kairos_sim::Violation),
-    #[error("{0}")]
-    Region(#[from] kairos_core::CoreError),
-    #[error(
-        "a replica set needs 1 to 50 members and at least one session, got {members} members and {sessions} sessions"
-    )]
-    Size { members: usize, sessions: usize },
-}
-
 /// A built, not yet run, world.
 pub struct World {
     pub sim: Sim<CausalMsg>,
@@ -198,7 +185,10 @@ impl Deployment {
         let matrix = LatencyMatrix::gcp();
         let n = self.member_regions.len();
         if n == 0 || n > 50 || self.sessions == 0 || self.session_regions.is_empty() {
-            return Err(DeployError::Size { members: n, sessions: self.sessions });
+            return Err(DeployError::Shape(format!(
+                "a replica set needs 1 to 50 members and at least one session, got {n} members and {} sessions",
+                self.sessions
+            )));
         }
         let regions: Vec<_> = self.member_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
         let session_regions: Vec<_> =
