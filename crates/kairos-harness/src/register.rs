@@ -58,11 +58,20 @@ pub struct RegisterOutcome {
     pub wall: Duration,
 }
 
+/// A built, not yet run, register deployment.
+pub struct RegisterWorld {
+    pub sim: Sim<RegisterMsg>,
+    /// The replicas, nodes `0..replica_regions.len()`.
+    pub replicas: Vec<NodeId>,
+    /// Region name of each Jepsen process (client) id; client `i` is process `i`.
+    pub process_region: Vec<String>,
+    /// The random faults [`RegisterRun::faults`] drew, already scheduled.
+    pub fault_plan: Vec<ScheduledFault>,
+}
+
 impl RegisterRun {
-    /// Runs the deployment; `progress(fraction)` is called as virtual time advances.
-    pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<RegisterOutcome, DeployError> {
-        #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
-        let started = Instant::now();
+    /// Builds the world and schedules the run's random faults (nothing has run yet).
+    pub fn build(&self) -> Result<RegisterWorld, DeployError> {
         let matrix = LatencyMatrix::gcp();
         let mut config = SimConfig::new(self.seed);
         config.cpu = self.cpu.clone();
@@ -89,7 +98,6 @@ impl RegisterRun {
                 sim.add_node(r, self.clock.sample(&mut clock_rng), move |_| Box::new(Client::new(cc.clone())));
             }
         }
-        let end = SimTime::ZERO + self.duration;
         let fault_plan = match &self.faults {
             Some(rates) => {
                 let fault_end = SimTime::ZERO + self.duration.mul_f64(0.8);
@@ -98,6 +106,15 @@ impl RegisterRun {
             None => Vec::new(),
         };
         sim.schedule_all(fault_plan.clone());
+        Ok(RegisterWorld { sim, replicas, process_region, fault_plan })
+    }
+
+    /// Runs the deployment; `progress(fraction)` is called as virtual time advances.
+    pub fn run(&self, mut progress: impl FnMut(f64)) -> Result<RegisterOutcome, DeployError> {
+        #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
+        let started = Instant::now();
+        let RegisterWorld { mut sim, process_region, fault_plan, .. } = self.build()?;
+        let end = SimTime::ZERO + self.duration;
         const SLICES: u32 = 100;
         for i in 1..=SLICES {
             sim.run_until(SimTime::ZERO + self.duration.mul_f64(i as f64 / SLICES as f64));

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 deterministic simulator of a wide-area deployment (virtual time, skewed clocks, a region-to-region \
 latency matrix, faults) or as real processes over TCP, and checks every run's client-visible history \
 with independent checkers.\n\nStart with `kairos demo`.",
-    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..50\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0\n  kairos serve swarm-memory --listen 127.0.0.1:7000 --bytes 67108864\n  kairos report --quick --out report"
+    after_help = "Examples:\n  kairos demo\n  kairos bench register --clients-per-region 4 --duration-s 30 --json results/register.json\n  kairos bench des\n  kairos sim register --seeds 1..51\n  kairos check history.jsonl --model strict-serializable\n  kairos serve --config cluster.toml --node 0\n  kairos serve swarm-memory --listen 127.0.0.1:7000 --bytes 67108864\n  kairos report --quick --out report"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -352,8 +352,8 @@ pub struct DesBenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum SimCommand {
-    /// The replicated register under random faults (crashes, partitions, cut links, clock steps, loss).
-    Register(SimRegisterArgs),
+    /// The replicated register under random faults on its replicas (a replica may also lose its disk).
+    Register(CampaignArgs),
     /// Tiga under random faults on its servers and view-manager nodes (a leader crash is a view change).
     Tiga(CampaignArgs),
     /// 2PL+Paxos under random faults on its servers.
@@ -378,9 +378,10 @@ pub enum SimCommand {
     Fusee(CampaignArgs),
 }
 
-/// The protocols a fault campaign can run (the register has its own command).
+/// The protocols a fault campaign can run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CampaignProtocol {
+    Register,
     Tiga,
     TwoPlPaxos,
     OccPaxos,
@@ -394,6 +395,7 @@ pub enum CampaignProtocol {
 impl CampaignProtocol {
     pub fn name(self) -> &'static str {
         match self {
+            CampaignProtocol::Register => "register",
             CampaignProtocol::Tiga => "tiga",
             CampaignProtocol::TwoPlPaxos => "2pl-paxos",
             CampaignProtocol::OccPaxos => "occ-paxos",
@@ -411,7 +413,7 @@ impl CampaignProtocol {
     long_about = "A fault campaign (swarm testing): every seed draws its own fault plan over the servers (or members) — \
 which of the --faults kinds are on, when and where — from 0.5 s to --fault-s, repairs every fault by then, and keeps the \
 load on for --recovery-s more. Safety: every role's invariants are checked after every event (the run stops at the \
-first violation) and the history is checked (strict serializability; causal session guarantees for the replica set). \
+first violation) and the history is checked (strict serializability; linearizability for the register; causal session guarantees for the replica set). \
 Liveness: every client that asks for something after the repair must get an answer. A failing seed's history and the \
 command that replays it are written to --failing-dir.\n\nswarm-kv and dm-abd draw a whole deployment per seed instead \
 (clients, keys, value size, clock skew, a memory-node or client crash, chains stalled between verbs for up to ~1,000 \
@@ -450,21 +452,6 @@ pub struct CampaignArgs {
     /// Write the summary (seeds run, violations, liveness failures, events per second, every seed) as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-pub struct SimRegisterArgs {
-    /// Seeds to run: `N`, `A..B` (B excluded) or `A..=B`.
-    #[arg(long, default_value = "1..21")]
-    pub seeds: String,
-    #[command(flatten)]
-    pub run: RegisterArgs,
-    /// Write the history of every failing seed to DIR/seed-N.jsonl.
-    #[arg(long, default_value = "results/failing")]
-    pub failing_dir: PathBuf,
-    /// Print each run's fault plan.
-    #[arg(long)]
-    pub show_faults: bool,
 }
 
 #[derive(Args, Debug)]

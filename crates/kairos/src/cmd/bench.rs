@@ -55,16 +55,6 @@ pub fn verdict(report: &CheckReport, seed: u64) -> Result<(), CliError> {
     }
 }
 
-/// A verdict for a table cell: "yes", "NO" or "unverified".
-pub fn verdict_cell(verdict: Verdict) -> String {
-    match verdict {
-        Verdict::Valid => "yes",
-        Verdict::Invalid => "NO",
-        Verdict::Unknown => "unverified",
-    }
-    .into()
-}
-
 pub fn register_result(run: &RegisterRun, outcome: &RegisterOutcome, report: &CheckReport) -> RunResult {
     let summary = stats::summarize(&outcome.history, |p| outcome.process_region.get(p as usize).cloned());
     let (cdf, cdf_by_region) =

@@ -1,5 +1,5 @@
 //! `kairos sim <protocol> --seeds A..B [--faults …]`: fault campaigns (swarm testing) for the
-//! transactional protocols and the causal replica set. Each seed draws its own fault plan —
+//! register, the transactional protocols, the causal replica set and SWARM's stores. Each seed draws its own fault plan —
 //! which kinds of fault are on, when, where — over the servers (or members); the run checks
 //! **safety** (every role's invariants at every event, then the history checker) and, once
 //! every fault is repaired, **liveness**: every client that asks for something afterwards gets
@@ -13,6 +13,7 @@ use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_harness::micro::Bench;
+use kairos_harness::register::RegisterRun;
 use kairos_harness::swarm::sim::SwarmRun;
 use kairos_sim::fault::random_plan;
 use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
@@ -98,6 +99,23 @@ fn rates(args: &CampaignArgs) -> Result<FaultRates, CliError> {
 
 fn faults_end(args: &CampaignArgs) -> Duration {
     Duration::from_secs_f64(args.fault_s.max(1.0))
+}
+
+/// Parses `N`, `A..B` (B excluded) or `A..=B`.
+pub fn parse_seeds(spec: &str) -> Result<Vec<u64>, CliError> {
+    let bad = || CliError::Usage(format!("--seeds takes N, A..B or A..=B (e.g. 1..51), not `{spec}`"));
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
+    let seeds: Vec<u64> = if let Some((a, b)) = spec.split_once("..=") {
+        (num(a)?..=num(b)?).collect()
+    } else if let Some((a, b)) = spec.split_once("..") {
+        (num(a)?..num(b)?).collect()
+    } else {
+        vec![num(spec)?]
+    };
+    if seeds.is_empty() || seeds.len() > 100_000 {
+        return Err(CliError::Usage(format!("--seeds `{spec}` names {} seeds; give 1 to 100,000", seeds.len())));
+    }
+    Ok(seeds)
 }
 
 /// Runs one seed of `protocol`.
@@ -214,6 +232,19 @@ fn run_seed(
                 view_changes: None,
             }
         }
+        CampaignProtocol::Register => {
+            // A client runs one operation at a time: one invoked during the faults may hold it
+            // until its timeout, after the repair.
+            let grace = kairos_register::ClientConfig::new(Vec::new(), 0).op_timeout;
+            let run = RegisterRun { seed, duration: end + grace + recovery, ..RegisterRun::default() };
+            let mut world = run.build().map_err(|e| usage(&e))?;
+            let plan = plan_servers(&world.replicas);
+            world.sim.schedule_all(plan.clone());
+            world.sim.run_until(SimTime::ZERO + run.duration);
+            // Client `i` is Jepsen process `i`.
+            let clients = (0..world.process_region.len() as u64).map(|p| (p, p + 1)).collect();
+            finish(&mut world.sim, plan, Model::Linearizable, clients, healed + grace)
+        }
         CampaignProtocol::Causal => {
             // A session runs one operation at a time: one invoked during the faults may hold
             // it until its timeout, after the repair.
@@ -310,7 +341,7 @@ fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimT
 }
 
 pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliError> {
-    let seeds = super::sim::parse_seeds(&args.seeds)?;
+    let seeds = parse_seeds(&args.seeds)?;
     let rates = rates(&args)?;
     let name = protocol.name();
     #[allow(clippy::disallowed_methods)] // wall time of the campaign, for the summary only
@@ -452,4 +483,19 @@ fn write_summary(path: &Path, summary: &CampaignSummary) -> Result<(), CliError>
     }
     let text = serde_json::to_string_pretty(summary).map_err(|e| CliError::Runtime(e.to_string()))?;
     std::fs::write(path, text + "\n").map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_seeds;
+
+    #[test]
+    fn seed_ranges_parse_and_bad_ones_are_errors() {
+        assert_eq!(parse_seeds("7").unwrap(), vec![7]);
+        assert_eq!(parse_seeds("1..4").unwrap(), vec![1, 2, 3]);
+        assert_eq!(parse_seeds("1..=3").unwrap(), vec![1, 2, 3]);
+        for bad in ["", "a..b", "5..5", "1..x", "-1"] {
+            assert!(parse_seeds(bad).is_err(), "{bad}");
+        }
+    }
 }

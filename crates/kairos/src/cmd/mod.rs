@@ -10,7 +10,6 @@ mod mongo_listen;
 pub mod redis;
 pub mod report;
 mod serve;
-mod sim;
 pub mod swarm;
 mod swarm_memory;
 mod swarm_real;
@@ -31,7 +30,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
         Command::Bench(BenchCommand::Swarm(a)) => swarm::bench(a),
-        Command::Sim(SimCommand::Register(a)) => sim::register(a),
+        Command::Sim(SimCommand::Register(a)) => campaign::run(CampaignProtocol::Register, a),
         Command::Sim(SimCommand::Tiga(a)) => campaign::run(CampaignProtocol::Tiga, a),
         Command::Sim(SimCommand::TwoPlPaxos(a)) => campaign::run(CampaignProtocol::TwoPlPaxos, a),
         Command::Sim(SimCommand::OccPaxos(a)) => campaign::run(CampaignProtocol::OccPaxos, a),
