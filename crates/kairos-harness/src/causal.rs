@@ -4,6 +4,7 @@
 //! returns the history (for `kairos_check::check(.., Model::Causal)`), metrics, latency
 //! percentiles per operation type, throughput and the HMAC count.
 
+use crate::oplog_agreement::committed_entries_agree;
 use crate::DeployError;
 use kairos_causal::member::{Member, MemberConfig};
 use kairos_causal::msg::{CausalMsg, ReadConcern, WriteConcern};
@@ -231,6 +232,9 @@ impl Deployment {
                 sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| Box::new(Session::new(sc.clone())));
             sessions.push(id);
         }
+        // Raft's safety from outside: committed entries agree and stay on a majority. After
+        // every event, so that a member that crashes is counted with exactly what it held.
+        sim.add_world_check(1, committed_entries_agree(members.clone(), mc.majority()));
         match &self.faults {
             Faults::None => {}
             Faults::Scripted(plan) => sim.schedule_all(plan.iter().cloned()),

@@ -12,6 +12,7 @@
 //! | [`causal`] | the replica set with causally consistent sessions in the simulator (3 or 5 members, list-append or TPC-C sessions, scripted or random faults) |
 //! | [`register`] | the multi-writer ABD register's deployment in the simulator (replicas in sc / fi / br, clients everywhere) |
 //! | [`swarm`] | SWARM's simulated runs, its real memory nodes (shm, TCP), the client driver, real runs, and the per-key linearizability check of simulated and real runs |
+//! | [`oplog_agreement`] | the world check of the replica set: committed oplog entries agree across members and stay on a majority |
 //! | [`twopc_agreement`] | the world check of 2PL+Paxos and OCC+Paxos: a shard's replicas apply the same record in every slot |
 //! | [`error`] | the one error of every simulated deployment ([`DeployError`]) |
 //!
@@ -21,6 +22,7 @@
 pub mod causal;
 pub mod error;
 pub mod micro;
+pub mod oplog_agreement;
 pub mod register;
 pub mod swarm;
 pub mod tiga;

@@ -172,3 +172,22 @@ fn same_seed_same_trace() {
     let c = Deployment { seed: 8, ..d }.run().unwrap();
     assert_ne!(a.trace_hash, c.trace_hash);
 }
+
+/// The oplog world check can fail, at the event that broke it: a primary that commits what it
+/// alone applied stops the run while a majority does not hold the entry yet. The same run
+/// without the test-only switch passes, and nothing else would have flagged it early: every
+/// member's own invariants hold.
+#[test]
+fn a_primary_that_commits_alone_is_stopped_by_the_oplog_world_check() {
+    let mut d = Deployment { duration: Duration::from_secs(3), ..majority(3) };
+    let o = d.run().expect("the same run without the switch breaks no invariant");
+    assert!(o.sessions.writes_ok > 0);
+    d.member.unsafe_commit_alone = true;
+    let Err(kairos_harness::DeployError::Invariant(v)) = d.run() else {
+        panic!("a primary that commits alone must be caught by the world check")
+    };
+    assert_eq!(v.node, None, "caught by the world check, not a member's own invariants: {v}");
+    assert!(v.what.contains("fewer than a majority of 2"), "{v}");
+    // Caught during the warm-up's first writes, long before the sessions' history ends.
+    assert!(v.time < SimTime::ZERO + d.warmup + Duration::from_secs(1), "{v}");
+}

@@ -70,6 +70,9 @@ pub struct MemberConfig {
     /// BSONObjectTooLarge. An entry must fit a frame between members, with a batch's other
     /// entries (`batch_max_bytes`).
     pub max_docs_entry_bytes: usize,
+    /// Test-only, for the negative control of the harness's oplog world check: the primary
+    /// advances its commit point over what it applied alone, without a majority.
+    pub unsafe_commit_alone: bool,
 }
 
 impl MemberConfig {
@@ -90,6 +93,7 @@ impl MemberConfig {
             max_drift_secs: DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
             mongo: None,
             max_docs_entry_bytes: 3 * 1024 * 1024,
+            unsafe_commit_alone: false,
         }
     }
 
@@ -830,7 +834,8 @@ impl Member {
         let mut applied: Vec<ClusterTime> = vec![self.last_applied()];
         applied.extend(self.progress.iter().filter(|(m, _)| **m != self.me).map(|(_, p)| p.optime));
         applied.sort_unstable_by(|a, b| b.cmp(a));
-        let Some(&candidate) = applied.get(self.cfg.majority() - 1) else { return };
+        let needed = if self.cfg.unsafe_commit_alone { 1 } else { self.cfg.majority() };
+        let Some(&candidate) = applied.get(needed - 1) else { return };
         if candidate <= self.commit_point {
             return;
         }
