@@ -16,6 +16,12 @@ pub enum Fault {
     /// A crashed node starts again as a fresh role instance from its factory, given what it
     /// had made durable ([`kairos_core::Process::on_recover`]).
     Restart(NodeId),
+    /// The node will die while writing: at its next handler that persists anything, only a
+    /// prefix of what that handler persisted (maybe nothing) reaches the disk, and none of its
+    /// other effects happen (write-ahead: its messages had not left yet). A torn last record is
+    /// a lost one (a host drops a record that fails its checksum). The next
+    /// [`Fault::Restart`] of the node restarts it, or disarms this if it wrote nothing before.
+    CrashMidWrite(NodeId),
     /// The node's disk is lost (a replaced machine): it keeps nothing durable.
     WipeDisk(NodeId),
     /// Symmetric partition: nodes in different groups cannot reach each other; nodes not named
@@ -42,6 +48,7 @@ impl fmt::Display for Fault {
         match self {
             Fault::Crash(n) => write!(f, "crash {n}"),
             Fault::Restart(n) => write!(f, "restart {n}"),
+            Fault::CrashMidWrite(n) => write!(f, "crash {n} mid-write"),
             Fault::WipeDisk(n) => write!(f, "wipe disk {n}"),
             Fault::Partition(groups) => {
                 let g: Vec<String> =
@@ -103,6 +110,9 @@ pub struct FaultKinds {
     pub dup: bool,
     /// Deliver old messages again ([`Fault::Replay`]).
     pub replay: bool,
+    /// Crash a node in the middle of a write ([`Fault::CrashMidWrite`]), restart it at the end
+    /// of the episode.
+    pub torn: bool,
 }
 
 impl FaultKinds {
@@ -114,6 +124,7 @@ impl FaultKinds {
         loss: true,
         dup: true,
         replay: true,
+        torn: true,
     };
     const NONE: FaultKinds = FaultKinds {
         crash: false,
@@ -123,15 +134,16 @@ impl FaultKinds {
         loss: false,
         dup: false,
         replay: false,
+        torn: false,
     };
-    const NAMES: [&'static str; 7] = ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay"];
+    const NAMES: [&'static str; 8] = ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn"];
 
-    fn as_array(self) -> [bool; 7] {
-        [self.crash, self.partition, self.oneway, self.clock_step, self.loss, self.dup, self.replay]
+    fn as_array(self) -> [bool; 8] {
+        [self.crash, self.partition, self.oneway, self.clock_step, self.loss, self.dup, self.replay, self.torn]
     }
 
     /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`,
-    /// `dup`, `replay` (`restart` is part of `crash`; `all` is every kind).
+    /// `dup`, `replay`, `torn` (`restart` is part of `crash`; `all` is every kind).
     pub fn parse(list: &str) -> Result<FaultKinds, String> {
         let mut k = FaultKinds::NONE;
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -144,6 +156,7 @@ impl FaultKinds {
                 "loss" => k.loss = true,
                 "dup" | "duplicate" => k.dup = true,
                 "replay" => k.replay = true,
+                "torn" => k.torn = true,
                 other => {
                     return Err(format!(
                         "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
@@ -199,8 +212,56 @@ pub fn random_plan(
     }
     let mut plan = node_and_link_faults(seed, targets, start, end, rates);
     plan.extend(duplication_and_replay(seed, start, end, rates));
+    let torn = torn_writes(seed, targets, start, end, rates, &plan);
+    plan.extend(torn);
     plan.sort_by_key(|f| f.at);
     plan
+}
+
+/// Crashes in the middle of a write, on for a seed with probability 1/2 (always when they are
+/// the only kind allowed), from a stream of their own like duplication and replay: one or two
+/// episodes, each on a node no other crash episode has down at the same time.
+fn torn_writes(
+    seed: u64,
+    targets: &[NodeId],
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+    plan: &[ScheduledFault],
+) -> Vec<ScheduledFault> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x746f_726e);
+    let only_this = rates.kinds.as_array()[..7].iter().all(|on| !on);
+    if !rates.kinds.torn || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
+        return Vec::new();
+    }
+    // Each crash episode of the plan: from the crash to its node's next restart.
+    let mut down: Vec<(SimTime, SimTime)> = plan
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| match f.fault {
+            Fault::Crash(v) => {
+                let back = plan[i..].iter().find(|r| r.fault == Fault::Restart(v)).map_or(end, |r| r.at);
+                Some((f.at, back))
+            }
+            _ => None,
+        })
+        .collect();
+    let (s, e) = (start.as_nanos(), end.as_nanos());
+    let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
+    let mut torn = Vec::new();
+    for _ in 0..rng.random_range(1..=2) {
+        let at = rng.random_range(s..e);
+        let repair = (at + rng.random_range(episode_ns / 2..=episode_ns)).min(e - 1);
+        let victim = targets[rng.random_range(0..targets.len())];
+        let (at, repair) = (SimTime(at), SimTime(repair));
+        if repair <= at || down.iter().any(|(a, b)| at <= *b && *a <= repair) {
+            continue;
+        }
+        down.push((at, repair));
+        torn.push(ScheduledFault { at, fault: Fault::CrashMidWrite(victim) });
+        torn.push(ScheduledFault { at: repair, fault: Fault::Restart(victim) });
+    }
+    torn
 }
 
 /// Duplication episodes and replays, each on for a seed with probability 1/2 (see
@@ -336,7 +397,7 @@ mod tests {
         assert_eq!(a, random_plan(7, &nodes, SimTime::ZERO, end, &rates));
         assert!(!a.is_empty());
         assert!(a.iter().all(|f| f.at < end));
-        let crashes = a.iter().filter(|f| matches!(f.fault, Fault::Crash(_))).count();
+        let crashes = a.iter().filter(|f| matches!(f.fault, Fault::Crash(_) | Fault::CrashMidWrite(_))).count();
         let restarts = a.iter().filter(|f| matches!(f.fault, Fault::Restart(_))).count();
         assert_eq!(crashes, restarts, "every crash is repaired");
         let differs = (0..20).any(|s| random_plan(s, &nodes, SimTime::ZERO, end, &rates) != a);
@@ -354,9 +415,13 @@ mod tests {
             ..FaultRates::default()
         };
         let extra = |f: &Fault| matches!(f, Fault::SetDuplicate(_) | Fault::Replay(_));
+        let with = FaultRates {
+            kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss,dup,replay").unwrap(),
+            ..FaultRates::default()
+        };
         let mut added = 0;
         for seed in 0..50 {
-            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &with);
             let old = random_plan(seed, &nodes, SimTime::ZERO, end, &without);
             let kept: Vec<_> = all.iter().filter(|f| !extra(&f.fault)).cloned().collect();
             assert_eq!(kept, old, "seed {seed}");
@@ -366,5 +431,58 @@ mod tests {
         let only = FaultRates { kinds: FaultKinds::parse("replay").unwrap(), ..FaultRates::default() };
         let plan = random_plan(1, &nodes, SimTime::ZERO, end, &only);
         assert!(!plan.is_empty() && plan.iter().all(|f| matches!(f.fault, Fault::Replay(_))));
+    }
+
+    /// Crashes mid-write come from their own stream too, each with its restart, and never while
+    /// another crash episode has a node down (at most `max_crashed` = 1 down at once).
+    #[test]
+    fn torn_writes_add_episodes_without_changing_the_rest_or_overlapping_crashes() {
+        let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let end = SimTime::from_secs(30);
+        let before = FaultRates {
+            kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss,dup,replay").unwrap(),
+            ..FaultRates::default()
+        };
+        let mut episodes = 0;
+        for seed in 0..100 {
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            // Strip each CrashMidWrite and the restart that ends it; what remains is the old plan.
+            let mut torn_down: Option<(NodeId, SimTime)> = None;
+            let mut down: Vec<(SimTime, SimTime)> = Vec::new();
+            let mut crashed_at: std::collections::BTreeMap<NodeId, SimTime> = Default::default();
+            let mut rest = Vec::new();
+            for f in &all {
+                match f.fault {
+                    Fault::CrashMidWrite(v) => {
+                        assert!(torn_down.is_none(), "seed {seed}: one torn episode at a time");
+                        torn_down = Some((v, f.at));
+                        episodes += 1;
+                    }
+                    Fault::Restart(v) if torn_down.is_some_and(|(t, _)| t == v) => {
+                        let (_, from) = torn_down.take().unwrap();
+                        down.push((from, f.at));
+                    }
+                    Fault::Crash(v) => {
+                        crashed_at.insert(v, f.at);
+                        rest.push(f.clone());
+                    }
+                    Fault::Restart(v) => {
+                        if let Some(from) = crashed_at.remove(&v) {
+                            down.push((from, f.at));
+                        }
+                        rest.push(f.clone());
+                    }
+                    _ => rest.push(f.clone()),
+                }
+            }
+            assert!(torn_down.is_none(), "seed {seed}: every torn episode is repaired");
+            assert_eq!(rest, random_plan(seed, &nodes, SimTime::ZERO, end, &before), "seed {seed}");
+            down.sort();
+            assert!(down.windows(2).all(|w| w[0].1 < w[1].0), "seed {seed}: two nodes down at once: {down:?}");
+        }
+        assert!(episodes > 30, "torn writes show up: {episodes}");
+        let only = FaultRates { kinds: FaultKinds::parse("torn").unwrap(), ..FaultRates::default() };
+        let plan = random_plan(3, &nodes, SimTime::ZERO, end, &only);
+        assert!(plan.iter().any(|f| matches!(f.fault, Fault::CrashMidWrite(_))), "{plan:?}");
     }
 }

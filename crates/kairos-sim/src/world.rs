@@ -79,6 +79,8 @@ pub struct SimStats {
     pub duplicated: u64,
     /// Old messages delivered again by [`Fault::Replay`].
     pub replayed: u64,
+    /// Handlers cut short by [`Fault::CrashMidWrite`]: their node died while writing.
+    pub torn_writes: u64,
 }
 
 /// Messages kept for replays when a [`Fault::Replay`] is scheduled and nothing else was asked:
@@ -126,6 +128,8 @@ struct Node<M> {
     busy_ns_total: u64,
     /// What the node made durable: it survives crashes (unless the disk is wiped).
     stored: Stored,
+    /// [`Fault::CrashMidWrite`] is armed: the next handler that persists anything dies writing.
+    crash_mid_write: bool,
 }
 
 /// A deterministic simulation of one deployment. Same [`SimConfig::seed`], same roles, same
@@ -210,6 +214,7 @@ impl<M: Message> Sim<M> {
             inbox_len_max: 0,
             busy_ns_total: 0,
             stored: Stored::default(),
+            crash_mid_write: false,
         });
         let n = self.nodes.len();
         // Grow the n×n link tables, keeping existing entries.
@@ -446,6 +451,10 @@ impl<M: Message> Sim<M> {
         n.busy_until = now + cost;
         n.busy_ns_total += duration_nanos(cost);
         let depart = now + cost;
+        if self.nodes[node.index()].crash_mid_write && self.tear_write(node, &mut effects) {
+            self.effects = effects;
+            return;
+        }
         // Write-ahead: what the handler persisted is durable before any other effect of it.
         for effect in &mut effects {
             if let Effect::Persist(p) = effect {
@@ -457,6 +466,40 @@ impl<M: Message> Sim<M> {
             self.apply_effect(node, now, depart, effect);
         }
         self.effects = effects;
+    }
+
+    /// [`Fault::CrashMidWrite`]: if the handler persisted anything, only a prefix of it (maybe
+    /// nothing) reaches the disk, no other effect happens (write-ahead: its messages had not
+    /// left), and the node crashes. Returns whether it did.
+    fn tear_write(&mut self, node: NodeId, effects: &mut Vec<Effect<M>>) -> bool {
+        let written = effects.iter().filter(|e| matches!(e, Effect::Persist(_))).count();
+        if written == 0 {
+            return false;
+        }
+        let survive = self.net_rng.random_range(0..written);
+        let persisted = effects.drain(..).filter_map(|e| match e {
+            Effect::Persist(p) => Some(p),
+            _ => None,
+        });
+        for p in persisted.take(survive) {
+            self.nodes[node.index()].stored.apply(p);
+        }
+        self.stats.torn_writes += 1;
+        self.crash(node);
+        true
+    }
+
+    /// The node stops: its role, timers and inbox are lost; what it stored stays.
+    fn crash(&mut self, id: NodeId) {
+        let node = &mut self.nodes[id.index()];
+        node.crash_mid_write = false;
+        if node.role.take().is_some() {
+            node.incarnation += 1;
+            node.timers.clear();
+            node.inbox.clear();
+            node.wake_pending = false;
+            node.busy_until = self.now;
+        }
     }
 
     fn apply_effect(&mut self, node: NodeId, now: SimTime, depart: SimTime, effect: Effect<M>) {
@@ -543,19 +586,16 @@ impl<M: Message> Sim<M> {
         let n = self.nodes.len();
         let valid = |id: NodeId| id.index() < n;
         match fault {
-            Fault::Crash(id) if valid(id) => {
+            Fault::Crash(id) if valid(id) => self.crash(id),
+            Fault::CrashMidWrite(id) if valid(id) => {
                 let node = &mut self.nodes[id.index()];
-                if node.role.take().is_some() {
-                    node.incarnation += 1;
-                    node.timers.clear();
-                    node.inbox.clear();
-                    node.wake_pending = false;
-                    node.busy_until = self.now;
-                }
+                node.crash_mid_write = node.role.is_some();
             }
             Fault::Restart(id) if valid(id) => {
                 let seed = self.config.seed;
                 let node = &mut self.nodes[id.index()];
+                // A node that wrote nothing since its CrashMidWrite never crashed: disarm it.
+                node.crash_mid_write = false;
                 if node.role.is_none() {
                     node.incarnation += 1;
                     node.rng = Rng::seed_from_u64(mix(seed, id.0 as u64, node.incarnation as u64));

@@ -389,3 +389,69 @@ fn a_broken_invariant_stops_the_run_at_the_event_that_broke_it() {
     assert_eq!(v.node, None);
     assert!(v.time >= SimTime::from_millis(30) && v.time < SimTime::from_millis(50), "{v}");
 }
+
+/// Every 100 ms writes three records, then pings node 1 (if `writes`); otherwise only pings.
+struct Journaler {
+    writes: bool,
+    ticks: u64,
+}
+
+impl Process for Journaler {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        ctx.set_timer(TimerId(0), Duration::from_millis(100));
+    }
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Msg>, _: TimerId) {
+        self.ticks += 1;
+        if self.writes {
+            for i in 0..3u8 {
+                ctx.persist(vec![self.ticks as u8, i]);
+            }
+        }
+        ctx.send(NodeId(1), Msg::Ping(self.ticks));
+        ctx.set_timer(TimerId(0), Duration::from_millis(100));
+    }
+}
+
+fn journal_world(seed: u64, writes: bool) -> Sim<Msg> {
+    let matrix = LatencyMatrix::gcp();
+    let mut sim = Sim::new(SimConfig::new(seed), matrix.clone());
+    let sc = matrix.region("sc").unwrap();
+    sim.add_node(sc, SimClock::perfect(), move |_| Box::new(Journaler { writes, ticks: 0 }));
+    sim.add_node(sc, SimClock::perfect(), |_| Box::new(Chatter::new(Vec::new(), Duration::ZERO)));
+    sim
+}
+
+#[test]
+fn a_crash_mid_write_keeps_a_strict_prefix_of_that_handlers_records_and_sends_nothing() {
+    let mut prefixes = std::collections::BTreeSet::new();
+    for seed in 1..=20 {
+        let mut sim = journal_world(seed, true);
+        // Armed between the 5th and 6th ticks: the 6th handler dies writing.
+        sim.schedule(SimTime::from_millis(550), Fault::CrashMidWrite(NodeId(0)));
+        sim.run_until(SimTime::from_secs(2));
+        assert!(!sim.is_up(NodeId(0)), "seed {seed}: the writer crashed");
+        assert_eq!(sim.stats().torn_writes, 1);
+        let records = &sim.stored(NodeId(0)).records;
+        let whole: Vec<Vec<u8>> = (1..=5u8).flat_map(|t| (0..3u8).map(move |i| vec![t, i])).collect();
+        assert_eq!(records[..15], whole[..], "seed {seed}: every earlier handler's records are whole");
+        let torn = &records[15..];
+        assert!(torn.len() < 3, "seed {seed}: the last handler's records are cut short: {torn:?}");
+        assert!(torn.iter().enumerate().all(|(i, r)| *r == vec![6, i as u8]), "seed {seed}: a prefix, in order");
+        prefixes.insert(torn.len());
+        assert_eq!(received(&sim, 1, 0), 5, "seed {seed}: the torn handler's ping never left");
+    }
+    assert_eq!(prefixes.len(), 3, "every prefix (0, 1 or 2 records) occurs across seeds: {prefixes:?}");
+}
+
+#[test]
+fn a_crash_mid_write_waits_for_a_write_and_a_restart_first_disarms_it() {
+    let mut sim = journal_world(1, false);
+    sim.schedule(SimTime::from_millis(550), Fault::CrashMidWrite(NodeId(0)));
+    sim.schedule(SimTime::from_millis(900), Fault::Restart(NodeId(0)));
+    sim.run_until(SimTime::from_secs(2));
+    assert!(sim.is_up(NodeId(0)), "a node that wrote nothing never crashed");
+    assert_eq!(sim.stats().torn_writes, 0);
+    assert_eq!(received(&sim, 1, 0), 19, "it pinged on every tick");
+}

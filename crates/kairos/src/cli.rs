@@ -428,7 +428,8 @@ pub struct CampaignArgs {
     #[arg(long, default_value = "1..21")]
     pub seeds: String,
     /// Fault kinds the plans may use, comma-separated: crash, partition, oneway, clock-step, loss, dup (messages
-    /// delivered twice), replay (old messages delivered again), or all.
+    /// delivered twice), replay (old messages delivered again), torn (a node dies while writing: a prefix of that
+    /// handler's records survives, its messages never leave), or all.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Offered load, transactions per second over all coordinators (transactional protocols).

@@ -21,6 +21,9 @@ fn campaign(protocol: &str, seeds: &str) -> serde_json::Value {
 /// The faults before duplication and replay existed: old regression seeds replay as found.
 const FAULTS_BEFORE_REPLAY: &str = "crash,partition,oneway,clock-step,loss";
 
+/// The faults before crashes mid-write existed: regression seeds found then keep their plans.
+const FAULTS_BEFORE_TORN: &str = "crash,partition,oneway,clock-step,loss,dup,replay";
+
 fn campaign_with(protocol: &str, seeds: &str, faults: &str) -> serde_json::Value {
     campaign_expecting(protocol, seeds, faults, 0.7, 1.0)
 }
@@ -96,32 +99,33 @@ fn tiga_survives_40_fault_plans_with_crashes_of_leaders_followers_and_view_manag
     let with_view_changes =
         s["seeds"].as_array().unwrap().iter().filter(|r| r["view_changes"].as_u64().unwrap() > 0).count();
     assert!(with_view_changes >= 10, "{with_view_changes} of 40 seeds changed views");
-    // Regressions (each failed before its fix):
+    // Regressions (each failed before its fix; run with the fault kinds of their time, so
+    // their plans stay as found):
     // - 144: a replica named leader of a view it never started, then follower of the next,
     //   reset its store to a leader's committed copy it never had, and lost committed writes.
-    assert_eq!(campaign("tiga", "144")["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "144", FAULTS_BEFORE_TORN)["seeds_run"], 1);
     // - 139, 160: a view change forgot the transactions of log entries truncated below a
     //   checkpoint, so a coordinator's resend ran one again, and a new leader did not list
     //   them to the other shards, which then lacked a transaction it had executed.
-    assert_eq!(campaign("tiga", "139")["seeds_run"], 1);
-    assert_eq!(campaign("tiga", "160")["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "139", FAULTS_BEFORE_TORN)["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "160", FAULTS_BEFORE_TORN)["seeds_run"], 1);
     // - 1326, 3163 (found on an earlier build; their schedules changed since): a follower's
     //   retried report started at its own executed point instead of where the new leader
     //   asked, and the merge took that log without the entries between, losing them.
-    assert_eq!(campaign("tiga", "1326")["seeds_run"], 1);
-    assert_eq!(campaign("tiga", "3163")["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "1326", FAULTS_BEFORE_TORN)["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "3163", FAULTS_BEFORE_TORN)["seeds_run"], 1);
     // - 862: a single-shard transaction committed on the fast path after reading a multi-shard
     //   one that only its own shard still had after two partitions; the reconciliation dropped
     //   the multi-shard one (absent on its other shard), so the committed read had read a write
     //   no transaction made. A shard that lacks it now fetches it where it can place it.
-    assert_eq!(campaign("tiga", "862")["seeds_run"], 1);
+    assert_eq!(campaign_with("tiga", "862", FAULTS_BEFORE_TORN)["seeds_run"], 1);
     // - 1509, 2695, 3479: a replica that took a checkpoint from the merge and then led the
     //   view answered resends of transactions below the checkpoint without their results, so
     //   their coordinators never finished them; those that had taken effect showed as reads
     //   of versions no recorded transaction wrote. The checkpoint now carries their results,
     //   and a Tiga seed with a transaction given up fails as a liveness failure.
     for seed in ["1509", "2695", "3479"] {
-        assert_eq!(campaign("tiga", seed)["seeds_run"], 1);
+        assert_eq!(campaign_with("tiga", seed, FAULTS_BEFORE_TORN)["seeds_run"], 1);
     }
 }
 
@@ -138,14 +142,18 @@ fn the_causal_replica_set_survives_40_fault_plans() {
     // Regression: a write refused with NotWritablePrimary (the session recorded it failed) was
     // replayed to the same member once it was primary, and ran; members now remember, durably,
     // the newest write they refused per client and refuse its copies.
-    assert_eq!(campaign("causal", "59")["seeds_run"], 1);
+    assert_eq!(campaign_with("causal", "59", FAULTS_BEFORE_TORN)["seeds_run"], 1);
 }
 
 #[test]
 fn the_register_survives_40_fault_plans() {
     // Replicas crash and restart from their disks, links are cut and lossy, messages are
     // duplicated and replayed; every history must be linearizable.
-    assert_eq!(campaign("register", "1..41")["seeds_run"], 40);
+    let s = campaign("register", "1..41");
+    assert_eq!(s["seeds_run"], 40);
+    // Some replicas died while writing (the `torn` kind is part of `all`) and came back with a
+    // prefix of their last records.
+    assert!(s["torn_writes"].as_u64().unwrap() > 0, "{s}");
 }
 
 #[test]

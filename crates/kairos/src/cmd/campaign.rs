@@ -50,6 +50,8 @@ struct SeedRun {
     clients: Vec<(u64, u64)>,
     violation: Option<Violation>,
     events: u64,
+    /// Handlers that died writing ([`kairos_sim::Fault::CrashMidWrite`]).
+    torn_writes: u64,
     trace_hash: u64,
     /// Tiga: the view the view manager reached (each view change bumps it by one).
     view_changes: Option<u64>,
@@ -70,6 +72,8 @@ pub struct SeedResult {
     /// Clients that asked for something after the faults were repaired and got no answer.
     pub clients_stuck: usize,
     pub events: u64,
+    /// Handlers that died while writing (the `torn` fault kind).
+    pub torn_writes: u64,
     pub trace_hash: String,
     /// Tiga: view changes during the run.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,6 +91,8 @@ pub struct CampaignSummary {
     pub unverified: usize,
     pub liveness_failures: usize,
     pub events_per_s: f64,
+    /// Handlers that died while writing, over every seed.
+    pub torn_writes: u64,
     pub wall_s: f64,
     pub fault_kinds: Vec<String>,
     pub seeds: Vec<SeedResult>,
@@ -225,6 +231,7 @@ fn run_seed(
                 clients: Vec::new(),
                 violation: None,
                 events: metric("events"),
+                torn_writes: 0,
                 trace_hash: o.trace_hash,
                 saved_history: Some(o.history_with_initial_values()),
                 history: o.history,
@@ -304,6 +311,7 @@ fn finish<M: Message>(
         clients,
         violation: sim.violation().cloned(),
         events: sim.stats().events_handled,
+        torn_writes: sim.stats().torn_writes,
         trace_hash: sim.trace_hash(),
         history: sim.take_history(),
         saved_history: None,
@@ -391,6 +399,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             safety,
             clients_stuck: stuck,
             events: run.events,
+            torn_writes: run.torn_writes,
             trace_hash: format!("{:016x}", run.trace_hash),
             view_changes: run.view_changes,
             failure,
@@ -436,6 +445,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         unverified: results.iter().filter(|r| r.safety == "unknown").count(),
         liveness_failures: results.iter().filter(|r| r.clients_stuck > 0).count(),
         events_per_s: events_total as f64 / wall_s.max(1e-9),
+        torn_writes: results.iter().map(|r| r.torn_writes).sum(),
         wall_s,
         fault_kinds: if matches!(protocol, CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd) {
             ["memory-node crash", "client crash", "stalled chains", "paused client"].map(String::from).to_vec()
