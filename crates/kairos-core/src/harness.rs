@@ -68,6 +68,11 @@ impl<P: Process> RoleHarness<P> {
         }
     }
 
+    /// The role, to inspect its state between handlers.
+    pub fn role(&self) -> &P {
+        &self.role
+    }
+
     /// The role's local clock.
     pub fn now(&self) -> LocalTime {
         self.now
