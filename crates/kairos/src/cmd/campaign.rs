@@ -1,9 +1,10 @@
 //! `kairos sim <protocol> --seeds A..B [--faults …]`: fault campaigns (swarm testing) for the
-//! register, the transactional protocols, the causal replica set and SWARM's stores. Each seed draws its own fault plan —
-//! which kinds of fault are on, when, where — over the servers (or members); the run checks
-//! **safety** (every role's invariants at every event, then the history checker) and, once
-//! every fault is repaired, **liveness**: every client that asks for something afterwards gets
-//! an answer. A failing seed's history is saved with the command that replays it.
+//! register, the transactional protocols, the causal replica set and SWARM's stores. Each seed
+//! draws its own fault plan — which kinds of fault are on, when, where — over the servers (or
+//! members); the run checks **safety** (every role's invariants at every event, then the
+//! history checker) and, once every fault is repaired, **liveness**: every client that asks
+//! for something afterwards gets an answer. A failing seed's history is saved with the command
+//! that replays it.
 
 use std::path::Path;
 use std::time::Duration;
