@@ -401,6 +401,35 @@ impl Process for Replica {
 
     fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
 
+    /// The prepared-key indexes that TAPIR-OCC-CHECK reads agree with the prepared table:
+    /// every prepared transaction is listed under each key it reads and writes, at its
+    /// timestamp, and nothing else is listed (a stale entry would block or admit the wrong
+    /// transactions). Linear in the prepared table, which `prepared_max` bounds.
+    fn invariants(&self) -> Result<(), String> {
+        for (index, name, keys_of) in [
+            (&self.prepared_reads, "read", (|p: &Prepared| &p.reads) as fn(&Prepared) -> &Vec<Key>),
+            (&self.prepared_writes, "write", |p: &Prepared| &p.writes),
+        ] {
+            let mut expected = 0;
+            for (txn, p) in &self.prepared {
+                let keys: BTreeSet<&Key> = keys_of(p).iter().collect();
+                expected += keys.len();
+                if let Some(k) = keys.into_iter().find(|k| !index.get(k).is_some_and(|set| set.contains(&(p.ts, *txn))))
+                {
+                    return Err(format!("prepared {txn:?} at {} is missing from the {name} index of key {k}", p.ts));
+                }
+            }
+            let listed: usize = index.values().map(BTreeSet::len).sum();
+            if listed != expected || index.values().any(BTreeSet::is_empty) {
+                return Err(format!(
+                    "the {name} index lists {listed} (timestamp, transaction) entries; the prepared table has \
+                     {expected}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The last snapshot, then every journaled message since, handled again with their
     /// answers dropped (module docs). Replay stops at a record that does not decode.
     fn on_recover(&mut self, stored: &Stored) {
@@ -660,6 +689,29 @@ mod tests {
         let mut wiped = Replica::new(&topology, &config, 0, 1);
         wiped.on_recover(&Stored::default());
         assert_eq!(prepare(&mut wiped, op(3, 1, 1), 30, &[(3, 0)], &[4]), Some(PrepareResult::Ok));
+    }
+
+    /// The index invariant can fail: a replica whose write index lost a prepared transaction
+    /// (which would let a conflicting write prepare) or kept a finished one (which would block
+    /// its keys for good) breaks it; the replica as it runs does not.
+    #[test]
+    fn prepared_indexes_that_disagree_with_the_prepared_table_break_the_invariant() {
+        let two_prepared = || {
+            let mut r = replica(TapirConfig::default());
+            assert_eq!(prepare(&mut r, op(1, 0, 0), 10, &[(5, 0)], &[5, 6]), Some(PrepareResult::Ok));
+            assert_eq!(prepare(&mut r, op(2, 0, 0), 11, &[(7, 0)], &[7]), Some(PrepareResult::Ok));
+            r
+        };
+        let mut r = two_prepared();
+        assert_eq!(r.invariants(), Ok(()));
+        let mut lost = two_prepared();
+        lost.prepared_writes.remove(&6);
+        assert!(lost.invariants().unwrap_err().contains("missing from the write index of key 6"));
+        let mut kept = two_prepared();
+        kept.prepared.remove(&op(2, 0, 0).txn);
+        assert!(kept.invariants().unwrap_err().contains("the read index lists 2"));
+        commit(&mut r, op(1, 0, 1), 10, 5, 50);
+        assert_eq!(r.invariants(), Ok(()), "a commit takes the transaction out of both indexes");
     }
 
     #[test]
