@@ -85,6 +85,9 @@ struct Record {
     result: PrepareResult,
 }
 
+/// Handlers between two checks of the prepared-key indexes ([`Replica::check_indexes`]).
+const INDEX_CHECK_EVERY: u32 = 64;
+
 /// Journal records between two snapshots, at least (module docs).
 const RECORDS_PER_SNAPSHOT: usize = 4_096;
 
@@ -118,6 +121,8 @@ pub struct Replica {
     /// Journal records written since the last snapshot.
     journaled: usize,
     stats: ReplicaStats,
+    /// Handlers since the indexes were last checked (the check is amortized; see `invariants`).
+    handlers_since_check: std::cell::Cell<u32>,
 }
 
 impl Replica {
@@ -137,6 +142,7 @@ impl Replica {
             done_order: VecDeque::new(),
             journaled: 0,
             stats: ReplicaStats::default(),
+            handlers_since_check: std::cell::Cell::new(0),
         }
     }
 
@@ -227,6 +233,35 @@ impl Replica {
                 }
             }
         }
+    }
+
+    /// The prepared-key indexes that TAPIR-OCC-CHECK reads agree with the prepared table:
+    /// every prepared transaction is listed under each key it reads and writes, at its
+    /// timestamp, and nothing else is listed (a stale entry would block or admit the wrong
+    /// transactions). Linear in the prepared table, which `prepared_max` bounds.
+    fn check_indexes(&self) -> Result<(), String> {
+        for (index, name, keys_of) in [
+            (&self.prepared_reads, "read", (|p: &Prepared| &p.reads) as fn(&Prepared) -> &Vec<Key>),
+            (&self.prepared_writes, "write", |p: &Prepared| &p.writes),
+        ] {
+            let mut expected = 0;
+            for (txn, p) in &self.prepared {
+                let keys: BTreeSet<&Key> = keys_of(p).iter().collect();
+                expected += keys.len();
+                if let Some(k) = keys.into_iter().find(|k| !index.get(k).is_some_and(|set| set.contains(&(p.ts, *txn))))
+                {
+                    return Err(format!("prepared {txn:?} at {} is missing from the {name} index of key {k}", p.ts));
+                }
+            }
+            let listed: usize = index.values().map(BTreeSet::len).sum();
+            if listed != expected || index.values().any(BTreeSet::is_empty) {
+                return Err(format!(
+                    "the {name} index lists {listed} (timestamp, transaction) entries; the prepared table has \
+                     {expected}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn unprepare(&mut self, txn: TxnId) {
@@ -401,33 +436,17 @@ impl Process for Replica {
 
     fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
 
-    /// The prepared-key indexes that TAPIR-OCC-CHECK reads agree with the prepared table:
-    /// every prepared transaction is listed under each key it reads and writes, at its
-    /// timestamp, and nothing else is listed (a stale entry would block or admit the wrong
-    /// transactions). Linear in the prepared table, which `prepared_max` bounds.
+    /// The prepared-key indexes agree with the prepared table ([`Replica::check_indexes`]),
+    /// checked after every 64th handler: the check is linear in the prepared table, and run
+    /// after every handler it took most of a Tapir run's time.
     fn invariants(&self) -> Result<(), String> {
-        for (index, name, keys_of) in [
-            (&self.prepared_reads, "read", (|p: &Prepared| &p.reads) as fn(&Prepared) -> &Vec<Key>),
-            (&self.prepared_writes, "write", |p: &Prepared| &p.writes),
-        ] {
-            let mut expected = 0;
-            for (txn, p) in &self.prepared {
-                let keys: BTreeSet<&Key> = keys_of(p).iter().collect();
-                expected += keys.len();
-                if let Some(k) = keys.into_iter().find(|k| !index.get(k).is_some_and(|set| set.contains(&(p.ts, *txn))))
-                {
-                    return Err(format!("prepared {txn:?} at {} is missing from the {name} index of key {k}", p.ts));
-                }
-            }
-            let listed: usize = index.values().map(BTreeSet::len).sum();
-            if listed != expected || index.values().any(BTreeSet::is_empty) {
-                return Err(format!(
-                    "the {name} index lists {listed} (timestamp, transaction) entries; the prepared table has \
-                     {expected}"
-                ));
-            }
+        let n = self.handlers_since_check.get() + 1;
+        if n < INDEX_CHECK_EVERY {
+            self.handlers_since_check.set(n);
+            return Ok(());
         }
-        Ok(())
+        self.handlers_since_check.set(0);
+        self.check_indexes()
     }
 
     /// The last snapshot, then every journaled message since, handled again with their
@@ -703,15 +722,15 @@ mod tests {
             r
         };
         let mut r = two_prepared();
-        assert_eq!(r.invariants(), Ok(()));
+        assert_eq!(r.check_indexes(), Ok(()));
         let mut lost = two_prepared();
         lost.prepared_writes.remove(&6);
-        assert!(lost.invariants().unwrap_err().contains("missing from the write index of key 6"));
+        assert!(lost.check_indexes().unwrap_err().contains("missing from the write index of key 6"));
         let mut kept = two_prepared();
         kept.prepared.remove(&op(2, 0, 0).txn);
-        assert!(kept.invariants().unwrap_err().contains("the read index lists 2"));
+        assert!(kept.check_indexes().unwrap_err().contains("the read index lists 2"));
         commit(&mut r, op(1, 0, 1), 10, 5, 50);
-        assert_eq!(r.invariants(), Ok(()), "a commit takes the transaction out of both indexes");
+        assert_eq!(r.check_indexes(), Ok(()), "a commit takes the transaction out of both indexes");
     }
 
     #[test]
