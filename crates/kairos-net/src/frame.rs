@@ -106,10 +106,25 @@ pub fn encode_raw(kind: FrameKind, payload: &[u8], max: u32) -> Result<Vec<u8>, 
     Ok(out)
 }
 
-/// Encodes `value` with postcard and frames it.
+/// Encodes `value` with postcard and frames it: one buffer, the payload written in place after
+/// a header that is filled in once its length and checksum are known (no second buffer and
+/// copy, as framing an encoded payload with [`encode_raw`] takes).
 pub fn encode<T: Serialize>(kind: FrameKind, value: &T, max: u32) -> Result<Vec<u8>, FrameError> {
-    let payload = postcard::to_stdvec(value).map_err(FrameError::Encode)?;
-    encode_raw(kind, &payload, max)
+    let mut out = Vec::with_capacity(HEADER_LEN + 64);
+    out.extend_from_slice(&MAGIC);
+    out.push(FRAME_VERSION);
+    out.push(kind as u8);
+    out.extend_from_slice(&[0; HEADER_LEN - 4]);
+    let mut out = postcard::to_extend(value, out).map_err(FrameError::Encode)?;
+    let payload_len = out.len() - HEADER_LEN;
+    let len = u32::try_from(payload_len)
+        .ok()
+        .filter(|&l| l <= max)
+        .ok_or(FrameError::Oversized { len: payload_len as u64, max })?;
+    let checksum = xxh3_64(&out[HEADER_LEN..]);
+    out[4..8].copy_from_slice(&len.to_le_bytes());
+    out[8..16].copy_from_slice(&checksum.to_le_bytes());
+    Ok(out)
 }
 
 /// Validates the fixed header (magic, version, kind, length limit).

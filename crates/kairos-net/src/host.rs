@@ -826,9 +826,16 @@ async fn dial_loop(shared: Arc<Shared>, to: NodeId, mut rx: mpsc::Receiver<Outgo
                 }
             }
         };
-        sleep_until(item.due).await;
-        if conn.is_none() {
+        // A tokio timer fires on the next millisecond tick at the earliest, even when its
+        // deadline has passed: sleeping on a message already due would delay it by up to 1 ms
+        // and cost a timer wake-up (`kairos bench net` measured 2.3 ms per loopback round trip).
+        if item.due > Instant::now() {
+            sleep_until(item.due).await;
+        }
+        if conn.is_none() && next_attempt > Instant::now() {
             sleep_until(next_attempt).await;
+        }
+        if conn.is_none() {
             match connect(&shared, addr).await {
                 Ok(c) => {
                     shared.metrics.add(metric::OUT_CONNECTIONS, 1);
