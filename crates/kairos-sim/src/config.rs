@@ -33,10 +33,55 @@ pub enum CpuModel {
     Free,
     /// Every handler costs the same fixed service time.
     Fixed(Duration),
-    /// Every handler costs its real measured CPU time × `scale` (plus `floor`), so saturation
+    /// Every handler costs its real measured CPU time × `scale` (plus `floor`), plus what a
+    /// real host spends on the messages it received and sent (`wire`), so saturation
     /// throughput reflects the real efficiency of the code. Not bit-for-bit reproducible:
     /// measured costs vary from run to run, so the trace hash does too.
-    Measured { scale: f64, floor: Duration },
+    Measured { scale: f64, floor: Duration, wire: WireCost },
+}
+
+impl CpuModel {
+    /// The handler's measured CPU time and nothing else (no per-message cost).
+    pub const MEASURED: CpuModel = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire: WireCost::ZERO };
+}
+
+/// What a real host spends on one message beyond the role's handler — encoding, framing,
+/// checksumming, the system calls and the wake-ups on each side, decoding — as a linear
+/// function of its encoded size (postcard bytes). The simulator never serializes a message or
+/// makes a system call, so without it a protocol that sends twice as many messages pays
+/// nothing for them. `kairos bench net` measures it on the TCP host of `kairos-net`; a message
+/// a node sends to itself costs nothing (the host loops it back without TCP).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct WireCost {
+    pub send_ns_base: f64,
+    pub send_ns_per_byte: f64,
+    pub receive_ns_base: f64,
+    pub receive_ns_per_byte: f64,
+}
+
+impl WireCost {
+    pub const ZERO: WireCost =
+        WireCost { send_ns_base: 0.0, send_ns_per_byte: 0.0, receive_ns_base: 0.0, receive_ns_per_byte: 0.0 };
+
+    /// A flat cost per message, split evenly between its sender and its receiver.
+    pub fn flat(per_message: Duration) -> WireCost {
+        let half = per_message.as_secs_f64() * 1e9 / 2.0;
+        WireCost { send_ns_base: half, receive_ns_base: half, ..WireCost::ZERO }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == WireCost::ZERO
+    }
+
+    /// The sender's cost of a message of `bytes` encoded bytes.
+    pub fn send(&self, bytes: usize) -> Duration {
+        Duration::from_nanos((self.send_ns_base + self.send_ns_per_byte * bytes as f64).max(0.0) as u64)
+    }
+
+    /// The receiver's cost of a message of `bytes` encoded bytes.
+    pub fn receive(&self, bytes: usize) -> Duration {
+        Duration::from_nanos((self.receive_ns_base + self.receive_ns_per_byte * bytes as f64).max(0.0) as u64)
+    }
 }
 
 /// Limits, so a runaway protocol fails loudly instead of exhausting memory.

@@ -15,8 +15,9 @@
 //!   clock steps, loss — scripted ("at t do x") or drawn from the seed ([`fault::random_plan`],
 //!   swarm testing).
 //! - **CPU.** A node runs one handler at a time and each handler costs service time
-//!   ([`CpuModel`]: free, fixed, or the handler's real measured CPU time), so a node offered
-//!   more work than it can serve builds a queue and saturation is real.
+//!   ([`CpuModel`]: free, fixed, or the handler's real measured CPU time plus a calibrated
+//!   [`WireCost`] per message sent and received), so a node offered more work than it can
+//!   serve builds a queue and saturation is real.
 //! - **Evidence.** Roles' history events are stamped with true time into a Jepsen-shaped
 //!   history for the checkers of `kairos-check`; every handled event is folded into a trace
 //!   hash, so the same seed gives the same hash, bit for bit.
@@ -31,8 +32,8 @@ mod queue;
 mod trace;
 mod world;
 
-mod cpu_clock;
-pub use config::{CpuModel, Limits, NetworkConfig, SimConfig};
+pub mod cpu_clock;
+pub use config::{CpuModel, Limits, NetworkConfig, SimConfig, WireCost};
 pub use fault::{Fault, FaultKinds, FaultRates, ScheduledFault};
 pub use trace::{TraceEntry, TraceKind};
 pub use world::{Role, RoleFactory, Sim, SimStats, Violation, WorldCheck};

@@ -423,6 +423,14 @@ impl<M: Message> Sim<M> {
             },
         );
         let measure = matches!(self.config.cpu, CpuModel::Measured { .. });
+        let wire = match &self.config.cpu {
+            CpuModel::Measured { wire, .. } if !wire.is_zero() => Some(*wire),
+            _ => None,
+        };
+        let received = match (&work, &wire) {
+            (Work::Message { from, msg }, Some(w)) if *from != node => w.receive(wire_bytes(msg)),
+            _ => Duration::ZERO,
+        };
         // The measured-CPU model charges a handler its real CPU time: the one place the
         // simulator reads a real clock, and why that mode is not bit-for-bit reproducible.
         let started = if measure { Some(crate::cpu_clock::now()) } else { None };
@@ -437,9 +445,19 @@ impl<M: Message> Sim<M> {
         let cost = match &self.config.cpu {
             CpuModel::Free => Duration::ZERO,
             CpuModel::Fixed(d) => *d,
-            CpuModel::Measured { scale, floor } => {
+            CpuModel::Measured { scale, floor, .. } => {
                 let spent = started.map(|s| crate::cpu_clock::now().saturating_sub(s)).unwrap_or_default();
-                spent.mul_f64(*scale) + *floor
+                let sent: Duration = match &wire {
+                    Some(w) => effects
+                        .iter()
+                        .filter_map(|e| match e {
+                            Effect::Send { to, msg } if *to != node => Some(w.send(wire_bytes(msg))),
+                            _ => None,
+                        })
+                        .sum(),
+                    None => Duration::ZERO,
+                };
+                spent.mul_f64(*scale) + *floor + received + sent
             }
         };
         let broken = if self.config.check_invariants { role.invariants().err() } else { None };
@@ -729,4 +747,9 @@ impl<M: Message> Sim<M> {
 /// Derives independent seeds for the network and every node from the run's seed.
 fn mix(seed: u64, a: u64, b: u64) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&[seed.to_le_bytes(), a.to_le_bytes(), b.to_le_bytes()].concat())
+}
+
+/// A message's encoded size on the TCP host (postcard), for [`crate::WireCost`].
+fn wire_bytes<M: serde::Serialize>(msg: &M) -> usize {
+    postcard::experimental::serialized_size(msg).unwrap_or(0)
 }

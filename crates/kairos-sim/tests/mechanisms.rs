@@ -3,7 +3,7 @@
 
 use kairos_clock::SimClock;
 use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, RegionId, SimTime, TimerId};
-use kairos_sim::{CpuModel, Fault, Sim, SimConfig, TraceKind};
+use kairos_sim::{CpuModel, Fault, Sim, SimConfig, TraceKind, WireCost};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -454,4 +454,41 @@ fn a_crash_mid_write_waits_for_a_write_and_a_restart_first_disarms_it() {
     assert!(sim.is_up(NodeId(0)), "a node that wrote nothing never crashed");
     assert_eq!(sim.stats().torn_writes, 0);
     assert_eq!(received(&sim, 1, 0), 19, "it pinged on every tick");
+}
+
+/// The measured-CPU model charges each message its wire cost by encoded size: the sender for
+/// what it sent, the receiver for what it received. Handler CPU is measured (not exact), so
+/// the test bounds it: every charge is at least the wire cost, and the wire cost dominates.
+#[test]
+fn the_measured_model_charges_each_message_its_wire_cost_at_both_ends() {
+    let wire = WireCost {
+        send_ns_base: 100_000.0,
+        send_ns_per_byte: 0.0,
+        receive_ns_base: 300_000.0,
+        receive_ns_per_byte: 1_000.0,
+    };
+    let mut config = SimConfig::new(5);
+    config.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
+    let mut sim = Sim::new(config, LatencyMatrix::gcp());
+    let sc = RegionId(0);
+    sim.add_node(sc, SimClock::perfect(), |_| Box::new(Load { per_tick: 2 }));
+    sim.add_node(sc, SimClock::perfect(), |_| Box::new(Order::default()));
+    sim.run_until(SimTime::from_millis(100));
+    let received = sim.role::<Order>(NodeId(1)).unwrap().seen.len() as u64;
+    assert!(received >= 150, "{received}");
+    // Each message is a `Ping(i)`: 2 bytes of postcard (variant, varint i < 128).
+    let receive = Duration::from_nanos(300_000 + 2 * 1_000);
+    let (sender, receiver) = (sim.busy_time(NodeId(0)), sim.busy_time(NodeId(1)));
+    assert!(receiver >= receive * received as u32, "{receiver:?} for {received} messages");
+    assert!(receiver < receive * received as u32 + Duration::from_millis(20), "{receiver:?}");
+    // The sender sent two per tick, some still in flight.
+    let sent = sim.stats().messages_sent;
+    assert!(
+        sender >= Duration::from_micros(100) * sent as u32
+            && sender < Duration::from_micros(100) * sent as u32 + Duration::from_millis(20),
+        "{sender:?} for {sent}"
+    );
+    // A flat cost splits evenly.
+    let flat = WireCost::flat(Duration::from_micros(10));
+    assert_eq!((flat.send(1_000), flat.receive(0)), (Duration::from_micros(5), Duration::from_micros(5)));
 }
