@@ -14,6 +14,7 @@
 //! | [`swarm`] | SWARM's simulated runs, its real memory nodes (shm, TCP), the client driver, real runs, and the per-key linearizability check of simulated and real runs |
 //! | [`oplog_agreement`] | the world check of the replica set: committed oplog entries agree across members and stay on a majority |
 //! | [`twopc_agreement`] | the world check of 2PL+Paxos and OCC+Paxos: a shard's replicas apply the same record in every slot |
+//! | [`wire_calibration`] | what one message costs the TCP host, measured over loopback (`kairos bench net`): the simulator's per-message cost |
 //! | [`error`] | the one error of every simulated deployment ([`DeployError`]) |
 //!
 //! Every simulated runner lives here, so no protocol crate depends on the simulator, the
@@ -27,5 +28,6 @@ pub mod register;
 pub mod swarm;
 pub mod tiga;
 pub mod twopc_agreement;
+pub mod wire_calibration;
 
 pub use error::DeployError;

@@ -131,6 +131,8 @@ pub struct RunOutcome {
     pub process_regions: Vec<(u64, u64, String)>,
     /// Each coordinator's region and counters.
     pub coordinators: Vec<(String, TxnStats)>,
+    /// The simulated CPU time of the busiest server (the one that saturates first).
+    pub busiest_server: Duration,
     pub wall: Duration,
 }
 
@@ -294,6 +296,7 @@ impl Bench {
             metrics: sim.metrics().clone(),
             process_regions,
             coordinators,
+            busiest_server: (0..servers).map(|n| sim.busy_time(NodeId(n as u32))).max().unwrap_or_default(),
             wall: started.elapsed(),
         })
     }
@@ -339,6 +342,7 @@ impl Bench {
             metrics: o.metrics,
             process_regions: o.process_regions,
             coordinators,
+            busiest_server: o.busiest_server,
             wall: o.wall,
         })
     }

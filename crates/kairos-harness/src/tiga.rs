@@ -107,6 +107,8 @@ pub struct Outcome {
     /// Simulated CPU time spent, summed by role: the leaders of view 0, the other servers and
     /// the coordinators (with the measured-CPU model: the code's real speed).
     pub busy: RoleBusy,
+    /// The simulated CPU time of the busiest server (the one that saturates first).
+    pub busiest_server: Duration,
 }
 
 /// Simulated CPU time by role (see [`Outcome::busy`]).
@@ -340,15 +342,18 @@ impl Deployment {
             .max_by_key(|v| v.number);
         let leaders = last_view.as_ref().map_or_else(|| topology.leader.clone(), |v| v.leaders.clone());
         let mut busy = RoleBusy::default();
+        let mut busiest_server = Duration::ZERO;
         for (s, replicas) in topology.shards.iter().enumerate() {
             for (r, node) in replicas.iter().enumerate() {
                 let role = if r as u32 == topology.leader[s] { &mut busy.leaders } else { &mut busy.followers };
                 *role += sim.busy_time(*node);
+                busiest_server = busiest_server.max(sim.busy_time(*node));
             }
         }
         busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
         Ok(Outcome {
             busy,
+            busiest_server,
             coordinators,
             trace_hash: sim.trace_hash(),
             stats: sim.stats().clone(),

@@ -63,6 +63,12 @@ pub enum BenchCommand {
     Register(RegisterBenchArgs),
     /// Events per second of the bare simulator on a ping-pong workload, by pending events.
     Des(DesBenchArgs),
+    /// CPU per message of the TCP host (encode, frame, checksum, system calls, decode) by size, sender and
+    /// receiver side: the per-message cost the throughput benches add to handler CPU.
+    #[command(
+        after_help = "Examples:\n  kairos bench net\n  kairos bench net --sizes 64,1024 --windows 16 --json net.json"
+    )]
+    Net(NetBenchArgs),
     /// SWARM-KV against DM-ABD and RAW over passive memory nodes (YCSB A/B, checked linearizable).
     Swarm(crate::cmd::swarm::SwarmBenchArgs),
 }
@@ -165,6 +171,11 @@ pub struct TigaArgs {
 pub struct TigaBenchArgs {
     #[command(flatten)]
     pub run: TigaArgs,
+    /// With --measured-cpu: charge every message this flat cost, µs (half to its sender, half to its receiver),
+    /// instead of the per-message cost of this host's TCP stack, calibrated at the start of the run
+    /// (`kairos bench net`). 0 charges handler CPU only.
+    #[arg(long, requires = "measured_cpu")]
+    pub message_cost_us: Option<f64>,
     /// Write the result contract JSON (one object per load) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -227,10 +238,11 @@ pub struct MicroBenchArgs {
     /// throughput then reflects message counts, not code speed).
     #[arg(long)]
     pub cpu_us: Option<f64>,
-    /// With measured CPU: add this cost to every handler, µs — the per-message work of a real RPC stack
-    /// (serialization, system calls) that the simulator does not execute. 0 charges handler CPU only.
-    #[arg(long, default_value_t = 0.0)]
-    pub message_cost_us: f64,
+    /// With measured CPU: charge every message this flat cost, µs (half to its sender, half to its receiver),
+    /// instead of the per-message cost of this host's TCP stack, which is calibrated at the start of the run
+    /// (`kairos bench net`). 0 charges handler CPU only.
+    #[arg(long)]
+    pub message_cost_us: Option<f64>,
     /// Write one result object per protocol (its common-load run, with the sweeps in `extra`) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -346,6 +358,24 @@ pub struct DesBenchArgs {
     #[arg(long, default_value_t = 2_000_000)]
     pub events: u64,
     /// Write the measurements as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct NetBenchArgs {
+    /// Payload sizes to measure, bytes, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "16,128,1024,8192")]
+    pub sizes: Vec<usize>,
+    /// Messages in flight at once, one table each, comma separated: 1 makes every message travel alone (its own
+    /// write and read system calls and wake-ups); a wider window lets the host batch them, as it does under load.
+    /// The throughput benches charge the cost measured with a window of 16.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pub windows: Vec<usize>,
+    /// Messages measured per size (after a warm-up of a tenth as many, at least 100).
+    #[arg(long, default_value_t = 5_000)]
+    pub messages: u64,
+    /// Write the measurements and the fitted cost as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }

@@ -150,11 +150,43 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--kill-shard", "5"], "--kill-shard"),
         (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--restart-after-s", "5000"], "--restart-after-s"),
         (vec!["bench", "tiga", "--kill-shard", "1"], "--kill-leader-at-s"),
+        (vec!["bench", "tiga", "--message-cost-us", "3"], "--measured-cpu"),
+        (vec!["bench", "micro", "--message-cost-us", "20000"], "--message-cost-us"),
+        (vec!["bench", "net", "--windows", "0"], "--windows"),
+        (vec!["bench", "net", "--sizes", "99999999"], "--sizes"),
+        (vec!["bench", "net", "--messages", "0"], "--messages"),
     ] {
         let o = kairos(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
         assert!(text(&o).contains(needle), "{args:?}: {}", text(&o));
     }
+}
+
+/// `bench net` measures two real nodes over loopback and writes what it measured and the
+/// fitted per-message cost.
+#[test]
+fn bench_net_measures_the_host_per_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("net.json");
+    let o = kairos(&[
+        "bench",
+        "net",
+        "--sizes",
+        "16,2048",
+        "--windows",
+        "1",
+        "--messages",
+        "300",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("sender µs/msg") && text(&o).contains("Fitted per-message cost"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let points = v[0]["calibration"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    assert_eq!(points[1]["encoded_bytes"], 2048 + 3);
+    assert!(v[0]["wire_cost"]["send_ns_base"].as_f64().unwrap() >= 0.0);
 }
 
 #[test]

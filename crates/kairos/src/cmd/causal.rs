@@ -85,7 +85,7 @@ fn deployments(a: &CausalBenchArgs) -> Result<Vec<Deployment>, CliError> {
                 d.read_fraction = a.read_fraction;
                 d.duration = Duration::from_secs_f64(a.duration_s);
                 if a.measured_cpu {
-                    d.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO };
+                    d.cpu = CpuModel::MEASURED;
                 }
                 out.push(d);
             }

@@ -73,6 +73,8 @@ pub struct Point {
     pub commit_rate: f64,
     /// Messages sent in the whole run per committed transaction.
     pub messages_per_commit: f64,
+    /// Simulated CPU time of the busiest server per committed transaction, µs.
+    pub busiest_server_us_per_commit: f64,
     pub verdict: Verdict,
     pub result: RunResult,
 }
@@ -123,14 +125,12 @@ impl MicroBenchArgs {
                 self.duration_s
             )));
         }
-        if !(0.0..=10_000.0).contains(&self.message_cost_us) {
-            return Err(CliError::Usage(format!(
-                "--message-cost-us must be between 0 and 10,000 µs, not {}",
-                self.message_cost_us
-            )));
+        if let Some(us) = self.message_cost_us.filter(|us| !(0.0..=10_000.0).contains(us)) {
+            return Err(CliError::Usage(format!("--message-cost-us must be between 0 and 10,000 µs, not {us}")));
         }
+        // The per-message cost is filled in by `bench` (it may calibrate the host first).
         let cpu = match self.cpu_us {
-            None => CpuModel::Measured { scale: 1.0, floor: Duration::from_secs_f64(self.message_cost_us / 1e6) },
+            None => CpuModel::MEASURED,
             Some(us) if (0.0..=1_000_000.0).contains(&us) => CpuModel::Fixed(Duration::from_secs_f64(us / 1e6)),
             Some(us) => return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000, not {us}"))),
         };
@@ -197,6 +197,7 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         latency_ms_by_region: result.latency_ms_by_region.clone(),
         commit_rate: totals.commit_rate(),
         messages_per_commit: outcome.stats.messages_sent as f64 / totals.committed.max(1) as f64,
+        busiest_server_us_per_commit: outcome.busiest_server.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
         verdict,
         result,
     })
@@ -280,7 +281,13 @@ fn max_throughput(points: &[Point]) -> f64 {
 }
 
 pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
-    let (protocols, base) = args.to_bench()?;
+    let (protocols, mut base) = args.to_bench()?;
+    let mut message_cost = None;
+    if let CpuModel::Measured { wire, .. } = &mut base.cpu {
+        let (calibrated, source) = super::net::wire_cost(args.message_cost_us)?;
+        *wire = calibrated;
+        message_cost = Some(source);
+    }
     println!(
         "MicroBench, skew {}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
         base.skew,
@@ -290,9 +297,12 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         base.duration.as_secs_f64(),
         match &base.cpu {
             CpuModel::Fixed(d) => format!("fixed {} µs per handler", d.as_secs_f64() * 1e6),
-            CpuModel::Measured { floor, .. } if !floor.is_zero() =>
-                format!("measured + {} µs per handler (compare within this run only)", floor.as_secs_f64() * 1e6),
-            _ => "measured (compare within this run only)".into(),
+            CpuModel::Measured { wire, .. } if !wire.is_zero() => format!(
+                "measured handler time + per message {} ({}; compare within this run only)",
+                super::net::describe(wire),
+                if args.message_cost_us.is_some() { "--message-cost-us" } else { "calibrated on this host now" }
+            ),
+            _ => "measured handler time only (compare within this run only)".into(),
         }
     );
     let mut sweeps: Vec<(Protocol, Vec<Point>)> = Vec::new();
@@ -343,7 +353,12 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         .find(|p| p.verdict == Verdict::Invalid)
         .map(|p| (p.protocol, p.offered_txn_per_s, p.skew));
     if args.json.is_some() || args.plot.is_some() {
-        let results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
+        let mut results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
+        if let Some(source) = &message_cost {
+            for r in &mut results {
+                r.extra.insert("message_cost".into(), source.clone());
+            }
+        }
         if let Some(path) = &args.json {
             result::write_json(path, &results)?;
             println!("wrote {}", path.display());
@@ -404,7 +419,7 @@ pub fn print_comparison(
     }
     header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
     header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
-    header.extend(["commit rate", "msgs / commit", "check"].map(String::from));
+    header.extend(["commit rate", "msgs / commit", "busiest µs / commit", "check"].map(String::from));
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header);
@@ -426,6 +441,7 @@ pub fn print_comparison(
         }
         row.push(format!("{:.3}", pt.commit_rate));
         row.push(format!("{:.1}", pt.messages_per_commit));
+        row.push(format!("{:.1}", pt.busiest_server_us_per_commit));
         row.push(pt.verdict.label().into());
         t.add_row(row);
     }
@@ -486,6 +502,8 @@ fn json_results(
             "throughput_txn_per_s": pt.throughput_txn_per_s,
             "latency_ms": pt.latency_ms,
             "commit_rate": pt.commit_rate,
+            "messages_per_commit": pt.messages_per_commit,
+            "busiest_server_us_per_commit": pt.busiest_server_us_per_commit,
             "verdict": pt.verdict.label().trim_end_matches('*'),
         })
     };
@@ -509,6 +527,8 @@ fn json_results(
                 r.extra.insert("skew_sweep".into(), skews.into());
             }
             r.extra.insert("verdict".into(), pt.verdict.label().trim_end_matches('*').into());
+            r.extra.insert("messages_per_commit".into(), pt.messages_per_commit.into());
+            r.extra.insert("busiest_server_us_per_commit".into(), pt.busiest_server_us_per_commit.into());
             r
         })
         .collect()

@@ -7,6 +7,7 @@ mod check;
 mod demo;
 mod micro;
 mod mongo_listen;
+mod net;
 pub mod redis;
 pub mod report;
 mod serve;
@@ -29,6 +30,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
+        Command::Bench(BenchCommand::Net(a)) => net::bench(a),
         Command::Bench(BenchCommand::Swarm(a)) => swarm::bench(a),
         Command::Sim(SimCommand::Register(a)) => campaign::run(CampaignProtocol::Register, a),
         Command::Sim(SimCommand::Tiga(a)) => campaign::run(CampaignProtocol::Tiga, a),

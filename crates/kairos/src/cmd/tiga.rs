@@ -88,7 +88,7 @@ impl TigaArgs {
             duration: Duration::from_secs_f64(self.duration_s),
             loss: self.loss,
             cpu: if self.measured_cpu {
-                CpuModel::Measured { scale: 1.0, floor: Duration::ZERO }
+                CpuModel::MEASURED
             } else {
                 CpuModel::Fixed(Duration::from_secs_f64(self.cpu_us / 1e6))
             },
@@ -103,7 +103,16 @@ impl TigaArgs {
 }
 
 pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
-    let deployments = args.run.to_deployments()?;
+    let mut deployments = args.run.to_deployments()?;
+    let mut message_cost = None;
+    if args.run.measured_cpu {
+        let (wire, source) = super::net::wire_cost(args.message_cost_us)?;
+        println!("CPU: measured handler time + per message {}", super::net::describe(&wire));
+        for d in &mut deployments {
+            d.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
+        }
+        message_cost = Some(source);
+    }
     let mut results = Vec::new();
     let mut reports = Vec::new();
     for d in &deployments {
@@ -112,6 +121,9 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
             result::write_history(path, &outcome.history)?;
         }
         let mut r = tiga_result(d, &outcome, &report);
+        if let Some(source) = &message_cost {
+            r.extra.insert("message_cost".into(), source.clone());
+        }
         print_table(d, &outcome, &r);
         if matches!(d.cpu, CpuModel::Measured { .. }) {
             print_cpu(&outcome, r.committed);
