@@ -115,6 +115,11 @@ pub struct PaxosConfig {
     pub election_jitter: Duration,
     /// Most entries in one `Accept`.
     pub batch_max: usize,
+    /// The leader sends what it proposed at most this often (one `Accept` per follower for
+    /// everything proposed in between), if the embedding server gave the log a batch timer
+    /// ([`MultiPaxos::with_batch_timer`]); zero sends every proposal at once. Batching trades up
+    /// to this much latency per round for fewer messages, as Tiga's log sync does.
+    pub batch_interval: Duration,
     /// Most entries sent to one follower and not yet acknowledged.
     pub window_max: u64,
     /// Most uncommitted entries at the leader; proposals beyond it are refused.
@@ -134,6 +139,7 @@ impl Default for PaxosConfig {
             election_timeout: Duration::from_millis(800),
             election_jitter: Duration::from_millis(600),
             batch_max: 512,
+            batch_interval: Duration::ZERO,
             window_max: 8192,
             uncommitted_max: 100_000,
             resend_after: Duration::from_millis(600),
@@ -249,6 +255,10 @@ pub struct MultiPaxos<E> {
     replicas: Vec<NodeId>,
     me: u32,
     timer: TimerId,
+    /// The timer that sends batched proposals (see [`PaxosConfig::batch_interval`]).
+    batch_timer: Option<TimerId>,
+    /// Leader: proposals wait for the batch timer, which is armed.
+    batch_armed: bool,
     role: Role,
     promised: Ballot,
     /// The ballot whose leader this follower last accepted from (its prefix refers to it).
@@ -299,6 +309,8 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
             replicas,
             me,
             timer,
+            batch_timer: None,
+            batch_armed: false,
             role: if lead { Role::Leader } else { Role::Follower },
             promised: initial,
             leader_ballot: Some(initial),
@@ -325,6 +337,16 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
             p.become_leader_progress(LocalTime::ZERO);
         }
         p
+    }
+
+    /// Batches proposals with `timer` (another id than the tick's, reserved by the embedding
+    /// server, which routes it to [`MultiPaxos::on_timer`]) when the config's
+    /// `batch_interval` is not zero.
+    pub fn with_batch_timer(mut self, timer: TimerId) -> Self {
+        if timer != self.timer {
+            self.batch_timer = Some(timer);
+        }
+        self
     }
 
     pub fn is_leader(&self) -> bool {
@@ -551,8 +573,14 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
         let slot = self.log_len();
         self.journal_slots(self.promised, slot, vec![Some(entry.clone())]);
         self.log.push(Some(Slot { ballot: self.promised, entry: Some(entry) }));
-        for r in self.others().collect::<Vec<_>>() {
-            self.send_to(ctx, r, false);
+        match self.batch_timer.filter(|_| !self.config.batch_interval.is_zero()) {
+            Some(timer) => {
+                if !self.batch_armed {
+                    self.batch_armed = true;
+                    ctx.set_timer(timer, self.config.batch_interval);
+                }
+            }
+            None => self.send_all(ctx),
         }
         self.advance_leader_commit();
         self.flush(ctx);
@@ -561,6 +589,14 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
 
     /// A tick timer fired; returns false if `timer` is not the log's.
     pub fn on_timer<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, timer: TimerId) -> bool {
+        if Some(timer) == self.batch_timer {
+            self.batch_armed = false;
+            if self.is_leader() {
+                self.send_all(ctx);
+            }
+            self.flush(ctx);
+            return true;
+        }
         if timer != self.timer {
             return false;
         }
@@ -922,6 +958,13 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
             .collect();
     }
 
+    /// Sends every follower its next batch, if any is due and the window allows.
+    fn send_all<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>) {
+        for r in self.others().collect::<Vec<_>>() {
+            self.send_to(ctx, r, false);
+        }
+    }
+
     /// Sends follower `r` its next batch, if any is due and the window allows; with
     /// `heartbeat`, sends an empty `Accept` when there is nothing else.
     fn send_to<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, r: u32, heartbeat: bool) {
@@ -1010,6 +1053,36 @@ mod tests {
         assert_eq!(p[1].take_committed(), vec![(0, 7)]);
         let (refused, _) = call(1, |ctx| p[1].propose(ctx, 1));
         assert_eq!(refused, Err(ProposeError::NotLeader { leader: Some(0) }));
+    }
+
+    /// With a batch interval and a batch timer, proposals wait for the timer (armed once), and
+    /// then one `Accept` per follower carries all of them; the commit needs a majority as ever.
+    #[test]
+    fn batched_proposals_leave_together_when_the_batch_timer_fires() {
+        let config = PaxosConfig { batch_interval: Duration::from_millis(2), ..PaxosConfig::default() };
+        let batch = TimerId(2);
+        let mut p: Vec<_> = (0..3)
+            .map(|r| MultiPaxos::<u32>::new(config.clone(), replicas(), r, 0, TimerId(1)).with_batch_timer(batch))
+            .collect();
+        let mut rng = Rng::seed_from_u64(0);
+        let mut effects: Vec<Effect<M>> = Vec::new();
+        for v in [7, 8, 9] {
+            p[0].propose(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut effects), v).unwrap();
+        }
+        let timers = effects.iter().filter(|e| matches!(e, Effect::SetTimer { id, .. } if *id == batch)).count();
+        let sends = effects.iter().filter(|e| matches!(e, Effect::Send { .. })).count();
+        assert_eq!((timers, sends), (1, 0), "{effects:?}");
+        let (handled, out) = call(0, |ctx| p[0].on_timer(ctx, batch));
+        assert!(handled);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(matches!(&out[0].1, PaxosMsg::Accept { first: 0, entries, .. } if entries.len() == 3), "{out:?}");
+        assert!(p[0].take_committed().is_empty());
+        let (_, replies) = call(1, |ctx| p[1].on_message(ctx, NodeId(0), out[0].1.clone()));
+        call(0, |ctx| p[0].on_message(ctx, NodeId(1), replies[0].1.clone()));
+        assert_eq!(p[0].take_committed(), vec![(0, 7), (1, 8), (2, 9)]);
+        // The batch timer must not be the tick's.
+        let same = MultiPaxos::<u32>::new(config, replicas(), 0, 0, TimerId(1)).with_batch_timer(TimerId(1));
+        assert!(same.batch_timer.is_none());
     }
 
     fn call_at<R>(me: u32, at: LocalTime, f: impl FnOnce(&mut Ctx<'_, M>) -> R) -> (R, Vec<(NodeId, M)>) {

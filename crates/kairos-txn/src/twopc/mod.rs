@@ -36,6 +36,9 @@
 //!
 //! # Simplifications (honest list)
 //! - Every transaction runs the full protocol, single-shard ones included (no one-phase commit).
+//! - Each shard's log sends its records to the followers in batches, every 2 ms or when a
+//!   follower acknowledges the last batch (`PaxosConfig::batch_interval`, the interval of
+//!   Tiga's log sync), so a record waits up to 2 ms before its Paxos round starts.
 //! - Reads and locks live on the leader only; they are volatile. A new leader rebuilds the
 //!   locks of prepared transactions from its log before serving (it is *ready* only once its
 //!   recovered log is committed); non-prepared attempts lose their locks and vote no.
@@ -191,7 +194,8 @@ pub struct ClassicConfig {
 impl Default for ClassicConfig {
     fn default() -> Self {
         ClassicConfig {
-            paxos: PaxosConfig::default(),
+            // Records go to the followers in batches every 2 ms, as Tiga's log sync does.
+            paxos: PaxosConfig { batch_interval: Duration::from_millis(2), ..PaxosConfig::default() },
             retry_timeout: Duration::from_secs(1),
             attempt_timeout: Duration::from_secs(5),
             keys_per_request_max: 64,
@@ -351,10 +355,18 @@ mod tests {
             .collect()
     }
 
+    /// The default knobs, but every record is sent to the followers as it is proposed (these
+    /// tests count the `Accept`s a handler sends).
+    fn unbatched() -> ClassicConfig {
+        let mut config = ClassicConfig::default();
+        config.paxos.batch_interval = Duration::ZERO;
+        config
+    }
+
     /// The ready leader (replica 0, ballot (0, 0)) of a one-shard, three-replica group.
     fn one_shard_leader(cc: Cc) -> TxnServer {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(cc, &t, &ClassicConfig::default(), 0, 0);
+        let mut s = TxnServer::new(cc, &t, &unbatched(), 0, 0);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         assert!(s.paxos().is_ready());
@@ -477,7 +489,7 @@ mod tests {
     #[test]
     fn a_resent_abort_decision_proposes_one_abort_record() {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 1);
+        let mut s = TxnServer::new(Cc::Locking, &t, &unbatched(), 0, 1);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         // Replica 1 times out, campaigns and wins with replica 0's promise.

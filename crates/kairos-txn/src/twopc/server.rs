@@ -28,6 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// The Multi-Paxos tick.
 pub const PAXOS_TICK: TimerId = TimerId(1);
+/// The shard log's batch timer ([`kairos_consensus::paxos::PaxosConfig::batch_interval`]).
+pub const PAXOS_BATCH: TimerId = TimerId(2);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -129,7 +131,8 @@ impl TxnServer {
             config: config.clone(),
             shard,
             shards: topology.shard_count(),
-            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, PAXOS_TICK),
+            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, PAXOS_TICK)
+                .with_batch_timer(PAXOS_BATCH),
             store: Store::default(),
             prepared: BTreeMap::new(),
             done: BTreeMap::new(),
