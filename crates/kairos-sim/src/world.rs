@@ -446,7 +446,9 @@ impl<M: Message> Sim<M> {
             CpuModel::Free => Duration::ZERO,
             CpuModel::Fixed(d) => *d,
             CpuModel::Measured { scale, floor, .. } => {
-                let spent = started.map(|s| crate::cpu_clock::now().saturating_sub(s)).unwrap_or_default();
+                let spent = started
+                    .map(|s| crate::cpu_clock::now().saturating_sub(s).saturating_sub(crate::cpu_clock::overhead()))
+                    .unwrap_or_default();
                 let sent: Duration = match &wire {
                     Some(w) => effects
                         .iter()

@@ -298,8 +298,8 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         match &base.cpu {
             CpuModel::Fixed(d) => format!("fixed {} µs per handler", d.as_secs_f64() * 1e6),
             CpuModel::Measured { wire, .. } if !wire.is_zero() => format!(
-                "measured handler time + per message {} ({}; compare within this run only)",
-                super::net::describe(wire),
+                "{} ({}; compare within this run only)",
+                super::net::cpu_header(wire),
                 if args.message_cost_us.is_some() { "--message-cost-us" } else { "calibrated on this host now" }
             ),
             _ => "measured handler time only (compare within this run only)".into(),

@@ -92,6 +92,15 @@ pub fn describe(w: &WireCost) -> String {
     )
 }
 
+/// The measured-CPU model in one line, for a bench's header.
+pub fn cpu_header(w: &WireCost) -> String {
+    format!(
+        "measured handler time (less {:.2} µs of clock reading per handler) + per message {}",
+        clock_overhead_ns() as f64 / 1e3,
+        describe(w)
+    )
+}
+
 pub fn wire_json(w: &WireCost) -> serde_json::Value {
     serde_json::json!({
         "send_ns_base": w.send_ns_base,
@@ -109,7 +118,10 @@ pub fn wire_cost(message_cost_us: Option<f64>) -> Result<(WireCost, serde_json::
     match message_cost_us {
         Some(us) if (0.0..=10_000.0).contains(&us) => {
             let wire = WireCost::flat(Duration::from_secs_f64(us / 1e6));
-            Ok((wire, serde_json::json!({ "source": "--message-cost-us", "wire_cost": wire_json(&wire) })))
+            Ok((
+                wire,
+                serde_json::json!({ "source": "--message-cost-us", "wire_cost": wire_json(&wire), "clock_overhead_ns": clock_overhead_ns() }),
+            ))
         }
         Some(us) => Err(CliError::Usage(format!("--message-cost-us must be between 0 and 10,000 µs, not {us}"))),
         None => {
@@ -124,8 +136,13 @@ pub fn wire_cost(message_cost_us: Option<f64>) -> Result<(WireCost, serde_json::
             let wire = calibration.wire_cost();
             Ok((
                 wire,
-                serde_json::json!({ "source": "calibrated", "calibration": calibration, "wire_cost": wire_json(&wire) }),
+                serde_json::json!({ "source": "calibrated", "calibration": calibration, "wire_cost": wire_json(&wire), "clock_overhead_ns": clock_overhead_ns() }),
             ))
         }
     }
+}
+
+/// The thread-CPU clock's reading cost the measured-CPU model subtracts from every handler.
+fn clock_overhead_ns() -> u64 {
+    kairos_sim::cpu_clock::overhead().as_nanos() as u64
 }

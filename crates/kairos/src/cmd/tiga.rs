@@ -107,7 +107,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
     let mut message_cost = None;
     if args.run.measured_cpu {
         let (wire, source) = super::net::wire_cost(args.message_cost_us)?;
-        println!("CPU: measured handler time + per message {}", super::net::describe(&wire));
+        println!("CPU: {}", super::net::cpu_header(&wire));
         for d in &mut deployments {
             d.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
         }
