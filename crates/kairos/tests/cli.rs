@@ -189,6 +189,42 @@ fn bench_net_measures_the_host_per_message() {
     assert!(v[0]["wire_cost"]["send_ns_base"].as_f64().unwrap() >= 0.0);
 }
 
+/// `bench micro` reports, per run, the admitted load beside the offered one, messages and the
+/// busiest server's CPU per commit, and under measured CPU the per-message cost it charged.
+#[test]
+fn bench_micro_reports_admitted_load_and_costs_per_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("micro.json");
+    let o = kairos(&[
+        "bench",
+        "micro",
+        "--protocols",
+        "tiga,2pl-paxos",
+        "--load",
+        "300",
+        "--common-load",
+        "300",
+        "--duration-s",
+        "0.5",
+        "--message-cost-us",
+        "4",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("admitted txn/s") && text(&o).contains("busiest µs / commit"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for r in v.as_array().unwrap() {
+        let search = &r["extra"]["throughput_search"][0];
+        assert_eq!(search["admitted_txn_per_s"], 300.0, "no arrival refused at 300 txn/s: {r}");
+        assert!(r["extra"]["messages_per_commit"].as_f64().unwrap() > 1.0, "{r}");
+        // A commit takes at least two messages at its busiest server, 2 µs each there.
+        assert!(r["extra"]["busiest_server_us_per_commit"].as_f64().unwrap() > 4.0, "{r}");
+        assert_eq!(r["extra"]["message_cost"]["source"], "--message-cost-us", "{r}");
+        assert_eq!(r["extra"]["message_cost"]["wire_cost"]["send_ns_base"], 2000.0, "{r}");
+    }
+}
+
 #[test]
 fn bench_writes_the_result_contract_and_a_checkable_history() {
     let dir = tempfile::tempdir().unwrap();

@@ -66,6 +66,9 @@ pub struct Point {
     pub protocol: Protocol,
     pub offered_txn_per_s: f64,
     pub skew: f64,
+    /// Arrivals the coordinators started (the offered load less those refused at their
+    /// in-flight limit), per second of load.
+    pub admitted_txn_per_s: f64,
     /// Commits completed in the measurement window, per second.
     pub throughput_txn_per_s: f64,
     pub latency_ms: Percentiles,
@@ -192,6 +195,9 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         protocol,
         offered_txn_per_s: bench.load_txn_per_s,
         skew: bench.skew,
+        admitted_txn_per_s: (bench.load_txn_per_s
+            - totals.admission_dropped as f64 / bench.duration.as_secs_f64().max(1e-9))
+        .max(0.0),
         throughput_txn_per_s: window_throughput(&outcome.history, bench.duration),
         latency_ms: result.latency_ms.clone(),
         latency_ms_by_region: result.latency_ms_by_region.clone(),
@@ -384,12 +390,22 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
 fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["protocol", "offered txn/s", "throughput txn/s", "p50 ms", "p90 ms", "commit rate", "check"]);
+    t.set_header([
+        "protocol",
+        "offered txn/s",
+        "admitted txn/s",
+        "throughput txn/s",
+        "p50 ms",
+        "p90 ms",
+        "commit rate",
+        "check",
+    ]);
     for (p, pts) in sweeps {
         for pt in pts {
             t.add_row([
                 p.name().to_string(),
                 format!("{:.0}", pt.offered_txn_per_s),
+                format!("{:.0}", pt.admitted_txn_per_s),
                 format!("{:.0}", pt.throughput_txn_per_s),
                 format!("{:.1}", pt.latency_ms.p50),
                 format!("{:.1}", pt.latency_ms.p90),
@@ -498,6 +514,7 @@ fn json_results(
     let brief = |pt: &Point| {
         serde_json::json!({
             "offered_txn_per_s": pt.offered_txn_per_s,
+            "admitted_txn_per_s": pt.admitted_txn_per_s,
             "skew": pt.skew,
             "throughput_txn_per_s": pt.throughput_txn_per_s,
             "latency_ms": pt.latency_ms,
