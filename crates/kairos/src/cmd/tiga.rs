@@ -132,7 +132,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
             print_recovery(d, &outcome, &mut r, 1);
         }
         println!("{report}");
-        explain_unknown_increments(&report, r.unknown);
+        explain_unknown_increments(&report, stats::unresolved(&outcome.history));
         println!();
         results.push(r);
         reports.push(report);
@@ -203,7 +203,8 @@ fn explain_unknown_increments(report: &CheckReport, unknown: u64) {
     if !report.valid && only_garbage && unknown > 0 {
         println!(
             "NOTE: every anomaly is a read of a value no recorded transaction wrote, and {unknown} transactions \
-             have unknown outcomes. Increments of unknown transactions are not in the history, so these reads \
+             have unknown outcomes (given up, or in flight at the end). Increments of unknown transactions are \
+             not in the history, so these reads \
              may be their writes: the run is UNVERIFIED (typically: offered load beyond saturation), not shown \
              to violate strict serializability. Lower --load to verify."
         );
