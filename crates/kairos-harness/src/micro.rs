@@ -226,7 +226,10 @@ pub struct PeerWorld<M: Message> {
 impl Bench {
     /// The same run as Tiga's deployment (Tiga's own knobs at their defaults).
     pub fn tiga(&self) -> TigaDeployment {
+        let t = TigaDeployment::default();
         TigaDeployment {
+            // The same admission of open-loop arrivals as the peers' shells.
+            config: kairos_tiga::TigaConfig { admission_control: self.shell.admission_control, ..t.config },
             seed: self.seed,
             clock: self.clock,
             placement: self.placement,
@@ -239,7 +242,7 @@ impl Bench {
             duration: self.duration,
             loss: self.loss,
             cpu: self.cpu.clone(),
-            ..TigaDeployment::default()
+            ..t
         }
     }
 

@@ -58,6 +58,13 @@
 //! Consequence: a given-up transaction that did take effect leaves a version no recorded
 //! transaction wrote, which the checkers report as a garbage read.
 //!
+//! # Admission
+//! The open-loop load's arrivals are admitted under the adaptive in-flight limit of
+//! [`kairos_workload::admission`] (`admission_control`, on by default): past saturation the
+//! coordinator refuses arrivals (counted in `tiga.admission_dropped`) rather than letting
+//! every server queue grow until transactions time out and throughput collapses. Transactions
+//! submitted by a front end ([`Coordinator::submit`]) are bounded by `inflight_max` only.
+//!
 //! # Results for a front end
 //! With [`Coordinator::with_completions`], every finished transaction also leaves a
 //! [`Completion`] (each operation's output, or unknown) for [`Coordinator::take_completions`]:
@@ -69,6 +76,7 @@
 //! timestamps differed), `tiga.retransmissions`, `tiga.info`, `tiga.sends` (sends of every
 //! finished transaction), `tiga.committed_sends_1` / `_2` / `_3plus` (commits by sends needed),
 //! `tiga.rejected` (bad transactions), `tiga.admission_dropped` (in-flight limit),
+//! `tiga.admission_steps_down` (steps that lowered the adaptive limit),
 //! `tiga.ignored_replies` (garbage, stale or late replies).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -81,7 +89,7 @@ use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::write_placeholder;
-use kairos_workload::{OpenLoop, TxnSource};
+use kairos_workload::{AdmissionLimit, Finish, OpenLoop, TxnSource};
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -296,6 +304,7 @@ struct Pending {
     /// One piece per involved shard, by shard id.
     pieces: Vec<Piece>,
     slot: u64,
+    invoked_at: LocalTime,
     sends: u32,
     invoke: Vec<MicroOp>,
     replies: BTreeMap<(ShardId, u32), ReplicaReplies>,
@@ -321,6 +330,8 @@ pub struct Coordinator {
     pending: BTreeMap<TxnId, Pending>,
     free_slots: BTreeSet<u64>,
     next_slot: u64,
+    /// The open-loop load's adaptive in-flight limit (`TigaConfig::admission_control`).
+    admission: AdmissionLimit,
     stats: CoordinatorStats,
     /// Finished transactions not yet taken, if a front end asked for them.
     completions: Option<VecDeque<Completion>>,
@@ -343,6 +354,7 @@ impl Coordinator {
         let owd = topology.shards.iter().map(|rs| vec![OwdWindow::default(); rs.len()]).collect();
         let p = config.owd_percentile;
         let owd_percentile = if p.is_nan() { 0.5 } else { p.clamp(0.0, 1.0) };
+        let admission = AdmissionLimit::new(config.inflight_max);
         Coordinator {
             topology,
             config,
@@ -361,6 +373,7 @@ impl Coordinator {
             replica_owd: Vec::new(),
             free_slots: BTreeSet::new(),
             next_slot: 0,
+            admission,
             stats: CoordinatorStats::default(),
             completions: None,
         }
@@ -478,6 +491,7 @@ impl Coordinator {
                     ops,
                     pieces,
                     slot,
+                    invoked_at: ctx.now(),
                     sends: 0,
                     invoke,
                     replies: BTreeMap::new(),
@@ -671,6 +685,7 @@ impl Coordinator {
     fn try_commit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
         let Some(p) = self.pending.get(&txn) else { return };
         let Some(all_fast) = self.committed_path(p) else { return };
+        self.finished(ctx, txn, Finish::Committed);
         let Some(p) = self.pending.remove(&txn) else { return };
         let (value, outputs) = self.completion(&p);
         ctx.record(HistoryEvent::new(OpType::Ok, self.process_id_base + p.slot, "txn", value));
@@ -780,6 +795,14 @@ impl Coordinator {
         Some(all_fast)
     }
 
+    /// Tells the admission limit how `txn` (still pending) ended.
+    fn finished(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, finish: Finish) {
+        let Some(p) = self.pending.get(&txn) else { return };
+        if self.admission.on_finish(ctx.now(), p.invoked_at, self.pending.len(), finish) {
+            ctx.metric("tiga.admission_steps_down", 1);
+        }
+    }
+
     fn on_retry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
         let Some(p) = self.pending.get(&txn) else { return };
         if p.sends < self.config.max_sends {
@@ -787,6 +810,7 @@ impl Coordinator {
             ctx.metric("tiga.retransmissions", 1);
             return self.send(ctx, txn);
         }
+        self.finished(ctx, txn, Finish::GaveUp);
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Info, self.process_id_base + p.slot, "txn", p.invoke));
         if let Some(c) = self.completions.as_mut() {
@@ -818,7 +842,12 @@ impl Coordinator {
             return;
         }
         self.arrivals += 1;
-        if self.pending.len() >= self.config.inflight_max {
+        let admitted = if self.config.admission_control {
+            self.admission.admits(self.pending.len())
+        } else {
+            self.pending.len() < self.config.inflight_max
+        };
+        if !admitted {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {

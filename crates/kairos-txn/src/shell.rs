@@ -40,6 +40,11 @@
 //! Such processes lie outside the coordinator's reserved range, so per-region summaries do not
 //! count them.
 //!
+//! # Admission
+//! Open-loop arrivals are admitted under the adaptive in-flight limit of
+//! [`kairos_workload::admission`] (`admission_control`, on by default; the same rule as
+//! Tiga's coordinator), so that no protocol's throughput collapses past saturation.
+//!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
 //! a randomized exponential backoff, up to `max_attempts`; latency runs from the invocation to
@@ -55,8 +60,8 @@ use std::time::Duration;
 use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId};
 use kairos_workload::history::{increment_completion, increment_invocation};
 use kairos_workload::txn::{Key, TxnId, Value};
-use kairos_workload::OpenLoop;
 use kairos_workload::TxnSource;
+use kairos_workload::{AdmissionLimit, Finish, OpenLoop};
 use rand::Rng as _;
 
 /// The timer of the next open-loop arrival.
@@ -75,6 +80,9 @@ pub const RESTARTED_PROCESS_BIT: u64 = 1 << 62;
 pub struct ShellConfig {
     /// Transactions in flight at most; arrivals beyond it are dropped and counted.
     pub inflight_max: usize,
+    /// Open-loop arrivals are admitted under the adaptive in-flight limit of
+    /// [`kairos_workload::admission`] (at most `inflight_max`), as Tiga's coordinator does.
+    pub admission_control: bool,
     /// Attempts per transaction before it is recorded as failed.
     pub max_attempts: u32,
     /// Backoff before retry k (1-based) is uniform in [0, backoff_base · 2^(k−1)], capped.
@@ -86,6 +94,7 @@ impl Default for ShellConfig {
     fn default() -> Self {
         ShellConfig {
             inflight_max: 15_000,
+            admission_control: true,
             max_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
@@ -161,6 +170,7 @@ pub struct Attempt {
 struct Pending {
     keys: Vec<Key>,
     slot: u64,
+    invoked_at: LocalTime,
     attempt: u32,
     invoke: Vec<MicroOp>,
 }
@@ -184,12 +194,15 @@ pub struct TxnShell {
     pending: BTreeMap<TxnId, Pending>,
     free_slots: BTreeSet<u64>,
     next_slot: u64,
+    /// The open-loop load's adaptive in-flight limit (`ShellConfig::admission_control`).
+    admission: AdmissionLimit,
     stats: TxnStats,
 }
 
 impl TxnShell {
     /// `process_base`: the first of this coordinator's `config.inflight_max` Jepsen process ids.
     pub fn new(workload: Box<dyn TxnSource>, load: OpenLoop, config: ShellConfig, process_base: u64) -> Self {
+        let admission = AdmissionLimit::new(config.inflight_max);
         TxnShell {
             workload,
             load,
@@ -204,6 +217,7 @@ impl TxnShell {
             pending: BTreeMap::new(),
             free_slots: BTreeSet::new(),
             next_slot: 0,
+            admission,
             stats: TxnStats::default(),
         }
     }
@@ -337,7 +351,7 @@ impl TxnShell {
         });
         let invoke = increment_invocation(txn, &keys);
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
-        self.pending.insert(txn, Pending { keys: keys.clone(), slot, attempt: 1, invoke });
+        self.pending.insert(txn, Pending { keys: keys.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke });
         self.stats.invoked += 1;
         self.stats.attempts += 1;
         ctx.metric("txn.invoked", 1);
@@ -349,6 +363,7 @@ impl TxnShell {
     /// reads the initial 0). `fast`: committed in the protocol's fast path. Returns false
     /// (and records nothing) if `txn` is not in flight.
     pub fn committed<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, reads: &[(Key, Value)], fast: bool) -> bool {
+        self.finished(ctx, txn, Finish::Committed);
         let Some(p) = self.pending.remove(&txn) else { return false };
         let value = increment_completion(&p.keys, |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v));
         ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
@@ -383,6 +398,7 @@ impl TxnShell {
             ctx.set_timer(TimerId(SHELL_TIMER_BASE + u64::from(txn.seq())), after);
             return;
         }
+        self.finished(ctx, txn, Finish::Aborted);
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
         self.free_slots.insert(p.slot);
@@ -392,11 +408,20 @@ impl TxnShell {
 
     /// The coordinator gives up on `txn` without knowing whether it took effect.
     pub fn unknown<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
+        self.finished(ctx, txn, Finish::GaveUp);
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Info, self.process(p.slot), "txn", p.invoke));
         self.free_slots.insert(p.slot);
         self.stats.unknown += 1;
         ctx.metric("txn.unknown", 1);
+    }
+
+    /// Tells the admission limit how `txn` (still pending) ended.
+    fn finished<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, finish: Finish) {
+        let Some(p) = self.pending.get(&txn) else { return };
+        if self.admission.on_finish(ctx.now(), p.invoked_at, self.pending.len(), finish) {
+            ctx.metric("txn.admission_steps_down", 1);
+        }
     }
 
     /// Whether the arrival due at `at` is part of the load.
@@ -420,7 +445,12 @@ impl TxnShell {
             return None;
         }
         self.arrivals += 1;
-        let attempt = if self.pending.len() >= self.config.inflight_max {
+        let admitted = if self.config.admission_control {
+            self.admission.admits(self.pending.len())
+        } else {
+            self.pending.len() < self.config.inflight_max
+        };
+        let attempt = if !admitted {
             self.stats.admission_dropped += 1;
             ctx.metric("txn.admission_dropped", 1);
             None

@@ -10,6 +10,8 @@
 //! - [`micro`]: the Tiga paper's MicroBench ([`MicroBench`]: Zipf over all keys, 3 keys per
 //!   transaction) and a fixed replay for tests, behind one [`TxnSource`] trait.
 //! - [`open_loop`]: Poisson arrivals on their own schedule ([`OpenLoop`]).
+//! - [`admission`]: the adaptive in-flight limit that refuses open-loop arrivals the servers
+//!   cannot take ([`AdmissionLimit`]), so that throughput does not collapse past saturation.
 //! - [`history`]: how an increment transaction is recorded for the history checkers.
 //! - [`ycsb`]: YCSB A and B over a fixed key set with scrambled Zipf 0.99 (the SWARM paper's
 //!   workloads), and the key and value bytes whose value ids a key-value history records.
@@ -17,6 +19,7 @@
 //! Every random draw takes the caller's generator (a node's seeded `ctx.rng()`), so a run is
 //! reproducible from its seed.
 
+pub mod admission;
 pub mod history;
 pub mod micro;
 pub mod open_loop;
@@ -24,6 +27,7 @@ pub mod shards;
 pub mod txn;
 pub mod ycsb;
 
+pub use admission::{AdmissionLimit, Finish};
 pub use micro::{FixedKeys, MicroBench, TxnSource, WorkloadError};
 pub use open_loop::OpenLoop;
 pub use shards::{Placement, Topology};

@@ -157,6 +157,9 @@ struct Txn {
     original_ts: Ts,
     /// Leader: the agreed timestamp was above this leader's: it confirms after executing.
     lowered: bool,
+    /// Leader: when this leader last sent agreement messages for it (local ns); they are
+    /// retried only once `agree_retry` has passed since.
+    agree_sent_at: Ts,
 }
 
 impl Txn {
@@ -174,6 +177,7 @@ impl Txn {
             executed: false,
             original_ts: ts,
             lowered: false,
+            agree_sent_at: 0,
         }
     }
 }
@@ -651,7 +655,9 @@ impl Server {
     /// Sends this leader's round-1 timestamp for `id` to the other involved leaders (`resend`:
     /// a retry that asks them to answer with theirs, and with their confirmation if given).
     fn announce(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId, resend: bool) {
-        let Some(t) = self.txns.get(&id) else { return };
+        let now = ctx.now().as_nanos();
+        let Some(t) = self.txns.get_mut(&id) else { return };
+        t.agree_sent_at = now;
         let ts = t.original_ts;
         let to: Vec<NodeId> = t
             .piece
@@ -981,11 +987,17 @@ impl Server {
     }
 
     /// Retries agreement messages that may have been lost: round 1 to leaders not heard from,
-    /// and a nudge to lower leaders whose confirmation is missing.
+    /// and a nudge to lower leaders whose confirmation is missing — for transactions whose
+    /// last agreement messages went out at least `agree_retry` ago. (Retrying every waiting
+    /// transaction at each tick resent the ones that started waiting just before it: under
+    /// load, when answers queue behind other work, that doubled the agreement traffic and
+    /// pushed throughput down further.)
     fn retry_agreements(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let now = ctx.now().as_nanos();
+        let retry_after = duration_nanos(self.config.agree_retry);
         let ids: Vec<TxnId> = self.awaiting.iter().copied().collect();
         for id in ids {
-            let Some(t) = self.txns.get(&id) else {
+            let Some(t) = self.txns.get_mut(&id) else {
                 self.awaiting.remove(&id);
                 continue;
             };
@@ -993,6 +1005,11 @@ impl Server {
                 self.awaiting.remove(&id);
                 continue;
             }
+            if now.saturating_sub(t.agree_sent_at) < retry_after {
+                continue;
+            }
+            t.agree_sent_at = now;
+            let t = &*t;
             let missing_ts = t.piece.shards.iter().any(|s| *s != self.shard && !t.peer_ts.contains_key(s));
             let unconfirmed: Vec<NodeId> = match t.agreed {
                 Some(agreed) if !t.lowered => t

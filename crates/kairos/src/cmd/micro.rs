@@ -16,6 +16,7 @@ use kairos_check::{CheckReport, Model};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_harness::micro::{Bench, Protocol, RunOutcome};
 use kairos_sim::CpuModel;
+use kairos_txn::shell::ShellConfig;
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -147,6 +148,7 @@ impl MicroBenchArgs {
             skew: self.skew,
             duration: Duration::from_secs_f64(self.duration_s),
             cpu,
+            shell: ShellConfig { admission_control: !self.no_admission_control, ..ShellConfig::default() },
             ..Bench::default()
         };
         Ok((protocols, bench))

@@ -98,6 +98,7 @@ impl TigaArgs {
         base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
         base.config.zero_headroom = self.zero_headroom;
         base.config.quorum_choice = self.quorum_choice;
+        base.config.admission_control = !self.no_admission_control;
         Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
     }
 }
@@ -238,6 +239,12 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     extra.insert("headroom_shift_ms".into(), (d.config.headroom_shift_ns as f64 / 1e6).into());
     extra.insert("zero_headroom".into(), d.config.zero_headroom.into());
     extra.insert("quorum_choice".into(), d.config.quorum_choice.into());
+    extra.insert("admission_control".into(), d.config.admission_control.into());
+    // Every protocol counter of the run (sends, retransmissions, give-ups, admission drops,
+    // server revisions…): what explains a throughput or latency figure.
+    let metrics: serde_json::Map<String, serde_json::Value> =
+        outcome.metrics.iter().map(|(name, n)| (name.to_string(), (*n).into())).collect();
+    extra.insert("metrics".into(), metrics.into());
     let analytic: serde_json::Map<String, serde_json::Value> = by_region
         .iter()
         .filter_map(|(r, _)| analytic_latency(d, r).ok().map(|l| (r.clone(), (l.as_secs_f64() * 1e3).into())))
