@@ -59,8 +59,8 @@
 //! transaction wrote, which the checkers report as a garbage read.
 //!
 //! # Admission
-//! The open-loop load's arrivals are admitted under the adaptive in-flight limit of
-//! [`kairos_workload::admission`] (`admission_control`, on by default): past saturation the
+//! With `admission_control` (off by default), the open-loop load's arrivals are admitted under
+//! the adaptive in-flight limit of [`kairos_workload::admission`]: past saturation the
 //! coordinator refuses arrivals (counted in `tiga.admission_dropped`) rather than letting
 //! every server queue grow until transactions time out and throughput collapses. Transactions
 //! submitted by a front end ([`Coordinator::submit`]) are bounded by `inflight_max` only.

@@ -46,7 +46,8 @@ pub struct TigaConfig {
     pub inflight_max: usize,
     /// The open-loop load's arrivals are admitted under an adaptive in-flight limit
     /// ([`kairos_workload::admission`]) that sheds what the servers cannot take, instead of
-    /// letting queues grow until throughput collapses. Off: only `inflight_max` bounds them.
+    /// letting queues grow until throughput collapses. Off (the default, see that module's
+    /// limits): only `inflight_max` bounds them.
     pub admission_control: bool,
     /// Operations one transaction may hold, and bytes of keys and arguments over them.
     pub ops_per_txn_max: usize,
@@ -117,7 +118,7 @@ impl Default for TigaConfig {
             max_sends: 3,
             keys_per_txn_max: 64,
             inflight_max: 15_000,
-            admission_control: true,
+            admission_control: false,
             ops_per_txn_max: 1_024,
             txn_bytes_max: 2 << 20,
             preventive: false,

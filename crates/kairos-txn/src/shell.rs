@@ -42,8 +42,8 @@
 //!
 //! # Admission
 //! Open-loop arrivals are admitted under the adaptive in-flight limit of
-//! [`kairos_workload::admission`] (`admission_control`, on by default; the same rule as
-//! Tiga's coordinator), so that no protocol's throughput collapses past saturation.
+//! [`kairos_workload::admission`] when `admission_control` is set (off by default; the same
+//! rule as Tiga's coordinator), so that no protocol's throughput collapses past saturation.
 //!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
@@ -94,7 +94,7 @@ impl Default for ShellConfig {
     fn default() -> Self {
         ShellConfig {
             inflight_max: 15_000,
-            admission_control: true,
+            admission_control: false,
             max_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),

@@ -138,11 +138,12 @@ pub struct TigaArgs {
     /// timestamp) when it is predicted to commit sooner than the fast path: beyond the paper, and correct either way.
     #[arg(long)]
     pub quorum_choice: bool,
-    /// Admit every arrival up to the fixed in-flight cap, instead of the adaptive limit that
-    /// sheds what the servers cannot take (the default; see `kairos_workload::admission`): shows
-    /// how throughput collapses past saturation without it.
+    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
+    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
+    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
+    /// a view change moves a leader farther away, so it is off by default.
     #[arg(long)]
-    pub no_admission_control: bool,
+    pub admission_control: bool,
     /// Virtual seconds of load (in-flight transactions then get time to finish); throughput
     /// counts commits after the first third, as `bench micro` does.
     #[arg(long, default_value_t = 5.0)]
@@ -208,11 +209,12 @@ pub struct MicroBenchArgs {
     /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir.
     #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir")]
     pub protocols: Vec<String>,
-    /// Admit every arrival up to the fixed in-flight cap, instead of the adaptive limit that
-    /// sheds what the servers cannot take (the default; see `kairos_workload::admission`): shows
-    /// how throughput collapses past saturation without it.
+    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
+    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
+    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
+    /// a view change moves a leader farther away, so it is off by default.
     #[arg(long)]
-    pub no_admission_control: bool,
+    pub admission_control: bool,
     /// Offered loads to run, txn/s, comma-separated; each protocol's maximum throughput is the best it sustained.
     /// Without it, each protocol's saturation is found by a doubling sweep from --sweep-start.
     #[arg(long, value_delimiter = ',')]

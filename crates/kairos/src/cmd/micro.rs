@@ -148,7 +148,7 @@ impl MicroBenchArgs {
             skew: self.skew,
             duration: Duration::from_secs_f64(self.duration_s),
             cpu,
-            shell: ShellConfig { admission_control: !self.no_admission_control, ..ShellConfig::default() },
+            shell: ShellConfig { admission_control: self.admission_control, ..ShellConfig::default() },
             ..Bench::default()
         };
         Ok((protocols, bench))
