@@ -21,9 +21,9 @@
 //! - When the servers are saturated, throughput is fixed, so by Little's law the in-flight
 //!   count that gives the target latency is `in flight × (floor + target) / mean`. The step
 //!   applies that factor, clamped to [1/[`STEP_MAX`], [`STEP_MAX`]] and damped (raised to
-//!   [`DAMPING`]): the latencies a step sees answer the limit of a round trip before, and full
-//!   steps overshoot and oscillate (measured: committed throughput swung 4–16k txn/s per
-//!   200 ms with full steps at 1.5× saturation).
+//!   [`DAMPING`]): the latencies a step sees answer the limit of a round trip before, and
+//!   larger steps overshoot and oscillate (measured at 1.5× saturation with steps damped only
+//!   to the power 0.5: committed throughput swung between 4k and 16k txn/s per 200 ms).
 //! - Down, the step starts from the most transactions in flight since the last step, so an
 //!   unused limit (the initial one) falls straight to what is in use; up, the limit grows
 //!   only while at least half of it is in use (no evidence the servers could take more
