@@ -51,7 +51,7 @@ impl CpuModel {
 /// makes a system call, so without it a protocol that sends twice as many messages pays
 /// nothing for them. `kairos bench net` measures it on the TCP host of `kairos-net`; a message
 /// a node sends to itself costs nothing (the host loops it back without TCP).
-#[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Default, serde::Serialize)]
 pub struct WireCost {
     pub send_ns_base: f64,
     pub send_ns_per_byte: f64,

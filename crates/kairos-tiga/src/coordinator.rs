@@ -354,7 +354,7 @@ impl Coordinator {
         let owd = topology.shards.iter().map(|rs| vec![OwdWindow::default(); rs.len()]).collect();
         let p = config.owd_percentile;
         let owd_percentile = if p.is_nan() { 0.5 } else { p.clamp(0.0, 1.0) };
-        let admission = AdmissionLimit::new(config.inflight_max);
+        let admission = AdmissionLimit::new(config.inflight_max, config.admission_control);
         Coordinator {
             topology,
             config,
@@ -842,12 +842,7 @@ impl Coordinator {
             return;
         }
         self.arrivals += 1;
-        let admitted = if self.config.admission_control {
-            self.admission.admits(self.pending.len())
-        } else {
-            self.pending.len() < self.config.inflight_max
-        };
-        if !admitted {
+        if !self.admission.admits(self.pending.len()) {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {

@@ -202,7 +202,7 @@ pub struct TxnShell {
 impl TxnShell {
     /// `process_base`: the first of this coordinator's `config.inflight_max` Jepsen process ids.
     pub fn new(workload: Box<dyn TxnSource>, load: OpenLoop, config: ShellConfig, process_base: u64) -> Self {
-        let admission = AdmissionLimit::new(config.inflight_max);
+        let admission = AdmissionLimit::new(config.inflight_max, config.admission_control);
         TxnShell {
             workload,
             load,
@@ -445,12 +445,7 @@ impl TxnShell {
             return None;
         }
         self.arrivals += 1;
-        let admitted = if self.config.admission_control {
-            self.admission.admits(self.pending.len())
-        } else {
-            self.pending.len() < self.config.inflight_max
-        };
-        let attempt = if !admitted {
+        let attempt = if !self.admission.admits(self.pending.len()) {
             self.stats.admission_dropped += 1;
             ctx.metric("txn.admission_dropped", 1);
             None

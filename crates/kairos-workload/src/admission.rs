@@ -76,6 +76,8 @@ pub enum Finish {
 /// The adaptive in-flight limit of one coordinator (module docs).
 #[derive(Clone, Debug)]
 pub struct AdmissionLimit {
+    /// Off: a fixed limit of `max` in flight, and `on_finish` learns nothing.
+    adaptive: bool,
     limit: f64,
     max: f64,
     /// The smallest commit latency of the current window and of the previous one.
@@ -93,10 +95,12 @@ pub struct AdmissionLimit {
 }
 
 impl AdmissionLimit {
-    /// A limit that starts at, and never exceeds, `max` transactions in flight.
-    pub fn new(max: usize) -> Self {
+    /// A limit that starts at, and never exceeds, `max` transactions in flight; it adapts
+    /// (module docs) only when `adaptive`, and is otherwise the fixed cap `max`.
+    pub fn new(max: usize, adaptive: bool) -> Self {
         let max = (max as f64).max(1.0);
         AdmissionLimit {
+            adaptive,
             limit: max,
             max,
             window_min: [None, None],
@@ -134,6 +138,9 @@ impl AdmissionLimit {
     /// A transaction invoked at `invoked_at` finished at `now`, with `in_flight` transactions
     /// (itself included) in flight just before. Returns whether the limit was lowered.
     pub fn on_finish(&mut self, now: LocalTime, invoked_at: LocalTime, in_flight: usize, finish: Finish) -> bool {
+        if !self.adaptive {
+            return false;
+        }
         let latency = now.saturating_since(invoked_at);
         if now.saturating_since(self.window_start) >= FLOOR_WINDOW {
             self.window_min = [self.window_min[1], None];
@@ -204,7 +211,7 @@ mod tests {
 
     #[test]
     fn an_unloaded_coordinator_is_never_limited() {
-        let mut a = AdmissionLimit::new(1000);
+        let mut a = AdmissionLimit::new(1000, true);
         let mut now = LocalTime::from_secs(1);
         feed(&mut a, &mut now, 10_000, ms(100), 20);
         assert_eq!((a.limit(), a.steps_down()), (1000, 0));
@@ -212,8 +219,18 @@ mod tests {
     }
 
     #[test]
+    fn switched_off_it_is_the_fixed_cap_whatever_the_latency() {
+        let mut a = AdmissionLimit::new(1000, false);
+        let mut now = LocalTime::from_secs(1);
+        feed(&mut a, &mut now, 100, ms(100), 900);
+        feed(&mut a, &mut now, 5000, ms(900), 900);
+        assert_eq!((a.limit(), a.steps_down(), a.floor()), (1000, 0, None));
+        assert!(a.admits(999) && !a.admits(1000));
+    }
+
+    #[test]
     fn queueing_above_the_target_lowers_the_limit_from_what_is_in_flight_and_its_absence_raises_it() {
-        let mut a = AdmissionLimit::new(10_000);
+        let mut a = AdmissionLimit::new(10_000, true);
         let mut now = LocalTime::from_secs(1);
         feed(&mut a, &mut now, 1000, ms(100), 500);
         assert_eq!((a.floor(), a.limit()), (Some(ms(100)), 10_000));
@@ -239,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_give_up_halves_the_limit_and_it_never_falls_below_the_minimum() {
-        let mut a = AdmissionLimit::new(1000);
+        let mut a = AdmissionLimit::new(1000, true);
         let mut now = LocalTime::from_secs(1);
         feed(&mut a, &mut now, 7000, ms(100), 400);
         now = now + ms(200);
@@ -256,7 +273,7 @@ mod tests {
     /// trip becomes the floor within two windows and stops reading as queueing.
     #[test]
     fn the_floor_follows_a_lasting_change_of_round_trip() {
-        let mut a = AdmissionLimit::new(1000);
+        let mut a = AdmissionLimit::new(1000, true);
         let mut now = LocalTime::from_secs(1);
         feed(&mut a, &mut now, 100, ms(100), 10);
         feed(&mut a, &mut now, 6000, ms(200), 10);
@@ -270,7 +287,7 @@ mod tests {
     /// nothing about queueing.
     #[test]
     fn transactions_invoked_before_the_first_commit_are_ignored() {
-        let mut a = AdmissionLimit::new(1000);
+        let mut a = AdmissionLimit::new(1000, true);
         let t0 = LocalTime::from_secs(1);
         a.on_finish(t0, t0.saturating_sub(ms(100)), 50, Finish::Committed);
         for i in 1..500 {

@@ -110,6 +110,17 @@ pub struct RegisterBenchArgs {
     pub history: Option<PathBuf>,
 }
 
+/// How an open-loop load's arrivals are admitted (shared by `bench tiga` and `bench micro`).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct AdmissionArgs {
+    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
+    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
+    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
+    /// a view change moves a leader farther away, so it is off by default.
+    #[arg(long)]
+    pub admission_control: bool,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct TigaArgs {
     /// Total offered load over all coordinators, transactions per second; a comma-separated list runs a sweep.
@@ -138,12 +149,8 @@ pub struct TigaArgs {
     /// timestamp) when it is predicted to commit sooner than the fast path: beyond the paper, and correct either way.
     #[arg(long)]
     pub quorum_choice: bool,
-    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
-    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
-    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
-    /// a view change moves a leader farther away, so it is off by default.
-    #[arg(long)]
-    pub admission_control: bool,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
     /// Virtual seconds of load (in-flight transactions then get time to finish); throughput
     /// counts commits after the first third, as `bench micro` does.
     #[arg(long, default_value_t = 5.0)]
@@ -180,7 +187,7 @@ pub struct TigaBenchArgs {
     /// With --measured-cpu: charge every message this flat cost, µs (half to its sender, half to its receiver),
     /// instead of the per-message cost of this host's TCP stack, calibrated at the start of the run
     /// (`kairos bench net`). 0 charges handler CPU only.
-    #[arg(long, requires = "measured_cpu")]
+    #[arg(long, requires = "measured_cpu", value_parser = message_cost_us)]
     pub message_cost_us: Option<f64>,
     /// Write the result contract JSON (one object per load) to this file.
     #[arg(long)]
@@ -209,12 +216,8 @@ pub struct MicroBenchArgs {
     /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir.
     #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir")]
     pub protocols: Vec<String>,
-    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
-    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
-    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
-    /// a view change moves a leader farther away, so it is off by default.
-    #[arg(long)]
-    pub admission_control: bool,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
     /// Offered loads to run, txn/s, comma-separated; each protocol's maximum throughput is the best it sustained.
     /// Without it, each protocol's saturation is found by a doubling sweep from --sweep-start.
     #[arg(long, value_delimiter = ',')]
@@ -253,7 +256,7 @@ pub struct MicroBenchArgs {
     /// With measured CPU: charge every message this flat cost, µs (half to its sender, half to its receiver),
     /// instead of the per-message cost of this host's TCP stack, which is calibrated at the start of the run
     /// (`kairos bench net`). 0 charges handler CPU only.
-    #[arg(long)]
+    #[arg(long, value_parser = message_cost_us)]
     pub message_cost_us: Option<f64>,
     /// Write one result object per protocol (its common-load run, with the sweeps in `extra`) to this file.
     #[arg(long)]
@@ -641,4 +644,14 @@ pub enum ModelArg {
     Serializable,
     Linearizable,
     Causal,
+}
+
+/// `--message-cost-us`: a flat cost per message, 0 to 10,000 µs.
+fn message_cost_us(arg: &str) -> Result<f64, String> {
+    let us: f64 = arg.parse().map_err(|_| format!("{arg:?} is not a number of microseconds"))?;
+    if (0.0..=10_000.0).contains(&us) {
+        Ok(us)
+    } else {
+        Err(format!("must be between 0 and 10,000 µs, not {us}"))
+    }
 }

@@ -129,9 +129,6 @@ impl MicroBenchArgs {
                 self.duration_s
             )));
         }
-        if let Some(us) = self.message_cost_us.filter(|us| !(0.0..=10_000.0).contains(us)) {
-            return Err(CliError::Usage(format!("--message-cost-us must be between 0 and 10,000 µs, not {us}")));
-        }
         // The per-message cost is filled in by `bench` (it may calibrate the host first).
         let cpu = match self.cpu_us {
             None => CpuModel::MEASURED,
@@ -148,7 +145,7 @@ impl MicroBenchArgs {
             skew: self.skew,
             duration: Duration::from_secs_f64(self.duration_s),
             cpu,
-            shell: ShellConfig { admission_control: self.admission_control, ..ShellConfig::default() },
+            shell: ShellConfig { admission_control: self.admission.admission_control, ..ShellConfig::default() },
             ..Bench::default()
         };
         Ok((protocols, bench))

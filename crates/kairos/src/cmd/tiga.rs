@@ -98,7 +98,7 @@ impl TigaArgs {
         base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
         base.config.zero_headroom = self.zero_headroom;
         base.config.quorum_choice = self.quorum_choice;
-        base.config.admission_control = self.admission_control;
+        base.config.admission_control = self.admission.admission_control;
         Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
     }
 }
