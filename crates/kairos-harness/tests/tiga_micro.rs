@@ -205,6 +205,7 @@ fn checkpoints_agree_across_replicas_and_with_a_replay_of_the_log() {
             ..Deployment::default()
         };
         d.config.checkpoint_interval = 500;
+        d.config.checkpoint_positions_per_key = 0;
         let mut world = d.build().unwrap();
         // Servers drop their log below each checkpoint: copy every leader's log as it grows.
         let mut logs: Vec<Vec<kairos_tiga::msg::LogEntry>> = vec![Vec::new(); world.topology.shard_count()];

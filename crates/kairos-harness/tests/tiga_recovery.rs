@@ -66,6 +66,7 @@ fn a_follower_that_lost_its_disk_rejoins_from_nothing_and_catches_up() {
 fn what_a_server_retains_stays_bounded_as_the_log_grows() {
     let mut d = Deployment { load_txn_per_s: 1_000.0, duration: Duration::from_secs(20), ..Deployment::default() };
     d.config.checkpoint_interval = 1_000;
+    d.config.checkpoint_positions_per_key = 0;
     let mut world = d.build().unwrap();
     let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
     let mut peak = (0, 0);
@@ -95,6 +96,7 @@ fn what_a_server_retains_stays_bounded_as_the_log_grows() {
 fn a_follower_behind_the_leaders_truncated_log_installs_its_checkpoint() {
     let mut d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Deployment::default() };
     d.config.checkpoint_interval = 300;
+    d.config.checkpoint_positions_per_key = 0;
     let mut world = d.build().unwrap();
     let (leader, follower) = (world.topology.shards[0][0], world.topology.shards[0][1]);
     world.sim.schedule(SimTime::from_secs(1), Fault::Crash(follower));

@@ -1,5 +1,5 @@
 //! A map whose clone costs the same whatever its size: the store, the committed state and the
-//! key maps of a Tiga replica, which a checkpoint must capture every `checkpoint_interval`
+//! key maps of a Tiga replica, which a checkpoint must capture every few thousand
 //! positions and a view change copies.
 //!
 //! Keys are spread by a hash over [`BUCKETS`] small ordered maps, each behind an [`Arc`].

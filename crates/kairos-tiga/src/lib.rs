@@ -16,7 +16,7 @@
 //!   **preventive** (agree, then execute) or **detective** (execute, then agree and revoke)
 //!   mode, log synchronization with sync- and commit-points, execution of the committed state
 //!   up to the commit-point on every replica, and checkpoints of it every
-//!   `checkpoint_interval` positions.
+//!   `checkpoint_interval` positions (more when the state is large).
 //! - [`ops`]: general one-shot transactions — byte-string keys and values, a key's shard is
 //!   xxh3(key) mod shards, and a transaction is a list of per-key Redis-style operations (GET,
 //!   SET, SETNX, DEL, EXISTS, INCRBY, APPEND, STRLEN) whose read and write sets are known up
@@ -80,11 +80,12 @@
 //! so a restarted one votes as before; it rejoins through the leader's `StartView`.
 //!
 //! Every replica checkpoints its committed state (with the key maps of the log up to it) every
-//! `checkpoint_interval` positions and drops its log below (a leader keeps up to one more
+//! `checkpoint_interval` positions, or every `checkpoint_positions_per_key` positions per key
+//! of the state when that is more, and drops its log below (a leader keeps up to one more
 //! interval for lagging followers); a follower the leader's log no longer reaches installs the
 //! leader's checkpoint. The transactions of dropped entries are forgotten once no coordinator
-//! can resend them, so what a server holds is bounded by the checkpoint interval and the
-//! transactions of the last few seconds.
+//! can resend them, so what a server holds is bounded by its state, the checkpoint spacing and
+//! the transactions of the last few seconds.
 //!
 //! **Not yet here:** view changes among real processes (`kairos serve` runs no view manager),
 //! detection of a wiped disk (a replica that lost its journal boots as a fresh replica of

@@ -29,8 +29,14 @@ pub struct TigaConfig {
     /// Slack beyond the largest headroom a coordinator can choose (OWD cap + margin + shift)
     /// within which a proposed timestamp is accepted; later ones are refused as bogus.
     pub future_slack: Duration,
-    /// Every replica checkpoints its committed state every this many log positions.
+    /// A replica checkpoints its committed state once its log holds at least this many
+    /// positions past its last checkpoint…
     pub checkpoint_interval: u64,
+    /// … and at least this many per key of the state. A checkpoint writes (and, through the
+    /// copy-on-write maps, later copies) the whole state, so a fixed interval makes its cost per
+    /// position grow with the state; spaced by the state's size, it stays a constant share (the
+    /// rule of Redis's append-only-file rewrite). 0: every `checkpoint_interval` positions.
+    pub checkpoint_positions_per_key: u64,
     /// A leader probed about a transaction it never received answers "absent" once the
     /// transaction's timestamp is this old (must exceed the coordinators' give-up time,
     /// `retry_timeout × max_sends`, with room for clock error); both then drop it.
@@ -111,6 +117,7 @@ impl Default for TigaConfig {
             sync_interval: Duration::from_millis(2),
             sync_resend_after: Duration::from_millis(400),
             checkpoint_interval: 10_000,
+            checkpoint_positions_per_key: 1,
             future_slack: Duration::from_secs(1),
             agree_retry: Duration::from_millis(250),
             agree_abandon_after: Duration::from_secs(8),

@@ -348,7 +348,7 @@ fn a_log_report_from_beyond_what_the_leader_asked_is_asked_again() {
 /// is answered from the log, not run again.
 #[test]
 fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_of_running_it() {
-    let config = TigaConfig { checkpoint_interval: 2, ..TigaConfig::default() };
+    let config = TigaConfig { checkpoint_interval: 2, checkpoint_positions_per_key: 0, ..TigaConfig::default() };
     let follower = || Server::new(topology(), config.clone(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();
@@ -380,7 +380,7 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
 /// below the checkpoint, each with its executions' results.
 #[test]
 fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
-    let config = TigaConfig { checkpoint_interval: 2, ..TigaConfig::default() };
+    let config = TigaConfig { checkpoint_interval: 2, checkpoint_positions_per_key: 0, ..TigaConfig::default() };
     let mut h = RoleHarness::new(NodeId(2), Server::new(topology(), config, 0, 2), 1);
     h.start();
     let now = ns(h.now());
@@ -414,7 +414,7 @@ fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
 /// and its journaled log; one restarted after comes back from the new checkpoint.
 #[test]
 fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until_it_is_whole() {
-    let config = TigaConfig { checkpoint_interval: 40, ..TigaConfig::default() };
+    let config = TigaConfig { checkpoint_interval: 40, checkpoint_positions_per_key: 0, ..TigaConfig::default() };
     let follower = || Server::new(topology(), config.clone(), 0, 2);
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();

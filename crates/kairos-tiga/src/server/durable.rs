@@ -12,8 +12,8 @@
 //! whole (the journal still holds the log from its position: a replica never drops log entries
 //! below its *durable* checkpoint).
 //!
-//! **Pacing.** A checkpoint taken every `checkpoint_interval` positions is written a few pages
-//! per executed position, done within a quarter of an interval, so no event pays for the whole
+//! **Pacing.** A checkpoint is written a few pages per executed position, done within a
+//! quarter of the positions until the next one is due, so no event pays for the whole
 //! state (the checkpoint is immutable: [`CowMap`] clones). A checkpoint installed from the
 //! leader is written at once: the log it continues from has nothing below it.
 
@@ -115,9 +115,9 @@ impl DurableCheckpoint {
         self.current.as_ref().map_or(0, |m| m.position)
     }
 
-    /// Starts writing `c`, to be done within a quarter of `interval` executed positions (a
+    /// Starts writing `c`, to be done within a quarter of `gap` executed positions (a
     /// write under way is abandoned: its slot is the one to write again).
-    pub(super) fn start(&mut self, ctx: &mut Ctx<'_, super::TigaMsg>, c: Arc<Checkpoint>, interval: u64) {
+    pub(super) fn start(&mut self, ctx: &mut Ctx<'_, super::TigaMsg>, c: Arc<Checkpoint>, gap: u64) {
         let slot = self.current.as_ref().map_or(0, |m| 1 - m.slot);
         let base = SLOT_BASE[slot as usize];
         ctx.drop_pages(base, base + (1 << 32));
@@ -133,9 +133,9 @@ impl DurableCheckpoint {
         parts.extend(
             (0..c.recent.len()).filter(|i| !self.segments_on_disk.contains(&c.recent[*i].from)).map(Part::Segment),
         );
-        // Spread over a quarter of the interval: a page every few positions, or a few pages
-        // every position.
-        let steps = (interval / 4).max(1);
+        // Spread over a quarter of the gap to the next checkpoint: a page every few positions,
+        // or a few pages every position.
+        let steps = (gap / 4).max(1);
         let pages = (parts.len() as u64).max(1);
         let per_step = usize::try_from(pages.div_ceil(steps)).unwrap_or(usize::MAX);
         let every = (steps / pages).max(1);
@@ -188,7 +188,7 @@ impl DurableCheckpoint {
 
     /// Writes `c` whole, now.
     pub(super) fn write_now(&mut self, ctx: &mut Ctx<'_, super::TigaMsg>, c: Arc<Checkpoint>) {
-        // An interval of 0 is one step: every page at once.
+        // A gap of 0 is one step: every page at once.
         self.start(ctx, c, 0);
         self.step(ctx);
     }

@@ -39,7 +39,9 @@
 //! ([`Process::on_recover`]) and comes back *recovering*; see [`view_change`] for the view
 //! change and the rejoin.
 //!
-//! **Checkpoints and truncation.** Every `checkpoint_interval` executed positions a replica
+//! **Checkpoints and truncation.** Every `checkpoint_interval` executed positions, or every
+//! `checkpoint_positions_per_key` per key of the state when that is more (so that writing whole
+//! checkpoints costs each position the same however large the state grows), a replica
 //! keeps the committed state and the key maps of the log up to there ([`Checkpoint`]) and drops
 //! the log below once that checkpoint is on disk (a leader keeps what its slowest follower
 //! still needs, up to one more interval). A follower whose next entry the leader's log no
@@ -303,7 +305,7 @@ pub struct Truncated {
 /// The committed state of a shard after the first `position` log entries, with the key maps of
 /// those entries: what a lagging or restarted replica installs (state transfer), after which
 /// the log below `position` may be dropped. Every replica takes one every
-/// `checkpoint_interval` positions.
+/// `checkpoint_interval` positions, or more when the state is large ([`TigaConfig`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub position: u64,
@@ -1082,7 +1084,7 @@ impl Server {
 
     /// Executes log entries up to `upto` (exclusive) on the committed state — a follower's
     /// store, a leader's separate copy (its live store also holds speculative writes) — and
-    /// takes a checkpoint every `checkpoint_interval` positions.
+    /// takes a checkpoint when one is due ([`Server::checkpoint_gap`]).
     fn apply_committed(&mut self, ctx: &mut Ctx<'_, TigaMsg>, upto: u64) {
         let leader = self.is_leader();
         while self.executed < upto.min(self.log.len()) {
@@ -1110,8 +1112,10 @@ impl Server {
             }
             self.retired.free_some();
             self.write_durable_pages(ctx);
-            let interval = self.config.checkpoint_interval.max(1);
-            if self.executed.is_multiple_of(interval) {
+            let state = if leader { &self.committed } else { &self.store };
+            let gap = self.checkpoint_gap(state.len());
+            let last = self.checkpoint.as_ref().map_or(0, |c| c.position);
+            if self.executed.saturating_sub(last) >= gap {
                 let position = self.executed;
                 self.seal_segment();
                 let state = if leader { &self.committed } else { &self.store };
@@ -1121,13 +1125,19 @@ impl Server {
                     maps: self.committed_maps.clone(),
                     recent: self.recent.iter().cloned().collect(),
                 });
-                self.durable.start(ctx, Arc::clone(&c), interval);
+                self.durable.start(ctx, Arc::clone(&c), gap);
                 self.write_durable_pages(ctx);
                 let old = self.checkpoint.replace(c);
                 self.retired.checkpoint(old);
                 self.compact_log();
             }
         }
+    }
+
+    /// Positions between two checkpoints of a state of `keys` keys (`TigaConfig`'s two rules).
+    fn checkpoint_gap(&self, keys: usize) -> u64 {
+        let per_key = (keys as u64).saturating_mul(self.config.checkpoint_positions_per_key);
+        self.config.checkpoint_interval.max(per_key).max(1)
     }
 
     /// Writes the next pages of the checkpoint going to disk; once it is whole, the log below

@@ -161,6 +161,7 @@ fn run_seed(
             // Checkpoints every few hundred positions, so that every seed also truncates logs
             // and transfers state to replicas the leader's log no longer reaches.
             d.config.checkpoint_interval = 300;
+            d.config.checkpoint_positions_per_key = 0;
             let w = d.build().map_err(|e| usage(&e))?;
             let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
             let until = SimTime::ZERO + end + recovery + drain;
