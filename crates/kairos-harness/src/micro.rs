@@ -258,7 +258,8 @@ impl Bench {
             // A restarted coordinator recovers its shell's incarnation (fresh Jepsen processes).
             move |slot| {
                 let source = Box::new(slot.workload.clone());
-                let shell = TxnShell::new(source, slot.load.clone(), shell.clone(), slot.process_base);
+                let config = ShellConfig { shard_count: slot.topology.shard_count(), ..shell.clone() };
+                let shell = TxnShell::new(source, slot.load.clone(), config, slot.process_base);
                 Box::new(P::coordinator(&slot.topology, &c, shell))
             },
         )?;

@@ -89,7 +89,7 @@ use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::write_placeholder;
-use kairos_workload::{AdmissionLimit, Finish, OpenLoop, TxnSource};
+use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop, TxnSource};
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -576,6 +576,7 @@ impl Coordinator {
         }
         self.view = view.number;
         self.topology.leader = view.leaders;
+        self.admission.paths_changed(ctx.now());
         self.stats.view_changes += 1;
         ctx.metric("tiga.coordinator_view_changes", 1);
         let inflight: Vec<TxnId> = self.pending.keys().copied().collect();
@@ -798,7 +799,8 @@ impl Coordinator {
     /// Tells the admission limit how `txn` (still pending) ended.
     fn finished(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, finish: Finish) {
         let Some(p) = self.pending.get(&txn) else { return };
-        if self.admission.on_finish(ctx.now(), p.invoked_at, self.pending.len(), finish) {
+        let path = path_of_shards(p.pieces.iter().map(|pc| pc.shard));
+        if self.admission.on_finish(ctx.now(), p.invoked_at, path, self.pending.len(), finish) {
             ctx.metric("tiga.admission_steps_down", 1);
         }
     }

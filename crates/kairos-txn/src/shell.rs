@@ -61,7 +61,7 @@ use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId
 use kairos_workload::history::{increment_completion, increment_invocation};
 use kairos_workload::txn::{Key, TxnId, Value};
 use kairos_workload::TxnSource;
-use kairos_workload::{AdmissionLimit, Finish, OpenLoop};
+use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
 use rand::Rng as _;
 
 /// The timer of the next open-loop arrival.
@@ -83,6 +83,9 @@ pub struct ShellConfig {
     /// Open-loop arrivals are admitted under the adaptive in-flight limit of
     /// [`kairos_workload::admission`] (at most `inflight_max`), as Tiga's coordinator does.
     pub admission_control: bool,
+    /// The shards the keys spread over (key mod shards, as `Topology::shard_of_key`): the
+    /// admission limit keeps a latency floor per set of shards touched. 1: one floor for all.
+    pub shard_count: usize,
     /// Attempts per transaction before it is recorded as failed.
     pub max_attempts: u32,
     /// Backoff before retry k (1-based) is uniform in [0, backoff_base · 2^(k−1)], capped.
@@ -95,6 +98,7 @@ impl Default for ShellConfig {
         ShellConfig {
             inflight_max: 15_000,
             admission_control: false,
+            shard_count: 1,
             max_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
@@ -419,7 +423,9 @@ impl TxnShell {
     /// Tells the admission limit how `txn` (still pending) ended.
     fn finished<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, finish: Finish) {
         let Some(p) = self.pending.get(&txn) else { return };
-        if self.admission.on_finish(ctx.now(), p.invoked_at, self.pending.len(), finish) {
+        let shards = self.config.shard_count.max(1) as u64;
+        let path = path_of_shards(p.keys.iter().map(|k| (k % shards) as u32));
+        if self.admission.on_finish(ctx.now(), p.invoked_at, path, self.pending.len(), finish) {
             ctx.metric("txn.admission_steps_down", 1);
         }
     }

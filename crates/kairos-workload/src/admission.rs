@@ -13,13 +13,16 @@
 //! # The rule (a damped Little's-law step on the latency above the floor)
 //! The signal is the coordinator's own latency against its **floor**, the smallest commit
 //! latency of the last one to two [`FLOOR_WINDOW`]s (the wide-area round trips with no
-//! queueing; a windowed minimum, so a view change that moves leaders moves the floor too).
-//! The limit aims at latency = floor + [`QUEUEING_TARGET`]: a little queueing keeps the
-//! servers busy through bursts, and the target is absolute because every coordinator waits in
-//! the same server queues. Once per floor (about a round trip), from the mean latency of the
-//! transactions that finished since the last step:
+//! queueing), kept **per path** — per set of shards a transaction touches — because paths
+//! differ by whole round trips: once a view change has moved one shard's leader abroad, the
+//! transactions touching it commit in 265 ms and the others still in 134, and against a single
+//! floor of 134 ms that mix read as 80 ms of queueing. The limit aims at latency = floor +
+//! [`QUEUEING_TARGET`]: a little queueing keeps the servers busy through bursts, and the
+//! target is absolute because every coordinator waits in the same server queues. Once per
+//! floor (about a round trip), from the mean latency of the transactions that finished since
+//! the last step and the mean of their paths' floors:
 //! - When the servers are saturated, throughput is fixed, so by Little's law the in-flight
-//!   count that gives the target latency is `in flight × (floor + target) / mean`. The step
+//!   count that gives the target latency is `in flight × (mean floor + target) / mean`. The step
 //!   applies that factor, clamped to [1/[`STEP_MAX`], [`STEP_MAX`]] and damped (raised to
 //!   [`DAMPING`]): the latencies a step sees answer the limit of a round trip before, and
 //!   larger steps overshoot and oscillate (measured at 1.5× saturation with steps damped only
@@ -34,19 +37,20 @@
 //! The limit starts at the configured maximum, so a lightly loaded coordinator refuses
 //! nothing, and never falls below [`LIMIT_MIN`].
 //!
-//! # Limits (why it is not on by default)
-//! A lasting rise of the round trip reads as queueing until the floor window forgets the old
-//! floor (2–4 s), and the limit then grows back at a few percent per round trip. After a
-//! leader crash moves a shard's leader to another region, commits run about 65 ms slower for
-//! good, and the limit sheds load that the servers could take: in the leader-kill experiment
-//! (`kairos bench tiga --load 1500 --kill-leader-at-s 1.5`) throughput did not come back to
-//! 90% of before within the 5 s run. Telling that apart from saturation (for example by
-//! whether commits still follow admissions) is the next step.
+//! # When the paths change
+//! A view change moves leaders, and with them every path's round trip: the coordinator calls
+//! [`AdmissionLimit::paths_changed`], and the limit starts again as new (at the maximum, no
+//! floors, transactions that ran across the change ignored). Without it a leader moved
+//! farther away reads as queueing until the floor window forgets the old floor (2–4 s), and
+//! the limit sheds load the servers could take: in the leader-kill experiment (`kairos bench
+//! tiga --load 1500 --kill-leader-at-s 1.5 --admission-control`) throughput did not come back
+//! to 90% of before within the 5 s run.
 //!
 //! Written here rather than taken from a crate: the well-known adaptive limiters (tower's,
 //! Netflix's concurrency-limits) read the wall clock and run inside an async stack, while the
 //! protocol roles are sans-IO and must decide from the virtual time they are handed.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kairos_core::LocalTime;
@@ -62,6 +66,17 @@ pub const STEP_MAX: f64 = 2.0;
 pub const DAMPING: f64 = 0.1;
 /// The floor is the smallest commit latency of the current and the previous window this long.
 pub const FLOOR_WINDOW: Duration = Duration::from_secs(2);
+/// Paths with a floor of their own at most; the rest share one (`Path::MAX`).
+pub const PATHS_MAX: usize = 256;
+
+/// What a transaction's round trip depends on, for its floor: the bit mask of the shards it
+/// touches (`path_of_shards`), or 0 where every transaction takes the same path.
+pub type Path = u64;
+
+/// The path of a transaction touching `shards` (shard s sets bit s mod 64).
+pub fn path_of_shards(shards: impl IntoIterator<Item = u32>) -> Path {
+    shards.into_iter().fold(0, |mask, s| mask | 1 << (s % 64))
+}
 
 /// How a transaction the coordinator admitted ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -80,14 +95,20 @@ pub struct AdmissionLimit {
     adaptive: bool,
     limit: f64,
     max: f64,
-    /// The smallest commit latency of the current window and of the previous one.
-    window_min: [Option<Duration>; 2],
+    /// Per path (the shards a transaction touches): the smallest commit latency of the
+    /// current window and of the previous one.
+    window_min: BTreeMap<Path, [Option<Duration>; 2]>,
     window_start: LocalTime,
+    /// Transactions invoked before this ran on paths that changed since (`paths_changed`):
+    /// ignored, floor included.
+    since: LocalTime,
     /// Transactions invoked before the first commit ran on initial estimates: not samples.
     first_commit: Option<LocalTime>,
     /// The current control step: latencies summed, samples, the most in flight, a give-up.
     step_until: LocalTime,
     latency_sum: Duration,
+    /// The floors of the paths of the same samples.
+    floor_sum: Duration,
     samples: u32,
     in_flight_peak: usize,
     gave_up: bool,
@@ -103,11 +124,13 @@ impl AdmissionLimit {
             adaptive,
             limit: max,
             max,
-            window_min: [None, None],
+            window_min: BTreeMap::new(),
             window_start: LocalTime::ZERO,
+            since: LocalTime::ZERO,
             first_commit: None,
             step_until: LocalTime::ZERO,
             latency_sum: Duration::ZERO,
+            floor_sum: Duration::ZERO,
             samples: 0,
             in_flight_peak: 0,
             gave_up: false,
@@ -125,29 +148,60 @@ impl AdmissionLimit {
         in_flight < self.limit()
     }
 
+    /// The paths to the servers changed at `now` (a view change moved a leader): what the
+    /// limit learned describes the old paths, so it starts again as new — the limit back at the
+    /// maximum, no floor, and the transactions invoked before `now` (they ran across the
+    /// change) ignored. Without this a lasting rise of the round trip reads as queueing until
+    /// the floor window forgets the old floor, and the limit sheds load the servers could take.
+    pub fn paths_changed(&mut self, now: LocalTime) {
+        if self.adaptive {
+            let fresh = AdmissionLimit::new(self.max as usize, true);
+            *self = AdmissionLimit { since: now, steps_down: self.steps_down, ..fresh };
+        }
+    }
+
     /// How many control steps lowered the limit.
     pub fn steps_down(&self) -> u64 {
         self.steps_down
     }
 
-    /// The commit latency taken as uncongested (module docs), once a commit was seen.
-    pub fn floor(&self) -> Option<Duration> {
-        self.window_min.iter().flatten().min().copied()
+    /// The commit latency taken as uncongested on `path` (module docs), once a commit on it
+    /// was seen.
+    pub fn path_floor(&self, path: Path) -> Option<Duration> {
+        self.window_min.get(&path)?.iter().flatten().min().copied()
     }
 
-    /// A transaction invoked at `invoked_at` finished at `now`, with `in_flight` transactions
-    /// (itself included) in flight just before. Returns whether the limit was lowered.
-    pub fn on_finish(&mut self, now: LocalTime, invoked_at: LocalTime, in_flight: usize, finish: Finish) -> bool {
-        if !self.adaptive {
+    /// The smallest floor of any path: the shortest round trip (module docs).
+    pub fn floor(&self) -> Option<Duration> {
+        self.window_min.values().flatten().flatten().min().copied()
+    }
+
+    /// A transaction on `path` (for example the bit mask of the shards it touches) invoked at
+    /// `invoked_at` finished at `now`, with `in_flight` transactions (itself included) in flight
+    /// just before. Returns whether the limit was lowered.
+    pub fn on_finish(
+        &mut self,
+        now: LocalTime,
+        invoked_at: LocalTime,
+        path: Path,
+        in_flight: usize,
+        finish: Finish,
+    ) -> bool {
+        if !self.adaptive || invoked_at < self.since {
             return false;
         }
         let latency = now.saturating_since(invoked_at);
         if now.saturating_since(self.window_start) >= FLOOR_WINDOW {
-            self.window_min = [self.window_min[1], None];
+            self.window_min.retain(|_, [previous, current]| {
+                (*previous, *current) = (*current, None);
+                previous.is_some()
+            });
             self.window_start = now;
         }
+        let path =
+            if self.window_min.len() < PATHS_MAX || self.window_min.contains_key(&path) { path } else { Path::MAX };
         if finish == Finish::Committed {
-            let current = &mut self.window_min[1];
+            let current = &mut self.window_min.entry(path).or_default()[1];
             *current = Some(current.map_or(latency, |m| m.min(latency)));
         }
         let (Some(floor), Some(first)) = (self.floor(), self.first_commit) else {
@@ -163,8 +217,9 @@ impl AdmissionLimit {
         self.in_flight_peak = self.in_flight_peak.max(in_flight);
         if finish == Finish::GaveUp {
             self.gave_up = true;
-        } else {
+        } else if let Some(path_floor) = self.path_floor(path) {
             self.latency_sum += latency;
+            self.floor_sum += path_floor;
             self.samples += 1;
         }
         if now < self.step_until {
@@ -174,13 +229,14 @@ impl AdmissionLimit {
         let step = if self.gave_up {
             1.0 / STEP_MAX
         } else if self.samples > 0 {
-            let mean = self.latency_sum.as_secs_f64() / f64::from(self.samples);
-            ((floor + QUEUEING_TARGET).as_secs_f64() / mean).clamp(1.0 / STEP_MAX, STEP_MAX).powf(DAMPING)
+            let target = self.floor_sum + QUEUEING_TARGET * self.samples;
+            (target.as_secs_f64() / self.latency_sum.as_secs_f64()).clamp(1.0 / STEP_MAX, STEP_MAX).powf(DAMPING)
         } else {
             1.0
         };
         let peak = self.in_flight_peak as f64;
-        (self.latency_sum, self.samples, self.in_flight_peak, self.gave_up) = (Duration::ZERO, 0, 0, false);
+        (self.latency_sum, self.floor_sum, self.samples) = (Duration::ZERO, Duration::ZERO, 0);
+        (self.in_flight_peak, self.gave_up) = (0, false);
         if step < 1.0 {
             self.limit = (self.limit.min(peak) * step).max(LIMIT_MIN);
             self.steps_down += 1;
@@ -205,7 +261,7 @@ mod tests {
     fn feed(a: &mut AdmissionLimit, now: &mut LocalTime, n: u32, latency: Duration, in_flight: usize) {
         for _ in 0..n {
             *now = *now + ms(1);
-            a.on_finish(*now, now.saturating_sub(latency), in_flight, Finish::Committed);
+            a.on_finish(*now, now.saturating_sub(latency), 0, in_flight, Finish::Committed);
         }
     }
 
@@ -260,11 +316,11 @@ mod tests {
         let mut now = LocalTime::from_secs(1);
         feed(&mut a, &mut now, 7000, ms(100), 400);
         now = now + ms(200);
-        assert!(a.on_finish(now, now.saturating_sub(ms(6000)), 400, Finish::GaveUp));
+        assert!(a.on_finish(now, now.saturating_sub(ms(6000)), 0, 400, Finish::GaveUp));
         assert_eq!(a.limit(), 200);
         for _ in 0..100 {
             now = now + ms(200);
-            a.on_finish(now, now.saturating_sub(ms(6000)), 1, Finish::GaveUp);
+            a.on_finish(now, now.saturating_sub(ms(6000)), 0, 1, Finish::GaveUp);
         }
         assert_eq!(a.limit(), LIMIT_MIN as usize);
     }
@@ -289,10 +345,56 @@ mod tests {
     fn transactions_invoked_before_the_first_commit_are_ignored() {
         let mut a = AdmissionLimit::new(1000, true);
         let t0 = LocalTime::from_secs(1);
-        a.on_finish(t0, t0.saturating_sub(ms(100)), 50, Finish::Committed);
+        a.on_finish(t0, t0.saturating_sub(ms(100)), 0, 50, Finish::Committed);
         for i in 1..500 {
-            assert!(!a.on_finish(t0 + ms(i), t0.saturating_sub(ms(400)), 50, Finish::Committed));
+            assert!(!a.on_finish(t0 + ms(i), t0.saturating_sub(ms(400)), 0, 50, Finish::Committed));
         }
         assert_eq!(a.limit(), 1000);
+    }
+
+    /// A view change moves a leader farther away for good: the limit forgets the old paths at
+    /// once, so the slower round trip is the new floor, not queueing, and nothing is shed.
+    #[test]
+    fn after_the_paths_change_a_slower_round_trip_is_the_new_floor() {
+        let mut a = AdmissionLimit::new(1000, true);
+        let mut now = LocalTime::from_secs(1);
+        feed(&mut a, &mut now, 1000, ms(100), 10);
+        a.paths_changed(now);
+        assert_eq!((a.floor(), a.limit()), (None, 1000));
+        // What was in flight across the change finishes late: ignored.
+        for i in 1..100 {
+            assert!(!a.on_finish(now + ms(i), now.saturating_sub(ms(50)), 0, 500, Finish::Committed));
+        }
+        assert_eq!(a.floor(), None);
+        feed(&mut a, &mut now, 3000, ms(200), 10);
+        assert_eq!((a.floor(), a.limit(), a.steps_down()), (Some(ms(200)), 1000, 0));
+        // Without the change, the same history sheds load for a while.
+        let mut b = AdmissionLimit::new(1000, true);
+        let mut now = LocalTime::from_secs(1);
+        feed(&mut b, &mut now, 1000, ms(100), 10);
+        feed(&mut b, &mut now, 1000, ms(200), 10);
+        assert!(b.steps_down() > 0 && b.limit() < 1000, "{} {}", b.steps_down(), b.limit());
+    }
+
+    /// Transactions on different shards take different round trips: a steady mix of 134 ms
+    /// and 265 ms paths is no queueing, however far its mean is from the shortest floor.
+    #[test]
+    fn each_path_is_measured_against_its_own_floor() {
+        let (short, long) = (path_of_shards([0, 2]), path_of_shards([1, 2]));
+        let mut a = AdmissionLimit::new(1000, true);
+        let mut now = LocalTime::from_secs(1);
+        for i in 0..6000 {
+            now = now + ms(1);
+            let (path, latency) = if i % 2 == 0 { (short, ms(134)) } else { (long, ms(265)) };
+            a.on_finish(now, now.saturating_sub(latency), path, 40, Finish::Committed);
+        }
+        assert_eq!((a.path_floor(short), a.path_floor(long)), (Some(ms(134)), Some(ms(265))));
+        assert_eq!((a.limit(), a.steps_down()), (1000, 0));
+        // Queueing on the long path alone still lowers the limit.
+        for _ in 0..2000 {
+            now = now + ms(1);
+            a.on_finish(now, now.saturating_sub(ms(400)), long, 40, Finish::Committed);
+        }
+        assert!(a.steps_down() > 0 && a.limit() < 40, "{} {}", a.steps_down(), a.limit());
     }
 }

@@ -27,7 +27,7 @@ pub mod shards;
 pub mod txn;
 pub mod ycsb;
 
-pub use admission::{AdmissionLimit, Finish};
+pub use admission::{path_of_shards, AdmissionLimit, Finish, Path};
 pub use micro::{FixedKeys, MicroBench, TxnSource, WorkloadError};
 pub use open_loop::OpenLoop;
 pub use shards::{Placement, Topology};
