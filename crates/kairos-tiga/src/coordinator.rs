@@ -59,7 +59,7 @@
 //! transaction wrote, which the checkers report as a garbage read.
 //!
 //! # Admission
-//! With `admission_control` (off by default), the open-loop load's arrivals are admitted under
+//! With `admission_control` (off in the library's default config, on in `kairos bench`), the open-loop load's arrivals are admitted under
 //! the adaptive in-flight limit of [`kairos_workload::admission`]: past saturation the
 //! coordinator refuses arrivals (counted in `tiga.admission_dropped`) rather than letting
 //! every server queue grow until transactions time out and throughput collapses. Transactions

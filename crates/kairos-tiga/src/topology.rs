@@ -52,8 +52,8 @@ pub struct TigaConfig {
     pub inflight_max: usize,
     /// The open-loop load's arrivals are admitted under an adaptive in-flight limit
     /// ([`kairos_workload::admission`]) that sheds what the servers cannot take, instead of
-    /// letting queues grow until throughput collapses. Off (the default, see that module's
-    /// limits): only `inflight_max` bounds them.
+    /// letting queues grow until throughput collapses. Off (the default here, so that tests and
+    /// campaigns see every arrival; `kairos bench` turns it on): only `inflight_max` bounds them.
     pub admission_control: bool,
     /// Operations one transaction may hold, and bytes of keys and arguments over them.
     pub ops_per_txn_max: usize,

@@ -113,11 +113,11 @@ pub struct RegisterBenchArgs {
 /// How an open-loop load's arrivals are admitted (shared by `bench tiga` and `bench micro`).
 #[derive(Args, Debug, Clone, Copy)]
 pub struct AdmissionArgs {
-    /// Admit arrivals under an adaptive in-flight limit that sheds what the servers cannot take
-    /// (see `kairos_workload::admission`), instead of every arrival up to a fixed cap: keeps
-    /// throughput from collapsing past saturation, but also sheds load for a few seconds after
-    /// a view change moves a leader farther away, so it is off by default.
-    #[arg(long)]
+    /// Admit every arrival up to a fixed in-flight cap, instead of under the adaptive limit
+    /// that sheds what the servers cannot take (`kairos_workload::admission`). Without the
+    /// limit, open-loop load past saturation queues until heartbeats look like failures and
+    /// view changes throw away what is in flight: throughput collapses (use this to see it).
+    #[arg(long = "no-admission-control", action = clap::ArgAction::SetFalse)]
     pub admission_control: bool,
 }
 
