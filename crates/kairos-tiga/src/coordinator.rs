@@ -59,11 +59,13 @@
 //! transaction wrote, which the checkers report as a garbage read.
 //!
 //! # Admission
-//! With `admission_control` (off in the library's default config, on in `kairos bench`), the open-loop load's arrivals are admitted under
-//! the adaptive in-flight limit of [`kairos_workload::admission`]: past saturation the
-//! coordinator refuses arrivals (counted in `tiga.admission_dropped`) rather than letting
-//! every server queue grow until transactions time out and throughput collapses. Transactions
-//! submitted by a front end ([`Coordinator::submit`]) are bounded by `inflight_max` only.
+//! With `admission_control` (off in the library's default config, on in `kairos bench`), the
+//! open-loop load's arrivals are admitted under the adaptive in-flight limit of
+//! [`kairos_workload::admission`]: past saturation the coordinator refuses arrivals (counted
+//! in `tiga.admission_dropped`) rather than letting every server queue grow until transactions
+//! time out and throughput collapses. A view change resets the limit (it moves the paths).
+//! Transactions submitted by a front end ([`Coordinator::submit`]) are bounded by
+//! `inflight_max` only.
 //!
 //! # Results for a front end
 //! With [`Coordinator::with_completions`], every finished transaction also leaves a

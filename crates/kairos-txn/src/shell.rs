@@ -42,8 +42,9 @@
 //!
 //! # Admission
 //! Open-loop arrivals are admitted under the adaptive in-flight limit of
-//! [`kairos_workload::admission`] when `admission_control` is set (off in the default config, on in
-//! `kairos bench micro`; the same rule as Tiga's coordinator), so that no protocol's throughput collapses past saturation.
+//! [`kairos_workload::admission`] when `admission_control` is set (off in the default config,
+//! on in `kairos bench micro`; the same rule as Tiga's coordinator), so that no protocol's
+//! throughput collapses past saturation.
 //!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after

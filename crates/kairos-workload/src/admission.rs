@@ -43,8 +43,8 @@
 //! floors, transactions that ran across the change ignored). Without it a leader moved
 //! farther away reads as queueing until the floor window forgets the old floor (2–4 s), and
 //! the limit sheds load the servers could take: in the leader-kill experiment (`kairos bench
-//! tiga --load 1500 --kill-leader-at-s 1.5 --admission-control`) throughput did not come back
-//! to 90% of before within the 5 s run.
+//! tiga --load 1500 --kill-leader-at-s 1.5`) throughput did not come back to 90% of before
+//! within the 5 s run.
 //!
 //! Written here rather than taken from a crate: the well-known adaptive limiters (tower's,
 //! Netflix's concurrency-limits) read the wall clock and run inside an async stack, while the
