@@ -7,7 +7,10 @@
 //! said nothing at all for twice `retry_timeout` while requests are outstanding is tried at the
 //! next replica; a `NotLeader` answer
 //! names the leader directly. An attempt without a decision after `attempt_timeout` is
-//! aborted (the coordinator is the only one who can commit it, so this is always safe).
+//! aborted (the coordinator is the only one who can commit it, so this is always safe) —
+//! except a one-phase attempt (a single-shard transaction, parent module docs) once its
+//! `Prepare` is sent: its shard decides it, so only the shard's `Vote` ends it, and the
+//! coordinator asks again until it hears one.
 
 use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, TxnShell, TxnStats};
@@ -41,6 +44,8 @@ struct Part {
 struct Run {
     attempt: u32,
     phase: Phase,
+    /// One shard, committed in one phase: its `Vote` is the outcome.
+    one_phase: bool,
     parts: BTreeMap<ShardId, Part>,
     writes: BTreeMap<ShardId, Vec<(Key, Value)>>,
     started_at: LocalTime,
@@ -144,6 +149,7 @@ impl TxnCoordinator {
         let run = Run {
             attempt: a.attempt,
             phase: Phase::Reading,
+            one_phase: self.config.one_phase_commit && parts.len() == 1,
             parts,
             writes: BTreeMap::new(),
             started_at: now,
@@ -165,7 +171,13 @@ impl TxnCoordinator {
     fn send_prepare(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
         let reads = run.parts[&shard].values.iter().flatten().map(|(k, _, ver)| (*k, *ver)).collect();
         let writes = run.writes.get(&shard).cloned().unwrap_or_default();
-        ctx.send(self.leader(shard), TxnMsg::Prepare { tk, reads, writes });
+        ctx.send(self.leader(shard), TxnMsg::Prepare { tk, reads, writes, one_phase: run.one_phase });
+    }
+
+    /// Whether the shard, not this coordinator, decides the current run of `tk`: a one-phase
+    /// attempt whose `Prepare` is sent.
+    fn shard_decides(&self, tk: TxnKey) -> bool {
+        self.runs.get(&tk.txn).is_some_and(|r| r.attempt == tk.attempt && r.one_phase && r.phase == Phase::Preparing)
     }
 
     /// The current run of `tk`, if `tk` is its attempt.
@@ -209,6 +221,24 @@ impl TxnCoordinator {
     fn on_vote(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, yes: bool) {
         let Some(run) = self.run_of(tk) else { return };
         if run.phase != Phase::Preparing {
+            return;
+        }
+        if run.one_phase {
+            // The shard's outcome: nothing to decide or acknowledge.
+            let Some(run) = self.runs.remove(&tk.txn) else { return };
+            if yes {
+                let reads: Vec<(Key, Value)> =
+                    run.parts.values().flat_map(|p| p.values.iter().flatten().map(|(k, v, _)| (*k, *v))).collect();
+                self.ages.remove(&tk.txn);
+                self.stats.commits += 1;
+                self.shell.committed(ctx, tk.txn, &reads, false);
+            } else {
+                self.stats.refused += 1;
+                self.shell.aborted(ctx, tk.txn);
+                if self.shell.attempt_of(tk.txn).is_none() {
+                    self.ages.remove(&tk.txn);
+                }
+            }
             return;
         }
         if !yes {
@@ -267,6 +297,7 @@ impl TxnCoordinator {
             .iter()
             .filter(|(_, r)| now.saturating_since(r.started_at) >= self.config.attempt_timeout)
             .map(|(t, r)| TxnKey { txn: *t, attempt: r.attempt })
+            .filter(|tk| !self.shard_decides(*tk))
             .collect();
         for tk in expired {
             self.stats.timed_out += 1;
@@ -352,7 +383,9 @@ impl Process for TxnCoordinator {
         self.leaders[shard as usize] = replica as u32;
         match msg {
             TxnMsg::ReadReply { tk, shard, values } => self.on_values(ctx, tk, shard, values),
-            TxnMsg::Refused { tk, .. } if self.run_of(tk).is_some() => {
+            // A one-phase attempt's outcome is its shard's vote alone: a refusal may come from
+            // a replica that never saw the request another one logged.
+            TxnMsg::Refused { tk, .. } if self.run_of(tk).is_some() && !self.shard_decides(tk) => {
                 self.stats.refused += 1;
                 self.abort(ctx, tk);
             }

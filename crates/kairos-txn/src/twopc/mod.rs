@@ -22,6 +22,29 @@
 //!    coordinator sends `Decide(abort)` (an abort record where a prepare record exists), and the
 //!    shell retries the transaction under the same id after a backoff.
 //!
+//! # One-phase commit (a transaction on one shard)
+//! A transaction whose keys all live on one shard needs no vote of other shards, so the leader
+//! decides it alone (`ClassicConfig::one_phase_commit`, on by default): the coordinator sends
+//! `Prepare { one_phase: true }` and the leader, after the same locking or validation, logs one
+//! *one-phase record* holding the versions read and the writes. Applying that record commits
+//! the transaction — **if**, at its position in the log, every version read is still the
+//! latest and no prepared attempt holds one of its keys; otherwise it aborts. Every replica
+//! evaluates the rule on the same log, so they agree; it makes the log order a serialization
+//! order even for a record a deposed leader proposed against stale state and a later leader
+//! recovered (the rule that only the proposing leader's vote counts, which protects prepare
+//! records, cannot apply: nobody else votes). The leader answers `Vote` with the outcome once the
+//! record is applied; no decision, commit record or acknowledgement follows. It saves the commit
+//! record's Paxos round and two messages per transaction, and 2PL holds the keys one WRTT and one
+//! Paxos round less. The client-visible latency is unchanged (the client was answered after the
+//! prepare record anyway).
+//!
+//! The outcome is now the shard's, not the coordinator's: the coordinator never aborts a
+//! one-phase attempt it has asked to commit (no timeout, no `Refused`), only a `Vote` ends it; and
+//! once the shard has changed leaders, a leader answers *no* to a one-phase request only after
+//! logging an abort record for it — an earlier leader may have proposed the attempt's record,
+//! and a later election could still recover it; applied after the abort record it is skipped,
+//! applied before, the vote is *yes*.
+//!
 //! # Latency
 //! Execute is one wide-area round trip (WRTT) from the coordinator to the farthest involved
 //! leader; prepare is one more plus the leader's Paxos round (leader → nearest majority and
@@ -35,7 +58,6 @@
 //! [`analytic_latency`] evaluates the formula; `tests/classic.rs` asserts it.
 //!
 //! # Simplifications (honest list)
-//! - Every transaction runs the full protocol, single-shard ones included (no one-phase commit).
 //! - Each shard's log sends its records to the followers in batches, every 2 ms or when a
 //!   follower acknowledges the last batch (`PaxosConfig::batch_interval`, the interval of
 //!   Tiga's log sync), so a record waits up to 2 ms before its Paxos round starts.
@@ -95,6 +117,14 @@ pub enum Record {
         keys: Vec<Key>,
         writes: Vec<(Key, Value)>,
     },
+    /// One-phase commit of a single-shard attempt: applied, it commits `writes` if every
+    /// `(key, version)` read is still the latest and no prepared attempt holds one of the keys,
+    /// and aborts otherwise (see the module docs).
+    CommitOnePhase {
+        tk: TxnKey,
+        reads: Vec<(Key, u64)>,
+        writes: Vec<(Key, Value)>,
+    },
     Commit {
         tk: TxnKey,
     },
@@ -133,11 +163,14 @@ pub enum TxnMsg {
         tk: TxnKey,
         shard: ShardId,
     },
-    /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read.
+    /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read. With
+    /// `one_phase` (the attempt touches this shard only) the leader commits or aborts it alone
+    /// and its `Vote` is the outcome.
     Prepare {
         tk: TxnKey,
         reads: Vec<(Key, u64)>,
         writes: Vec<(Key, Value)>,
+        one_phase: bool,
     },
     Vote {
         tk: TxnKey,
@@ -178,6 +211,8 @@ pub struct ClassicConfig {
     pub retry_timeout: Duration,
     /// The coordinator aborts an attempt that has no decision after this long.
     pub attempt_timeout: Duration,
+    /// Commit single-shard transactions with one log record at their shard (module docs).
+    pub one_phase_commit: bool,
     /// Most keys in one request (longer requests are refused).
     pub keys_per_request_max: usize,
     /// Most attempts a leader tracks at once; beyond it new ones are refused.
@@ -198,6 +233,7 @@ impl Default for ClassicConfig {
             paxos: PaxosConfig { batch_interval: Duration::from_millis(2), ..PaxosConfig::default() },
             retry_timeout: Duration::from_secs(1),
             attempt_timeout: Duration::from_secs(5),
+            one_phase_commit: true,
             keys_per_request_max: 64,
             active_max: 200_000,
             done_max: 1_000_000,
@@ -249,8 +285,15 @@ mod tests {
             TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
             TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000] },
             TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1] },
-            TxnMsg::Prepare { tk: tk0, reads: vec![(u64::MAX, u64::MAX)], writes: vec![(0, u64::MAX)] },
-            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)] },
+            TxnMsg::Prepare {
+                tk: tk0,
+                reads: vec![(u64::MAX, u64::MAX)],
+                writes: vec![(0, u64::MAX)],
+                one_phase: false,
+            },
+            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)], one_phase: false },
+            TxnMsg::Prepare { tk: tk0, reads: vec![(1, 0)], writes: vec![(1, 1)], one_phase: true },
+            TxnMsg::Prepare { tk, reads: vec![(u64::MAX, 3)], writes: vec![], one_phase: true },
             TxnMsg::Decide { tk: tk0, commit: true },
             TxnMsg::Decide { tk, commit: false },
             TxnMsg::ReadReply { tk, shard: u32::MAX, values: vec![(0, 0, 0)] },
@@ -336,7 +379,7 @@ mod tests {
         let out = deliver(&mut s, TxnMsg::Decide { tk: old, commit: false });
         assert!(out.iter().any(|(to, m)| *to == NodeId(12) && matches!(m, TxnMsg::ReadReply { .. })));
         assert!(out.iter().any(|(to, m)| *to == NodeId(11) && matches!(m, TxnMsg::DecideAck { .. })));
-        let out = deliver(&mut s, TxnMsg::Prepare { tk: young, reads: vec![], writes: vec![(7, 1)] });
+        let out = deliver(&mut s, TxnMsg::Prepare { tk: young, reads: vec![], writes: vec![(7, 1)], one_phase: false });
         assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
         assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
     }
@@ -400,7 +443,8 @@ mod tests {
             let mut s = one_shard_leader(cc);
             let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
             // 2PL: no locks; OCC: a stale version. Either way a no vote decided alone.
-            let out = deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)] });
+            let out =
+                deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)], one_phase: false });
             assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
             // The vote was lost; a new leader locked, prepared and committed the attempt.
             let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)] };
@@ -422,7 +466,7 @@ mod tests {
         assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
         let mut rng = Rng::seed_from_u64(3);
         let mut fx = Vec::new();
-        let stale = TxnMsg::Prepare { tk: x, reads: vec![(7, 4)], writes: vec![(7, 12)] };
+        let stale = TxnMsg::Prepare { tk: x, reads: vec![(7, 4)], writes: vec![(7, 12)], one_phase: false };
         s.on_message(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut fx), NodeId(10), stale);
         let out = sends(fx);
         assert_eq!(accepts_with_entries(&out), 0, "nothing proposed: {out:?}");
@@ -436,7 +480,7 @@ mod tests {
             0,
             10,
             LocalTime::ZERO,
-            TxnMsg::Prepare { tk: y, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+            TxnMsg::Prepare { tk: y, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false },
         );
         assert_eq!(accepts_with_entries(&out), 2, "{out:?}");
     }
@@ -457,7 +501,7 @@ mod tests {
                 0,
                 10,
                 LocalTime::ZERO,
-                TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] },
+                TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false },
             );
             assert_eq!(accepts_with_entries(&out), 2, "the prepare record is proposed: {out:?}");
             let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)] };
@@ -474,7 +518,7 @@ mod tests {
     fn a_prepare_resent_while_an_abort_is_logged_gets_a_no() {
         let mut s = one_shard_leader(Cc::Optimistic);
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
-        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)] };
+        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false };
         deliver(&mut s, prepare.clone());
         let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, incarnation: 0 };
         let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, TxnMsg::Paxos(ack));
@@ -508,6 +552,98 @@ mod tests {
             let again = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
             assert_eq!(accepts_with_entries(&again), 0, "a resend waits: {again:?}");
         }
+        assert_eq!(s.paxos().log_len(), 1);
+    }
+
+    /// The follower's acknowledgement of slots `..prefix` in ballot (0, 0).
+    fn accepted(prefix: u64) -> TxnMsg {
+        let ballot = Ballot { round: 0, replica: 0 };
+        TxnMsg::Paxos(PaxosMsg::Accepted { ballot, prefix, gap: false, incarnation: 0 })
+    }
+
+    #[test]
+    fn a_single_shard_attempt_commits_with_one_record_and_its_vote_is_the_outcome() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+            if cc == Cc::Locking {
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+            }
+            let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: true };
+            let out = deliver(&mut s, prepare.clone());
+            assert!(out.is_empty(), "{cc:?}: no vote before the record is durable: {out:?}");
+            // A decision sent by mistake does not decide it: its record does.
+            deliver(&mut s, TxnMsg::Decide { tk: x, commit: false });
+            let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(1));
+            assert!(out.iter().any(|(to, m)| *to == NodeId(10) && *m == TxnMsg::Vote { tk: x, shard: 0, yes: true }));
+            assert!(!out.iter().any(|(_, m)| matches!(m, TxnMsg::DecideAck { .. })), "{out:?}");
+            assert_eq!(s.paxos().log_len(), 1, "{cc:?}: one record, no commit record");
+            assert_eq!((s.store().get(7).value, s.store().get(7).version), (1, 1));
+            assert_eq!((s.prepared_count(), s.active_count(), s.locks_held()), (0, 0, 0), "{cc:?}: all released");
+            // A resend is answered from the logged outcome.
+            let out = deliver(&mut s, prepare);
+            assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: true, .. })]), "{out:?}");
+        }
+    }
+
+    /// The one-phase rule holds on every replica, whoever proposed the record: a record applied
+    /// after a write to a key it read, or while a prepared attempt holds one of its keys, or
+    /// after an abort record of its attempt, aborts.
+    #[test]
+    fn a_one_phase_record_applies_as_an_abort_where_its_reads_are_stale() {
+        for cc in [Cc::Locking, Cc::Optimistic] {
+            let mut s = one_shard_leader(cc);
+            let tk = |seq| TxnKey { txn: TxnId::new(NodeId(10), seq), attempt: 1 };
+            let one_phase = |seq, ver, value| Record::CommitOnePhase {
+                tk: tk(seq),
+                reads: vec![(7, ver)],
+                writes: vec![(7, value)],
+            };
+            let records = vec![
+                one_phase(1, 0, 1),                                                 // slot 0: commits
+                one_phase(2, 0, 1),                                                 // read version 0: stale
+                Record::Prepare { tk: tk(3), keys: vec![7], writes: vec![(7, 2)] }, // holds key 7
+                one_phase(4, 1, 2),                                                 // key 7 is prepared
+                Record::Commit { tk: tk(3) },                                       // slot 4: version 5
+                Record::Abort { tk: tk(5) },
+                one_phase(5, 5, 9), // its abort record came first
+                one_phase(6, 5, 3), // commits
+            ];
+            deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(records));
+            assert_eq!(s.paxos().applied(), 8);
+            assert_eq!((s.store().get(7).value, s.store().get(7).version), (3, 8), "{cc:?}");
+            assert_eq!(s.stats().one_phase_invalid, 2, "{cc:?}");
+            assert_eq!(s.stats().committed, 3, "{cc:?}");
+            assert_eq!(s.prepared_count(), 0);
+        }
+    }
+
+    /// After a leadership change an earlier leader may have proposed an attempt's one-phase
+    /// record; a later election could still recover it. So the new leader logs an abort record
+    /// before it answers no, and the answer is the log's.
+    #[test]
+    fn after_a_leadership_change_a_one_phase_no_is_logged_before_it_is_sent() {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(Cc::Locking, &t, &unbatched(), 0, 1);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        let mut fx = Vec::new();
+        s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
+        let ballot = s.paxos().ballot();
+        let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });
+        deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), promise);
+        assert!(s.paxos().is_ready());
+        // The attempt read at the old leader; its one-phase request reaches the new one.
+        let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
+        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: true };
+        let out = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), prepare.clone());
+        assert!(!out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { .. })), "no unlogged no: {out:?}");
+        assert_eq!(accepts_with_entries(&out), 2, "an abort record is proposed: {out:?}");
+        let out = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), prepare);
+        assert!(out.is_empty(), "a resend waits for the same record: {out:?}");
+        let ack = PaxosMsg::Accepted { ballot, prefix: 1, gap: false, incarnation: 0 };
+        let out = deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), TxnMsg::Paxos(ack));
+        assert!(out.iter().any(|(_, m)| *m == TxnMsg::Vote { tk: x, shard: 0, yes: false }), "{out:?}");
         assert_eq!(s.paxos().log_len(), 1);
     }
 

@@ -12,6 +12,10 @@
 //! lock table; it rebuilds them from `prepared` when it becomes ready and drops them when it
 //! loses leadership.
 //!
+//! A one-phase record (a single-shard attempt) is prepare and decision at once: applying it
+//! commits or aborts the attempt by the deterministic rule of the parent module's docs, and the
+//! leader that proposed it answers its `Vote` then.
+//!
 //! Aborts need no log record while the shard has had one leader: an attempt the leader refuses
 //! or votes no on was never prepared. After a leadership change, an abort the leader decides
 //! alone is logged too (on the coordinator's `Decide(abort)`): an earlier leader may have
@@ -55,6 +59,8 @@ enum State {
 struct Active {
     /// (age, attempt): smaller is older.
     prio: (u64, TxnKey),
+    /// Asked to commit in one phase (its outcome is its one-phase record's, no `Decide`).
+    one_phase: bool,
     /// The keys it locks (all locks are exclusive).
     keys: Vec<Key>,
     state: State,
@@ -95,6 +101,9 @@ pub struct ServerStats {
     /// 2PL prepares refused because the versions the coordinator read are not the leader's
     /// (values from a deposed leader).
     pub stale_reads: u64,
+    /// One-phase records that applied as aborts (a version read was no longer the latest, or
+    /// a prepared attempt held a key: a record a deposed leader proposed).
+    pub one_phase_invalid: u64,
 }
 
 /// See the module docs.
@@ -106,6 +115,8 @@ pub struct TxnServer {
     paxos: MultiPaxos<Record>,
     store: Store,
     prepared: BTreeMap<TxnKey, Prepared>,
+    /// How many prepared attempts hold each key (the one-phase rule looks keys up here).
+    prepared_keys: BTreeMap<Key, u32>,
     /// Outcomes logged (commit / abort records applied), in log order: the same on every replica.
     done: BTreeMap<TxnKey, Outcome>,
     done_order: VecDeque<TxnKey>,
@@ -113,6 +124,9 @@ pub struct TxnServer {
     /// the ballot in which an abort record for them was proposed, if one was.
     unlogged: BTreeMap<TxnKey, Option<Ballot>>,
     unlogged_order: VecDeque<TxnKey>,
+    /// One-phase attempts this leader answers once the abort record it proposed for them is
+    /// applied (a *no* after a leadership change must be logged first).
+    vote_on_apply: BTreeSet<TxnKey>,
     leading: bool,
     active: BTreeMap<TxnKey, Active>,
     locks: BTreeMap<Key, KeyLock>,
@@ -135,10 +149,12 @@ impl TxnServer {
                 .with_batch_timer(PAXOS_BATCH),
             store: Store::default(),
             prepared: BTreeMap::new(),
+            prepared_keys: BTreeMap::new(),
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
             unlogged: BTreeMap::new(),
             unlogged_order: VecDeque::new(),
+            vote_on_apply: BTreeSet::new(),
             leading: false,
             active: BTreeMap::new(),
             locks: BTreeMap::new(),
@@ -175,6 +191,44 @@ impl TxnServer {
     /// Attempts the leader tracks (waiting, locked, preparing, prepared, deciding).
     pub fn active_count(&self) -> usize {
         self.active.len()
+    }
+
+    fn insert_prepared(&mut self, tk: TxnKey, prepared: Prepared) {
+        for k in &prepared.keys {
+            *self.prepared_keys.entry(*k).or_default() += 1;
+        }
+        if let Some(old) = self.prepared.insert(tk, prepared) {
+            self.forget_prepared_keys(&old.keys);
+        }
+    }
+
+    fn remove_prepared(&mut self, tk: TxnKey) -> Option<Prepared> {
+        let p = self.prepared.remove(&tk)?;
+        self.forget_prepared_keys(&p.keys);
+        Some(p)
+    }
+
+    fn forget_prepared_keys(&mut self, keys: &[Key]) {
+        for k in keys {
+            if let Some(n) = self.prepared_keys.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.prepared_keys.remove(k);
+                }
+            }
+        }
+    }
+
+    /// The one-phase rule (parent module docs), at the record's position in the log: every
+    /// version read is still the latest and no prepared attempt holds one of the keys.
+    fn one_phase_valid(&self, reads: &[(Key, u64)], writes: &[(Key, Value)]) -> bool {
+        self.config.unsafe_skip_validation
+            || (reads.iter().all(|(k, ver)| self.store.get(*k).version == *ver)
+                && reads
+                    .iter()
+                    .map(|(k, _)| k)
+                    .chain(writes.iter().map(|(k, _)| k))
+                    .all(|k| !self.prepared_keys.contains_key(k)))
     }
 
     /// A commit or abort record of `tk` was applied (called in log order only).
@@ -229,6 +283,7 @@ impl TxnServer {
         self.leading = ready;
         self.active.clear();
         self.locks.clear();
+        self.vote_on_apply.clear();
         if ready {
             ctx.metric("txn.server_became_leader", 1);
             let prepared: Vec<(TxnKey, Vec<Key>)> = self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone())).collect();
@@ -236,7 +291,7 @@ impl TxnServer {
                 for k in &keys {
                     self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), keys, state: State::Recovered });
+                self.active.insert(tk, Active { prio: (0, tk), one_phase: false, keys, state: State::Recovered });
             }
         }
     }
@@ -258,7 +313,7 @@ impl TxnServer {
                     if self.done.contains_key(&tk) {
                         continue;
                     }
-                    self.prepared.insert(tk, Prepared { keys, writes });
+                    self.insert_prepared(tk, Prepared { keys, writes });
                     // Yes only from the ready leader of the ballot that proposed the record: a
                     // message that deposes this leader may also commit its record (the new
                     // leader recovered it), before `sync_leadership` has run.
@@ -278,34 +333,61 @@ impl TxnServer {
                     }
                 }
                 Record::Commit { tk } => {
-                    if let Some(p) = self.prepared.remove(&tk) {
+                    if let Some(p) = self.remove_prepared(tk) {
                         for (k, v) in p.writes {
                             self.store.put(k, v, slot + 1);
                         }
                         self.stats.committed += 1;
                     }
                     self.remember_done(tk, Outcome::Committed);
-                    self.finish(ctx, tk);
+                    self.finish(ctx, tk, Outcome::Committed, false);
                 }
                 Record::Abort { tk } => {
-                    if self.prepared.remove(&tk).is_some() {
+                    if self.remove_prepared(tk).is_some() {
                         self.stats.aborted += 1;
                     }
                     self.remember_done(tk, Outcome::Aborted);
-                    self.finish(ctx, tk);
+                    self.finish(ctx, tk, Outcome::Aborted, false);
+                }
+                Record::CommitOnePhase { tk, reads, writes } => {
+                    // An abort record logged first (after a leadership change) decided it.
+                    if self.done.contains_key(&tk) {
+                        continue;
+                    }
+                    let outcome = if self.one_phase_valid(&reads, &writes) {
+                        for (k, v) in writes {
+                            self.store.put(k, v, slot + 1);
+                        }
+                        self.stats.committed += 1;
+                        Outcome::Committed
+                    } else {
+                        self.stats.one_phase_invalid += 1;
+                        ctx.metric("txn.server_one_phase_invalid", 1);
+                        Outcome::Aborted
+                    };
+                    self.remember_done(tk, outcome);
+                    self.finish(ctx, tk, outcome, true);
                 }
             }
         }
     }
 
-    /// A decision record of `tk` is applied: the leader releases and acknowledges.
-    fn finish(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+    /// A decision record of `tk` (`one_phase`: its one-phase record) is applied: the leader
+    /// releases the keys and answers — the outcome to a one-phase attempt it proposed or a *no*
+    /// it logged first, an acknowledgement to a decision.
+    fn finish(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, outcome: Outcome, one_phase: bool) {
+        let asked = self.vote_on_apply.remove(&tk);
         if !self.leading {
             return;
         }
+        let proposed = self.active.contains_key(&tk);
         self.release(ctx, tk, true);
         let shard = self.shard;
-        self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+        if asked || (one_phase && proposed) {
+            self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: outcome == Outcome::Committed });
+        } else if !one_phase {
+            self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+        }
     }
 
     // ---------------------------------------------------------------- locks
@@ -435,7 +517,8 @@ impl TxnServer {
             self.remember_unlogged(t);
         }
         let prio = (age_ns, tk);
-        self.active.insert(tk, Active { prio, keys: keys.clone(), state: State::Waiting { missing: keys.len() } });
+        let waiting = State::Waiting { missing: keys.len() };
+        self.active.insert(tk, Active { prio, one_phase: false, keys: keys.clone(), state: waiting });
         for k in &keys {
             // Wound every younger, unprepared holder that conflicts (again after each round:
             // releasing a victim may grant the key to another younger waiter).
@@ -481,7 +564,14 @@ impl TxnServer {
         }
     }
 
-    fn on_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, reads: Vec<(Key, u64)>, writes: Vec<(Key, Value)>) {
+    fn on_prepare(
+        &mut self,
+        ctx: &mut Ctx<'_, TxnMsg>,
+        tk: TxnKey,
+        reads: Vec<(Key, u64)>,
+        writes: Vec<(Key, Value)>,
+        one_phase: bool,
+    ) {
         let shard = self.shard;
         let vote = |yes| TxnMsg::Vote { tk, shard, yes };
         if let Some(&outcome) = self.done.get(&tk) {
@@ -489,7 +579,7 @@ impl TxnServer {
             return;
         }
         if self.unlogged.contains_key(&tk) {
-            self.reply(ctx, tk, vote(false));
+            self.vote_no(ctx, tk, one_phase);
             return;
         }
         if writes.len() > self.config.keys_per_request_max
@@ -506,13 +596,13 @@ impl TxnServer {
             // The decision is known (the coordinator only decides after the votes): repeat it.
             Some(State::Deciding { commit }) => self.reply(ctx, tk, vote(commit)),
             Some(State::Recovered) => self.reply(ctx, tk, vote(false)),
-            Some(State::Waiting { .. }) => self.refuse(ctx, tk),
+            Some(State::Waiting { .. }) => self.refuse_prepare(ctx, tk, one_phase),
             Some(State::Locked) => {
                 // 2PL: every write must be under an exclusive lock this attempt holds.
                 let a = &self.active[&tk];
                 let covered = writes.iter().all(|(k, _)| a.keys.contains(k));
                 if !covered {
-                    self.refuse(ctx, tk);
+                    self.refuse_prepare(ctx, tk, one_phase);
                     return;
                 }
                 // ... and the values the writes derive from must be this leader's: the
@@ -528,16 +618,16 @@ impl TxnServer {
                 if !fresh {
                     self.stats.stale_reads += 1;
                     ctx.metric("txn.server_stale_read", 1);
-                    self.refuse(ctx, tk);
+                    self.refuse_prepare(ctx, tk, one_phase);
                     return;
                 }
                 let keys = a.keys.clone();
-                self.start_prepare(ctx, tk, keys, writes);
+                self.start_prepare(ctx, tk, keys, reads, writes, one_phase);
             }
             None if self.cc == Cc::Optimistic => {
                 if self.superseded(tk) || self.active.len() >= self.config.active_max {
                     self.remember_unlogged(tk);
-                    self.reply(ctx, tk, vote(false));
+                    self.vote_no(ctx, tk, one_phase);
                     return;
                 }
                 let keys: BTreeSet<Key> = reads.iter().map(|(k, _)| *k).chain(writes.iter().map(|(k, _)| *k)).collect();
@@ -548,35 +638,76 @@ impl TxnServer {
                     self.stats.validation_failures += 1;
                     ctx.metric("txn.server_validation_failed", 1);
                     self.remember_unlogged(tk);
-                    self.reply(ctx, tk, vote(false));
+                    self.vote_no(ctx, tk, one_phase);
                     return;
                 }
                 let keys: Vec<Key> = keys.into_iter().collect();
                 for k in &keys {
                     self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), keys: keys.clone(), state: State::Locked });
-                self.start_prepare(ctx, tk, keys, writes);
+                let active = Active { prio: (0, tk), one_phase, keys: keys.clone(), state: State::Locked };
+                self.active.insert(tk, active);
+                self.start_prepare(ctx, tk, keys, reads, writes, one_phase);
             }
             None => {
                 // 2PL: the locks are gone (wounded, a new leader, or never taken).
                 self.remember_unlogged(tk);
-                self.reply(ctx, tk, vote(false));
+                self.vote_no(ctx, tk, one_phase);
             }
         }
     }
 
-    fn start_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, keys: Vec<Key>, writes: Vec<(Key, Value)>) {
+    /// Refuses the prepare of attempt `tk`, which is not prepared here: two-phase, `Refused`
+    /// (the coordinator aborts it); one-phase, a *no* vote ([`Self::vote_no`]).
+    fn refuse_prepare(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, one_phase: bool) {
+        if !one_phase {
+            self.refuse(ctx, tk);
+            return;
+        }
+        self.release(ctx, tk, true);
+        self.remember_unlogged(tk);
+        self.stats.refused += 1;
+        self.vote_no(ctx, tk, true);
+    }
+
+    /// Votes no for `tk`, which this leader did not prepare. A one-phase attempt's *no* is its
+    /// outcome; once the shard has changed leaders an earlier leader may have proposed its
+    /// one-phase record, so the *no* waits for an abort record, and the outcome of the log is
+    /// the answer (parent module docs).
+    fn vote_no(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, one_phase: bool) {
+        if one_phase && self.stale_prepares_possible() {
+            // Bounded: beyond the bound nothing is answered and the coordinator asks again.
+            if self.vote_on_apply.len() < self.config.active_max {
+                self.vote_on_apply.insert(tk);
+                self.log_abort(ctx, tk);
+            }
+            return;
+        }
+        let shard = self.shard;
+        self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: false });
+    }
+
+    fn start_prepare(
+        &mut self,
+        ctx: &mut Ctx<'_, TxnMsg>,
+        tk: TxnKey,
+        keys: Vec<Key>,
+        reads: Vec<(Key, u64)>,
+        writes: Vec<(Key, Value)>,
+        one_phase: bool,
+    ) {
         let ballot = self.paxos.ballot();
         if let Some(a) = self.active.get_mut(&tk) {
             a.state = State::Preparing { ballot };
+            a.one_phase = one_phase;
         }
-        if !self.propose(ctx, Record::Prepare { tk, keys, writes }) {
+        let record =
+            if one_phase { Record::CommitOnePhase { tk, reads, writes } } else { Record::Prepare { tk, keys, writes } };
+        if !self.propose(ctx, record) {
             // The log refuses (overloaded): vote no.
             self.release(ctx, tk, true);
             self.remember_unlogged(tk);
-            let shard = self.shard;
-            self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: false });
+            self.vote_no(ctx, tk, one_phase);
         }
     }
 
@@ -584,6 +715,11 @@ impl TxnServer {
         let shard = self.shard;
         if self.done.contains_key(&tk) {
             self.reply(ctx, tk, TxnMsg::DecideAck { tk, shard });
+            return;
+        }
+        if self.active.get(&tk).is_some_and(|a| a.one_phase && matches!(a.state, State::Preparing { .. })) {
+            // Its one-phase record decides it; no coordinator decision applies.
+            ctx.metric("txn.server_decide_ignored", 1);
             return;
         }
         let state = self.active.get(&tk).map(|a| a.state.clone());
@@ -663,7 +799,7 @@ impl Process for TxnServer {
                 }
             }
             TxnMsg::Read { tk, age_ns, keys } => self.on_read(ctx, tk, age_ns, keys),
-            TxnMsg::Prepare { tk, reads, writes } => self.on_prepare(ctx, tk, reads, writes),
+            TxnMsg::Prepare { tk, reads, writes, one_phase } => self.on_prepare(ctx, tk, reads, writes, one_phase),
             TxnMsg::Decide { tk, commit } => self.on_decide(ctx, tk, commit),
             TxnMsg::ReadReply { .. }
             | TxnMsg::Refused { .. }
