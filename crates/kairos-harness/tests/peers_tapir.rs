@@ -196,7 +196,7 @@ fn assert_surviving_replicas_agree(
     assert!(!keys.is_empty());
     let mut written = 0;
     for key in keys {
-        let replicas = &shards[(key % shards.len() as u64) as usize];
+        let replicas = &shards[kairos_workload::shard_of(key, shards.len()) as usize];
         let got: Vec<_> = which.iter().map(|&i| sim.role::<Replica>(replicas[i]).unwrap().store().get(key)).collect();
         assert!(got.windows(2).all(|w| w[0] == w[1]), "key {key}: {got:?}");
         written += usize::from(got[0].version > 0);

@@ -424,8 +424,7 @@ impl TxnShell {
     /// Tells the admission limit how `txn` (still pending) ended.
     fn finished<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, finish: Finish) {
         let Some(p) = self.pending.get(&txn) else { return };
-        let shards = self.config.shard_count.max(1) as u64;
-        let path = path_of_shards(p.keys.iter().map(|k| (k % shards) as u32));
+        let path = path_of_shards(p.keys.iter().map(|k| kairos_workload::shard_of(*k, self.config.shard_count)));
         if self.admission.on_finish(ctx.now(), p.invoked_at, path, self.pending.len(), finish) {
             ctx.metric("txn.admission_steps_down", 1);
         }

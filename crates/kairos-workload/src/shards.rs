@@ -3,6 +3,13 @@
 use crate::txn::{key_id, Key, ShardId};
 use kairos_core::NodeId;
 
+/// The shard of key id `key` among `shard_count` shards (at least one): id mod shards. Tiga's
+/// keys are byte strings whose id is [`key_id`] (xxh3); the peers' integer MicroBench keys are
+/// their own ids. Every role that places or checks a key uses this one rule.
+pub fn shard_of(key: Key, shard_count: usize) -> ShardId {
+    (key % shard_count.max(1) as u64) as ShardId
+}
+
 /// The shards and their replicas. Replica `r` of shard `s` is `shards[s][r]`; in view 0 the
 /// leader of every shard is replica `leader[s]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,11 +38,9 @@ impl Topology {
     pub fn leader_node(&self, shard: ShardId) -> NodeId {
         self.shards[shard as usize][self.leader[shard as usize] as usize]
     }
-    /// The shard of a key id: id mod shards. Tiga's keys are byte strings whose id is
-    /// [`key_id`] (xxh3), so a key's shard is xxh3(bytes) mod shards; the peers' integer
-    /// MicroBench keys are their own ids.
+    /// The shard of a key id ([`shard_of`]).
     pub fn shard_of_key(&self, key: Key) -> ShardId {
-        (key % self.shards.len() as u64) as ShardId
+        shard_of(key, self.shards.len())
     }
     /// The shard of a byte-string key.
     pub fn shard_of_bytes(&self, key: &[u8]) -> ShardId {

@@ -107,7 +107,7 @@ struct State {
 pub struct Replica {
     shard: ShardId,
     replica: u32,
-    shard_count: u64,
+    shard_count: usize,
     config: TapirConfig,
     store: Store,
     /// Key → the largest commit timestamp of a committed transaction that read it.
@@ -130,7 +130,7 @@ impl Replica {
         Replica {
             shard,
             replica,
-            shard_count: topology.shard_count().max(1) as u64,
+            shard_count: topology.shard_count(),
             config: config.clone(),
             store: Store::default(),
             last_read: BTreeMap::new(),
@@ -206,13 +206,15 @@ impl Replica {
 
     /// Keys must belong to this shard and be few.
     fn keys_ok(&self, keys: impl ExactSizeIterator<Item = Key> + Clone) -> bool {
-        keys.len() <= self.config.keys_max && keys.clone().all(|k| k % self.shard_count == u64::from(self.shard)) && {
-            let mut v: Vec<Key> = keys.collect();
-            let n = v.len();
-            v.sort_unstable();
-            v.dedup();
-            v.len() == n
-        }
+        keys.len() <= self.config.keys_max
+            && keys.clone().all(|k| kairos_workload::shard_of(k, self.shard_count) == self.shard)
+            && {
+                let mut v: Vec<Key> = keys.collect();
+                let n = v.len();
+                v.sort_unstable();
+                v.dedup();
+                v.len() == n
+            }
     }
 
     /// The transaction finished (committed or aborted) at `op` or later.

@@ -180,7 +180,7 @@ impl TxnServer {
     }
 
     fn mine(&self, key: Key) -> bool {
-        self.shards > 0 && key % self.shards as u64 == u64::from(self.shard)
+        self.shards > 0 && kairos_workload::shard_of(key, self.shards) == self.shard
     }
 
     /// Attempts holding locks on this (leader) replica.
