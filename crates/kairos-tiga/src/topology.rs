@@ -79,6 +79,14 @@ pub struct TigaConfig {
     /// Test-only: the new leader's log merge skips rule (b): it keeps only the old leader's
     /// log, losing what was committed on the fast path and not yet synchronized.
     pub unsafe_skip_merge_rule_b: bool,
+    /// When a leader sends the other involved leaders its timestamp for a multi-shard
+    /// transaction. `None` (the default): when the transaction arrives — its timestamp is
+    /// settled then, and no leader ever waits on a lock for it (the crate docs' deviation from
+    /// the paper). `Some(timeout)`: when it releases the transaction, the paper's rule, or
+    /// `timeout` after arrival if still not released, which breaks the wait of two leaders that
+    /// hold conflicting transactions in opposite orders (without it they wait forever). For
+    /// measuring what the deviation costs or hides (`kairos bench tiga --announce-at-release-ms`).
+    pub announce_at_release: Option<Duration>,
     /// Per transaction, take the slow path's smaller headroom when it is predicted to commit
     /// sooner (beyond the paper; see the coordinator's module docs). Off: the paper's rule.
     pub quorum_choice: bool,
@@ -134,6 +142,7 @@ impl Default for TigaConfig {
             view_change_timeout: Duration::from_secs(2),
             view_change_retry: Duration::from_millis(150),
             verify_lookback: Duration::from_secs(2),
+            announce_at_release: None,
             quorum_choice: false,
             unsafe_skip_merge_rule_b: false,
             unsafe_skip_second_round: false,

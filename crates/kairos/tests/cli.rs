@@ -152,6 +152,8 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "tiga", "--kill-shard", "1"], "--kill-leader-at-s"),
         (vec!["bench", "tiga", "--message-cost-us", "3"], "--measured-cpu"),
         (vec!["bench", "micro", "--message-cost-us", "20000"], "--message-cost-us"),
+        (vec!["bench", "tiga", "--announce-at-release-ms", "0"], "--announce-at-release-ms"),
+        (vec!["bench", "tiga", "--announce-at-release-ms", "soon"], "milliseconds"),
         (vec!["bench", "net", "--windows", "0"], "--windows"),
         (vec!["bench", "net", "--sizes", "99999999"], "--sizes"),
         (vec!["bench", "net", "--messages", "0"], "--messages"),

@@ -160,8 +160,11 @@ struct Txn {
     /// Leader: the agreed timestamp was above this leader's: it confirms after executing.
     lowered: bool,
     /// Leader: when this leader last sent agreement messages for it (local ns); they are
-    /// retried only once `agree_retry` has passed since.
+    /// retried only once `agree_retry` has passed since. Before it announced: when it arrived.
     agree_sent_at: Ts,
+    /// Leader: its round-1 timestamp went to the other involved leaders (at arrival, or at
+    /// release with `TigaConfig::announce_at_release`); agreement is evaluated only after.
+    announced: bool,
 }
 
 impl Txn {
@@ -180,6 +183,7 @@ impl Txn {
             original_ts: ts,
             lowered: false,
             agree_sent_at: 0,
+            announced: false,
         }
     }
 }
@@ -361,6 +365,8 @@ pub struct ServerStats {
     pub finalized: u64,
     pub executed: u64,
     pub rejected: u64,
+    /// Announcing at release: timestamps announced at the timeout, before their release.
+    pub announce_timeouts: u64,
     /// Log entries a restarted follower recovered from its journal.
     pub recovered_entries: u64,
     /// Journal records a restart could not decode (written by another version of Kairos).
@@ -642,8 +648,13 @@ impl Server {
         if self.is_leader() && self.txns[&txn].piece.shards.len() > 1 {
             // This leader's timestamp for the transaction is settled now: announce it at once,
             // so that no other leader ever waits on a lock for it (announcing at release could
-            // deadlock two leaders that hold conflicting transactions in opposite orders).
-            self.announce(ctx, txn, false);
+            // deadlock two leaders that hold conflicting transactions in opposite orders) —
+            // unless the measurement of that choice asks for the paper's rule.
+            if self.config.announce_at_release.is_none() {
+                self.announce(ctx, txn, false);
+            } else if let Some(t) = self.txns.get_mut(&txn) {
+                t.agree_sent_at = now;
+            }
             self.awaiting.insert(txn);
             for ((shard, confirm), ts) in early.unwrap_or_default() {
                 if self.txns[&txn].piece.shards.contains(&shard) {
@@ -660,6 +671,7 @@ impl Server {
         let now = ctx.now().as_nanos();
         let Some(t) = self.txns.get_mut(&id) else { return };
         t.agree_sent_at = now;
+        t.announced = true;
         let ts = t.original_ts;
         let to: Vec<NodeId> = t
             .piece
@@ -684,20 +696,31 @@ impl Server {
         self.forget_truncated(now);
         let leader = self.is_leader();
         let mut candidates = self.pq.candidates(now);
-        while let Some(entry) = candidates.pop_first() {
-            let id = entry.1;
-            let Some(t) = self.txns.get(&id) else {
-                self.pq.forget(entry);
-                continue;
-            };
-            let keys: Vec<Key> = Self::keys(&t.piece).copied().collect();
-            let held = leader && keys.iter().any(|k| self.locked.get(k).is_some_and(|o| *o != id));
-            if held || keys.iter().any(|k| self.pq.waits_before(k, entry)) {
-                self.pq.block(entry, &keys);
-                continue;
+        loop {
+            while let Some(entry) = candidates.pop_first() {
+                let id = entry.1;
+                let Some(t) = self.txns.get(&id) else {
+                    self.pq.forget(entry);
+                    continue;
+                };
+                let keys: Vec<Key> = Self::keys(&t.piece).copied().collect();
+                let held = leader && keys.iter().any(|k| self.locked.get(k).is_some_and(|o| *o != id));
+                if held || keys.iter().any(|k| self.pq.waits_before(k, entry)) {
+                    self.pq.block(entry, &keys);
+                    continue;
+                }
+                candidates.extend(self.pq.take(entry, &keys));
+                self.release(ctx, id);
             }
-            candidates.extend(self.pq.take(entry, &keys));
-            self.release(ctx, id);
+            // Announcing at release, a release may conclude an agreement that re-queues the
+            // transaction (possibly already due) or frees keys: look again.
+            if self.config.announce_at_release.is_none() {
+                break;
+            }
+            candidates = self.pq.candidates(now);
+            if candidates.is_empty() {
+                break;
+            }
         }
         self.arm_release_timer(ctx);
     }
@@ -744,6 +767,11 @@ impl Server {
         // until the lower leaders confirm): at most one unsettled transaction per key.
         for k in Self::keys(&piece) {
             self.locked.insert(*k, id);
+        }
+        if !self.txns[&id].announced {
+            self.announce(ctx, id, false);
+            self.evaluate_agreement(ctx, id);
+            return;
         }
         self.settle(ctx, id);
     }
@@ -842,7 +870,10 @@ impl Server {
         if !t.piece.shards.contains(&shard) {
             return;
         }
-        if resend {
+        if resend && !t.announced {
+            // Announcing at release, not released yet: a peer's retry reveals it now to all.
+            self.announce(ctx, txn, false);
+        } else if resend {
             // A peer lost something: answer with our timestamp, and our confirmation if given.
             let (mine, confirmed) = (t.original_ts, t.lowered && t.status == Status::Final);
             ctx.send(
@@ -912,7 +943,7 @@ impl Server {
     /// (case 1, or case 2 once the lower leaders confirm).
     fn evaluate_agreement(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         let Some(t) = self.txns.get(&id) else { return };
-        if matches!(t.status, Status::Abandoned) {
+        if matches!(t.status, Status::Abandoned) || (!t.announced && t.agreed.is_none()) {
             return;
         }
         if t.agreed.is_some() || matches!(t.status, Status::Final | Status::Held) {
@@ -1007,6 +1038,17 @@ impl Server {
                 self.awaiting.remove(&id);
                 continue;
             }
+            if !t.announced {
+                // Announcing at release: past the timeout, announce before the release.
+                let timeout = self.config.announce_at_release.map_or(0, duration_nanos);
+                if now.saturating_sub(t.agree_sent_at) >= timeout {
+                    self.stats.announce_timeouts += 1;
+                    ctx.metric("tiga.server_announce_timeouts", 1);
+                    self.announce(ctx, id, false);
+                    self.evaluate_agreement(ctx, id);
+                }
+                continue;
+            }
             if now.saturating_sub(t.agree_sent_at) < retry_after {
                 continue;
             }
@@ -1070,8 +1112,14 @@ impl Server {
         if !self.leader_timers_armed {
             self.leader_timers_armed = true;
             ctx.set_timer(SYNC, self.config.sync_interval);
-            ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
+            ctx.set_timer(AGREE_RETRY, self.agree_tick());
         }
+    }
+
+    /// How often a leader looks at its waiting agreements: every `agree_retry`, or as often as
+    /// the announce timeout when announcing at release.
+    fn agree_tick(&self) -> std::time::Duration {
+        self.config.announce_at_release.map_or(self.config.agree_retry, |t| t.min(self.config.agree_retry))
     }
 
     fn advance_commit_point(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
@@ -1647,7 +1695,7 @@ impl Process for Server {
             AGREE_RETRY if leading => {
                 self.retry_agreements(ctx);
                 self.release_due(ctx);
-                ctx.set_timer(AGREE_RETRY, self.config.agree_retry);
+                ctx.set_timer(AGREE_RETRY, self.agree_tick());
             }
             SYNC | AGREE_RETRY => self.leader_timers_armed = false,
             HEARTBEAT => {

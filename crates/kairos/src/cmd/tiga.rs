@@ -98,6 +98,7 @@ impl TigaArgs {
         base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
         base.config.zero_headroom = self.zero_headroom;
         base.config.quorum_choice = self.quorum_choice;
+        base.config.announce_at_release = self.announce_at_release_ms.map(|ms| Duration::from_secs_f64(ms / 1e3));
         base.config.admission_control = self.admission.admission_control;
         Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
     }
@@ -239,6 +240,8 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     extra.insert("headroom_shift_ms".into(), (d.config.headroom_shift_ns as f64 / 1e6).into());
     extra.insert("zero_headroom".into(), d.config.zero_headroom.into());
     extra.insert("quorum_choice".into(), d.config.quorum_choice.into());
+    let announce_ms = d.config.announce_at_release.map(|t| t.as_secs_f64() * 1e3);
+    extra.insert("announce_at_release_ms".into(), announce_ms.into());
     extra.insert("admission_control".into(), d.config.admission_control.into());
     // Every protocol counter of the run (sends, retransmissions, give-ups, admission drops,
     // server revisions…): what explains a throughput or latency figure.
