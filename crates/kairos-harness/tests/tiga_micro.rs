@@ -125,23 +125,28 @@ fn separated_leaders_stay_strictly_serializable() {
 /// Under contention (a small, skewed key space, leaders spread so that timestamps differ),
 /// detective mode executes first and revokes on disagreement; preventive mode agrees first and
 /// never revokes. Both are strictly serializable.
+/// Separated leaders under contention: 200 keys per shard, skew 0.99, 400 txn/s for 3 s, and
+/// 40 ms less headroom than the estimate, so that transactions reach far replicas after their
+/// timestamp and leaders bump them and disagree.
+fn contended_separated() -> Deployment {
+    let mut d = Deployment {
+        placement: Placement::Separated,
+        keys_per_shard: 200,
+        skew: 0.99,
+        load_txn_per_s: 400.0,
+        duration: Duration::from_secs(3),
+        ..Deployment::default()
+    };
+    d.config.headroom_shift_ns = -40_000_000;
+    d
+}
+
 #[test]
 fn preventive_mode_never_revokes_and_detective_mode_does_under_contention() {
     use kairos_tiga::server::Server;
     let mut revoked = Vec::new();
     for mode in [kairos_harness::tiga::Mode::Preventive, kairos_harness::tiga::Mode::Detective] {
-        let mut d = Deployment {
-            placement: Placement::Separated,
-            mode,
-            keys_per_shard: 200,
-            skew: 0.99,
-            load_txn_per_s: 400.0,
-            duration: Duration::from_secs(3),
-            ..Deployment::default()
-        };
-        // 40 ms less headroom than the estimate: transactions reach far replicas after their
-        // timestamp, so leaders bump them and disagree.
-        d.config.headroom_shift_ns = -40_000_000;
+        let d = Deployment { mode, ..contended_separated() };
         let mut world = d.build().unwrap();
         world.sim.run_until(kairos_core::SimTime::from_secs(10));
         let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
@@ -170,16 +175,7 @@ fn preventive_mode_never_revokes_and_detective_mode_does_under_contention() {
 fn announcing_at_release_deadlocks_until_its_timeout_and_stays_strictly_serializable() {
     let mut medians = Vec::new();
     for announce_at_release in [None, Some(Duration::from_millis(1_500))] {
-        let mut d = Deployment {
-            placement: Placement::Separated,
-            keys_per_shard: 200,
-            skew: 0.99,
-            load_txn_per_s: 400.0,
-            duration: Duration::from_secs(3),
-            ..Deployment::default()
-        };
-        // Leaders bump and disagree (as in the preventive / detective test above).
-        d.config.headroom_shift_ns = -40_000_000;
+        let mut d = contended_separated();
         d.config.announce_at_release = announce_at_release;
         let (out, report) = run(&d);
         assert!(report.valid, "{announce_at_release:?}: {report}");

@@ -528,15 +528,13 @@ mod tests {
         assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
     }
 
-    /// After a leadership change an abort decided alone is logged; a resent `Decide(abort)`
-    /// waits for the record already proposed instead of proposing another.
-    #[test]
-    fn a_resent_abort_decision_proposes_one_abort_record() {
+    /// Replica 1 of a one-shard 2PL group after it timed out, campaigned and won with replica
+    /// 0's promise: the ready leader of ballot (1, 1), at local time 2 s.
+    fn second_leader() -> TxnServer {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
         let mut s = TxnServer::new(Cc::Locking, &t, &unbatched(), 0, 1);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
-        // Replica 1 times out, campaigns and wins with replica 0's promise.
         let mut fx = Vec::new();
         s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
         let ballot = s.paxos().ballot();
@@ -544,6 +542,14 @@ mod tests {
         let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });
         deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), promise);
         assert!(s.paxos().is_ready());
+        s
+    }
+
+    /// After a leadership change an abort decided alone is logged; a resent `Decide(abort)`
+    /// waits for the record already proposed instead of proposing another.
+    #[test]
+    fn a_resent_abort_decision_proposes_one_abort_record() {
+        let mut s = second_leader();
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
         let decide = TxnMsg::Decide { tk: x, commit: false };
         let first = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), decide.clone());
@@ -623,16 +629,8 @@ mod tests {
     /// before it answers no, and the answer is the log's.
     #[test]
     fn after_a_leadership_change_a_one_phase_no_is_logged_before_it_is_sent() {
-        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(Cc::Locking, &t, &unbatched(), 0, 1);
-        let mut rng = Rng::seed_from_u64(3);
-        s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
-        let mut fx = Vec::new();
-        s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
+        let mut s = second_leader();
         let ballot = s.paxos().ballot();
-        let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });
-        deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), promise);
-        assert!(s.paxos().is_ready());
         // The attempt read at the old leader; its one-phase request reaches the new one.
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
         let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: true };
