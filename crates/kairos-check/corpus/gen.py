@@ -8,6 +8,7 @@ H = {}
 
 def r(k, v=None): return ["r", k, v]
 def w(k, v): return ["w", k, v]
+def wu(k): return ["w", k, None]  # a write of unknown value (an increment whose result is unknown)
 def a(k, v): return ["append", k, v]
 def cas(k, e, n): return ["cas", k, [e, n]]
 
@@ -40,7 +41,22 @@ H["bad/timestamp-inversion.jsonl"] = [inv(1, [r(1), w(2, 1)]),          # T1 inv
                                       inv(2, [r(2)]), ok(2, [r(2, 1)]),  # T2 reads T1's y
                                       inv(3, [w(1, 3)]), ok(3, [w(1, 3)]),  # T3 writes x after T2 completed
                                       ok(1, [r(1, 3), w(2, 1)])]         # T1 read T3's x
+# A given-up increment (unknown write to key 1) and two later reads of two different values: one
+# write produces one value, and nobody else writes key 1 (adya 0.1 misses it: no garbage reads).
+H["bad/unknown-write-two-values.jsonl"] = ([inv(0, [r(1), wu(1)]), info(0, [r(1), wu(1)])]
+                                           + txn(1, [r(1, 5)]) + txn(1, [r(1, 6)]))
+# Key 2 = 7 has no possible writer: T1 wrote 1, and the unknown write to key 2 failed; the unknown
+# write to key 1 may explain key 1 = 4 but not key 2 (adya 0.1 misses garbage reads).
+H["bad/garbage-read-beside-unknown-write.jsonl"] = (
+    [inv(0, [r(1), wu(1)]), info(0, [r(1), wu(1)])] + txn(1, [w(2, 1)]) + txn(3, [r(2), wu(2)], fail)
+    + txn(2, [r(2, 7), r(1, 4)]))
 # --- transactional, known good ---
+# A given-up increment of key 1 (unknown write) took effect: its value 2 is read twice, then
+# incremented; a given-up increment of key 2 did not (key 2 is read as nil after it).
+H["good/unknown-write-read.jsonl"] = (
+    txn(0, [r(1, None), w(1, 1)]) + [inv(1, [r(1), wu(1)]), info(1, [r(1), wu(1)])]
+    + txn(2, [r(1, 2), r(2, None)]) + txn(0, [r(1, 2), w(1, 3)])
+    + [inv(3, [r(2), wu(2)]), info(3, [r(2), wu(2)])] + txn(2, [r(1, 3), r(2, None)]))
 H["good/rmw-concurrent.jsonl"] = [
     inv(0, [r(1), w(1, 1)]), inv(1, [r(2), w(2, 1)]), ok(0, [r(1, None), w(1, 1)]),
     inv(0, [r(1), w(1, 2)]), inv(2, [r(1), w(1, 9)]), fail(2, [r(1), w(1, 9)]),

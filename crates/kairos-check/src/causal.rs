@@ -70,7 +70,10 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
                         *cur = l.clone();
                     }
                 }
-                MicroOp::Read { value: Some(ReadValue::Int(_)), .. } | MicroOp::Write { .. } | MicroOp::Cas { .. } => {
+                MicroOp::Read { value: Some(ReadValue::Int(_)), .. }
+                | MicroOp::Write { .. }
+                | MicroOp::WriteUnknown { .. }
+                | MicroOp::Cas { .. } => {
                     return Err(CheckError::Unsupported(format!(
                         "causal checks list-append sessions; op index {} has a register micro-op",
                         o.index

@@ -22,6 +22,15 @@
 //! # Assumptions
 //! * `ok` took effect, `fail` did not, `info` (and an invocation never completed) may or may
 //!   not have — at any time after its invocation.
+//! * A write of unknown value (`["w", k, null]`, as a client records an increment whose
+//!   result it never learned) may appear in an invocation, an `info` or a `fail`; an `ok` must
+//!   carry the value it wrote (else the history is malformed). If its transaction took effect,
+//!   it wrote some single value, not `nil`, to `k`. The serial search is exact for this: the
+//!   value is bound by the first read that sees it. The direct checks infer nothing from a
+//!   non-`nil` read of such a key that needs to know its writer (garbage, aborted,
+//!   intermediate reads, lost updates); the dependency graph draws no edge from such a read and
+//!   then cannot prove, only refute; adya is given a fresh value nobody reads, so it infers
+//!   nothing from reads of the value really written and may miss an anomaly that needs them.
 //! * Real time (strict serializability, linearizability) is the order of records, as Jepsen
 //!   takes it; `time` is information only (the report notes when it is missing or goes back).
 //! * adya infers dependencies from unique written values; a history that writes a value twice

@@ -40,6 +40,20 @@ impl Op {
     }
 }
 
+/// Why an `ok` completion's micro-ops are malformed: a write of unknown value (`["w", k, null]`),
+/// which only an invocation, an `info` or a `fail` may carry — an `ok` took effect and must say
+/// what it wrote.
+pub(crate) fn unknown_write_in_ok(value: &[MicroOp]) -> Option<String> {
+    value.iter().enumerate().find_map(|(i, m)| match m {
+        MicroOp::WriteUnknown { key } => Some(format!(
+            "an ok completion must carry the value of every write, but its micro-op {} writes key {key} with an \
+             unknown value (null)",
+            i + 1
+        )),
+        _ => None,
+    })
+}
+
 /// Operations in invocation order. Structure was validated by the parser; records built in
 /// memory are validated again here (without line numbers).
 pub(crate) fn pair(records: &[HistoryRecord]) -> Result<Vec<Op>, CheckError> {
@@ -80,6 +94,9 @@ pub(crate) fn pair(records: &[HistoryRecord]) -> Result<Vec<Op>, CheckError> {
                     _ => Outcome::Info,
                 };
                 if t == OpType::Ok {
+                    if let Some(why) = unknown_write_in_ok(&e.value) {
+                        return Err(CheckError::Structure(format!("record index {}: {why}", r.index)));
+                    }
                     if e.value.len() != op.value.len() {
                         return Err(CheckError::Structure(format!(
                             "record index {}: completion has {} micro-ops but its invocation had {}",

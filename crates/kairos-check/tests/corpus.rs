@@ -1,5 +1,6 @@
 //! Every corpus history gets the verdict and anomaly its manifest promises, from every
-//! applicable checker, and paired checkers agree.
+//! applicable checker, and paired checkers agree — but for a checker the manifest names as
+//! missing a bad history (`missed_by`), which must still accept it, the disagreement flagged.
 
 use std::path::PathBuf;
 
@@ -38,10 +39,25 @@ fn corpus_matches_manifest() {
             if r.valid != want {
                 failures.push(format!("expected valid={want}; {ctx}"));
             }
-            if r.disagreement.is_some() {
+            let missed: Vec<&str> =
+                x["missed_by"].as_object().map_or(vec![], |m| m.keys().map(String::as_str).collect());
+            assert!(missed.is_empty() || !want, "{file}: missed_by is for bad histories");
+            if missed.is_empty() && r.disagreement.is_some() {
                 failures.push(format!("checkers disagree; {ctx}"));
             }
-            for c in checkers_for(model) {
+            if !missed.is_empty() && r.disagreement.is_none() {
+                failures.push(format!("checkers {missed:?} should miss the anomaly, and the report flag it; {ctx}"));
+            }
+            for c in missed.iter().copied() {
+                assert!(checkers_for(model).contains(&c), "{file}: {c} is not a checker of {model}");
+                match r.verdict(c) {
+                    Some(v) if v.valid == Some(true) => {}
+                    other => failures.push(format!(
+                        "checker {c} gave {other:?}: it no longer misses this history, update missed_by; {ctx}"
+                    )),
+                }
+            }
+            for c in checkers_for(model).iter().filter(|c| !missed.contains(c)) {
                 match r.verdict(c) {
                     Some(v) if v.valid == Some(want) => {}
                     other => failures.push(format!("checker {c} gave {other:?}, expected {want}; {ctx}")),

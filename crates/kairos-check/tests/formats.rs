@@ -53,6 +53,7 @@ fn micro_op(m: &MicroOp, n: Names, edn: bool) -> String {
             },
         ),
         MicroOp::Write { key: k, value } => ("w", *k, val(*value, n)),
+        MicroOp::WriteUnknown { key: k } => ("w", *k, if edn { "nil" } else { "null" }.to_string()),
         MicroOp::Append { key: k, value } => ("append", *k, val(*value, n)),
         MicroOp::Cas { key: k, expected, new } => {
             ("cas", *k, format!("[{}{}{}]", val(*expected, n), if edn { " " } else { "," }, val(*new, n)))

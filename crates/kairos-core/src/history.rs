@@ -7,8 +7,10 @@
 //!
 //! A role emits a [`HistoryEvent`] (who, what, which micro-ops); the host adds the `index` and
 //! the `time` of true time (nanoseconds) and writes a [`HistoryRecord`]. Micro-ops are
-//! `["r", key, value|null|[list]]`, `["w", key, value]`, `["append", key, value]` and
-//! `["cas", key, [expected, new]]`. A single-key operation (a register read, write or CAS) is a
+//! `["r", key, value|null|[list]]`, `["w", key, value|null]`, `["append", key, value]` and
+//! `["cas", key, [expected, new]]`. A write of `null` ([`MicroOp::WriteUnknown`]) is one whose
+//! value is not known to the client: allowed in an `invoke`, an `info` and a `fail`, never in
+//! an `ok` (which must say what it wrote). A single-key operation (a register read, write or CAS) is a
 //! one-micro-op value with `f` = `read`, `write` or `cas`; a transaction has `f` = `txn`.
 //! `type` is `invoke`, then `ok` (took effect), `fail` (certainly did not) or `info` (unknown:
 //! it may or may not have taken effect — never assume it absent).
@@ -48,6 +50,14 @@ pub enum MicroOp {
         key: u64,
         value: u64,
     },
+    /// A write whose value the client does not know (JSON `["w", key, null]`): the system
+    /// chooses it (an increment writes the version it read plus one). In an `invoke` the value
+    /// is not known yet; in an `info` (or a never-completed operation) the operation may have
+    /// taken effect and then wrote some single (non-`null`) value; an `ok` completion must
+    /// carry the concrete [`MicroOp::Write`] instead.
+    WriteUnknown {
+        key: u64,
+    },
     Append {
         key: u64,
         value: u64,
@@ -65,6 +75,7 @@ impl MicroOp {
         match self {
             MicroOp::Read { key, .. }
             | MicroOp::Write { key, .. }
+            | MicroOp::WriteUnknown { key }
             | MicroOp::Append { key, .. }
             | MicroOp::Cas { key, .. } => *key,
         }
@@ -135,6 +146,7 @@ impl Serialize for MicroOp {
                 Some(v) => ("r", key, v).serialize(s),
             },
             MicroOp::Write { key, value } => ("w", key, value).serialize(s),
+            MicroOp::WriteUnknown { key } => ("w", key, ()).serialize(s),
             MicroOp::Append { key, value } => ("append", key, value).serialize(s),
             MicroOp::Cas { key, expected, new } => ("cas", key, [expected, new]).serialize(s),
         }
@@ -164,7 +176,10 @@ fn micro_op_from_json(v: &Value) -> Result<MicroOp, String> {
             };
             Ok(MicroOp::Read { key, value })
         }
-        "w" => Ok(MicroOp::Write { key, value: int(&parts[2], "a written value")? }),
+        "w" => match &parts[2] {
+            Value::Null => Ok(MicroOp::WriteUnknown { key }),
+            other => Ok(MicroOp::Write { key, value: int(other, "a written value")? }),
+        },
         "append" => Ok(MicroOp::Append { key, value: int(&parts[2], "an appended value")? }),
         "cas" => {
             let pair = parts[2]
@@ -190,6 +205,16 @@ mod tests {
         assert_eq!(rec.event.value[4], MicroOp::Cas { key: 4, expected: 1, new: 2 });
         let back: HistoryRecord = serde_json::from_str(&serde_json::to_string(&rec).unwrap()).unwrap();
         assert_eq!(back, rec);
+    }
+
+    #[test]
+    fn a_null_write_is_an_unknown_value_and_round_trips() {
+        let op: MicroOp = serde_json::from_str(r#"["w",5,null]"#).unwrap();
+        assert_eq!(op, MicroOp::WriteUnknown { key: 5 });
+        assert_eq!(op.key(), 5);
+        assert_eq!(serde_json::to_string(&op).unwrap(), r#"["w",5,null]"#);
+        let known: MicroOp = serde_json::from_str(r#"["w",5,0]"#).unwrap();
+        assert_eq!(known, MicroOp::Write { key: 5, value: 0 });
     }
 
     #[test]

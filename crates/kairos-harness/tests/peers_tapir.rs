@@ -188,7 +188,10 @@ fn assert_surviving_replicas_agree(
     let mut keys = std::collections::BTreeSet::new();
     for r in sim.history() {
         for op in &r.event.value {
-            if let kairos_core::MicroOp::Read { key, .. } | kairos_core::MicroOp::Write { key, .. } = op {
+            if let kairos_core::MicroOp::Read { key, .. }
+            | kairos_core::MicroOp::Write { key, .. }
+            | kairos_core::MicroOp::WriteUnknown { key } = op
+            {
                 keys.insert(*key);
             }
         }

@@ -194,6 +194,41 @@ fn announcing_at_release_deadlocks_until_its_timeout_and_stays_strictly_serializ
     assert!(medians[1] > medians[0] + 100.0, "the deadlocks cost latency: {medians:?} ms");
 }
 
+/// A coordinator that gives up (`info`) cannot tell whether its transaction will still take
+/// effect; with a 10 s announce timeout, blocked transactions outlive their coordinators'
+/// retries and then commit. Their increments are in the history as writes of unknown value, so
+/// later reads of the versions they wrote are explained, and the history checks valid (it was
+/// reported as garbage reads while invocations named placeholder values).
+#[test]
+fn given_up_transactions_that_take_effect_are_explained_by_their_unknown_writes() {
+    use kairos_core::{MicroOp, OpType, ReadValue};
+    let mut d = contended_separated();
+    d.config.announce_at_release = Some(Duration::from_secs(10));
+    let (out, report) = run(&d);
+    let given_up = out.history.iter().filter(|r| r.event.op_type == OpType::Info).count();
+    // Versions read that no `ok` transaction wrote: only a given-up one can have written them.
+    let written: std::collections::HashSet<(u64, u64)> = out
+        .history
+        .iter()
+        .filter(|r| r.event.op_type == OpType::Ok)
+        .flat_map(|r| &r.event.value)
+        .filter_map(|m| if let MicroOp::Write { key, value } = m { Some((*key, *value)) } else { None })
+        .collect();
+    let unexplained_reads = out
+        .history
+        .iter()
+        .filter(|r| r.event.op_type == OpType::Ok)
+        .flat_map(|r| &r.event.value)
+        .filter(
+            |m| matches!(m, MicroOp::Read { key, value: Some(ReadValue::Int(v)) } if !written.contains(&(*key, *v))),
+        )
+        .count();
+    eprintln!("{given_up} given up; {unexplained_reads} reads of versions only they can have written");
+    assert!(unexplained_reads > 0, "some given-up transactions took effect and were read ({given_up} given up)");
+    assert!(report.valid, "{report}");
+    assert!(report.disagreement.is_none(), "{report}");
+}
+
 /// With 2 % of all messages lost, coordinators retransmit (same id), leaders retry their
 /// agreement messages and resend log entries to stalled followers: every transaction still
 /// commits, exactly once, strictly serializably. (MicroBench's key space; under heavy

@@ -7,26 +7,25 @@
 //! # History encoding
 //! The same as Tiga's coordinator (`kairos_workload::history`): one Jepsen process per
 //! in-flight transaction (`process_base + slot`); a MicroBench transaction increments its keys;
-//! the invocation names `["r", k, null]` and `["w", k, P]` with P the unique placeholder
-//! [`write_placeholder`](kairos_workload::history::write_placeholder); `ok` carries the values read and written (`v + 1`); a transaction
+//! the invocation names `["r", k, null]` and `["w", k, null]` (a write of unknown value,
+//! [`MicroOp::WriteUnknown`]); `ok` carries the values read and written (`v + 1`); a transaction
 //! that exhausted its attempts is `fail` (every attempt aborted: it took no effect); one whose
 //! outcome is unknown is `info` with its invocation's micro-ops.
 //!
 //! # Transaction ids across restarts
 //! A crashed coordinator restarts as a fresh shell, while servers still remember its old
 //! transactions (OCC answers a repeated (txn, attempt) with its recorded outcome, Tapir ignores
-//! prepares of finished ones) and the history holds their placeholders. So sequence numbers
-//! never restart from 0: they follow the local clock. With `c(t)` = local time in
-//! [`ID_UNIT`] units (4 µs), an incarnation started at local time `T` issues `c(T)`,
-//! `c(T) + 1`, … and issues `s` at time `t` only while `s ≤ c(t) + ID_BURST` (beyond, the
-//! arrival is refused and counted as `admission_dropped` and `txn.id_rate_dropped`: a
-//! sustained 250 000 transactions per second per coordinator, bursts of [`ID_BURST`]). A
-//! later incarnation starting at `T'` therefore issues only ids above every earlier one as
-//! long as `c(T') > c(t) + ID_BURST` for every `t` of the earlier incarnation, i.e. **the
-//! local clock advanced more than (ID_BURST + 1) · ID_UNIT ≈ 4.1 ms between the crash and the
-//! restart** (a backward clock step across the crash eats into that margin). The [`TxnId`]
-//! carries the low 32 bits, so ids are unique while a coordinator's whole life (first start
-//! to last id) is shorter than 2³² · 4 µs ≈ 4.8 h of its local clock.
+//! prepares of finished ones). So sequence numbers never restart from 0: they follow the local
+//! clock. With `c(t)` = local time in [`ID_UNIT`] units (4 µs), an incarnation started at local
+//! time `T` issues `c(T)`, `c(T) + 1`, … and issues `s` at time `t` only while
+//! `s ≤ c(t) + ID_BURST` (beyond, the arrival is refused and counted as `admission_dropped` and
+//! `txn.id_rate_dropped`: a sustained 250 000 transactions per second per coordinator, bursts of
+//! [`ID_BURST`]). A later incarnation starting at `T'` therefore issues only ids above every
+//! earlier one as long as `c(T') > c(t) + ID_BURST` for every `t` of the earlier incarnation, i.e.
+//! **the local clock advanced more than (ID_BURST + 1) · ID_UNIT ≈ 4.1 ms between the crash and the
+//! restart** (a backward clock step across the crash eats into that margin). The [`TxnId`] carries
+//! the low 32 bits, so ids are unique while a coordinator's whole life (first start to last id) is
+//! shorter than 2³² · 4 µs ≈ 4.8 h of its local clock.
 //!
 //! # Jepsen processes across restarts
 //! A transaction in flight when its coordinator crashed keeps its invocation without a
@@ -354,7 +353,7 @@ impl TxnShell {
             self.next_slot += 1;
             self.next_slot - 1
         });
-        let invoke = increment_invocation(txn, &keys);
+        let invoke = increment_invocation(&keys);
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(txn, Pending { keys: keys.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke });
         self.stats.invoked += 1;

@@ -33,13 +33,6 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Operations whose outcome the history does not settle: invoked, and neither `ok` nor `fail`
-/// (given up as `info`, or still in flight when the run ended). Either may have taken effect.
-pub fn unresolved(history: &[HistoryRecord]) -> u64 {
-    let count = |t: OpType| history.iter().filter(|r| r.event.op_type == t).count() as u64;
-    count(OpType::Invoke).saturating_sub(count(OpType::Ok) + count(OpType::Fail))
-}
-
 /// Summarizes the latency of completed (`ok`) operations; `group_of(process)` names the group
 /// a process belongs to (`None`: not counted by group).
 pub fn summarize(history: &[HistoryRecord], group_of: impl Fn(u64) -> Option<String>) -> LatencySummary {
@@ -141,29 +134,6 @@ pub fn latency_cdfs(
 mod tests {
     use super::*;
     use kairos_core::history::HistoryEvent;
-
-    /// Given up (`info`) and still in flight (no completion) are both unresolved; `ok` and
-    /// `fail` are not. Bench micro labelled runs past saturation INVALID because it counted
-    /// only the given-up ones.
-    #[test]
-    fn unresolved_counts_given_up_and_in_flight_operations() {
-        let record = |index: u64, op_type: OpType, process: u64| HistoryRecord {
-            index,
-            time: index,
-            event: HistoryEvent::new(op_type, process, "txn", Vec::new()),
-        };
-        let history = vec![
-            record(0, OpType::Invoke, 0),
-            record(1, OpType::Invoke, 1),
-            record(2, OpType::Invoke, 2),
-            record(3, OpType::Invoke, 3),
-            record(4, OpType::Ok, 0),
-            record(5, OpType::Fail, 1),
-            record(6, OpType::Info, 2),
-        ];
-        assert_eq!(unresolved(&history), 2, "process 2 gave up, process 3 is in flight");
-        assert_eq!(unresolved(&history[..4]), 4);
-    }
 
     #[test]
     fn cdf_is_monotone_bounded_and_ends_at_the_maximum() {

@@ -136,6 +136,13 @@ pub(crate) fn by_key(ops: &[Op]) -> Result<BTreeMap<u64, Vec<KeyOp>>, CheckError
             (MicroOp::Read { value: Some(ReadValue::Int(v)), .. }, _) => LinOp::Read(Expect::Value(*v)),
             (MicroOp::Read { value: Some(ReadValue::List(l)), .. }, _) => LinOp::Read(Expect::List(l.clone())),
             (MicroOp::Write { value, .. }, _) => LinOp::Write(*value),
+            (MicroOp::WriteUnknown { key }, _) => {
+                return Err(CheckError::Unsupported(format!(
+                    "linearizability checking needs the value of every write; op index {} writes key {key} with an \
+                     unknown value (null)",
+                    o.index
+                )))
+            }
             (MicroOp::Append { value, .. }, _) => LinOp::Append(*value),
             (MicroOp::Cas { expected, new, .. }, Outcome::Info) => LinOp::MaybeCas(*expected, *new),
             (MicroOp::Cas { expected, new, .. }, _) => LinOp::Cas(*expected, *new),

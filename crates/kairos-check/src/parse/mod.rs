@@ -12,7 +12,9 @@
 //! `f` (default `txn`), `value`, and optionally `index` (default: position), `time`
 //! (nanoseconds; information only, see below) and `key`.
 //!
-//! `value` is a list of micro-ops (`[r k v]`, `[w k v]`, `[append k v]`, `[cas k [old new]]`),
+//! `value` is a list of micro-ops (`[r k v]`, `[w k v]`, `[append k v]`, `[cas k [old new]]`;
+//! `[w k nil]` is a write of a value the client does not know, allowed in every record but an
+//! `ok`, which must carry the value written),
 //! or, for single-register operations (`f` = `read` / `write` / `cas`, Knossos's shape), the
 //! value itself (`3`, `[old new]`) or a `[key value]` pair (Jepsen's independent keys). For a
 //! key-value store (`f` = `get` / `put` / `append` with a `key` field, porcupine's shape) the
@@ -118,6 +120,7 @@ enum RawRead {
 enum RawMop {
     Read(Scalar, RawRead),
     Write(Scalar, Scalar),
+    WriteUnknown(Scalar),
     Append(Scalar, Scalar),
     Cas(Scalar, Scalar, Scalar),
 }
@@ -160,6 +163,7 @@ fn build(data: Vec<(usize, Datum)>) -> Result<History, CheckError> {
                     keys.note(k);
                     values.note(v);
                 }
+                RawMop::WriteUnknown(k) => keys.note(k),
                 RawMop::Cas(k, a, b) => {
                     keys.note(k);
                     values.note(a);
@@ -187,6 +191,7 @@ fn build(data: Vec<(usize, Datum)>) -> Result<History, CheckError> {
                         },
                     },
                     RawMop::Write(key, x) => MicroOp::Write { key: k.id(key), value: v.id(x) },
+                    RawMop::WriteUnknown(key) => MicroOp::WriteUnknown { key: k.id(key) },
                     RawMop::Append(key, x) => MicroOp::Append { key: k.id(key), value: v.id(x) },
                     RawMop::Cas(key, a, b) => MicroOp::Cas { key: k.id(key), expected: v.id(a), new: v.id(b) },
                 })
@@ -418,6 +423,8 @@ fn micro_op(line: usize, i: usize, m: &Datum) -> Result<RawMop, CheckError> {
                 _ => RawRead::One(value("value read")?),
             },
         ),
+        // `nil`: a value the client does not know (allowed but in an `ok`: see validate_structure).
+        Some("w" | "write") if v.is_nil() => RawMop::WriteUnknown(k),
         Some("w" | "write") => RawMop::Write(k, value("value written")?),
         Some("append") => RawMop::Append(k, value("value appended")?),
         Some("cas") => match v {
@@ -434,10 +441,16 @@ fn micro_op(line: usize, i: usize, m: &Datum) -> Result<RawMop, CheckError> {
     })
 }
 
-/// One operation in flight per process; every completion answers an invocation of the same `f`.
+/// One operation in flight per process; every completion answers an invocation of the same `f`;
+/// an `ok` carries the value of each of its writes.
 fn validate_structure(records: &[HistoryRecord], lines: &[usize]) -> Result<(), CheckError> {
     let mut in_flight: HashMap<u64, usize> = HashMap::new();
     for (i, r) in records.iter().enumerate() {
+        if r.event.op_type == OpType::Ok {
+            if let Some(why) = crate::ops::unknown_write_in_ok(&r.event.value) {
+                return Err(err(lines[i], why));
+            }
+        }
         let p = r.event.process;
         match r.event.op_type {
             OpType::Invoke => {

@@ -1,8 +1,13 @@
 //! Anomalies visible without a serial-order search: aborted reads (G1a), intermediate reads
 //! (G1b), reads of values nobody wrote, lost updates, and list reads that no single append
 //! order explains.
+//!
+//! A register that a transaction which may have taken effect (`info`, or never completed)
+//! wrote with an unknown value ([`Effect::RegUnknown`]) may hold any value that write chose:
+//! a read of it may have seen that write, so nothing that needs to know a read value's writer
+//! (aborted, intermediate, future and garbage reads, lost updates) is inferred from its reads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Effect, Ext, KeyKind, Txn, OURS};
 use crate::ops::Outcome;
@@ -23,10 +28,18 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
     let mut inter: HashMap<(u64, u64), usize> = HashMap::new();
     // For list appends: the position of each element within its transaction's appends to k.
     let mut appended: HashMap<(u64, u64), (usize, usize)> = HashMap::new();
+    // Registers that a transaction which may have taken effect wrote with an unknown value.
+    let mut unknown: HashSet<u64> = HashSet::new();
     for (i, t) in txns.iter().enumerate() {
         for (k, e) in &t.writes {
             let vals: Vec<u64> = match e {
                 Effect::Reg(v) => vec![*v],
+                Effect::RegUnknown => {
+                    if t.outcome != Outcome::Fail {
+                        unknown.insert(*k);
+                    }
+                    vec![]
+                }
                 Effect::Append(vs) => vs.clone(),
             };
             for (j, v) in vals.iter().enumerate() {
@@ -55,6 +68,12 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
             continue;
         }
         for (k, ext) in &t.reads {
+            // A read of a register that may hold an unknown write's value: whatever it saw,
+            // that write may have written it (a `nil` read is the exception: no write writes
+            // `nil`, so it saw the initial value).
+            if unknown.contains(k) && *ext != Ext::Reg(None) {
+                continue;
+            }
             if t.writes.iter().any(|(wk, _)| wk == k) {
                 lost.entry((*k, ext.clone())).or_default().push(i);
             }
@@ -64,7 +83,7 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
                 Ext::List(l) => l,
             };
             let is_list = matches!(ext, Ext::List(_));
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = HashSet::new();
             for (pos, v) in vals.iter().enumerate() {
                 if ambiguous.contains(&(*k, *v)) {
                     continue;

@@ -5,6 +5,12 @@
 //!   and then wrote `v'` to the same key installed `v'` after `v`;
 //! * lists: the longest read of a key gives the order of its appends.
 //!
+//! A register that a transaction which may have taken effect wrote with an unknown value
+//! (`["w", k, null]` in an `info`) may hold that value: a read of it other than `nil` may have
+//! seen that write, whatever its value, so it names no writer and gives no edge (a `nil` read
+//! still precedes every write). Such a read, or such a write by a transaction known to have
+//! happened, leaves the key's version order unknown, so the graph can then only refute.
+//!
 //! Edges (Adya): `ww` (consecutive versions' writers), `wr` (writer → reader of a version), `rw`
 //! (reader of a version → writer of the next), and, for strict serializability, real-time
 //! edges (an `ok` transaction completed before another was invoked), encoded through a chain of
@@ -177,6 +183,7 @@ pub(crate) fn ambiguous_writes(txns: &[Txn]) -> HashSet<(u64, u64)> {
         for (k, e) in &t.writes {
             let vals: &[u64] = match e {
                 Effect::Reg(v) => std::slice::from_ref(v),
+                Effect::RegUnknown => &[],
                 Effect::Append(vs) => vs,
             };
             for v in vals {
@@ -209,6 +216,21 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
     let mut reg_readers: HashMap<(u64, Option<u64>), Vec<usize>> = HashMap::new();
     let mut written: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut longest: HashMap<u64, Vec<u64>> = HashMap::new();
+    // Registers written with an unknown value by a transaction that may have taken effect, and
+    // those writers.
+    let mut unknown: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, t) in txns.iter().enumerate() {
+        if !live(t) {
+            continue;
+        }
+        for (k, e) in &t.writes {
+            if *e == Effect::RegUnknown {
+                unknown.entry(*k).or_default().push(i);
+            }
+        }
+    }
+    // Per such register, an `ok` transaction that read a value of it other than nil.
+    let mut uncertain: HashMap<u64, usize> = HashMap::new();
     for (i, t) in txns.iter().enumerate() {
         if !live(t) {
             continue;
@@ -221,6 +243,7 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
                         written.entry(*k).or_default().push(*v);
                     }
                 }
+                Effect::RegUnknown => {}
                 Effect::Append(vs) => {
                     for v in vs.iter().filter(|v| !dup.contains(&(*k, **v))) {
                         writer.insert((*k, *v), i);
@@ -233,6 +256,9 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
         }
         for (k, e) in &t.reads {
             match e {
+                Ext::Reg(Some(_)) if unknown.contains_key(k) => {
+                    uncertain.entry(*k).or_insert(i);
+                }
                 Ext::Reg(v) if kinds.get(k) != Some(&KeyKind::List) => reg_readers.entry((*k, *v)).or_default().push(i),
                 Ext::List(l) => {
                     let cur = longest.entry(*k).or_default();
@@ -269,6 +295,22 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
             }
         }
     }
+    let mut unknown_keys: Vec<(&u64, &Vec<usize>)> = unknown.iter().collect();
+    unknown_keys.sort_unstable();
+    for (k, ws) in unknown_keys {
+        if let Some(&r) = uncertain.get(k) {
+            gap(
+                &mut gaps,
+                format!(
+                    "key {k}: T{} may have written an unknown value to it, so T{}'s read of it does not identify \
+                     its writer",
+                    txns[ws[0]].index, txns[r].index
+                ),
+            );
+        } else if let Some(&w) = ws.iter().find(|&&w| observed[w]) {
+            gap(&mut gaps, format!("key {k}: T{} took effect and wrote an unknown value to it", txns[w].index));
+        }
+    }
     // Registers: version successor pairs (v1 -> v2): nil precedes every value; a transaction
     // that read v1 and wrote v2 installed v2 right after v1.
     let mut succ: Vec<(u64, Option<u64>, u64)> = Vec::new();
@@ -282,8 +324,8 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
     for t in txns.iter().filter(|t| t.outcome == Outcome::Ok) {
         for (k, e) in &t.reads {
             if let (Ext::Reg(v1), Some((_, Effect::Reg(v2)))) = (e, t.writes.iter().find(|(wk, _)| wk == k)) {
-                if let Some(v1) = v1 {
-                    succ.push((*k, Some(*v1), *v2));
+                if let Some(v1) = v1.filter(|_| !unknown.contains_key(k)) {
+                    succ.push((*k, Some(v1), *v2));
                 }
                 wfr.entry(*k).or_default().push((*v1, *v2));
             }

@@ -4,11 +4,12 @@
 //! * [`adya`] — the external `adya` crate (Elle-style dependency-graph cycle detection);
 //! * ours — direct anomaly checks ([`direct`]), an exact search for a serial order
 //!   ([`search`]), and, when there is none, a dependency graph of our own ([`graph`]) that
-//!   names the cycle.
+//!   names the cycle. A serial order the search finds is replayed ([`replay`]) before it counts.
 
 pub(crate) mod adya;
 pub(crate) mod direct;
 pub(crate) mod graph;
+pub(crate) mod replay;
 pub(crate) mod search;
 
 use std::collections::HashMap;
@@ -39,6 +40,10 @@ pub(crate) enum Ext {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {
     Reg(u64),
+    /// A register write of a value the history does not know (`["w", k, null]`, only in a
+    /// transaction that is not `ok`): if the transaction took effect, it wrote some single
+    /// non-`nil` value, which any read may have seen.
+    RegUnknown,
     Append(Vec<u64>),
 }
 
@@ -89,7 +94,10 @@ pub(crate) fn extract(ops: &[Op]) -> Result<Extracted, CheckError> {
         let mut reg: HashMap<u64, Option<u64>> = HashMap::new();
         let mut list_ext: HashMap<u64, Vec<u64>> = HashMap::new();
         let mut own: HashMap<u64, Vec<u64>> = HashMap::new();
-        let mut last_write: HashMap<u64, u64> = HashMap::new();
+        // The last value written per key (`None`: unknown).
+        let mut last_write: HashMap<u64, Option<u64>> = HashMap::new();
+        // Registers whose current value in this transaction is unknown (written with `null`).
+        let mut unknown: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut broken = None;
         for m in &op.value {
             match m {
@@ -154,13 +162,25 @@ pub(crate) fn extract(ops: &[Op]) -> Result<Extracted, CheckError> {
                 MicroOp::Write { key, value } => {
                     kind_of(&mut kinds, *key, KeyKind::Register)?;
                     reg.insert(*key, Some(*value));
-                    if let Some(prev) = last_write.insert(*key, *value) {
+                    unknown.remove(key);
+                    if let Some(Some(prev)) = last_write.insert(*key, Some(*value)) {
+                        t.intermediate.push((*key, prev));
+                    }
+                }
+                MicroOp::WriteUnknown { key } => {
+                    // Only outside `ok` (pairing rejects it there), where reads are not recorded.
+                    kind_of(&mut kinds, *key, KeyKind::Register)?;
+                    reg.remove(key);
+                    unknown.insert(*key);
+                    if let Some(Some(prev)) = last_write.insert(*key, None) {
                         t.intermediate.push((*key, prev));
                     }
                 }
                 MicroOp::Cas { key, expected, new } => {
                     kind_of(&mut kinds, *key, KeyKind::Register)?;
                     match reg.get(key) {
+                        // After its own write of an unknown value: nothing to require of the state.
+                        None if unknown.contains(key) => {}
                         Some(seen) if *seen != Some(*expected) => {
                             if ok {
                                 broken.get_or_insert(format!(
@@ -172,7 +192,8 @@ pub(crate) fn extract(ops: &[Op]) -> Result<Extracted, CheckError> {
                         None => t.reads.push((*key, Ext::Reg(Some(*expected)))),
                     }
                     reg.insert(*key, Some(*new));
-                    if let Some(prev) = last_write.insert(*key, *new) {
+                    unknown.remove(key);
+                    if let Some(Some(prev)) = last_write.insert(*key, Some(*new)) {
                         t.intermediate.push((*key, prev));
                     }
                 }
@@ -182,7 +203,8 @@ pub(crate) fn extract(ops: &[Op]) -> Result<Extracted, CheckError> {
                 }
             }
         }
-        let mut writes: Vec<(u64, Effect)> = last_write.into_iter().map(|(k, v)| (k, Effect::Reg(v))).collect();
+        let mut writes: Vec<(u64, Effect)> =
+            last_write.into_iter().map(|(k, v)| (k, v.map_or(Effect::RegUnknown, Effect::Reg))).collect();
         writes.extend(own.into_iter().map(|(k, v)| (k, Effect::Append(v))));
         writes.sort_by_key(|w| w.0);
         t.writes = writes;
@@ -220,7 +242,15 @@ pub(crate) fn check_ours(
     let model = if strict { "strict-serializable" } else { "serializable" };
     let (valid, detail) = match &result {
         search::Outcome::Serial(order) => {
-            if anomalies.is_empty() {
+            if let Err(why) = replay::replay(&txns, order, strict) {
+                (
+                    None,
+                    format!(
+                        "internal error of this checker, please report it: the {model} order the search found does \
+                         not replay ({why})"
+                    ),
+                )
+            } else if anomalies.is_empty() {
                 (Some(true), format!("found a {model} order of {} transactions", order.len()))
             } else {
                 (

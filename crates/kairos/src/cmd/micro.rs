@@ -33,20 +33,18 @@ const LOAD_MAX: f64 = 2_000_000.0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     Valid,
-    /// No checker could decide, or only reads of values no recorded transaction wrote, with
-    /// transactions of unknown outcome around (their increments are not in the history):
-    /// shown neither valid nor invalid.
+    /// No checker could decide: shown neither valid nor invalid. (A transaction of unknown
+    /// outcome records its increments as writes of unknown value, which the checkers take
+    /// into account: a read of its value is no anomaly.)
     Unverified,
     Invalid,
 }
 
 impl Verdict {
-    fn of(report: &CheckReport, unknown: u64) -> Self {
+    fn of(report: &CheckReport) -> Self {
         if report.valid {
             Verdict::Valid
-        } else if report.verdict == kairos_check::Verdict::Unknown
-            || (unknown > 0 && report.anomalies.iter().all(|a| a.name == "garbage-read"))
-        {
+        } else if report.verdict == kairos_check::Verdict::Unknown {
             Verdict::Unverified
         } else {
             Verdict::Invalid
@@ -172,9 +170,7 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     })?;
     bar.finish_and_clear();
     let totals = outcome.totals();
-    // Not the coordinators' `unknown` count: transactions still in flight when the run ends
-    // are unresolved too, and past saturation there are thousands.
-    let verdict = Verdict::of(&report, stats::unresolved(&outcome.history));
+    let verdict = Verdict::of(&report);
     let result = run_result(bench, &outcome, &report);
     progress::say(
         &bar,
@@ -345,10 +341,8 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
     let all_points = sweeps.iter().flat_map(|(_, pts)| pts).chain(&common).chain(&skew_points);
     if all_points.clone().any(|p| p.verdict == Verdict::Unverified) {
         println!(
-            "* unverified: no checker could decide the history (the report says why), or the checker found only \
-             reads of values no recorded transaction wrote while some transactions have unknown outcomes (given up \
-             beyond saturation; their increments are not in the history). Such runs are neither shown valid nor \
-             invalid."
+            "* unverified: no checker could decide the history (the report says why). Such runs are neither shown \
+             valid nor invalid."
         );
     }
 

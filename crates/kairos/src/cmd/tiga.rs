@@ -134,7 +134,6 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
             print_recovery(d, &outcome, &mut r, 1);
         }
         println!("{report}");
-        explain_unknown_increments(&report, stats::unresolved(&outcome.history));
         println!();
         results.push(r);
         reports.push(report);
@@ -200,19 +199,6 @@ pub fn run_and_check(d: &Deployment) -> Result<(Outcome, CheckReport), CliError>
 /// up, or still in flight when the run ends) enters the history without its written values.
 /// If it did take effect, a later read of its value looks like a read of a value nobody wrote.
 /// Say so when that is all the checker found, instead of leaving a bare verdict.
-fn explain_unknown_increments(report: &CheckReport, unknown: u64) {
-    let only_garbage = !report.anomalies.is_empty() && report.anomalies.iter().all(|a| a.name == "garbage-read");
-    if !report.valid && only_garbage && unknown > 0 {
-        println!(
-            "NOTE: every anomaly is a read of a value no recorded transaction wrote, and {unknown} transactions \
-             have unknown outcomes (given up, or in flight at the end). Increments of unknown transactions are \
-             not in the history, so these reads \
-             may be their writes: the run is UNVERIFIED (typically: offered load beyond saturation), not shown \
-             to violate strict serializability. Lower --load to verify."
-        );
-    }
-}
-
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
