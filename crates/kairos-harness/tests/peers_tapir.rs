@@ -108,6 +108,25 @@ fn the_injected_bug_is_caught_by_the_checker() {
     assert!(out.totals().aborted_attempts > 20, "the control run has the same conflicts: {:?}", out.totals());
 }
 
+/// The negative control of the replicas' index invariant, in the simulator: with prepares
+/// leaving their writes out of the prepared-write index, the run stops at a violation naming
+/// it; the same run with the index kept breaks nothing.
+#[test]
+fn a_broken_prepared_index_stops_the_run_at_the_invariant() {
+    use kairos_harness::DeployError;
+    let config = TapirConfig { unsafe_unindexed_writes: true, ..TapirConfig::default() };
+    match contended().run_peer::<Tapir>(&config, |_| {}) {
+        Err(DeployError::Invariant(v)) => {
+            eprintln!("{v}");
+            assert!(v.to_string().contains("missing from the write index"), "{v}");
+        }
+        Err(e) => panic!("expected an invariant violation, got {e}"),
+        Ok(out) => panic!("the broken index went unnoticed: {:?}", out.metrics),
+    }
+    let (_, report) = run(&contended(), &TapirConfig::default());
+    assert!(report.valid, "{report}");
+}
+
 /// A replica of every shard (Brazil's) crashes after 1 s: prepares reach only f + 1 = 2
 /// replicas, so no super quorum forms; after the wait for it, coordinators decide on the slow
 /// path and finalize at f + 1. Brazil's coordinators, whose closest replicas are gone, read

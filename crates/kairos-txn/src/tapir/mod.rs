@@ -135,6 +135,10 @@ pub struct TapirConfig {
     /// only against committed state. Concurrent increments of a key then both commit (lost
     /// update), which the checker must catch.
     pub unsafe_skip_prepared_check: bool,
+    /// TEST ONLY — a known bug, for the negative control of the replicas' index invariant:
+    /// a prepare leaves its writes out of the prepared-write index, so later conflict checks
+    /// do not see them (the invariant, checked in the simulator, must catch it).
+    pub unsafe_unindexed_writes: bool,
 }
 
 impl Default for TapirConfig {
@@ -154,6 +158,7 @@ impl Default for TapirConfig {
             done_max: 200_000,
             keys_max: 64,
             unsafe_skip_prepared_check: false,
+            unsafe_unindexed_writes: false,
         }
     }
 }

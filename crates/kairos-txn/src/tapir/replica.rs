@@ -285,7 +285,7 @@ impl Replica {
         for k in &reads {
             self.prepared_reads.entry(*k).or_default().insert((ts, op.txn));
         }
-        for k in &writes {
+        for k in writes.iter().filter(|_| !self.config.unsafe_unindexed_writes) {
             self.prepared_writes.entry(*k).or_default().insert((ts, op.txn));
         }
         self.prepared.insert(op.txn, Prepared { op, ts, reads, writes });
