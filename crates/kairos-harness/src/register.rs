@@ -5,9 +5,10 @@ use crate::DeployError;
 use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
-use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
-use kairos_sim::{fault, CpuModel, FaultRates, ScheduledFault, Sim, SimConfig, SimStats};
+use kairos_register::{majority, Client, ClientConfig, RegisterMsg, Replica, Tag};
+use kairos_sim::{fault, CpuModel, FaultRates, ScheduledFault, Sim, SimConfig, SimStats, WorldCheck};
 use rand::SeedableRng;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -106,6 +107,8 @@ impl RegisterRun {
             None => Vec::new(),
         };
         sim.schedule_all(fault_plan.clone());
+        let clients = (replicas.len()..replicas.len() + process_region.len()).map(|n| NodeId(n as u32)).collect();
+        sim.add_world_check(16, acknowledged_tags_held_by_a_majority(replicas.clone(), clients));
         Ok(RegisterWorld { sim, replicas, process_region, fault_plan })
     }
 
@@ -134,4 +137,35 @@ impl RegisterRun {
             wall: started.elapsed(),
         })
     }
+}
+
+/// The register's cross-replica invariant, as a simulator world check: for every key, the
+/// newest tag an operation completed `ok` with (seen through [`Client::last_ok`]) is held, or
+/// outdone, by a majority of the replicas — counting a replica that is down (its disk keeps
+/// what it acknowledged) or still recovering (it answers nothing until it has adopted a
+/// majority's state) as holding it. A replica that comes back without its disk and serves at
+/// once breaks it at the event it restarts, long before a stale read shows in the history.
+pub fn acknowledged_tags_held_by_a_majority(replicas: Vec<NodeId>, clients: Vec<NodeId>) -> WorldCheck<RegisterMsg> {
+    let acknowledged: RefCell<BTreeMap<u64, Tag>> = RefCell::new(BTreeMap::new());
+    Box::new(move |sim: &Sim<RegisterMsg>| {
+        let mut acknowledged = acknowledged.borrow_mut();
+        for (key, tag) in clients.iter().filter_map(|&c| sim.role::<Client>(c).and_then(Client::last_ok)) {
+            let newest = acknowledged.entry(key).or_default();
+            *newest = (*newest).max(tag);
+        }
+        for (&key, &tag) in acknowledged.iter() {
+            let holding = replicas
+                .iter()
+                .filter(|&&r| sim.role::<Replica>(r).is_none_or(|rep| !rep.is_recovered() || rep.get(key).tag >= tag))
+                .count();
+            if holding < majority(replicas.len()) {
+                return Err(format!(
+                    "key {key}: an operation completed with tag {tag:?}, but only {holding} of {} replicas hold it \
+                     or a newer one",
+                    replicas.len()
+                ));
+            }
+        }
+        Ok(())
+    })
 }

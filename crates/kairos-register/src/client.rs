@@ -89,16 +89,24 @@ pub struct Client {
     next_op: u64,
     inflight: Option<InFlight>,
     completed: u64,
+    last_ok: Option<(u64, Tag)>,
 }
 
 impl Client {
     pub fn new(config: ClientConfig) -> Self {
-        Client { config, next_op: 0, inflight: None, completed: 0 }
+        Client { config, next_op: 0, inflight: None, completed: 0, last_ok: None }
     }
 
     /// Operations finished (ok or info).
     pub fn completed(&self) -> u64 {
         self.completed
+    }
+
+    /// The key and tag of the last operation that completed `ok`: when it completed, a majority
+    /// of the replicas held that tag, or a newer one, for the key (a write stored it there; a
+    /// read wrote back what it returns).
+    pub fn last_ok(&self) -> Option<(u64, Tag)> {
+        self.last_ok
     }
 
     pub fn is_done(&self) -> bool {
@@ -158,6 +166,7 @@ impl Client {
         };
         ctx.record(HistoryEvent::new(outcome, self.config.process, name, vec![micro]));
         if outcome == OpType::Ok {
+            self.last_ok = Some((f.key, f.stored.tag));
             ctx.metric("register.ops_ok", 1);
             ctx.metric(ROUND_TRIP_METRICS[f.rounds.clamp(1, 8) - 1], 1);
         } else {
