@@ -890,6 +890,26 @@ impl Process for Coordinator {
         let Ok(seq) = u32::try_from(timer.0 - 1) else { return };
         self.on_retry(ctx, TxnId::new(ctx.me(), seq));
     }
+
+    /// Jepsen process slots (module docs): every pending transaction holds one, every other
+    /// slot handed out is free, and none reaches `inflight_max`, where the next coordinator's
+    /// process ids begin. A slot freed while its transaction is pending (two operations in
+    /// flight on one process) or never freed (a leak) breaks the count.
+    fn invariants(&self) -> Result<(), String> {
+        let (pending, free, handed_out) = (self.pending.len(), self.free_slots.len(), self.next_slot);
+        if (pending + free) as u64 != handed_out {
+            return Err(format!(
+                "{pending} pending transactions hold slots and {free} slots are free, but {handed_out} were handed out"
+            ));
+        }
+        if handed_out > self.config.inflight_max as u64 {
+            return Err(format!(
+                "{handed_out} slots handed out, beyond inflight_max = {} (the next coordinator's process ids)",
+                self.config.inflight_max
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -1433,8 +1453,29 @@ mod tests {
         h.reply(a, 0, 0, ReplyKind::Fast, 10, 1, Some(vec![(0, 0)]));
         h.reply(a, 0, 1, ReplyKind::Slow, 10, 1, None);
         assert_eq!(h.c.inflight(), 2);
+        assert_eq!(h.c.invariants(), Ok(()));
         let (_, e) = h.submit(vec![9]);
         assert_eq!(history(&e)[0].process, BASE);
+        assert_eq!(h.c.invariants(), Ok(()));
+    }
+
+    /// The negative control of the slot invariant: a slot freed while its transaction is
+    /// pending, a slot never freed, and slots beyond `inflight_max` are each reported.
+    #[test]
+    fn the_slot_invariant_catches_double_use_leaks_and_overflow() {
+        let mut h = H::std();
+        h.submit(vec![0]).0.unwrap();
+        h.submit(vec![3]).0.unwrap();
+        assert_eq!(h.c.invariants(), Ok(()));
+        h.c.free_slots.insert(1);
+        assert!(h.c.invariants().unwrap_err().contains("2 pending transactions hold slots and 1 slots are free"));
+        h.c.free_slots.clear();
+        h.c.next_slot = 3;
+        assert!(h.c.invariants().unwrap_err().contains("but 3 were handed out"));
+        let mut h = H::new(topology(3, 3), TigaConfig { inflight_max: 1, ..TigaConfig::default() }, vec![]);
+        h.c.next_slot = 2;
+        h.c.free_slots.extend([0, 1]);
+        assert!(h.c.invariants().unwrap_err().contains("beyond inflight_max = 1"));
     }
 
     #[test]
