@@ -81,7 +81,7 @@
 //! `tiga.admission_steps_down` (steps that lowered the adaptive limit),
 //! `tiga.ignored_replies` (garbage, stale or late replies).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use kairos_core::{duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
@@ -90,6 +90,7 @@ use thiserror::Error;
 use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
+use kairos_workload::history::ProcessSlots;
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop, TxnSource};
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
@@ -329,8 +330,7 @@ pub struct Coordinator {
     arrivals: u64,
     next_seq: u64,
     pending: BTreeMap<TxnId, Pending>,
-    free_slots: BTreeSet<u64>,
-    next_slot: u64,
+    slots: ProcessSlots,
     /// The open-loop load's adaptive in-flight limit (`TigaConfig::admission_control`).
     admission: AdmissionLimit,
     stats: CoordinatorStats,
@@ -356,6 +356,7 @@ impl Coordinator {
         let p = config.owd_percentile;
         let owd_percentile = if p.is_nan() { 0.5 } else { p.clamp(0.0, 1.0) };
         let admission = AdmissionLimit::new(config.inflight_max, config.admission_control);
+        let slots = ProcessSlots::new(config.inflight_max);
         Coordinator {
             topology,
             config,
@@ -372,8 +373,7 @@ impl Coordinator {
             next_seq: 0,
             pending: BTreeMap::new(),
             replica_owd: Vec::new(),
-            free_slots: BTreeSet::new(),
-            next_slot: 0,
+            slots,
             admission,
             stats: CoordinatorStats::default(),
             completions: None,
@@ -481,11 +481,11 @@ impl Coordinator {
     pub fn submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, ops: Vec<Op>) -> Result<TxnId, TxnError> {
         match self.plan(ctx.me(), &ops) {
             Ok((txn, pieces)) => {
+                // `plan` refused it if `inflight_max` are pending, so a slot is free.
+                let Some(slot) = self.slots.take() else {
+                    return Err(TxnError::Overloaded { inflight: self.pending.len(), max: self.config.inflight_max });
+                };
                 self.next_seq += 1;
-                let slot = self.free_slots.pop_first().unwrap_or_else(|| {
-                    self.next_slot += 1;
-                    self.next_slot - 1
-                });
                 let invoke = ops_invocation(&ops);
                 ctx.record(HistoryEvent::new(OpType::Invoke, self.process_id_base + slot, "txn", invoke.clone()));
                 let p = Pending {
@@ -695,7 +695,7 @@ impl Coordinator {
             c.push_back(Completion { txn, outputs: Some(outputs) });
         }
         ctx.cancel_timer(retry_timer(txn));
-        self.free_slots.insert(p.slot);
+        self.slots.give_back(p.slot);
         self.stats.committed += 1;
         ctx.metric("tiga.committed", 1);
         if all_fast {
@@ -819,7 +819,7 @@ impl Coordinator {
         if let Some(c) = self.completions.as_mut() {
             c.push_back(Completion { txn, outputs: None });
         }
-        self.free_slots.insert(p.slot);
+        self.slots.give_back(p.slot);
         self.stats.info += 1;
         ctx.metric("tiga.info", 1);
         ctx.metric("tiga.sends", u64::from(p.sends));
@@ -891,24 +891,9 @@ impl Process for Coordinator {
         self.on_retry(ctx, TxnId::new(ctx.me(), seq));
     }
 
-    /// Jepsen process slots (module docs): every pending transaction holds one, every other
-    /// slot handed out is free, and none reaches `inflight_max`, where the next coordinator's
-    /// process ids begin. A slot freed while its transaction is pending (two operations in
-    /// flight on one process) or never freed (a leak) breaks the count.
+    /// Jepsen process slots ([`ProcessSlots::check`]): one per pending transaction.
     fn invariants(&self) -> Result<(), String> {
-        let (pending, free, handed_out) = (self.pending.len(), self.free_slots.len(), self.next_slot);
-        if (pending + free) as u64 != handed_out {
-            return Err(format!(
-                "{pending} pending transactions hold slots and {free} slots are free, but {handed_out} were handed out"
-            ));
-        }
-        if handed_out > self.config.inflight_max as u64 {
-            return Err(format!(
-                "{handed_out} slots handed out, beyond inflight_max = {} (the next coordinator's process ids)",
-                self.config.inflight_max
-            ));
-        }
-        Ok(())
+        self.slots.check(self.pending.len())
     }
 }
 
@@ -1459,23 +1444,16 @@ mod tests {
         assert_eq!(h.c.invariants(), Ok(()));
     }
 
-    /// The negative control of the slot invariant: a slot freed while its transaction is
-    /// pending, a slot never freed, and slots beyond `inflight_max` are each reported.
+    /// The negative control of the slot invariant: a slot given back while its transaction
+    /// is pending is reported after the handler.
     #[test]
-    fn the_slot_invariant_catches_double_use_leaks_and_overflow() {
+    fn the_slot_invariant_catches_a_slot_freed_while_in_use() {
         let mut h = H::std();
         h.submit(vec![0]).0.unwrap();
         h.submit(vec![3]).0.unwrap();
         assert_eq!(h.c.invariants(), Ok(()));
-        h.c.free_slots.insert(1);
-        assert!(h.c.invariants().unwrap_err().contains("2 pending transactions hold slots and 1 slots are free"));
-        h.c.free_slots.clear();
-        h.c.next_slot = 3;
-        assert!(h.c.invariants().unwrap_err().contains("but 3 were handed out"));
-        let mut h = H::new(topology(3, 3), TigaConfig { inflight_max: 1, ..TigaConfig::default() }, vec![]);
-        h.c.next_slot = 2;
-        h.c.free_slots.extend([0, 1]);
-        assert!(h.c.invariants().unwrap_err().contains("beyond inflight_max = 1"));
+        h.c.slots.give_back(1);
+        assert!(h.c.invariants().unwrap_err().contains("2 transactions in flight hold process slots"));
     }
 
     #[test]

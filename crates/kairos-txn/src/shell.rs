@@ -54,11 +54,11 @@
 //! The shell owns [`ARRIVAL_TIMER`] and the ids from [`SHELL_TIMER_BASE`] up; protocols use
 //! ids below `SHELL_TIMER_BASE` other than 0 (see [`TxnShell::owns_timer`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId};
-use kairos_workload::history::{increment_completion, increment_invocation};
+use kairos_workload::history::{increment_completion, increment_invocation, ProcessSlots};
 use kairos_workload::txn::{Key, TxnId, Value};
 use kairos_workload::TxnSource;
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
@@ -196,8 +196,7 @@ pub struct TxnShell {
     /// Restarted from durable state and not started since.
     recovered: bool,
     pending: BTreeMap<TxnId, Pending>,
-    free_slots: BTreeSet<u64>,
-    next_slot: u64,
+    slots: ProcessSlots,
     /// The open-loop load's adaptive in-flight limit (`ShellConfig::admission_control`).
     admission: AdmissionLimit,
     stats: TxnStats,
@@ -207,6 +206,7 @@ impl TxnShell {
     /// `process_base`: the first of this coordinator's `config.inflight_max` Jepsen process ids.
     pub fn new(workload: Box<dyn TxnSource>, load: OpenLoop, config: ShellConfig, process_base: u64) -> Self {
         let admission = AdmissionLimit::new(config.inflight_max, config.admission_control);
+        let slots = ProcessSlots::new(config.inflight_max);
         TxnShell {
             workload,
             load,
@@ -219,8 +219,7 @@ impl TxnShell {
             incarnation: 0,
             recovered: false,
             pending: BTreeMap::new(),
-            free_slots: BTreeSet::new(),
-            next_slot: 0,
+            slots,
             admission,
             stats: TxnStats::default(),
         }
@@ -349,10 +348,8 @@ impl TxnShell {
             return None;
         };
         let txn = TxnId::new(ctx.me(), seq);
-        let slot = self.free_slots.pop_first().unwrap_or_else(|| {
-            self.next_slot += 1;
-            self.next_slot - 1
-        });
+        // Fewer than `inflight_max` are pending (above), so a slot is free.
+        let slot = self.slots.take()?;
         let invoke = increment_invocation(&keys);
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(txn, Pending { keys: keys.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke });
@@ -363,6 +360,12 @@ impl TxnShell {
         Some(Attempt { txn, keys, attempt: 1 })
     }
 
+    /// The shell's invariant, for its coordinator's [`kairos_core::Process::invariants`]: one
+    /// Jepsen process slot per pending transaction ([`ProcessSlots::check`]).
+    pub fn invariants(&self) -> Result<(), String> {
+        self.slots.check(self.pending.len())
+    }
+
     /// `txn` committed; `reads` holds the value read for each of its keys (a missing key
     /// reads the initial 0). `fast`: committed in the protocol's fast path. Returns false
     /// (and records nothing) if `txn` is not in flight.
@@ -371,7 +374,7 @@ impl TxnShell {
         let Some(p) = self.pending.remove(&txn) else { return false };
         let value = increment_completion(&p.keys, |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v));
         ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
-        self.free_slots.insert(p.slot);
+        self.slots.give_back(p.slot);
         self.stats.committed += 1;
         ctx.metric("txn.committed", 1);
         if fast {
@@ -405,7 +408,7 @@ impl TxnShell {
         self.finished(ctx, txn, Finish::Aborted);
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
-        self.free_slots.insert(p.slot);
+        self.slots.give_back(p.slot);
         self.stats.failed += 1;
         ctx.metric("txn.failed", 1);
     }
@@ -415,7 +418,7 @@ impl TxnShell {
         self.finished(ctx, txn, Finish::GaveUp);
         let Some(p) = self.pending.remove(&txn) else { return };
         ctx.record(HistoryEvent::new(OpType::Info, self.process(p.slot), "txn", p.invoke));
-        self.free_slots.insert(p.slot);
+        self.slots.give_back(p.slot);
         self.stats.unknown += 1;
         ctx.metric("txn.unknown", 1);
     }

@@ -16,6 +16,8 @@
 //! a later transaction may read although no recorded transaction wrote it (`kairos-check`'s
 //! serial search binds the unknown value to the first read of it).
 
+use std::collections::BTreeSet;
+
 use kairos_core::{MicroOp, ReadValue};
 
 use crate::txn::{Key, Value};
@@ -36,6 +38,57 @@ pub fn increment_completion(keys: &[Key], mut read: impl FnMut(Key) -> Value) ->
         ops.push(MicroOp::Write { key, value: v.saturating_add(1) });
     }
     ops
+}
+
+/// The Jepsen processes of one coordinator: one per transaction in flight, numbered by slot
+/// (`0..max`, added to the coordinator's process-id base). A transaction takes the smallest
+/// free slot when it is invoked and frees it when it completes, so a process never has two
+/// operations in flight, and a coordinator never uses the ids (`base + max` on) of the next.
+#[derive(Clone, Debug)]
+pub struct ProcessSlots {
+    free: BTreeSet<u64>,
+    handed_out: u64,
+    max: u64,
+}
+
+impl ProcessSlots {
+    /// Slots `0..max`.
+    pub fn new(max: usize) -> Self {
+        ProcessSlots { free: BTreeSet::new(), handed_out: 0, max: max as u64 }
+    }
+
+    /// The smallest free slot, or `None` if all `max` are taken.
+    pub fn take(&mut self) -> Option<u64> {
+        if let Some(slot) = self.free.pop_first() {
+            return Some(slot);
+        }
+        (self.handed_out < self.max).then(|| {
+            self.handed_out += 1;
+            self.handed_out - 1
+        })
+    }
+
+    /// Gives `slot` back (its transaction completed).
+    pub fn give_back(&mut self, slot: u64) {
+        self.free.insert(slot);
+    }
+
+    /// The invariant, given how many transactions are in flight (each holding one slot): every
+    /// slot handed out is held or free, none beyond `max`. A slot given back while its
+    /// transaction is in flight, or never given back, breaks the count.
+    pub fn check(&self, in_flight: usize) -> Result<(), String> {
+        let (free, handed_out) = (self.free.len(), self.handed_out);
+        if (in_flight + free) as u64 != handed_out {
+            return Err(format!(
+                "{in_flight} transactions in flight hold process slots and {free} slots are free, but {handed_out} \
+                 were handed out"
+            ));
+        }
+        if handed_out > self.max || self.free.last().is_some_and(|&s| s >= self.max) {
+            return Err(format!("process slots beyond the {} reserved for this coordinator", self.max));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -64,5 +117,26 @@ mod tests {
                 MicroOp::Write { key: 4, value: 8 },
             ]
         );
+    }
+
+    #[test]
+    fn slots_are_reused_smallest_first_and_the_invariant_catches_misuse() {
+        let mut slots = ProcessSlots::new(3);
+        assert_eq!((slots.take(), slots.take(), slots.take(), slots.take()), (Some(0), Some(1), Some(2), None));
+        slots.give_back(1);
+        assert_eq!(slots.check(2), Ok(()));
+        assert_eq!(slots.take(), Some(1));
+        assert_eq!(slots.check(3), Ok(()));
+        // Given back while its transaction is still in flight: two operations on one process.
+        slots.give_back(2);
+        assert!(slots
+            .check(3)
+            .unwrap_err()
+            .contains("3 transactions in flight hold process slots and 1 slots are free"));
+        // Never given back: a leak.
+        assert!(slots.check(1).unwrap_err().contains("but 3 were handed out"));
+        let mut beyond = ProcessSlots::new(1);
+        beyond.give_back(5);
+        assert!(beyond.check(0).is_err());
     }
 }

@@ -577,6 +577,11 @@ impl Coordinator {
 impl Process for Coordinator {
     type Msg = TapirMsg;
 
+    /// The shell's process slots ([`TxnShell::invariants`]).
+    fn invariants(&self) -> Result<(), String> {
+        self.shell.invariants()
+    }
+
     fn on_start(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
         self.ping(ctx);
         self.shell.start(ctx);

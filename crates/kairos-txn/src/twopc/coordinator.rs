@@ -337,6 +337,11 @@ impl TxnCoordinator {
 impl Process for TxnCoordinator {
     type Msg = TxnMsg;
 
+    /// The shell's process slots ([`TxnShell::invariants`]).
+    fn invariants(&self) -> Result<(), String> {
+        self.shell.invariants()
+    }
+
     fn on_start(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
         let now = ctx.now();
         self.heard_from.iter_mut().for_each(|t| *t = now);
