@@ -256,7 +256,9 @@ pub struct MicroBenchArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Charge every handler this fixed CPU cost, µs, instead of its measured CPU time (deterministic runs;
-    /// throughput then reflects message counts, not code speed).
+    /// throughput then reflects message counts, not code speed). Every open-loop arrival costs it too, even one
+    /// admission control refuses: past saturation a protocol whose coordinators are the bottleneck (Tapir) then
+    /// commits less with admission control than without; the measured model has no such cost.
     #[arg(long)]
     pub cpu_us: Option<f64>,
     /// With measured CPU: charge every message this flat cost, µs (half to its sender, half to its receiver),
