@@ -283,7 +283,8 @@ fn with_unknowns(rng: &mut Lcg, n: usize, procs: u64, keys: u64) -> Vec<HistoryR
     let mut state = vec![None::<u64>; keys as usize];
     let mut next_val = 1u64;
     // Per process: the invocation's key and read-only flag, and the completion once applied.
-    let mut busy: Vec<Option<(u64, bool, Option<HistoryRecord>)>> = vec![None; procs as usize];
+    type Completion = (OpType, Vec<MicroOp>);
+    let mut busy: Vec<Option<(u64, bool, Option<Completion>)>> = vec![None; procs as usize];
     let (mut out, mut idx, mut started) = (Vec::new(), 0u64, 0usize);
     let invocation = |k: u64, ro: bool| {
         let mut v = vec![MicroOp::Read { key: k, value: None }];
@@ -313,18 +314,10 @@ fn with_unknowns(rng: &mut Lcg, n: usize, procs: u64, keys: u64) -> Vec<HistoryR
                     state[k as usize] = Some(next_val);
                     next_val += 1;
                 }
-                let completion = if gives_up {
-                    HistoryRecord {
-                        index: 0,
-                        time: 0,
-                        event: HistoryEvent::new(OpType::Info, p as u64, "txn", invocation(k, ro)),
-                    }
-                } else {
-                    HistoryRecord { index: 0, time: 0, event: HistoryEvent::new(OpType::Ok, p as u64, "txn", done) }
-                };
+                let completion = if gives_up { (OpType::Info, invocation(k, ro)) } else { (OpType::Ok, done) };
                 busy[p] = Some((k, ro, Some(completion)));
             }
-            Some((_, _, Some(c))) => out.push(rec(&mut idx, c.event.op_type, p as u64, "txn", c.event.value)),
+            Some((_, _, Some((t, value)))) => out.push(rec(&mut idx, t, p as u64, "txn", value)),
         }
     }
     for r in out.iter_mut().filter(|r| r.event.op_type == OpType::Ok) {
