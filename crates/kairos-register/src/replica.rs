@@ -1,4 +1,4 @@
-use crate::{majority, RegisterMsg, Versioned};
+use crate::{majority, RegisterMsg, Tag, Versioned};
 use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,6 +11,7 @@ const RECORDS_PER_SNAPSHOT: u64 = 4_096;
 
 /// Holds the highest-tagged value of every key; serves queries and stores once recovered.
 pub struct Replica {
+    me: NodeId,
     peers: Vec<NodeId>,
     replica_count: usize,
     store: BTreeMap<u64, Versioned>,
@@ -19,12 +20,20 @@ pub struct Replica {
     retry: Duration,
     /// Records persisted since the last snapshot.
     records_since_snapshot: u64,
+    /// The tag of every key as last handed to the disk (a record, a snapshot, or what
+    /// [`Process::on_recover`] read back): the invariant compares it with the store.
+    durable: BTreeMap<u64, Tag>,
+    /// Keys whose state changed in the current handler (cleared when the next one begins).
+    changed: Vec<u64>,
+    /// Test-only: values adopted during recovery are not persisted ([`Self::unpersisted_recovery_unsafe`]).
+    unpersisted_recovery: bool,
 }
 
 impl Replica {
     /// `replicas` lists every replica of the register, this one included.
     pub fn new(me: NodeId, replicas: &[NodeId]) -> Self {
         Replica {
+            me,
             peers: replicas.iter().copied().filter(|r| *r != me).collect(),
             replica_count: replicas.len(),
             store: BTreeMap::new(),
@@ -32,7 +41,19 @@ impl Replica {
             recovery_replies: BTreeSet::new(),
             retry: Duration::from_millis(500),
             records_since_snapshot: 0,
+            durable: BTreeMap::new(),
+            changed: Vec::new(),
+            unpersisted_recovery: false,
         }
+    }
+
+    /// Test-only switch: a recovering replica adopts its peers' values without persisting
+    /// them. Unsafe: after a later crash that keeps its disk it serves at once without them,
+    /// so a completed write may be held by fewer than a majority. Tests use it to show the
+    /// replica's invariant catching it at the handler that adopted the value.
+    pub fn unpersisted_recovery_unsafe(mut self) -> Self {
+        self.unpersisted_recovery = true;
+        self
     }
 
     /// Test-only switch: serve at once after a (re)start, skipping recovery. Unsafe: a replica
@@ -57,6 +78,7 @@ impl Replica {
         let newer = state.tag > slot.tag;
         if newer {
             *slot = state;
+            self.changed.push(key);
         }
         newer
     }
@@ -70,11 +92,14 @@ impl Replica {
             if let Ok(bytes) = postcard::to_allocvec(&all) {
                 ctx.persist_snapshot(bytes);
                 self.records_since_snapshot = 0;
+                self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
                 return;
             }
         }
-        if let Ok(bytes) = postcard::to_allocvec(&(key, self.get(key))) {
+        let state = self.get(key);
+        if let Ok(bytes) = postcard::to_allocvec(&(key, state)) {
             ctx.persist(bytes);
+            self.durable.insert(key, state.tag);
         }
     }
 
@@ -95,6 +120,7 @@ impl Process for Replica {
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, msg: RegisterMsg) {
+        self.changed.clear();
         match msg {
             RegisterMsg::RecoverRequest => {
                 let entries: Vec<_> = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
@@ -105,7 +131,7 @@ impl Process for Replica {
                     return;
                 }
                 for (key, state) in entries {
-                    if self.adopt(key, state) {
+                    if self.adopt(key, state) && !self.unpersisted_recovery {
                         self.persist(ctx, key);
                     }
                 }
@@ -131,6 +157,7 @@ impl Process for Replica {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
+        self.changed.clear();
         if timer == RECOVERY_RETRY && !self.recovered {
             self.ask_for_recovery(ctx);
         }
@@ -149,7 +176,38 @@ impl Process for Replica {
         for (key, state) in snapshot.into_iter().chain(records) {
             self.adopt(key, state);
         }
+        self.changed.clear();
+        self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
         self.records_since_snapshot = stored.records.len() as u64;
         self.recovered = true;
+    }
+
+    /// Cheap invariants, after every handler: every value the handler adopted was handed to
+    /// the disk (so a restart with the disk serves nothing older than what this replica
+    /// answered or counted toward a majority), and recovery ends exactly when a majority of
+    /// the other replicas has answered.
+    fn invariants(&self) -> Result<(), String> {
+        for key in &self.changed {
+            let held = self.get(*key).tag;
+            let durable = self.durable.get(key).copied().unwrap_or_default();
+            if durable != held {
+                return Err(format!(
+                    "replica {}: key {key} holds tag {held:?}, but the disk has only {durable:?}",
+                    self.me
+                ));
+            }
+        }
+        if let Some(stranger) = self.recovery_replies.iter().find(|r| !self.peers.contains(r)) {
+            return Err(format!("replica {}: a recovery reply counted from {stranger}, not a peer", self.me));
+        }
+        let needed = majority(self.replica_count - 1);
+        if !self.recovered && self.recovery_replies.len() >= needed {
+            return Err(format!(
+                "replica {}: {} recovery replies (a majority is {needed}) but still recovering",
+                self.me,
+                self.recovery_replies.len()
+            ));
+        }
+        Ok(())
     }
 }
