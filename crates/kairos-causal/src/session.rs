@@ -127,6 +127,16 @@ pub struct SessionStats {
     pub txns_abandoned: u64,
 }
 
+/// What a causal session must see again when it next reads a key (its session guarantees):
+/// its newest acknowledged append there, and the list its last read returned, which every
+/// later read must extend (values are unique, so its length and last value identify it).
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyFloor {
+    own_append: Option<u64>,
+    read_len: usize,
+    read_last: Option<u64>,
+}
+
 struct InFlight {
     id: u64,
     op: ClientOp,
@@ -149,6 +159,11 @@ pub struct Session {
     /// The remaining operations of the current TPC-C transaction.
     queue: VecDeque<ClientOp>,
     ops_started: u64,
+    /// Per key, what later reads must contain; kept only when the guarantees are promised
+    /// ([`Session::guarantees_promised`]).
+    floors: BTreeMap<u64, KeyFloor>,
+    /// The first read that broke a promised guarantee, reported by [`Process::invariants`].
+    broken: Option<String>,
 }
 
 impl Session {
@@ -166,6 +181,8 @@ impl Session {
             stats: SessionStats::default(),
             queue: VecDeque::new(),
             ops_started: 0,
+            floors: BTreeMap::new(),
+            broken: None,
         }
     }
     pub fn stats(&self) -> &SessionStats {
@@ -329,10 +346,14 @@ impl Session {
                 if self.stats.read_latency_ns.len() < MAX_SAMPLES {
                     self.stats.read_latency_ns.push(latency);
                 }
+                self.check_read(key, &list);
                 self.record(ctx, OpType::Ok, MicroOp::Read { key, value: Some(ReadValue::List(list)) });
                 self.finish(ctx, self.cfg.think_time);
             }
-            (Ok(ReplyBody::Written), ClientOp::Append { .. }) => {
+            (Ok(ReplyBody::Written), ClientOp::Append { key, value }) => {
+                if self.guarantees_promised() {
+                    self.floors.entry(key).or_default().own_append = Some(value);
+                }
                 self.stats.writes_ok += 1;
                 self.stats.ok_in_second_half += u64::from(second_half);
                 if self.stats.write_latency_ns.len() < MAX_SAMPLES {
@@ -354,6 +375,43 @@ impl Session {
                 self.fail(ctx, op, Some(e.code));
             }
         }
+    }
+
+    /// Whether reads promise read-your-writes and monotonic reads even across failovers:
+    /// a causal session with majority read and write concerns (MongoDB's documented rule; with
+    /// w:1 a failover may roll an acknowledged write back).
+    fn guarantees_promised(&self) -> bool {
+        self.cfg.causal
+            && self.cfg.read_concern == ReadConcern::Majority
+            && self.cfg.write_concern == WriteConcern::Majority
+    }
+
+    /// Holds an ok read of `key` to the session guarantees (when promised), then raises the
+    /// key's floor to it.
+    fn check_read(&mut self, key: u64, list: &[u64]) {
+        if !self.guarantees_promised() {
+            return;
+        }
+        let floor = self.floors.entry(key).or_default();
+        let extends = floor.read_len == 0 || list.get(floor.read_len - 1).copied() == floor.read_last;
+        let broken = if let Some(v) = floor.own_append.filter(|v| !list.contains(v)) {
+            Some(format!("read-your-writes: its acknowledged append {v} is missing"))
+        } else if !extends {
+            Some(format!(
+                "monotonic reads: the list does not extend the {} values read before (ending in {:?})",
+                floor.read_len, floor.read_last
+            ))
+        } else {
+            None
+        };
+        if let Some(what) = broken {
+            if self.broken.is_none() {
+                self.broken =
+                    Some(format!("session {}: read of key {key} broke {what}: {list:?}", self.cfg.session_id));
+            }
+        }
+        floor.read_len = list.len();
+        floor.read_last = list.last().copied();
     }
 
     /// Whether `v` is a value this session has appended (or tried to).
@@ -421,6 +479,12 @@ impl Process for Session {
             }
             _ => {}
         }
+    }
+
+    /// No read broke a session guarantee this session was promised (read-your-writes and
+    /// monotonic reads, per key); checked at the reply, long before the history checker runs.
+    fn invariants(&self) -> Result<(), String> {
+        self.broken.clone().map_or(Ok(()), Err)
     }
 }
 

@@ -191,3 +191,28 @@ fn a_primary_that_commits_alone_is_stopped_by_the_oplog_world_check() {
     // Caught during the warm-up's first writes, long before the sessions' history ends.
     assert!(v.time < SimTime::ZERO + d.warmup + Duration::from_secs(1), "{v}");
 }
+
+/// The sessions' own invariant can fail, at the reply that broke it: members that answer a
+/// causal read without waiting for its afterClusterTime let a lagging secondary return a list
+/// without the session's acknowledged append. The same run without the test-only switch breaks
+/// nothing.
+#[test]
+fn a_member_that_ignores_after_cluster_time_is_caught_by_the_session_invariant() {
+    let mut d = Deployment {
+        seed: 4,
+        read_pref: ReadPref::Secondary,
+        keys: 2,
+        duration: Duration::from_secs(5),
+        ..Deployment::default()
+    };
+    let o = d.run().expect("the same run without the switch breaks no invariant");
+    assert!(o.sessions.reads_from_secondary > 20 && o.sessions.writes_ok > 20, "{:?}", o.sessions);
+    d.member.unsafe_ignore_after_cluster_time = true;
+    let Err(kairos_harness::DeployError::Invariant(v)) = d.run() else {
+        panic!("a stale causal read must be caught by the session's invariant")
+    };
+    eprintln!("{v}");
+    let sessions = 3..3 + d.sessions as u32;
+    assert!(v.node.is_some_and(|n| sessions.contains(&n.0)), "caught by a session: {v}");
+    assert!(v.what.contains("read-your-writes") || v.what.contains("monotonic reads"), "{v}");
+}

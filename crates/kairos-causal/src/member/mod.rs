@@ -73,6 +73,9 @@ pub struct MemberConfig {
     /// Test-only, for the negative control of the harness's oplog world check: the primary
     /// advances its commit point over what it applied alone, without a majority.
     pub unsafe_commit_alone: bool,
+    /// Test-only, for the negative control of the sessions' guarantee invariant: reads do not
+    /// wait for their afterClusterTime (a lagging member answers with what it has).
+    pub unsafe_ignore_after_cluster_time: bool,
 }
 
 impl MemberConfig {
@@ -94,6 +97,7 @@ impl MemberConfig {
             mongo: None,
             max_docs_entry_bytes: 3 * 1024 * 1024,
             unsafe_commit_alone: false,
+            unsafe_ignore_after_cluster_time: false,
         }
     }
 
@@ -614,6 +618,9 @@ impl Member {
     /// Whether a read waiting for `after` may run: applied up to it (or committed, `majority`).
     fn ready_at(&self, after: Option<ClusterTime>, majority: bool) -> bool {
         let Some(t) = after else { return true };
+        if self.cfg.unsafe_ignore_after_cluster_time {
+            return true;
+        }
         if majority {
             self.commit_point >= t
         } else {
