@@ -76,6 +76,8 @@ pub enum NetError {
     Config(#[from] crate::config::ConfigError),
     #[error("node {me} is not in the cluster, which has nodes 0..{n}; pick an id from the config")]
     UnknownNode { me: NodeId, n: usize },
+    #[error("node {me}: rejoining after a lost disk needs the data directory to recover into; pass --data-dir")]
+    RejoinWithoutDataDir { me: NodeId },
     #[error("cannot listen on {addr}: {source}; is another process using that address? check the node's `addr` in the cluster config")]
     Bind {
         addr: SocketAddr,
@@ -136,6 +138,10 @@ pub struct NodeOptions {
     /// Where the node keeps what its role persists ([`crate::storage`]); `None`: nothing
     /// survives the process.
     pub data_dir: Option<std::path::PathBuf>,
+    /// This node ran before (`kairos serve --rejoin`): if `data_dir` holds nothing, its disk
+    /// was lost or replaced, and the role is told so ([`Process::on_amnesia`]) instead of
+    /// starting as a new member. A host cannot tell a wiped directory from a new one by itself.
+    pub rejoin: bool,
 }
 
 impl Default for NodeOptions {
@@ -155,6 +161,7 @@ impl Default for NodeOptions {
             history: HistorySink::Channel { capacity: 65_536 },
             listener: None,
             data_dir: None,
+            rejoin: false,
         }
     }
 }
@@ -382,9 +389,13 @@ where
             if !stored.is_empty() {
                 tracing::info!(node = %me, records = stored.records.len(), snapshot = stored.snapshot.is_some(), "recovering from {}", dir.display());
                 process.on_recover(&stored);
+            } else if opts.rejoin {
+                tracing::warn!(node = %me, "{} is empty but this node ran before (--rejoin): its disk was lost; it rejoins without the promises it made", dir.display());
+                process.on_amnesia();
             }
             Some(store)
         }
+        None if opts.rejoin => return Err(NetError::RejoinWithoutDataDir { me }),
         None => None,
     };
     let listener = match opts.listener {

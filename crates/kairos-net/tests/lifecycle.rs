@@ -65,3 +65,47 @@ async fn shutdown_of_an_idle_node_is_clean() {
     let metrics = timeout(STEP, node.shutdown()).await.unwrap().unwrap();
     assert!(metrics.is_empty(), "{metrics:?}");
 }
+
+/// Remembers how it was started: from its disk, told its disk was lost, or neither (new).
+#[derive(Clone, Default)]
+struct Start(Arc<std::sync::Mutex<Vec<&'static str>>>);
+
+impl Process for Start {
+    type Msg = u8;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, u8>) {
+        self.0.lock().unwrap().push("start");
+        ctx.persist(vec![1]);
+    }
+    fn on_message(&mut self, _: &mut Ctx<'_, u8>, _: NodeId, _: u8) {}
+    fn on_timer(&mut self, _: &mut Ctx<'_, u8>, _: TimerId) {}
+    fn on_recover(&mut self, _: &kairos_core::Stored) {
+        self.0.lock().unwrap().push("recover");
+    }
+    fn on_amnesia(&mut self) {
+        self.0.lock().unwrap().push("amnesia");
+    }
+}
+
+/// Starts `role` once on a fresh port with `data_dir` and `rejoin`, then shuts it down.
+async fn start_once(role: Start, data_dir: Option<std::path::PathBuf>, rejoin: bool) -> Result<(), NetError> {
+    let (cfg, mut listeners) = local_cluster("rejoin", 1);
+    let options = NodeOptions { data_dir, rejoin, history: HistorySink::Discard, ..opts(listeners.pop().unwrap()) };
+    let node = spawn_node(cfg, NodeId(0), role, options).await?;
+    timeout(STEP, node.shutdown()).await.unwrap().unwrap();
+    Ok(())
+}
+
+/// `--rejoin`: a node that ran before and finds its data directory empty is told its disk was
+/// lost; with a disk it recovers as usual; a first start (no `--rejoin`) is a new member.
+#[tokio::test]
+async fn a_rejoining_node_with_an_empty_data_directory_is_told_its_disk_was_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Start::default();
+    start_once(log.clone(), Some(dir.path().join("new")), false).await.unwrap();
+    start_once(log.clone(), Some(dir.path().join("new")), true).await.unwrap();
+    start_once(log.clone(), Some(dir.path().join("wiped")), true).await.unwrap();
+    let seen = log.0.lock().unwrap().clone();
+    assert_eq!(seen, ["start", "recover", "start", "amnesia", "start"]);
+    let e = start_once(log, None, true).await.unwrap_err();
+    assert!(matches!(e, NetError::RejoinWithoutDataDir { .. }) && e.to_string().contains("--data-dir"), "{e}");
+}

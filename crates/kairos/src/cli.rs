@@ -567,6 +567,12 @@ pub struct ServeArgs {
     /// when the node restarts with the same DIR. Without it nothing survives the process.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// This node ran before: if its folder under --data-dir is empty, its disk was lost, and it
+    /// rejoins without the promises it made (a Tiga server does not vote until a later view;
+    /// a register replica recovers from the others). Refused for roles that cannot yet rejoin
+    /// safely from nothing (causal-member, tiga-view-manager). Needs --data-dir.
+    #[arg(long, requires = "data_dir")]
+    pub rejoin: bool,
     /// causal-session: which member a session reads from.
     #[arg(long, value_enum, default_value_t = ReadPrefArg::Secondary)]
     pub read_pref: ReadPrefArg,

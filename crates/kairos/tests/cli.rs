@@ -132,6 +132,28 @@ fn serve_with_a_broken_config_names_the_problem() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
+/// `--rejoin` (the node ran before): a causal member whose data directory is empty lost its
+/// disk and is refused, naming what to do; a register replica rejoins (it recovers from the
+/// others). Without `--data-dir` the flag is a usage error.
+#[test]
+fn serve_rejoin_refuses_a_causal_member_that_lost_its_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("set.toml");
+    std::fs::write(
+        &path,
+        "[cluster]\nname = \"x\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\nrole = \"causal-member\"\n",
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let (config, data_dir) = (path.to_str().unwrap(), data.to_str().unwrap());
+    let o = kairos(&["serve", "--config", config, "--node", "0", "--data-dir", data_dir, "--rejoin"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("lost its disk") && text(&o).contains("start the whole set anew"), "{}", text(&o));
+    let o = kairos(&["serve", "--config", config, "--node", "0", "--rejoin"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--data-dir"), "{}", text(&o));
+}
+
 #[test]
 fn bad_arguments_are_refused_with_a_reason() {
     for (args, needle) in [

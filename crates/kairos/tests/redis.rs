@@ -108,8 +108,14 @@ impl Cluster {
     /// Node `i` as a `kairos serve` process (logging to `node-i.log`, appending after a
     /// restart), with its data under `dir/data`.
     fn spawn(&self, i: usize) -> std::process::Child {
+        self.spawn_with(i, &[])
+    }
+
+    /// [`Cluster::spawn`] with `extra` arguments.
+    fn spawn_with(&self, i: usize, extra: &[&str]) -> std::process::Child {
         let mut c = kairos();
         c.args(["serve", "--config", self.config.to_str().unwrap(), "--node", &i.to_string()]);
+        c.args(extra);
         c.arg("--data-dir").arg(self.dir.join("data"));
         // Loopback without injected delay: a 1 ms margin keeps each commit a few ms.
         c.args(["--tiga-margin-ms", "1"]);
@@ -548,6 +554,18 @@ impl Drop for Up {
 /// disk, and the gateway's history is strictly serializable.
 #[test]
 fn a_follower_killed_and_restarted_from_its_data_directory_loses_nothing() {
+    follower_killed_and_restarted(false);
+}
+
+/// The same, but the follower's data directory is wiped before it restarts with `--rejoin`:
+/// it knows its disk was lost (so it does not vote until a later view), and nothing
+/// acknowledged is lost.
+#[test]
+fn a_follower_that_lost_its_disk_rejoins_knowing_it_and_nothing_acknowledged_is_lost() {
+    follower_killed_and_restarted(true);
+}
+
+fn follower_killed_and_restarted(wipe: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = start(dir.path());
     let (mut s, mut r) = connect(cluster.redis_port);
@@ -568,7 +586,12 @@ fn a_follower_killed_and_restarted_from_its_data_directory_loses_nothing() {
     cluster.children.0[victim].kill().unwrap();
     cluster.children.0[victim].wait().unwrap();
     incr(&mut s, &mut r, 200);
-    let back = cluster.spawn(victim);
+    let back = if wipe {
+        std::fs::remove_dir_all(dir.path().join("data").join(format!("node-{victim}"))).unwrap();
+        cluster.spawn_with(victim, &["--rejoin"])
+    } else {
+        cluster.spawn(victim)
+    };
     cluster.children.0[victim] = back;
     std::thread::sleep(Duration::from_millis(500));
     incr(&mut s, &mut r, 200);
@@ -580,8 +603,14 @@ fn a_follower_killed_and_restarted_from_its_data_directory_loses_nothing() {
     drop((s, r));
     // Stop every node with SIGINT so each prints its metrics and the gateway its history.
     cluster.stop_and_check();
-    let (recovered, log) = cluster.metric(victim, "tiga.server_recovered_entries");
-    assert!(recovered >= 50, "the restarted follower recovered its log from disk: {recovered}\n{log}");
+    if wipe {
+        let (lost, log) = cluster.metric(victim, "tiga.server_disk_lost");
+        assert_eq!(lost, 1, "the rejoining follower knows its disk was lost\n{log}");
+        assert!(log.contains("its disk was lost"), "the host says why\n{log}");
+    } else {
+        let (recovered, log) = cluster.metric(victim, "tiga.server_recovered_entries");
+        assert!(recovered >= 50, "the restarted follower recovered its log from disk: {recovered}\n{log}");
+    }
 }
 
 /// A shard's leader killed with SIGKILL mid-run: the view manager replaces it (a view change

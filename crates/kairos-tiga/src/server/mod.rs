@@ -1611,6 +1611,9 @@ impl Process for Server {
         if self.stats.recovered_entries > 0 {
             ctx.metric("tiga.server_recovered_entries", self.stats.recovered_entries);
         }
+        if self.stats.disk_lost {
+            ctx.metric("tiga.server_disk_lost", 1);
+        }
         if !self.view_managers.is_empty() {
             self.heartbeat(ctx);
             ctx.set_timer(HEARTBEAT, self.config.heartbeat_interval);

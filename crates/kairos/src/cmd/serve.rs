@@ -89,6 +89,26 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let mut node_opts = NodeOptions::with_seed(args.seed);
     // One folder per node, so one --data-dir can hold a whole local cluster.
     node_opts.data_dir = args.data_dir.as_ref().map(|d| d.join(format!("node-{node}")));
+    node_opts.rejoin = args.rejoin;
+    if let Some(dir) = node_opts.data_dir.as_deref().filter(|_| args.rejoin) {
+        let role = spec.role.as_str();
+        let forgetful = matches!(role, "causal-member" | super::redis::VIEW_MANAGER_ROLE);
+        let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
+        if empty && !forgetful {
+            eprintln!(
+                "node {node}: {} is empty, so its disk was lost (--rejoin): it rejoins without the promises it made",
+                dir.display()
+            );
+        } else if empty {
+            return Err(CliError::Usage(format!(
+                "--rejoin: {} is empty, so node {node} lost its disk, and a `{role}` cannot yet rejoin safely \
+                 without it (it would vote again on what it forgot; an old copy of its directory forgets as \
+                 much). Kairos has no membership change yet: start the whole set anew, every node with an \
+                 empty data directory and without --rejoin",
+                dir.display()
+            )));
+        }
+    }
     let cfg = Arc::new(cfg);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
