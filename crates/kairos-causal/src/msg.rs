@@ -143,6 +143,13 @@ pub enum PeerBody {
     NoopRequest {
         at_least: ClusterTime,
     },
+    /// A member that lost its disk asks for the answerer's term (the envelope's).
+    TermProbe {
+        nonce: u64,
+    },
+    TermAnswer {
+        nonce: u64,
+    },
 }
 
 /// A member-to-member message: sender's term and clock, and the body.

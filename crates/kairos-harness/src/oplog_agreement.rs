@@ -9,7 +9,11 @@
 //! before anything it sends leaves, so what it held in memory after its last handler is on its
 //! disk. The check keeps a mirror of each member's oplog (each entry's optime and term) for
 //! that, updated after every event the check runs on. A member that restarts without its disk
-//! is seen again with what it recovered.
+//! is seen again with what it recovered; while it is amnesiac (it grants no vote until a
+//! primary elected without it has brought it up to date: `kairos_causal::member` docs) it
+//! counts as holding every committed entry, as the register's recovering replica does: the
+//! entries it forgot are safe as long as it cannot help elect a primary without them, which is
+//! what the first half of the check then watches.
 //!
 //! The check is incremental: appended entries are compared once; a mirror is compared again
 //! from where it diverges only when the oplog shrank or changed (a rollback or a lost disk).
@@ -35,6 +39,8 @@ struct Mirror {
     compared: usize,
     /// The prefix equal to `Seen::committed` (what it holds of the committed entries).
     held: usize,
+    /// Restarted without its disk and not voting yet (as last seen).
+    amnesiac: bool,
 }
 
 impl Mirror {
@@ -72,6 +78,7 @@ pub fn committed_entries_agree(members: Vec<NodeId>, majority: usize) -> WorldCh
             let oplog = member.oplog();
             let m = &mut mirrors[i];
             m.sync(oplog);
+            m.amnesiac = member.is_amnesiac();
             let commit_point = member.commit_point();
             let upto = oplog.partition_point(|e| e.optime <= commit_point);
             for (pos, entry) in oplog.iter().enumerate().take(upto).skip(m.compared) {
@@ -94,7 +101,7 @@ pub fn committed_entries_agree(members: Vec<NodeId>, majority: usize) -> WorldCh
                 m.held += 1;
             }
         }
-        let holders = mirrors.iter().filter(|m| m.held >= committed.len()).count();
+        let holders = mirrors.iter().filter(|m| m.amnesiac || m.held >= committed.len()).count();
         if holders < majority {
             let pos = committed.len() - 1;
             let held: Vec<usize> = mirrors.iter().map(|m| m.held).collect();

@@ -568,9 +568,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
     /// This node ran before: if its folder under --data-dir is empty, its disk was lost, and it
-    /// rejoins without the promises it made (a Tiga server does not vote until a later view;
-    /// a register replica recovers from the others). Refused for roles that cannot yet rejoin
-    /// safely from nothing (causal-member, tiga-view-manager). Needs --data-dir.
+    /// rejoins without the promises it made (a Tiga server does not vote until a later view; a
+    /// causal member does not vote until a primary elected without it has caught it up; a
+    /// register replica recovers from the others). Refused for a tiga-view-manager, which cannot
+    /// yet rejoin safely from nothing. Needs --data-dir.
     #[arg(long, requires = "data_dir")]
     pub rejoin: bool,
     /// causal-session: which member a session reads from.

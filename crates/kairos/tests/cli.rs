@@ -132,16 +132,15 @@ fn serve_with_a_broken_config_names_the_problem() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
-/// `--rejoin` (the node ran before): a causal member whose data directory is empty lost its
-/// disk and is refused, naming what to do; a register replica rejoins (it recovers from the
-/// others). Without `--data-dir` the flag is a usage error.
+/// `--rejoin` (the node ran before): a view manager whose data directory is empty lost its
+/// disk and is refused, naming what to do. Without `--data-dir` the flag is a usage error.
 #[test]
-fn serve_rejoin_refuses_a_causal_member_that_lost_its_disk() {
+fn serve_rejoin_refuses_a_view_manager_that_lost_its_disk() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("set.toml");
     std::fs::write(
         &path,
-        "[cluster]\nname = \"x\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\nrole = \"causal-member\"\n",
+        "[cluster]\nname = \"x\"\n[[node]]\nid = 0\naddr = \"127.0.0.1:1\"\nregion = \"sc\"\nrole = \"tiga-view-manager\"\n",
     )
     .unwrap();
     let data = dir.path().join("data");

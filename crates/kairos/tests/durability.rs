@@ -75,13 +75,15 @@ impl Cluster {
 }
 
 /// Runs a first client, kills the three servers (nodes 0–2) with SIGKILL, restarts them with
-/// or without their data directories, runs a second client; the merged history's check.
+/// or without their data directories (`wiped`: this one's is deleted, and it restarts with
+/// `--rejoin`), runs a second client; the merged history's check.
 fn kill_all_servers_between_two_clients(
     roles: &[&str],
     clients: [usize; 2],
     extra: &[&str],
     model: &str,
     durable: bool,
+    wiped: Option<usize>,
 ) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::new(dir.path(), roles, durable);
@@ -91,7 +93,10 @@ fn kill_all_servers_between_two_clients(
         r.kill().unwrap(); // SIGKILL: no chance to flush anything
         r.wait().unwrap();
     }
-    servers.0 = (0..3).map(|n| cluster.spawn(n, &[])).collect();
+    if let Some(n) = wiped {
+        std::fs::remove_dir_all(dir.path().join(format!("data/node-{n}"))).unwrap();
+    }
+    servers.0 = (0..3).map(|n| cluster.spawn(n, if wiped == Some(n) { &["--rejoin"] } else { &[] })).collect();
     let second = cluster.client(clients[1], 40, "after", extra);
     if durable {
         for n in 0..3 {
@@ -109,7 +114,7 @@ fn kill_all_servers_between_two_clients(
 }
 
 fn register(durable: bool) -> Output {
-    kill_all_servers_between_two_clients(&REGISTER, [3, 4], &[], "linearizable", durable)
+    kill_all_servers_between_two_clients(&REGISTER, [3, 4], &[], "linearizable", durable, None)
 }
 
 /// A client's session before the restart (node 3) and after it (node 4, which appends values
@@ -117,9 +122,9 @@ fn register(durable: bool) -> Output {
 /// so the checker holds the second run's reads to the first run's majority-acknowledged writes
 /// (read-your-writes). It reads the primary's own data (read concern local): a new primary
 /// holds every majority-acknowledged entry, if the members kept their oplogs.
-fn causal(durable: bool) -> Output {
+fn causal(durable: bool, wiped: Option<usize>) -> Output {
     let extra = ["--read-pref", "primary", "--read-concern", "local", "--write-concern", "majority"];
-    kill_all_servers_between_two_clients(&CAUSAL, [3, 4], &extra, "causal", durable)
+    kill_all_servers_between_two_clients(&CAUSAL, [3, 4], &extra, "causal", durable, wiped)
 }
 
 #[test]
@@ -137,13 +142,22 @@ fn without_data_directories_the_register_loses_acknowledged_writes_and_the_check
 
 #[test]
 fn causal_members_killed_and_restarted_with_their_data_directories_lose_nothing_acknowledged() {
-    let o = causal(true);
+    let o = causal(true, None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
 #[test]
 fn without_data_directories_the_replica_set_loses_acknowledged_writes_and_the_checker_sees_it() {
-    let o = causal(false);
+    let o = causal(false, None);
     assert_eq!(o.status.code(), Some(1), "the session must have missed its own acknowledged writes: {}", text(&o));
     assert!(text(&o).contains("read-your-writes"), "{}", text(&o));
+}
+
+/// One member's data directory is lost while all three are down; it restarts with `--rejoin`
+/// (amnesiac: it votes again only once a primary elected without it caught it up), the others
+/// with theirs: nothing acknowledged is lost.
+#[test]
+fn a_causal_member_that_lost_its_disk_rejoins_and_nothing_acknowledged_is_lost() {
+    let o = causal(true, Some(1));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }

@@ -6,6 +6,7 @@
 //! ([`kairos_core::Process::on_recover`]); everything else (commit point, document store, keys,
 //! clock) is rebuilt from the oplog.
 
+mod amnesia;
 mod mongo_exec;
 
 pub use mongo_exec::MongoSetConfig;
@@ -76,6 +77,9 @@ pub struct MemberConfig {
     /// Test-only, for the negative control of the sessions' guarantee invariant: reads do not
     /// wait for their afterClusterTime (a lagging member answers with what it has).
     pub unsafe_ignore_after_cluster_time: bool,
+    /// Test-only, for the negative control of amnesia: a member restarted without its disk
+    /// votes at once, as if it were new.
+    pub unsafe_forget_amnesia: bool,
 }
 
 impl MemberConfig {
@@ -98,6 +102,7 @@ impl MemberConfig {
             max_docs_entry_bytes: 3 * 1024 * 1024,
             unsafe_commit_alone: false,
             unsafe_ignore_after_cluster_time: false,
+            unsafe_forget_amnesia: false,
         }
     }
 
@@ -116,6 +121,8 @@ pub struct Durable {
     /// older one) that reaches this member again later, even once it is primary, is refused
     /// too, so a write its client saw fail never runs.
     pub refused_writes: BTreeMap<u32, u64>,
+    /// Restarted without its disk and not yet allowed to vote ([`amnesia`]).
+    pub amnesiac: bool,
 }
 
 /// One change of the durable part, as journaled. A snapshot is a whole [`Durable`].
@@ -135,6 +142,8 @@ enum Change {
         client: u32,
         request: u64,
     },
+    /// Entered (`true`) or left amnesia.
+    Amnesiac(bool),
 }
 
 /// Journal records between two snapshots: beyond this many (and more than the oplog holds),
@@ -151,6 +160,7 @@ impl Durable {
                 let r = self.refused_writes.entry(client).or_default();
                 *r = (*r).max(request);
             }
+            Change::Amnesiac(a) => self.amnesiac = a,
         }
     }
 }
@@ -182,6 +192,10 @@ pub struct MemberStats {
     pub ignored_messages: u64,
     /// Client writes that reached the primary again after they ran (answered, not re-run).
     pub retried_writes: u64,
+    /// Restarted without its disk ([`amnesia`]).
+    pub disk_lost: bool,
+    /// Vote requests refused because this member was amnesiac.
+    pub votes_refused_amnesiac: u64,
 }
 
 /// A read waiting for `after` (applied, or committed when `majority`).
@@ -256,6 +270,8 @@ pub struct Member {
     noop_requested: ClusterTime,
     waiters: Vec<Waiter>,
     stats: MemberStats,
+    /// The term probe while amnesiac ([`amnesia`]).
+    amnesia: Option<amnesia::Amnesia>,
 }
 
 impl Member {
@@ -298,6 +314,7 @@ impl Member {
             noop_requested: ClusterTime::ZERO,
             waiters: Vec::new(),
             stats: MemberStats::default(),
+            amnesia: None,
         };
         m.restore(Durable::default());
         m
@@ -1052,6 +1069,9 @@ impl Member {
         if self.is_primary() {
             return;
         }
+        if self.d.amnesiac {
+            return self.arm_election(ctx);
+        }
         // A peer may have pushed the term to its maximum; never wrap (no election then).
         let Some(term) = self.d.term.checked_add(1) else {
             ctx.metric("causal.term_exhausted", 1);
@@ -1092,7 +1112,8 @@ impl Member {
             PeerBody::RequestVote { last } => {
                 let up_to_date = (last.term, last.optime) >= (self.last_pos().term, self.last_pos().optime);
                 let free = self.d.voted_for.is_none() || self.d.voted_for == Some(from);
-                let granted = current && free && up_to_date && !self.is_primary();
+                let granted = current && free && up_to_date && !self.is_primary() && !self.d.amnesiac;
+                self.stats.votes_refused_amnesiac += u64::from(current && self.d.amnesiac);
                 if granted {
                     self.set_vote(self.d.term, Some(from));
                     self.arm_election(ctx);
@@ -1131,6 +1152,8 @@ impl Member {
                     self.on_batch(ctx, from, after, entries, commit_point, rollback_to);
                 }
             }
+            PeerBody::TermProbe { nonce } => self.send_peer(ctx, from, PeerBody::TermAnswer { nonce }),
+            PeerBody::TermAnswer { nonce } => self.on_term_answer(from, nonce, msg.term),
             PeerBody::NoopRequest { at_least } => {
                 if self.is_primary() && self.last_applied() < at_least && self.clock.current() >= at_least {
                     let _ = self.write(ctx, Op::Noop);
@@ -1160,6 +1183,7 @@ impl Member {
         } else {
             self.maybe_pull(ctx);
             self.keys.expire(self.clock.current());
+            self.probe_terms(ctx);
         }
         self.signing_keys.expire(self.clock.current());
         self.expire_deadlines(ctx);
@@ -1175,6 +1199,8 @@ impl Process for Member {
         self.mongo.started_at = ctx.now();
         ctx.set_timer(TICK, self.cfg.heartbeat);
         self.arm_election(ctx);
+        self.probe_terms(ctx);
+        self.flush_journal(ctx);
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, msg: CausalMsg) {
@@ -1185,6 +1211,7 @@ impl Process for Member {
             (CausalMsg::MongoRequest(r), None) => self.on_mongo(ctx, from, r),
             _ => self.stats.ignored_messages += 1,
         }
+        self.maybe_end_amnesia(ctx);
         self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
@@ -1196,6 +1223,7 @@ impl Process for Member {
             TICK => self.on_tick(ctx),
             _ => {}
         }
+        self.maybe_end_amnesia(ctx);
         self.mongo_topology_check(ctx);
         self.flush_journal(ctx);
         self.flush_metrics(ctx);
@@ -1220,9 +1248,18 @@ impl Process for Member {
         self.restore(d);
     }
 
+    /// Restarted without its disk: see [`amnesia`].
+    fn on_amnesia(&mut self) {
+        self.enter_amnesia();
+    }
+
     /// Cheap invariants: the commit point is within what this member applied; the oplog's
-    /// newest entries are in optime order, in no term above the current one.
+    /// newest entries are in optime order, in no term above the current one; an amnesiac
+    /// member is neither primary nor candidate.
     fn invariants(&self) -> Result<(), String> {
+        if self.d.amnesiac && self.state != MemberState::Secondary {
+            return Err(format!("member {}: amnesiac, yet {:?}", self.me, self.state));
+        }
         if self.commit_point > self.last_applied() {
             return Err(format!(
                 "member {}: commit point {:?} beyond its last applied {:?}",

@@ -92,7 +92,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     node_opts.rejoin = args.rejoin;
     if let Some(dir) = node_opts.data_dir.as_deref().filter(|_| args.rejoin) {
         let role = spec.role.as_str();
-        let forgetful = matches!(role, "causal-member" | super::redis::VIEW_MANAGER_ROLE);
+        let forgetful = role == super::redis::VIEW_MANAGER_ROLE;
         let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
         if empty && !forgetful {
             eprintln!(
