@@ -116,3 +116,23 @@ fn an_amnesiac_member_restarted_with_its_disk_stays_amnesiac() {
     assert_eq!(w.sim.violation(), None);
     assert!(!w.sim.role::<Member>(amnesiac).unwrap().is_amnesiac());
 }
+
+/// A journal the member cannot read whole (written by another version) is partial amnesia:
+/// the member keeps the prefix it read and comes back amnesiac.
+#[test]
+fn a_journal_that_does_not_decode_leaves_the_member_amnesiac() {
+    use kairos_core::{Process, Stored};
+    let cfg = std::sync::Arc::new(kairos_causal::MemberConfig::new((0..3).map(NodeId).collect()));
+    for stored in [
+        Stored { snapshot: Some(vec![0xff; 4]), ..Stored::default() },
+        Stored { records: vec![vec![0xff; 4]], ..Stored::default() },
+    ] {
+        let mut m = Member::new(cfg.clone(), 0);
+        m.on_recover(&stored);
+        assert!(m.is_amnesiac() && !m.stats().disk_lost, "{stored:?}");
+        assert_eq!(m.stats().journal_unreadable, 1);
+    }
+    let mut readable = Member::new(cfg, 0);
+    readable.on_recover(&Stored { records: Vec::new(), snapshot: None, ..Stored::default() });
+    assert!(!readable.is_amnesiac());
+}

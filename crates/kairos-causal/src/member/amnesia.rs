@@ -1,5 +1,5 @@
-//! A member that restarted without its disk ([`kairos_core::Process::on_amnesia`]): Raft's
-//! amnesia. It forgot the votes it gave and the entries it acknowledged, so voting again from
+//! A member that restarted without its disk ([`kairos_core::Process::on_amnesia`]), or with a
+//! journal it could not read whole: Raft's amnesia. It forgot the votes it gave and the entries it acknowledged, so voting again from
 //! nothing could elect two primaries in one term, or a primary without a committed entry
 //! (the forgotten acknowledgement was part of that entry's majority).
 //!
@@ -37,9 +37,9 @@ impl Member {
         self.d.amnesiac
     }
 
-    /// Enters amnesia (journaled: a crash keeps it). A set of one has nothing to forget toward.
+    /// Enters amnesia (journaled: a crash keeps it), after a lost disk or a journal it could
+    /// not read whole. A set of one has nothing to forget toward.
     pub(super) fn enter_amnesia(&mut self) {
-        self.stats.disk_lost = true;
         if self.cfg.members.len() > 1 && !self.cfg.unsafe_forget_amnesia {
             self.d.amnesiac = true;
             self.journal.push(Change::Amnesiac(true));

@@ -1230,26 +1230,36 @@ impl Process for Member {
     }
 
     /// The durable part this member journaled before its crash: the last snapshot, then every
-    /// change since. (The host verified every record's checksum; one that still does not
-    /// decode was written by another version of Kairos: replay stops there, keeping a prefix
-    /// of the journal, and `journal_unreadable` counts it.)
+    /// change since. (The host verified every record's checksum; a snapshot or record that
+    /// still does not decode was written by another version of Kairos: replay stops there,
+    /// keeping a prefix of the journal, `journal_unreadable` counts it, and the member has
+    /// forgotten what came after, so it comes back amnesiac: see [`amnesia`].)
     fn on_recover(&mut self, stored: &Stored) {
-        let mut d: Durable = stored.snapshot.as_deref().and_then(|s| postcard::from_bytes(s).ok()).unwrap_or_default();
-        for r in &stored.records {
-            match postcard::from_bytes::<Change>(r) {
-                Ok(c) => d.apply(c),
-                Err(_) => {
-                    self.stats.journal_unreadable += 1;
-                    break;
+        let snapshot = stored.snapshot.as_deref().map(postcard::from_bytes::<Durable>);
+        let mut unreadable = matches!(snapshot, Some(Err(_)));
+        let mut d = snapshot.and_then(Result::ok).unwrap_or_default();
+        if !unreadable {
+            for r in &stored.records {
+                match postcard::from_bytes::<Change>(r) {
+                    Ok(c) => d.apply(c),
+                    Err(_) => {
+                        unreadable = true;
+                        break;
+                    }
                 }
             }
         }
         self.journaled = stored.records.len() as u64;
         self.restore(d);
+        if unreadable {
+            self.stats.journal_unreadable += 1;
+            self.enter_amnesia();
+        }
     }
 
     /// Restarted without its disk: see [`amnesia`].
     fn on_amnesia(&mut self) {
+        self.stats.disk_lost = true;
         self.enter_amnesia();
     }
 
