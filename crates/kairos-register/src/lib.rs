@@ -15,7 +15,9 @@
 //! that crashes and restarts with its disk recovers it and serves at once. A replica without
 //! a disk — a fresh one, or one whose disk was lost — starts in *recovery*: it answers nothing
 //! but recovery requests until it has adopted the state of a majority of the *other*
-//! replicas. Any completed write was acked by a majority; the replica that forgot it is one of
+//! replicas, and persists what it adopted only then, as one snapshot (a crash in the middle of
+//! a recovery leaves the disk empty, so the restart recovers again instead of serving part of
+//! a state). Any completed write was acked by a majority; the replica that forgot it is one of
 //! them, so the rest of that majority meets every majority of the others. This is safe while
 //! at most one replica is amnesiac at a time; at the very first start every replica recovers
 //! from the (empty) states of the others.
@@ -64,9 +66,14 @@ pub enum RegisterMsg {
         op: u64,
         key: u64,
     },
-    /// A recovering replica asks a peer for its whole state.
-    RecoverRequest,
+    /// A recovering replica asks a peer for its whole state. `nonce` is drawn per recovery and
+    /// echoed: a replayed reply to an earlier recovery (of an older incarnation, say the first
+    /// start, when every state was empty) is not counted.
+    RecoverRequest {
+        nonce: u64,
+    },
     RecoverReply {
+        nonce: u64,
         entries: Vec<(u64, Versioned)>,
     },
 }

@@ -1,5 +1,6 @@
 use crate::{majority, RegisterMsg, Tag, Versioned};
 use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
+use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ pub struct Replica {
     store: BTreeMap<u64, Versioned>,
     recovered: bool,
     recovery_replies: BTreeSet<NodeId>,
+    /// This recovery's nonce (drawn when it starts).
+    recovery_nonce: Option<u64>,
     retry: Duration,
     /// Records persisted since the last snapshot.
     records_since_snapshot: u64,
@@ -25,6 +28,8 @@ pub struct Replica {
     durable: BTreeMap<u64, Tag>,
     /// Keys whose state changed in the current handler (cleared when the next one begins).
     changed: Vec<u64>,
+    /// The current handler completed recovery (cleared when the next one begins).
+    just_recovered: bool,
     /// Test-only: values adopted during recovery are not persisted ([`Self::unpersisted_recovery_unsafe`]).
     unpersisted_recovery: bool,
 }
@@ -39,18 +44,20 @@ impl Replica {
             store: BTreeMap::new(),
             recovered: replicas.len() <= 1,
             recovery_replies: BTreeSet::new(),
+            recovery_nonce: None,
             retry: Duration::from_millis(500),
             records_since_snapshot: 0,
             durable: BTreeMap::new(),
             changed: Vec::new(),
+            just_recovered: false,
             unpersisted_recovery: false,
         }
     }
 
-    /// Test-only switch: a recovering replica adopts its peers' values without persisting
-    /// them. Unsafe: after a later crash that keeps its disk it serves at once without them,
-    /// so a completed write may be held by fewer than a majority. Tests use it to show the
-    /// replica's invariant catching it at the handler that adopted the value.
+    /// Test-only switch: a replica that completes recovery does not persist what it adopted.
+    /// Unsafe: after a later crash that keeps its disk it serves at once without it, so a
+    /// completed write may be held by fewer than a majority. Tests use it to show the
+    /// replica's invariant catching it at the handler that completed recovery.
     pub fn unpersisted_recovery_unsafe(mut self) -> Self {
         self.unpersisted_recovery = true;
         self
@@ -87,14 +94,8 @@ impl Replica {
     /// [`kairos_core::Effect::Persist`]); every so often, the whole store as a snapshot.
     fn persist(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, key: u64) {
         self.records_since_snapshot += 1;
-        if self.records_since_snapshot >= RECORDS_PER_SNAPSHOT {
-            let all: Vec<(u64, Versioned)> = self.store.iter().map(|(k, v)| (*k, *v)).collect();
-            if let Ok(bytes) = postcard::to_allocvec(&all) {
-                ctx.persist_snapshot(bytes);
-                self.records_since_snapshot = 0;
-                self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
-                return;
-            }
+        if self.records_since_snapshot >= RECORDS_PER_SNAPSHOT && self.persist_store(ctx) {
+            return;
         }
         let state = self.get(key);
         if let Ok(bytes) = postcard::to_allocvec(&(key, state)) {
@@ -103,9 +104,20 @@ impl Replica {
         }
     }
 
-    fn ask_for_recovery(&self, ctx: &mut Ctx<'_, RegisterMsg>) {
+    /// Persists the whole store as a snapshot. Returns whether it could.
+    fn persist_store(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) -> bool {
+        let all: Vec<(u64, Versioned)> = self.store.iter().map(|(k, v)| (*k, *v)).collect();
+        let Ok(bytes) = postcard::to_allocvec(&all) else { return false };
+        ctx.persist_snapshot(bytes);
+        self.records_since_snapshot = 0;
+        self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
+        true
+    }
+
+    fn ask_for_recovery(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        let nonce = *self.recovery_nonce.get_or_insert_with(|| ctx.rng().random());
         let missing = self.peers.iter().copied().filter(|p| !self.recovery_replies.contains(p));
-        ctx.send_all(missing, &RegisterMsg::RecoverRequest);
+        ctx.send_all(missing, &RegisterMsg::RecoverRequest { nonce });
         ctx.set_timer(RECOVERY_RETRY, self.retry);
     }
 }
@@ -121,23 +133,29 @@ impl Process for Replica {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, msg: RegisterMsg) {
         self.changed.clear();
+        self.just_recovered = false;
         match msg {
-            RegisterMsg::RecoverRequest => {
+            RegisterMsg::RecoverRequest { nonce } => {
                 let entries: Vec<_> = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
-                ctx.send(from, RegisterMsg::RecoverReply { entries });
+                ctx.send(from, RegisterMsg::RecoverReply { nonce, entries });
             }
-            RegisterMsg::RecoverReply { entries } => {
-                if self.recovered || !self.peers.contains(&from) {
+            RegisterMsg::RecoverReply { nonce, entries } => {
+                if self.recovered || !self.peers.contains(&from) || self.recovery_nonce != Some(nonce) {
+                    ctx.metric("register.ignored_recovery_replies", 1);
                     return;
                 }
+                // Nothing is persisted before recovery completes: a disk holding part of a
+                // recovery would look whole to a restart, which serves at once.
                 for (key, state) in entries {
-                    if self.adopt(key, state) && !self.unpersisted_recovery {
-                        self.persist(ctx, key);
-                    }
+                    self.adopt(key, state);
                 }
                 self.recovery_replies.insert(from);
                 if self.recovery_replies.len() >= majority(self.replica_count - 1) {
+                    if !self.unpersisted_recovery {
+                        self.persist_store(ctx);
+                    }
                     self.recovered = true;
+                    self.just_recovered = true;
                     ctx.cancel_timer(RECOVERY_RETRY);
                     ctx.metric("register.recoveries", 1);
                 }
@@ -158,6 +176,7 @@ impl Process for Replica {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
         self.changed.clear();
+        self.just_recovered = false;
         if timer == RECOVERY_RETRY && !self.recovered {
             self.ask_for_recovery(ctx);
         }
@@ -182,12 +201,18 @@ impl Process for Replica {
         self.recovered = true;
     }
 
-    /// Cheap invariants, after every handler: every value the handler adopted was handed to
-    /// the disk (so a restart with the disk serves nothing older than what this replica
-    /// answered or counted toward a majority), and recovery ends exactly when a majority of
-    /// the other replicas has answered.
+    /// Cheap invariants, after every handler: once recovered, every value the handler adopted
+    /// was handed to the disk, and all of them after the handler that completed recovery (so a
+    /// restart with the disk serves nothing older than what this replica answered or counted
+    /// toward a majority); recovery ends exactly when a majority of the other replicas has
+    /// answered.
     fn invariants(&self) -> Result<(), String> {
-        for key in &self.changed {
+        let keys: Vec<u64> = match (self.recovered, self.just_recovered) {
+            (false, _) => Vec::new(),
+            (true, true) => self.store.keys().copied().collect(),
+            (true, false) => self.changed.clone(),
+        };
+        for key in &keys {
             let held = self.get(*key).tag;
             let durable = self.durable.get(key).copied().unwrap_or_default();
             if durable != held {

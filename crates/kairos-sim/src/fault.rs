@@ -89,6 +89,9 @@ pub struct FaultRates {
     pub replay_max: u32,
     /// At most this many nodes down at once (keep it below what the protocol tolerates).
     pub max_crashed: usize,
+    /// The nodes that may lose their disk ([`FaultKinds::disk_loss`]): those whose role comes
+    /// back safely from nothing ([`kairos_core::Process::on_amnesia`]). Empty: no disk is lost.
+    pub disk_loss_targets: Vec<NodeId>,
     /// Which kinds of fault a plan may use at all (each seed then switches each on or off).
     pub kinds: FaultKinds,
 }
@@ -113,6 +116,9 @@ pub struct FaultKinds {
     /// Crash a node in the middle of a write ([`Fault::CrashMidWrite`]), restart it at the end
     /// of the episode.
     pub torn: bool,
+    /// Crash a node, wipe its disk ([`Fault::WipeDisk`]), restart it at the end of the
+    /// episode: once per run, on one of [`FaultRates::disk_loss_targets`].
+    pub disk_loss: bool,
 }
 
 impl FaultKinds {
@@ -125,6 +131,7 @@ impl FaultKinds {
         dup: true,
         replay: true,
         torn: true,
+        disk_loss: true,
     };
     const NONE: FaultKinds = FaultKinds {
         crash: false,
@@ -135,15 +142,27 @@ impl FaultKinds {
         dup: false,
         replay: false,
         torn: false,
+        disk_loss: false,
     };
-    const NAMES: [&'static str; 8] = ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn"];
+    const NAMES: [&'static str; 9] =
+        ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn", "disk-loss"];
 
-    fn as_array(self) -> [bool; 8] {
-        [self.crash, self.partition, self.oneway, self.clock_step, self.loss, self.dup, self.replay, self.torn]
+    fn as_array(self) -> [bool; 9] {
+        [
+            self.crash,
+            self.partition,
+            self.oneway,
+            self.clock_step,
+            self.loss,
+            self.dup,
+            self.replay,
+            self.torn,
+            self.disk_loss,
+        ]
     }
 
     /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`,
-    /// `dup`, `replay`, `torn` (`restart` is part of `crash`; `all` is every kind).
+    /// `dup`, `replay`, `torn`, `disk-loss` (`restart` is part of `crash`; `all` is every kind).
     pub fn parse(list: &str) -> Result<FaultKinds, String> {
         let mut k = FaultKinds::NONE;
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -157,6 +176,7 @@ impl FaultKinds {
                 "dup" | "duplicate" => k.dup = true,
                 "replay" => k.replay = true,
                 "torn" => k.torn = true,
+                "disk-loss" => k.disk_loss = true,
                 other => {
                     return Err(format!(
                         "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
@@ -187,6 +207,7 @@ impl Default for FaultRates {
             duplicate_max: 0.3,
             replay_max: 40,
             max_crashed: 1,
+            disk_loss_targets: Vec::new(),
             kinds: FaultKinds::ALL,
         }
     }
@@ -214,8 +235,57 @@ pub fn random_plan(
     plan.extend(duplication_and_replay(seed, start, end, rates));
     let torn = torn_writes(seed, targets, start, end, rates, &plan);
     plan.extend(torn);
+    let lost = disk_loss(seed, start, end, rates, &plan);
+    plan.extend(lost);
     plan.sort_by_key(|f| f.at);
     plan
+}
+
+/// Each crash episode of `plan`: from the crash (or crash mid-write) to its node's next
+/// restart (or `end`).
+fn down_intervals(plan: &[ScheduledFault], end: SimTime) -> Vec<(SimTime, SimTime)> {
+    plan.iter()
+        .enumerate()
+        .filter_map(|(i, f)| match f.fault {
+            Fault::Crash(v) | Fault::CrashMidWrite(v) => {
+                let back = plan[i..].iter().find(|r| r.fault == Fault::Restart(v)).map_or(end, |r| r.at);
+                Some((f.at, back))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One lost disk, on for a seed with probability 1/2 (always when it is the only kind
+/// allowed), from a stream of its own: a node of [`FaultRates::disk_loss_targets`] crashes,
+/// loses its disk and restarts at the end of the episode, while no other node is down.
+fn disk_loss(
+    seed: u64,
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+    plan: &[ScheduledFault],
+) -> Vec<ScheduledFault> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6469_736b);
+    let only_this = rates.kinds.as_array()[..8].iter().all(|on| !on);
+    let targets = &rates.disk_loss_targets;
+    if !rates.kinds.disk_loss || targets.is_empty() || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
+        return Vec::new();
+    }
+    let (s, e) = (start.as_nanos(), end.as_nanos());
+    let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
+    let at = rng.random_range(s..e);
+    let repair = (at + rng.random_range(episode_ns / 2..=episode_ns)).min(e - 1);
+    let victim = targets[rng.random_range(0..targets.len())];
+    let (at, repair) = (SimTime(at), SimTime(repair));
+    if repair <= at || down_intervals(plan, end).iter().any(|(a, b)| at <= *b && *a <= repair) {
+        return Vec::new();
+    }
+    vec![
+        ScheduledFault { at, fault: Fault::Crash(victim) },
+        ScheduledFault { at, fault: Fault::WipeDisk(victim) },
+        ScheduledFault { at: repair, fault: Fault::Restart(victim) },
+    ]
 }
 
 /// Crashes in the middle of a write, on for a seed with probability 1/2 (always when they are
@@ -234,18 +304,7 @@ fn torn_writes(
     if !rates.kinds.torn || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
         return Vec::new();
     }
-    // Each crash episode of the plan: from the crash to its node's next restart.
-    let mut down: Vec<(SimTime, SimTime)> = plan
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| match f.fault {
-            Fault::Crash(v) => {
-                let back = plan[i..].iter().find(|r| r.fault == Fault::Restart(v)).map_or(end, |r| r.at);
-                Some((f.at, back))
-            }
-            _ => None,
-        })
-        .collect();
+    let mut down = down_intervals(plan, end);
     let (s, e) = (start.as_nanos(), end.as_nanos());
     let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
     let mut torn = Vec::new();

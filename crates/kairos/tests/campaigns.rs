@@ -156,6 +156,17 @@ fn the_register_survives_40_fault_plans() {
     assert!(s["torn_writes"].as_u64().unwrap() > 0, "{s}");
 }
 
+/// Regressions found when replicas began to lose their disks (`disk-loss`): a replayed reply to
+/// an earlier recovery (the first start's, all empty) was counted by a later one (seed 1934; the
+/// recovery's nonce now tells them apart), and a replica that crashed in the middle of a
+/// recovery came back from the part it had persisted as if whole (seed 94, a torn write during
+/// recovery; it now persists what it adopted only when recovery completes).
+#[test]
+fn the_register_survives_lost_disks_regressions() {
+    assert_eq!(campaign("register", "94")["seeds_run"], 1);
+    assert_eq!(campaign("register", "1934")["seeds_run"], 1);
+}
+
 #[test]
 fn swarm_kv_survives_40_adversarial_deployments() {
     assert_eq!(campaign("swarm-kv", "1..41")["seeds_run"], 40);

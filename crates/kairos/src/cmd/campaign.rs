@@ -138,9 +138,12 @@ fn run_seed(
     let bench =
         Bench { seed, load_txn_per_s: args.load, duration: end + recovery, keys_per_shard: 2_000, ..Bench::default() };
     // Faults over [offset + 0.5 s, offset + end): offset is the warm-up before clients start.
-    let plan_for = |targets: &[NodeId], offset: Duration| {
-        random_plan(seed, targets, SimTime::ZERO + offset + FAULTS_START, SimTime::ZERO + offset + end, rates)
+    // `lose_disks`: the targets whose roles come back safely without their disk (amnesia).
+    let plan_with = |targets: &[NodeId], lose_disks: &[NodeId], offset: Duration| {
+        let rates = FaultRates { disk_loss_targets: lose_disks.to_vec(), ..rates.clone() };
+        random_plan(seed, targets, SimTime::ZERO + offset + FAULTS_START, SimTime::ZERO + offset + end, &rates)
     };
+    let plan_for = |targets: &[NodeId], offset: Duration| plan_with(targets, &[], offset);
     let healed = SimTime::ZERO + end;
     // Transactions in flight when the load stops get time to finish or be given up.
     let drain = Duration::from_secs(10);
@@ -166,10 +169,12 @@ fn run_seed(
             let drain = d.config.retry_timeout * d.config.max_sends + Duration::from_secs(1);
             let until = SimTime::ZERO + end + recovery + drain;
             // Any server crashes and restarts (a leader's crash is a view change), and so do
-            // the view manager's nodes.
+            // the view manager's nodes; a server may also lose its disk (a view manager's
+            // Paxos acceptor cannot come back from that yet).
             let mut sim = w.sim;
-            let targets: Vec<NodeId> = w.topology.shards.iter().flatten().chain(&w.view_managers).copied().collect();
-            let plan = plan_servers(&targets);
+            let servers: Vec<NodeId> = w.topology.shards.iter().flatten().copied().collect();
+            let targets: Vec<NodeId> = servers.iter().chain(&w.view_managers).copied().collect();
+            let plan = plan_with(&targets, &servers, Duration::ZERO);
             sim.schedule_all(plan.clone());
             sim.run_until(until);
             let views = w
@@ -247,7 +252,7 @@ fn run_seed(
             let grace = kairos_register::ClientConfig::new(Vec::new(), 0).op_timeout;
             let run = RegisterRun { seed, duration: end + grace + recovery, ..RegisterRun::default() };
             let mut world = run.build().map_err(|e| usage(&e))?;
-            let plan = plan_servers(&world.replicas);
+            let plan = plan_with(&world.replicas, &world.replicas, Duration::ZERO);
             world.sim.schedule_all(plan.clone());
             world.sim.run_until(SimTime::ZERO + run.duration);
             // Client `i` is Jepsen process `i`.
@@ -266,6 +271,9 @@ fn run_seed(
                 ..kairos_harness::causal::Deployment::default()
             };
             let mut world = d.build().map_err(|e| usage(&e))?;
+            // No member loses its disk here: an amnesiac member votes safely, but it forgot the
+            // writes it refused, and an old copy of one (a replayed or duplicated message) can
+            // run later (`kairos_causal::member::amnesia` docs).
             let plan = plan_for(&world.members, d.warmup);
             world.sim.schedule_all(plan.clone());
             world.sim.run_until(SimTime::ZERO + d.warmup + end + recovery + Duration::from_secs(5));
