@@ -261,6 +261,19 @@ impl Deployment {
     }
 }
 
+/// Every append a session saw acknowledged (`ok`), as (key, value): what a member that claims
+/// to hold the committed oplog must be able to read.
+pub fn acknowledged_appends(history: &[HistoryRecord]) -> Vec<(u64, u64)> {
+    history
+        .iter()
+        .filter(|r| r.event.op_type == kairos_core::OpType::Ok)
+        .filter_map(|r| match r.event.value.first() {
+            Some(&kairos_core::MicroOp::Append { key, value }) => Some((key, value)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Gathers an [`Outcome`] from a run world.
 pub fn collect(
     sim: &mut Sim<CausalMsg>,

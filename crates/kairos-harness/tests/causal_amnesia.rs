@@ -5,8 +5,8 @@
 
 use kairos_causal::Member;
 use kairos_check::{check, Model};
-use kairos_core::{MicroOp, NodeId, OpType, SimTime};
-use kairos_harness::causal::{collect, Deployment, World};
+use kairos_core::{NodeId, SimTime};
+use kairos_harness::causal::{acknowledged_appends, collect, Deployment, World};
 use kairos_sim::Fault;
 use std::time::Duration;
 
@@ -67,16 +67,7 @@ fn an_amnesiac_member_votes_only_after_a_primary_elected_without_it_caught_it_up
     let m = w.sim.role::<Member>(amnesiac).unwrap();
     assert!(!m.is_amnesiac(), "a primary elected without it caught it up: it votes again");
     // Every acknowledged append is on every member now, the stale one included.
-    let acked: Vec<(u64, u64)> = w
-        .sim
-        .history()
-        .iter()
-        .filter(|r| r.event.op_type == OpType::Ok)
-        .filter_map(|r| match r.event.value[0] {
-            MicroOp::Append { key, value } => Some((key, value)),
-            _ => None,
-        })
-        .collect();
+    let acked = acknowledged_appends(w.sim.history());
     assert!(acked.len() > 50, "{} acked appends", acked.len());
     for node in [primary, amnesiac, stale] {
         let member = w.sim.role::<Member>(node).unwrap();

@@ -2,8 +2,8 @@
 
 use kairos_causal::{Member, ReadConcern, ReadPref, WriteConcern};
 use kairos_check::{check, Model};
-use kairos_core::{MicroOp, NodeId, OpType, SimTime};
-use kairos_harness::causal::{collect, Deployment, Faults, World};
+use kairos_core::{NodeId, SimTime};
+use kairos_harness::causal::{acknowledged_appends, collect, Deployment, Faults, World};
 use kairos_sim::{Fault, FaultRates};
 use std::time::Duration;
 
@@ -117,16 +117,7 @@ fn a_crashed_primary_is_replaced_and_majority_writes_survive() {
     let new = primary_of(&w).expect("a new primary");
     assert_ne!(new, old);
     // Every acknowledged append is on the new primary (and on the restarted old one).
-    let acked: Vec<(u64, u64)> = w
-        .sim
-        .history()
-        .iter()
-        .filter(|r| r.event.op_type == OpType::Ok)
-        .filter_map(|r| match r.event.value[0] {
-            MicroOp::Append { key, value } => Some((key, value)),
-            _ => None,
-        })
-        .collect();
+    let acked = acknowledged_appends(w.sim.history());
     assert!(acked.len() > 50, "{} acked appends", acked.len());
     for m in [new, old] {
         let member = w.sim.role::<Member>(m).unwrap();
