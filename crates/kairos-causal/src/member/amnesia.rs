@@ -1,7 +1,8 @@
 //! A member that restarted without its disk ([`kairos_core::Process::on_amnesia`]), or with a
-//! journal it could not read whole: Raft's amnesia. It forgot the votes it gave and the entries it acknowledged, so voting again from
-//! nothing could elect two primaries in one term, or a primary without a committed entry
-//! (the forgotten acknowledgement was part of that entry's majority).
+//! journal it could not read whole: Raft's amnesia. It forgot the votes it gave and the entries
+//! it acknowledged, so voting again from nothing could elect two primaries in one term, or a
+//! primary without a committed entry (the forgotten acknowledgement was part of that entry's
+//! majority).
 //!
 //! Until it may vote again, an amnesiac member replicates, acknowledges what it now holds and
 //! serves reads, but grants no vote and stands for no election. It asks every other member

@@ -462,7 +462,9 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         } else if protocol == CampaignProtocol::Fusee {
             ["stalled chains", "paused client"].map(String::from).to_vec()
         } else {
-            rates.kinds.names()
+            // Only these protocols' plans lose disks (`run_seed`).
+            let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
+            rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect()
         },
         seeds: results,
     };
