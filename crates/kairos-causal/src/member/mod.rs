@@ -1117,19 +1117,6 @@ impl Member {
                 if granted {
                     self.set_vote(self.d.term, Some(from));
                     self.arm_election(ctx);
-                } else if current
-                    && !up_to_date
-                    && !self.is_primary()
-                    && !self.d.amnesiac
-                    && self.d.voted_for.is_none_or(|v| v == self.me)
-                {
-                    // The candidate's log is behind this one, which has voted for nobody else
-                    // in the term: this member stands (again), soon, instead of after a whole
-                    // election timeout. With two voters left (e.g. beside an amnesiac member)
-                    // split rounds otherwise repeat until the timers happen to favour the one
-                    // that can win.
-                    let soon = ctx.rng().random_range(0..self.cfg.heartbeat.as_nanos().max(1) as u64);
-                    ctx.set_timer(ELECTION, Duration::from_nanos(soon));
                 }
                 self.send_peer(ctx, from, PeerBody::VoteReply { granted });
             }
