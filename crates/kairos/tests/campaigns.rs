@@ -192,3 +192,12 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
     let o = kairos(&["sim", "causal", "--seeds", "5..5"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// `--faults disk-loss` alone, for a protocol whose nodes never lose disks here, is refused
+/// with a reason instead of running seeds without any fault.
+#[test]
+fn disk_loss_alone_is_refused_where_no_disk_is_lost() {
+    let o = kairos(&["sim", "causal", "--seeds", "1", "--faults", "disk-loss"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("only register replicas and Tiga servers"), "{}", text(&o));
+}

@@ -362,6 +362,14 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let seeds = parse_seeds(&args.seeds)?;
     let rates = rates(&args)?;
     let name = protocol.name();
+    let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
+    let kinds: Vec<String> = rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect();
+    if kinds.is_empty() {
+        return Err(CliError::Usage(format!(
+            "--faults disk-loss: no {name} node loses its disk in these campaigns yet (only register replicas and \
+             Tiga servers do); name other kinds, e.g. --faults crash,torn"
+        )));
+    }
     #[allow(clippy::disallowed_methods)] // wall time of the campaign, for the summary only
     let started = std::time::Instant::now();
     let mut table = Table::new();
@@ -462,9 +470,8 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         } else if protocol == CampaignProtocol::Fusee {
             ["stalled chains", "paused client"].map(String::from).to_vec()
         } else {
-            // Only these protocols' plans lose disks (`run_seed`).
-            let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
-            rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect()
+            // Only the register's and Tiga's plans lose disks (`run_seed`).
+            kinds
         },
         seeds: results,
     };
