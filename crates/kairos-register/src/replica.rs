@@ -30,7 +30,7 @@ pub struct Replica {
     changed: Vec<u64>,
     /// The current handler completed recovery (cleared when the next one begins).
     just_recovered: bool,
-    /// Test-only: values adopted during recovery are not persisted ([`Self::unpersisted_recovery_unsafe`]).
+    /// Test-only: a completed recovery does not persist what it adopted ([`Self::unpersisted_recovery_unsafe`]).
     unpersisted_recovery: bool,
 }
 

@@ -256,6 +256,26 @@ fn down_intervals(plan: &[ScheduledFault], end: SimTime) -> Vec<(SimTime, SimTim
         .collect()
 }
 
+/// Draws a crash episode on one of `targets` in `[start, end)`: when it starts, when it is
+/// repaired, and on which node. `None` (after the same draws) if it would be empty or overlap
+/// one of `down`, the episodes already planned.
+fn draw_episode(
+    rng: &mut rand_chacha::ChaCha8Rng,
+    targets: &[NodeId],
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+    down: &[(SimTime, SimTime)],
+) -> Option<(SimTime, SimTime, NodeId)> {
+    let (s, e) = (start.as_nanos(), end.as_nanos());
+    let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
+    let at = rng.random_range(s..e);
+    let repair = (at + rng.random_range(episode_ns / 2..=episode_ns)).min(e - 1);
+    let victim = targets[rng.random_range(0..targets.len())];
+    let (at, repair) = (SimTime(at), SimTime(repair));
+    (repair > at && !down.iter().any(|(a, b)| at <= *b && *a <= repair)).then_some((at, repair, victim))
+}
+
 /// One lost disk, on for a seed with probability 1/2 (always when it is the only kind
 /// allowed), from a stream of its own: a node of [`FaultRates::disk_loss_targets`] crashes,
 /// loses its disk and restarts at the end of the episode, while no other node is down.
@@ -272,15 +292,10 @@ fn disk_loss(
     if !rates.kinds.disk_loss || targets.is_empty() || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
         return Vec::new();
     }
-    let (s, e) = (start.as_nanos(), end.as_nanos());
-    let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
-    let at = rng.random_range(s..e);
-    let repair = (at + rng.random_range(episode_ns / 2..=episode_ns)).min(e - 1);
-    let victim = targets[rng.random_range(0..targets.len())];
-    let (at, repair) = (SimTime(at), SimTime(repair));
-    if repair <= at || down_intervals(plan, end).iter().any(|(a, b)| at <= *b && *a <= repair) {
+    let Some((at, repair, victim)) = draw_episode(&mut rng, targets, start, end, rates, &down_intervals(plan, end))
+    else {
         return Vec::new();
-    }
+    };
     vec![
         ScheduledFault { at, fault: Fault::Crash(victim) },
         ScheduledFault { at, fault: Fault::WipeDisk(victim) },
@@ -305,17 +320,11 @@ fn torn_writes(
         return Vec::new();
     }
     let mut down = down_intervals(plan, end);
-    let (s, e) = (start.as_nanos(), end.as_nanos());
-    let episode_ns = kairos_core::duration_nanos(rates.episode).max(2);
     let mut torn = Vec::new();
     for _ in 0..rng.random_range(1..=2) {
-        let at = rng.random_range(s..e);
-        let repair = (at + rng.random_range(episode_ns / 2..=episode_ns)).min(e - 1);
-        let victim = targets[rng.random_range(0..targets.len())];
-        let (at, repair) = (SimTime(at), SimTime(repair));
-        if repair <= at || down.iter().any(|(a, b)| at <= *b && *a <= repair) {
+        let Some((at, repair, victim)) = draw_episode(&mut rng, targets, start, end, rates, &down) else {
             continue;
-        }
+        };
         down.push((at, repair));
         torn.push(ScheduledFault { at, fault: Fault::CrashMidWrite(victim) });
         torn.push(ScheduledFault { at: repair, fault: Fault::Restart(victim) });

@@ -92,9 +92,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     node_opts.rejoin = args.rejoin;
     if let Some(dir) = node_opts.data_dir.as_deref().filter(|_| args.rejoin) {
         let role = spec.role.as_str();
-        let forgetful = role == super::redis::VIEW_MANAGER_ROLE;
+        let cannot_rejoin_from_nothing = role == super::redis::VIEW_MANAGER_ROLE;
         let empty = std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none());
-        if empty && !forgetful {
+        if empty && !cannot_rejoin_from_nothing {
             eprintln!(
                 "node {node}: {} is empty, so its disk was lost (--rejoin): it rejoins without the promises it made",
                 dir.display()
