@@ -603,14 +603,11 @@ impl Coordinator {
         let headroom = self.headroom(now, &shards);
         let Some(p) = self.pending.get_mut(&txn) else { return };
         p.sends += 1;
-        let ts = (now + headroom).as_nanos();
+        let ts = Ts::at(now + headroom);
         for piece in &p.pieces {
             let replicas = self.topology.shards.get(piece.shard as usize).map_or(&[][..], Vec::as_slice);
             for &node in replicas {
-                ctx.send(
-                    node,
-                    TigaMsg::Submit { view: self.view, piece: piece.clone(), ts, send_time: now.as_nanos() },
-                );
+                ctx.send(node, TigaMsg::Submit { view: self.view, piece: piece.clone(), ts, send_time: now });
             }
         }
         ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
@@ -1015,7 +1012,7 @@ mod tests {
         }
     }
 
-    fn submits(effects: &[Effect<TigaMsg>]) -> Vec<(NodeId, Piece, Ts, Ts)> {
+    fn submits(effects: &[Effect<TigaMsg>]) -> Vec<(NodeId, Piece, Ts, LocalTime)> {
         effects
             .iter()
             .filter_map(|e| match e {
@@ -1053,8 +1050,8 @@ mod tests {
         r.unwrap();
         let s = submits(&eff);
         assert!(!s.is_empty());
-        assert!(s.iter().all(|x| x.2 == s[0].2 && x.3 == h.now.as_nanos()));
-        s[0].2 - s[0].3
+        assert!(s.iter().all(|x| x.2 == s[0].2 && x.3 == h.now));
+        duration_nanos(s[0].2.saturating_since(Ts::at(s[0].3)))
     }
 
     /// A Fast reply carrying only an OWD sample (for a transaction nobody waits for).
@@ -1066,7 +1063,7 @@ mod tests {
             shard: s,
             replica: r,
             kind: ReplyKind::Fast,
-            ts: 0,
+            ts: Ts::ZERO,
             hash: [0; 20],
             result: None,
             owd_ns: duration_nanos(owd),
@@ -1216,12 +1213,12 @@ mod tests {
     fn a_mismatching_hash_blocks_the_fast_path_and_the_slow_path_commits() {
         let mut h = H::std();
         let txn = h.submit(vec![0]).0.unwrap();
-        let ts = 5_000;
+        let ts = Ts::from_nanos(5_000);
         h.reply(txn, 0, 0, ReplyKind::Fast, ts, 7, Some(vec![(0, 9)]));
         h.reply(txn, 0, 1, ReplyKind::Fast, ts, 7, None);
         let e = h.reply(txn, 0, 2, ReplyKind::Fast, ts, 8, None);
         assert!(history(&e).is_empty(), "follower 2's hash differs");
-        let e = h.reply(txn, 0, 1, ReplyKind::Slow, ts - 1, 0, None);
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, Ts::from_nanos(ts.as_nanos() - 1), 0, None);
         assert!(history(&e).is_empty(), "a slow reply at another timestamp does not count");
         let e = h.reply(txn, 0, 0, ReplyKind::Slow, ts, 0, None);
         assert!(history(&e).is_empty(), "the leader's own slow reply does not count");
@@ -1239,8 +1236,8 @@ mod tests {
         // The leader bumped the timestamp; followers released nothing at it (they hold it).
         let mut h = H::std();
         let txn = h.submit(vec![0]).0.unwrap();
-        h.reply(txn, 0, 0, ReplyKind::Fast, 900, 1, Some(vec![(0, 0)]));
-        let e = h.reply(txn, 0, 1, ReplyKind::Slow, 900, 0, None);
+        h.reply(txn, 0, 0, ReplyKind::Fast, Ts::from_nanos(900), 1, Some(vec![(0, 0)]));
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, Ts::from_nanos(900), 0, None);
         assert_eq!(history(&e).len(), 1);
     }
 
@@ -1249,19 +1246,19 @@ mod tests {
         let mut h = H::std();
         let txn = h.submit(vec![0, 1]).0.unwrap();
         // Shard 0 released at 100, shard 1's leader bumped to 120; followers agree with their leaders.
-        h.reply(txn, 0, 0, ReplyKind::Fast, 100, 1, Some(vec![(0, 5)]));
-        h.reply(txn, 1, 0, ReplyKind::Fast, 120, 2, Some(vec![(1, 6)]));
+        h.reply(txn, 0, 0, ReplyKind::Fast, Ts::from_nanos(100), 1, Some(vec![(0, 5)]));
+        h.reply(txn, 1, 0, ReplyKind::Fast, Ts::from_nanos(120), 2, Some(vec![(1, 6)]));
         for r in [1, 2] {
-            h.reply(txn, 0, r, ReplyKind::Fast, 100, 1, None);
-            let e = h.reply(txn, 1, r, ReplyKind::Fast, 120, 2, None);
+            h.reply(txn, 0, r, ReplyKind::Fast, Ts::from_nanos(100), 1, None);
+            let e = h.reply(txn, 1, r, ReplyKind::Fast, Ts::from_nanos(120), 2, None);
             assert!(history(&e).is_empty(), "leaders' timestamps differ: no commit");
         }
         // Shard 0's leader re-executes at 120 and re-sends; its followers still say 100.
-        let e = h.reply(txn, 0, 0, ReplyKind::Fast, 120, 3, Some(vec![(0, 7)]));
+        let e = h.reply(txn, 0, 0, ReplyKind::Fast, Ts::from_nanos(120), 3, Some(vec![(0, 7)]));
         assert!(history(&e).is_empty());
         // A stale reply from the same leader is discarded.
-        h.reply(txn, 0, 0, ReplyKind::Fast, 100, 1, Some(vec![(0, 5)]));
-        let e = h.reply(txn, 0, 1, ReplyKind::Slow, 120, 0, None);
+        h.reply(txn, 0, 0, ReplyKind::Fast, Ts::from_nanos(100), 1, Some(vec![(0, 5)]));
+        let e = h.reply(txn, 0, 1, ReplyKind::Slow, Ts::from_nanos(120), 0, None);
         let ok = history(&e);
         assert_eq!(ok.len(), 1);
         assert_eq!(
@@ -1288,7 +1285,7 @@ mod tests {
         for sh in [1, 2] {
             for r in 0..3 {
                 let reads = (r == 0).then(|| vec![(sh as Key, 0)]);
-                h.reply(txn, sh, r, ReplyKind::Fast, 300, sh as u8, reads);
+                h.reply(txn, sh, r, ReplyKind::Fast, Ts::from_nanos(300), sh as u8, reads);
             }
         }
         let st = h.c.stats();
@@ -1309,7 +1306,7 @@ mod tests {
         let e = h.timer(retry_timer(txn));
         let second = submits(&e);
         assert_eq!(second.len(), 6);
-        assert!(second.iter().all(|x| x.1.txn == txn && x.2 > first[0].2 && x.3 == h.now.as_nanos()));
+        assert!(second.iter().all(|x| x.1.txn == txn && x.2 > first[0].2 && x.3 == h.now));
         assert!(metrics(&e).contains(&"tiga.retransmissions"));
         assert!(history(&e).is_empty());
         h.now = h.now + Duration::from_secs(2);
@@ -1327,7 +1324,7 @@ mod tests {
         // Late replies and a stale timer are ignored.
         for sh in [0, 1] {
             for r in 0..3 {
-                let e = h.reply(txn, sh, r, ReplyKind::Fast, 1, 1, Some(vec![(sh as Key, 1)]));
+                let e = h.reply(txn, sh, r, ReplyKind::Fast, Ts::from_nanos(1), 1, Some(vec![(sh as Key, 1)]));
                 assert!(history(&e).is_empty());
             }
         }
@@ -1390,7 +1387,7 @@ mod tests {
                     shard: s,
                     replica: r,
                     kind: ReplyKind::Fast,
-                    ts: 50,
+                    ts: Ts::from_nanos(50),
                     hash: [1; 20],
                     result,
                     owd_ns: 0,
@@ -1435,8 +1432,8 @@ mod tests {
         let (_, e) = h.submit(vec![6]);
         assert_eq!(history(&e)[0].process, BASE + 2);
         assert_ne!(a, b.unwrap());
-        h.reply(a, 0, 0, ReplyKind::Fast, 10, 1, Some(vec![(0, 0)]));
-        h.reply(a, 0, 1, ReplyKind::Slow, 10, 1, None);
+        h.reply(a, 0, 0, ReplyKind::Fast, Ts::from_nanos(10), 1, Some(vec![(0, 0)]));
+        h.reply(a, 0, 1, ReplyKind::Slow, Ts::from_nanos(10), 1, None);
         assert_eq!(h.c.inflight(), 2);
         assert_eq!(h.c.invariants(), Ok(()));
         let (_, e) = h.submit(vec![9]);
@@ -1505,7 +1502,7 @@ mod tests {
             shard: 0,
             replica,
             kind,
-            ts: 10,
+            ts: Ts::from_nanos(10),
             hash: [1; 20],
             result,
             owd_ns: u64::MAX,
@@ -1570,7 +1567,7 @@ mod tests {
                     }
                 }),
             ), // shard 1 not involved
-            (NodeId(0), TigaMsg::Agree { view: 0, txn, shard: 0, ts: 1, confirm: true, resend: false }),
+            (NodeId(0), TigaMsg::Agree { view: 0, txn, shard: 0, ts: Ts::from_nanos(1), confirm: true, resend: false }),
             (NodeId(0), TigaMsg::SyncAck { view: 0, replica: 0, sync_point: 1 }),
             (NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: vec![], commit_point: 0 }),
         ];

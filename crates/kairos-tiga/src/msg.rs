@@ -8,6 +8,7 @@ use crate::ops::{distinct_keys, key_id, Op, OpOutput};
 use crate::server::Checkpoint;
 use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
+use kairos_core::LocalTime;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -112,7 +113,8 @@ pub enum ReplyKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TigaMsg {
     /// Coordinator → every replica of every involved shard.
-    Submit { view: u64, piece: Piece, ts: Ts, send_time: Ts },
+    /// `send_time`: the coordinator's clock when it sent the submit (one-way delay samples).
+    Submit { view: u64, piece: Piece, ts: Ts, send_time: LocalTime },
     /// Server → coordinator.
     Reply {
         view: u64,

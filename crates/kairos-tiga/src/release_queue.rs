@@ -195,8 +195,8 @@ impl ReleaseQueue {
 mod tests {
     use super::*;
 
-    fn e(ts: Ts, id: u64) -> Entry {
-        (ts, TxnId(id))
+    fn e(ts: u64, id: u64) -> Entry {
+        (Ts::from_nanos(ts), TxnId(id))
     }
 
     #[test]
@@ -205,17 +205,17 @@ mod tests {
         q.insert(e(10, 1));
         q.insert(e(20, 2));
         q.insert(e(30, 3));
-        assert_eq!(q.candidates(25).into_iter().collect::<Vec<_>>(), vec![e(10, 1), e(20, 2)]);
+        assert_eq!(q.candidates(Ts::from_nanos(25)).into_iter().collect::<Vec<_>>(), vec![e(10, 1), e(20, 2)]);
         // Both blocked on key 7, then the lock on key 7 drops: only the first is looked at.
         q.block(e(10, 1), &[7]);
         q.block(e(20, 2), &[7, 8]);
-        assert!(q.candidates(25).is_empty(), "nothing woke");
+        assert!(q.candidates(Ts::from_nanos(25)).is_empty(), "nothing woke");
         q.unlocked(7);
-        assert_eq!(q.candidates(25).into_iter().collect::<Vec<_>>(), vec![e(10, 1)]);
+        assert_eq!(q.candidates(Ts::from_nanos(25)).into_iter().collect::<Vec<_>>(), vec![e(10, 1)]);
         // Releasing the first hands over to the next on its key.
         assert_eq!(q.take(e(10, 1), &[7]), vec![e(20, 2)]);
         assert!(q.waits_before(&8, e(25, 9)));
-        assert_eq!(q.next_after(25), Some(e(30, 3)));
+        assert_eq!(q.next_after(Ts::from_nanos(25)), Some(e(30, 3)));
         assert_eq!(q.len(), 2);
         q.check().unwrap();
     }
@@ -225,11 +225,11 @@ mod tests {
         let mut q = ReleaseQueue::default();
         q.insert(e(1, 1));
         q.insert(e(2, 2));
-        let _ = q.candidates(5);
+        let _ = q.candidates(Ts::from_nanos(5));
         q.block(e(1, 1), &[4]);
         q.block(e(2, 2), &[4]);
         q.remove(e(1, 1), &[4]);
-        assert_eq!(q.candidates(5).into_iter().collect::<Vec<_>>(), vec![e(2, 2)]);
+        assert_eq!(q.candidates(Ts::from_nanos(5)).into_iter().collect::<Vec<_>>(), vec![e(2, 2)]);
         q.forget(e(2, 2));
         assert_eq!(q.len(), 0);
         q.check().unwrap();
@@ -238,10 +238,10 @@ mod tests {
     /// One step of a random schedule for the equivalence property.
     #[derive(Clone, Debug)]
     enum Step {
-        /// Queue a transaction at this timestamp over these keys (of a small key space).
-        Queue(Ts, Vec<Key>),
+        /// Queue a transaction at this timestamp (ns) over these keys (of a small key space).
+        Queue(u64, Vec<Key>),
         /// A release pass at this time; a released transaction locks its keys if `lock`.
-        Pass(Ts, bool),
+        Pass(u64, bool),
         /// Drop the lock of the n-th locked transaction.
         Unlock(usize),
         /// Withdraw the n-th queued transaction.
@@ -280,8 +280,8 @@ mod tests {
                 Step::Queue(ts, keys) => {
                     let id = TxnId(i as u64);
                     keys_of.insert(id, keys.clone());
-                    rescan.insert((*ts, id));
-                    q.insert((*ts, id));
+                    rescan.insert((Ts::from_nanos(*ts), id));
+                    q.insert((Ts::from_nanos(*ts), id));
                 }
                 Step::Unlock(n) => {
                     let holders: BTreeSet<TxnId> = locked.values().copied().collect();
@@ -305,7 +305,7 @@ mod tests {
                 Step::Pass(now, lock) => {
                     // Time never goes back.
                     now_max = now_max.max(*now);
-                    let now = now_max;
+                    let now = Ts::from_nanos(now_max);
                     let mut release = |id: TxnId, locked: &mut BTreeMap<Key, TxnId>| {
                         released.push(id);
                         if *lock {

@@ -30,7 +30,7 @@ fn server(shard: ShardId, replica: u32) -> RoleHarness<Server> {
 }
 
 fn ns(t: LocalTime) -> Ts {
-    t.as_nanos()
+    Ts::at(t)
 }
 
 /// Test key `k` as bytes: a key on shard `k mod 2` (its id has k's parity), so even test
@@ -49,9 +49,8 @@ fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
 
 /// Submits `piece` with a timestamp `after` from now.
 fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Effect<TigaMsg>> {
-    let now = ns(h.now());
-    let ts = now + after.as_nanos() as u64;
-    h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece, ts, send_time: now })
+    let now = h.now();
+    h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece, ts: Ts::at(now + after), send_time: now })
 }
 
 /// A reply to the coordinator: (transaction's sequence number, kind, timestamp, the versions
@@ -94,7 +93,7 @@ fn transactions_are_released_in_timestamp_order_once_the_clock_passes_them() {
 fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
     let mut leader = server(0, 0);
     let mut follower = server(0, 1);
-    let mut released = 0;
+    let mut released = Ts::ZERO;
     for h in [&mut leader, &mut follower] {
         submit(h, piece(1, &[0], &[6]), Duration::from_millis(10));
         let r = replies(&h.advance(Duration::from_millis(20)));
@@ -103,12 +102,10 @@ fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
     }
     // Transaction 2 proposes a timestamp below the one already released on key 6.
     for h in [&mut leader, &mut follower] {
-        let now = ns(h.now());
-        assert!(now > released);
-        h.deliver(
-            COORDINATOR,
-            TigaMsg::Submit { view: 0, piece: piece(2, &[0], &[6]), ts: released - 1, send_time: now },
-        );
+        let now = h.now();
+        assert!(Ts::at(now) > released);
+        let ts = Ts::from_nanos(released.as_nanos() - 1);
+        h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece: piece(2, &[0], &[6]), ts, send_time: now });
     }
     let bumped = replies(&leader.advance(Duration::from_millis(1)));
     assert_eq!(bumped.len(), 1, "the leader bumps and releases it: {bumped:?}");
@@ -163,7 +160,7 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
         })
         .unwrap();
     assert_eq!(replies(&h.advance(Duration::from_millis(20))).len(), 1, "executed speculatively");
-    let agreed = mine + 50_000_000;
+    let agreed = mine + Duration::from_millis(50);
     let txn = TxnId::new(COORDINATOR, 1);
     let e = h.deliver(NodeId(3), TigaMsg::Agree { view: 0, txn, shard: 1, ts: agreed, confirm: false, resend: false });
     assert!(replies(&e).is_empty(), "revoked and re-queued at the agreed timestamp");
@@ -353,8 +350,10 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();
     let now = ns(h.now());
-    let entries =
-        (1..=10u32).map(|i| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() });
+    let entries = (1..=10u32).map(|i| LogEntry {
+        ts: now + Duration::from_nanos(u64::from(i)),
+        piece: piece(i, &[0], &[2 * u64::from(i)]).into(),
+    });
     h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10 });
     assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "a checkpoint covers the ten entries");
     // A view change to replica 1 (node 1): the follower journals its state, checkpoint included.
@@ -367,9 +366,13 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     h.deliver(NodeId(1), back_in_view_1);
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     // The coordinator resends transaction 1 in view 1.
-    let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + 5_000_000, ns(h.now()));
+    let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + Duration::from_millis(5), h.now());
     let resend = h.deliver(COORDINATOR, TigaMsg::Submit { view: 1, piece, ts, send_time });
-    assert_eq!(replies(&resend), vec![(1, ReplyKind::Slow, now + 1, None)], "answered at its logged timestamp");
+    assert_eq!(
+        replies(&resend),
+        vec![(1, ReplyKind::Slow, now + Duration::from_nanos(1), None)],
+        "answered at its logged timestamp"
+    );
     assert_eq!(h.role.executed(), 10, "nothing ran again");
 }
 
@@ -384,7 +387,10 @@ fn consecutive_checkpoints_share_their_segments_of_recent_transactions() {
     let mut h = RoleHarness::new(NodeId(2), Server::new(topology(), config, 0, 2), 1);
     h.start();
     let now = ns(h.now());
-    let entry = |i: u32| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() };
+    let entry = |i: u32| LogEntry {
+        ts: now + Duration::from_nanos(u64::from(i)),
+        piece: piece(i, &[0], &[2 * u64::from(i)]).into(),
+    };
     h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: (1..=8).map(entry).collect(), commit_point: 8 });
     let at_8 = h.role.checkpoint().cloned().expect("a checkpoint at 8");
     h.deliver(
@@ -419,7 +425,10 @@ fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();
     let now = ns(h.now());
-    let entry = |i: u32| LogEntry { ts: now + u64::from(i), piece: piece(i, &[0], &[2 * u64::from(i)]).into() };
+    let entry = |i: u32| LogEntry {
+        ts: now + Duration::from_nanos(u64::from(i)),
+        piece: piece(i, &[0], &[2 * u64::from(i)]).into(),
+    };
     let sync = |from: u32, to: u32| TigaMsg::LogSync {
         view: 0,
         from: u64::from(from - 1),

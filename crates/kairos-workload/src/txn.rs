@@ -1,7 +1,8 @@
 //! Transactions, keys and shards: the words every transactional protocol uses.
 
-use kairos_core::NodeId;
+use kairos_core::{duration_nanos, LocalTime, NodeId};
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
 
 /// Globally unique transaction id: the coordinator's node id in the high 32 bits, its
 /// sequence number in the low 32. A retransmission keeps the id (at-most-once execution).
@@ -21,9 +22,64 @@ impl TxnId {
     }
 }
 
-/// A timestamp: nanoseconds of a node's local clock (Tiga's future timestamps are send time +
-/// headroom; Tapir's are a client's proposal). Ties are broken by transaction id.
-pub type Ts = u64;
+/// A transaction timestamp: a position in the serialization order, counted in nanoseconds of
+/// the (loosely synchronized) node clocks. Tiga's future timestamps are a coordinator's send
+/// time plus headroom, raised by the leaders' agreement; Tapir's are a client's proposal. Ties
+/// are broken by transaction id.
+///
+/// Not a clock reading: a timestamp is compared with one only through [`Ts::at`] (the
+/// timestamp a reading stands for) and [`Ts::due`] (the reading at which it falls due), so
+/// the two are never mixed up by accident. On the wire it is the bare `u64`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Ts(u64);
+
+impl Ts {
+    pub const ZERO: Ts = Ts(0);
+    /// Later than every real timestamp (a sentinel: "never", "cannot be placed").
+    pub const MAX: Ts = Ts(u64::MAX);
+    pub const fn from_nanos(ns: u64) -> Ts {
+        Ts(ns)
+    }
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+    /// The timestamp a clock reading stands for.
+    pub const fn at(reading: LocalTime) -> Ts {
+        Ts(reading.as_nanos())
+    }
+    /// The clock reading at which this timestamp falls due.
+    pub const fn due(self) -> LocalTime {
+        LocalTime::from_nanos(self.0)
+    }
+    /// The smallest timestamp after this one.
+    pub const fn next(self) -> Ts {
+        Ts(self.0.saturating_add(1))
+    }
+    pub fn saturating_add(self, d: Duration) -> Ts {
+        Ts(self.0.saturating_add(duration_nanos(d)))
+    }
+    pub fn saturating_sub(self, d: Duration) -> Ts {
+        Ts(self.0.saturating_sub(duration_nanos(d)))
+    }
+    /// `self - earlier`, or zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Ts) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl std::ops::Add<Duration> for Ts {
+    type Output = Ts;
+    fn add(self, d: Duration) -> Ts {
+        self.saturating_add(d)
+    }
+}
+
+impl std::fmt::Display for Ts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ns", self.0)
+    }
+}
 /// A key's protocol identity: [`key_id`] of a byte-string key (Tiga), or the integer
 /// MicroBench key itself (the peers).
 pub type Key = u64;

@@ -68,11 +68,14 @@ impl Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::{Piece, TxnId};
+    use crate::msg::{Piece, Ts, TxnId};
     use kairos_core::NodeId;
 
     fn e(i: u64) -> LogEntry {
-        LogEntry { ts: i, piece: Piece::new(TxnId::new(NodeId(1), i as u32), 0, vec![0], Vec::new()).into() }
+        LogEntry {
+            ts: Ts::from_nanos(i),
+            piece: Piece::new(TxnId::new(NodeId(1), i as u32), 0, vec![0], Vec::new()).into(),
+        }
     }
 
     #[test]
@@ -84,14 +87,14 @@ mod tests {
         log.compact(4);
         assert_eq!((log.base(), log.len(), log.held()), (4, 10, 6));
         assert!(log.get(3).is_none());
-        assert_eq!(log.get(4).unwrap().ts, 4);
-        assert_eq!(log.range(0, 6).iter().map(|x| x.ts).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(log.get(4).unwrap().ts.as_nanos(), 4);
+        assert_eq!(log.range(0, 6).iter().map(|x| x.ts.as_nanos()).collect::<Vec<_>>(), vec![4, 5]);
         log.truncate(7);
         assert_eq!(log.len(), 7);
         log.compact(100);
         assert_eq!((log.base(), log.len(), log.held()), (7, 7, 0));
         let mut fresh = Log::starting_at(20);
         fresh.push(e(20));
-        assert_eq!(fresh.get(20).unwrap().ts, 20);
+        assert_eq!(fresh.get(20).unwrap().ts.as_nanos(), 20);
     }
 }

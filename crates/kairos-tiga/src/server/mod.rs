@@ -64,11 +64,12 @@ use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
 use crate::view::{ServerState, View};
-use kairos_core::{duration_nanos, Ctx, NodeId, Process, Stored, TimerId};
+use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, TimerId};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 mod durable;
 mod log;
@@ -161,7 +162,7 @@ struct Txn {
     lowered: bool,
     /// Leader: when this leader last sent agreement messages for it (local ns); they are
     /// retried only once `agree_retry` has passed since. Before it announced: when it arrived.
-    agree_sent_at: Ts,
+    agree_sent_at: LocalTime,
     /// Leader: its round-1 timestamp went to the other involved leaders (at arrival, or at
     /// release with `TigaConfig::announce_at_release`); agreement is evaluated only after.
     announced: bool,
@@ -182,7 +183,7 @@ impl Txn {
             executed: false,
             original_ts: ts,
             lowered: false,
-            agree_sent_at: 0,
+            agree_sent_at: LocalTime::ZERO,
             announced: false,
         }
     }
@@ -251,8 +252,8 @@ impl KeyMaps {
     /// The timestamp of the last transaction `piece` conflicts with: the last write of any of
     /// its keys, the last read of any key it writes.
     fn conflict_ts(&self, piece: &Piece) -> Ts {
-        let w = piece.reads.iter().chain(&piece.writes).map(|k| self.get(k).write_ts).max().unwrap_or(0);
-        let r = piece.writes.iter().map(|k| self.get(k).read_ts).max().unwrap_or(0);
+        let w = piece.reads.iter().chain(&piece.writes).map(|k| self.get(k).write_ts).max().unwrap_or(Ts::ZERO);
+        let r = piece.writes.iter().map(|k| self.get(k).read_ts).max().unwrap_or(Ts::ZERO);
         w.max(r)
     }
 }
@@ -405,7 +406,7 @@ pub struct Server {
     sync_point: Vec<u64>,
     next_send: Vec<u64>,
     /// Leader: when each follower's sync-point last advanced (local ns).
-    ack_progress_at: Vec<u64>,
+    ack_progress_at: Vec<LocalTime>,
     /// Leader: per follower, the `sync_resend_after` periods in a row its acknowledgements
     /// stalled although entries were outstanding. After the first (a lost batch, most often)
     /// the leader streams again from the follower's sync-point; after the second (crashed or
@@ -414,7 +415,7 @@ pub struct Server {
     /// every `sync_resend_after`.
     stalls: Vec<u32>,
     /// Leader: the checkpoint (position) last sent to each replica, and when (local ns).
-    checkpoint_sent: Vec<Option<(u64, u64)>>,
+    checkpoint_sent: Vec<Option<(u64, LocalTime)>>,
     commit_point: u64,
     commit_point_sent: Vec<u64>,
     /// Log positions executed on the committed state.
@@ -450,9 +451,9 @@ pub struct Server {
     /// Leader: its synchronization and agreement-retry timers run.
     leader_timers_armed: bool,
     /// Follower: when its leader's log synchronization last arrived (local ns).
-    leader_heard_at: Ts,
+    leader_heard_at: LocalTime,
     /// Leader: when it last sent each follower log synchronization (local ns).
-    sync_sent_at: Vec<Ts>,
+    sync_sent_at: Vec<LocalTime>,
     /// The results of the log positions just below `executed`, oldest first.
     results: std::collections::VecDeque<PieceResult>,
     stats: ServerStats,
@@ -481,7 +482,7 @@ impl Server {
             locked: BTreeMap::new(),
             sync_point: vec![0; n],
             next_send: vec![0; n],
-            ack_progress_at: vec![0; n],
+            ack_progress_at: vec![LocalTime::ZERO; n],
             stalls: vec![0; n],
             checkpoint_sent: vec![None; n],
             commit_point: 0,
@@ -502,8 +503,8 @@ impl Server {
             release_timer_at: None,
             journaled: 0,
             leader_timers_armed: false,
-            leader_heard_at: 0,
-            sync_sent_at: vec![0; n],
+            leader_heard_at: LocalTime::ZERO,
+            sync_sent_at: vec![LocalTime::ZERO; n],
             results: Default::default(),
             stats: ServerStats::default(),
         }
@@ -555,7 +556,7 @@ impl Server {
 
     fn entry_hash(ts: Ts, txn: TxnId) -> Hash {
         let mut h = Sha1::new();
-        h.update(ts.to_le_bytes());
+        h.update(ts.as_nanos().to_le_bytes());
         h.update(txn.0.to_le_bytes());
         h.finalize().into()
     }
@@ -602,15 +603,17 @@ impl Server {
         from: NodeId,
         piece: Piece,
         ts: Ts,
-        send_time: Ts,
-        arrived: Ts,
+        send_time: LocalTime,
+        arrived: LocalTime,
     ) {
         // Only the coordinator a transaction id names may submit it (or claim its at-most-once
         // slot), and a timestamp beyond any headroom a coordinator can choose is refused (it
         // would sit in the queue, and through agreement in other leaders' queues, forever).
-        let horizon = duration_nanos(self.config.owd_cap + self.config.margin + self.config.future_slack)
-            .saturating_add(self.config.headroom_shift_ns.unsigned_abs());
-        if from != piece.txn.coordinator() || ts > ctx.now().as_nanos().saturating_add(horizon) {
+        let horizon = self.config.owd_cap
+            + self.config.margin
+            + self.config.future_slack
+            + Duration::from_nanos(self.config.headroom_shift_ns.unsigned_abs());
+        if from != piece.txn.coordinator() || ts > Ts::at(ctx.now()) + horizon {
             self.stats.rejected += 1;
             ctx.metric("tiga.server_rejected", 1);
             return;
@@ -628,15 +631,15 @@ impl Server {
             ctx.metric("tiga.server_rejected", 1);
             return;
         }
-        let now = ctx.now().as_nanos();
-        let owd_ns = arrived.saturating_sub(send_time).max(duration_nanos(self.config.owd_floor));
+        let now = ctx.now();
+        let owd_ns = duration_nanos(arrived.saturating_since(send_time).max(self.config.owd_floor));
         let last = self.conflicts_last_ts(&piece);
         let txn = piece.txn;
         let (ts, status) = if ts > last {
             (ts, Status::Queued)
         } else if self.is_leader() {
             self.stats.bumped += 1;
-            (now.max(last + 1), Status::Queued)
+            (Ts::at(now).max(last.next()), Status::Queued)
         } else {
             self.stats.held += 1;
             (ts, Status::Held)
@@ -668,7 +671,7 @@ impl Server {
     /// Sends this leader's round-1 timestamp for `id` to the other involved leaders (`resend`:
     /// a retry that asks them to answer with theirs, and with their confirmation if given).
     fn announce(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId, resend: bool) {
-        let now = ctx.now().as_nanos();
+        let now = ctx.now();
         let Some(t) = self.txns.get_mut(&id) else { return };
         t.agree_sent_at = now;
         t.announced = true;
@@ -692,7 +695,7 @@ impl Server {
     /// timestamp order, skipping (and holding back the keys of) those blocked by a
     /// speculative transaction.
     fn release_due(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let now = ctx.now().as_nanos();
+        let now = Ts::at(ctx.now());
         self.forget_truncated(now);
         let leader = self.is_leader();
         let mut candidates = self.pq.candidates(now);
@@ -726,11 +729,11 @@ impl Server {
     }
 
     fn arm_release_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let now = ctx.now().as_nanos();
+        let now = Ts::at(ctx.now());
         match self.pq.next_after(now) {
             Some((ts, _)) if self.release_timer_at != Some(ts) => {
                 self.release_timer_at = Some(ts);
-                ctx.set_timer(RELEASE, std::time::Duration::from_nanos(ts - now + 1));
+                ctx.set_timer(RELEASE, ts.saturating_since(now) + Duration::from_nanos(1));
             }
             _ => {}
         }
@@ -852,7 +855,7 @@ impl Server {
             return;
         }
         let Some(t) = self.txns.get(&txn) else {
-            let old = ts.saturating_add(duration_nanos(self.config.agree_abandon_after)) < ctx.now().as_nanos();
+            let old = ts + self.config.agree_abandon_after < Ts::at(ctx.now());
             if resend && (old || self.absent.contains(&txn)) {
                 // Every coordinator has given up on it by now: refuse it for good, and say so.
                 if self.absent.len() < ABSENT_MAX {
@@ -954,7 +957,7 @@ impl Server {
         if !others.iter().all(|s| t.peer_ts.contains_key(s)) {
             return;
         }
-        let agreed = others.iter().map(|s| t.peer_ts[s]).max().unwrap_or(0).max(t.ts);
+        let agreed = others.iter().map(|s| t.peer_ts[s]).max().unwrap_or(Ts::ZERO).max(t.ts);
         let (status, ts) = (t.status, t.ts);
         if ts < agreed {
             if status == Status::Released {
@@ -1026,8 +1029,8 @@ impl Server {
     /// load, when answers queue behind other work, that doubled the agreement traffic and
     /// pushed throughput down further.)
     fn retry_agreements(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let now = ctx.now().as_nanos();
-        let retry_after = duration_nanos(self.config.agree_retry);
+        let now = ctx.now();
+        let retry_after = self.config.agree_retry;
         let ids: Vec<TxnId> = self.awaiting.iter().copied().collect();
         for id in ids {
             let Some(t) = self.txns.get_mut(&id) else {
@@ -1040,8 +1043,8 @@ impl Server {
             }
             if !t.announced {
                 // Announcing at release: past the timeout, announce before the release.
-                let timeout = self.config.announce_at_release.map_or(0, duration_nanos);
-                if now.saturating_sub(t.agree_sent_at) >= timeout {
+                let timeout = self.config.announce_at_release.unwrap_or_default();
+                if now.saturating_since(t.agree_sent_at) >= timeout {
                     self.stats.announce_timeouts += 1;
                     ctx.metric("tiga.server_announce_timeouts", 1);
                     self.announce(ctx, id, false);
@@ -1049,7 +1052,7 @@ impl Server {
                 }
                 continue;
             }
-            if now.saturating_sub(t.agree_sent_at) < retry_after {
+            if now.saturating_since(t.agree_sent_at) < retry_after {
                 continue;
             }
             t.agree_sent_at = now;
@@ -1232,10 +1235,10 @@ impl Server {
     /// Forgets the transactions of truncated entries once no coordinator can resend them (it
     /// gives up after `retry_timeout × max_sends`; their timestamps are in the past by then).
     fn forget_truncated(&mut self, now: Ts) {
-        let keep = duration_nanos(self.config.retry_timeout * self.config.max_sends + self.config.future_slack);
+        let keep = self.config.retry_timeout * self.config.max_sends + self.config.future_slack;
         self.gate.forget_older(now.saturating_sub(keep));
         while let Some(&Truncated { ts, txn, .. }) = self.truncated.front() {
-            if ts.saturating_add(keep) >= now {
+            if ts + keep >= now {
                 break;
             }
             self.truncated.pop_front();
@@ -1245,7 +1248,7 @@ impl Server {
         }
         // A segment goes once its newest transaction is that old (the log is in timestamp order).
         while let Some(segment) = self.recent.front() {
-            if segment.entries.last().is_some_and(|t| t.ts.saturating_add(keep) >= now) {
+            if segment.entries.last().is_some_and(|t| t.ts + keep >= now) {
                 break;
             }
             if let Some(old) = self.recent.pop_front() {
@@ -1265,10 +1268,10 @@ impl Server {
     /// would otherwise get (and the leader copy) the whole state again on every retry.
     fn send_checkpoint(&mut self, ctx: &mut Ctx<'_, TigaMsg>, r: usize) -> Option<u64> {
         let position = self.checkpoint.as_ref()?.position;
-        let now = ctx.now().as_nanos();
-        let again_after = duration_nanos(self.config.view_change_retry * 4);
+        let now = ctx.now();
+        let again_after = self.config.view_change_retry * 4;
         if let Some(Some((sent, at))) = self.checkpoint_sent.get(r) {
-            if *sent == position && now < at.saturating_add(again_after) {
+            if *sent == position && now < *at + again_after {
                 self.next_send[r] = position;
                 return Some(position);
             }
@@ -1284,7 +1287,7 @@ impl Server {
             TigaMsg::InstallCheckpoint { view: self.view.number, checkpoint: c, commit_point: self.commit_point },
         );
         self.next_send[r] = position;
-        self.ack_progress_at[r] = ctx.now().as_nanos();
+        self.ack_progress_at[r] = ctx.now();
         Some(position)
     }
 
@@ -1317,7 +1320,7 @@ impl Server {
     }
 
     fn send_log_sync(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
-        let now = ctx.now().as_nanos();
+        let now = ctx.now();
         let replicas = self.topology.shards[self.shard as usize].clone();
         let len = self.log.len();
         for (r, node) in replicas.iter().enumerate() {
@@ -1327,7 +1330,7 @@ impl Server {
             // A lost batch leaves the follower with a gap it cannot fill (it ignores batches that
             // start beyond its log). When its acknowledgements stop advancing although entries
             // are outstanding, probe from the acknowledged point.
-            let stalled = now.saturating_sub(self.ack_progress_at[r]) > duration_nanos(self.config.sync_resend_after);
+            let stalled = now.saturating_since(self.ack_progress_at[r]) > self.config.sync_resend_after;
             if self.sync_point[r] < self.next_send[r].max(len) && stalled {
                 self.next_send[r] = self.sync_point[r];
                 self.ack_progress_at[r] = now;
@@ -1338,7 +1341,7 @@ impl Server {
             }
             // Nothing new: still an empty synchronization every heartbeat interval, so that the
             // follower can tell the view manager it hears its leader.
-            let idle = now.saturating_sub(self.sync_sent_at[r]) < duration_nanos(self.config.heartbeat_interval);
+            let idle = now.saturating_since(self.sync_sent_at[r]) < self.config.heartbeat_interval;
             if self.stalls[r] >= 2 {
                 // Probing: the heartbeat is the probe; a live follower answers it with its log
                 // length, and streaming resumes from there (`on_sync_ack`).
@@ -1390,7 +1393,7 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
-        self.leader_heard_at = ctx.now().as_nanos();
+        self.leader_heard_at = ctx.now();
         let len = self.log.len();
         if from <= len {
             let skip = (len - from) as usize;
@@ -1588,12 +1591,12 @@ impl Server {
         if self.stalls[r] >= 2 {
             // A probed follower is alive: stream to it from where its log ends.
             self.next_send[r] = acked.max(self.sync_point[r]);
-            self.ack_progress_at[r] = ctx.now().as_nanos();
+            self.ack_progress_at[r] = ctx.now();
             self.stalls[r] = 0;
         }
         if acked > self.sync_point[r] {
             self.sync_point[r] = acked;
-            self.ack_progress_at[r] = ctx.now().as_nanos();
+            self.ack_progress_at[r] = ctx.now();
             self.stalls[r] = 0;
         }
         self.advance_commit_point(ctx);
@@ -1640,7 +1643,7 @@ impl Process for Server {
             }
             TigaMsg::Submit { view, .. } if view == current && !normal => self.buffer_submit(ctx, from, msg),
             TigaMsg::Submit { view, piece, ts, send_time } if view == current => {
-                let arrived = ctx.now().as_nanos();
+                let arrived = ctx.now();
                 self.on_submit(ctx, from, piece, ts, send_time, arrived);
                 self.release_due(ctx);
             }

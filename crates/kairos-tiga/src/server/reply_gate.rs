@@ -167,7 +167,7 @@ mod tests {
             shard: 0,
             replica: 1,
             kind: ReplyKind::Fast,
-            ts: txn,
+            ts: Ts::from_nanos(txn),
             hash: [0; 20],
             result: None,
             owd_ns: 0,
@@ -182,33 +182,39 @@ mod tests {
     fn a_reply_that_read_an_unlogged_multi_shard_write_waits_for_it_even_through_another_transaction() {
         let mut gate = ReplyGate::default();
         // T1 (multi-shard) writes a; T2 reads a and writes b; T4 reads b; T5 touches c only.
-        assert!(gate.released(&piece(1, vec![0, 1], vec![inc("a")]), 1, reply(1)).is_some());
-        assert!(gate.released(&piece(2, vec![0], vec![inc("a"), inc("b")]), 2, reply(2)).is_none());
-        assert!(gate.released(&piece(4, vec![0], vec![inc("b")]), 4, reply(4)).is_none());
-        assert!(gate.released(&piece(5, vec![0], vec![inc("c")]), 5, reply(5)).is_some());
+        assert!(gate.released(&piece(1, vec![0, 1], vec![inc("a")]), Ts::from_nanos(1), reply(1)).is_some());
+        assert!(gate.released(&piece(2, vec![0], vec![inc("a"), inc("b")]), Ts::from_nanos(2), reply(2)).is_none());
+        assert!(gate.released(&piece(4, vec![0], vec![inc("b")]), Ts::from_nanos(4), reply(4)).is_none());
+        assert!(gate.released(&piece(5, vec![0], vec![inc("c")]), Ts::from_nanos(5), reply(5)).is_some());
         assert!(gate.holds(TxnId(2)) && gate.holds(TxnId(4)));
         let ready: Vec<TxnId> = gate.logged(TxnId(1)).into_iter().map(|(t, _)| t).collect();
         assert_eq!(ready, vec![TxnId(2), TxnId(4)]);
         assert_eq!(gate.len(), (0, 0));
         // Nothing is tainted any more.
-        assert!(gate.released(&piece(6, vec![0], vec![inc("b")]), 6, reply(6)).is_some());
+        assert!(gate.released(&piece(6, vec![0], vec![inc("b")]), Ts::from_nanos(6), reply(6)).is_some());
     }
 
     #[test]
     fn a_blind_write_ends_the_dependency_and_an_abandoned_transaction_drops_its_waiters() {
         let mut gate = ReplyGate::default();
-        gate.released(&piece(1, vec![0, 1], vec![inc("a")]), 1, reply(1));
+        gate.released(&piece(1, vec![0, 1], vec![inc("a")]), Ts::from_nanos(1), reply(1));
         let put = Op::new(b"a".to_vec(), OpKind::Set(b"v".to_vec()));
-        assert!(gate.released(&piece(2, vec![0], vec![put]), 2, reply(2)).is_some(), "a blind write reads nothing");
-        assert!(gate.released(&piece(3, vec![0], vec![inc("a")]), 3, reply(3)).is_some(), "a's value is T2's");
-        gate.released(&piece(7, vec![0, 1], vec![inc("x")]), 7, reply(7));
-        assert!(gate.released(&piece(8, vec![0], vec![inc("x")]), 8, reply(8)).is_none());
-        gate.forget_older(7);
+        assert!(
+            gate.released(&piece(2, vec![0], vec![put]), Ts::from_nanos(2), reply(2)).is_some(),
+            "a blind write reads nothing"
+        );
+        assert!(
+            gate.released(&piece(3, vec![0], vec![inc("a")]), Ts::from_nanos(3), reply(3)).is_some(),
+            "a's value is T2's"
+        );
+        gate.released(&piece(7, vec![0, 1], vec![inc("x")]), Ts::from_nanos(7), reply(7));
+        assert!(gate.released(&piece(8, vec![0], vec![inc("x")]), Ts::from_nanos(8), reply(8)).is_none());
+        gate.forget_older(Ts::from_nanos(7));
         assert!(!gate.holds(TxnId(8)));
         assert_eq!(gate.len(), (0, 0));
         // A transaction logged before what it waits for: its own slow reply goes instead.
-        gate.released(&piece(9, vec![0, 1], vec![inc("y")]), 9, reply(9));
-        assert!(gate.released(&piece(10, vec![0], vec![inc("y")]), 10, reply(10)).is_none());
+        gate.released(&piece(9, vec![0, 1], vec![inc("y")]), Ts::from_nanos(9), reply(9));
+        assert!(gate.released(&piece(10, vec![0], vec![inc("y")]), Ts::from_nanos(10), reply(10)).is_none());
         assert!(gate.logged(TxnId(10)).is_empty());
         assert!(gate.logged(TxnId(9)).is_empty(), "T10's reply is not sent after its slow one");
     }

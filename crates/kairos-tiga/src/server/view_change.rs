@@ -59,7 +59,7 @@
 use super::{Log, Record, Server, Status};
 use crate::msg::{LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
 use crate::view::{ServerState, View};
-use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId};
+use kairos_core::{Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -113,7 +113,7 @@ pub(super) struct Progress {
     /// Verify messages that arrived before the merge.
     early_verify: Vec<(ShardId, VerifyKind, Vec<VerifyItem>)>,
     /// Submits of this view that arrived before it started, with when they arrived.
-    buffered: Vec<(NodeId, TigaMsg, Ts)>,
+    buffered: Vec<(NodeId, TigaMsg, LocalTime)>,
     /// Leader, after the view started: the states it reported (late questions are answered
     /// from them, so every leader decides on the same facts).
     pub(super) answered: BTreeMap<TxnId, TxnState>,
@@ -140,8 +140,7 @@ impl Server {
 
     pub(super) fn heartbeat(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let serving_follower = self.state == ServerState::Normal && !self.is_leader();
-        let heard =
-            ctx.now().as_nanos().saturating_sub(self.leader_heard_at) <= duration_nanos(self.config.leader_timeout);
+        let heard = ctx.now().saturating_since(self.leader_heard_at) <= self.config.leader_timeout;
         let leader_contact = serving_follower.then_some(heard);
         let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state, leader_contact };
         ctx.send_all(self.view_managers.clone(), &msg);
@@ -482,8 +481,8 @@ impl Server {
     /// Leader, merged: lists its recent multi-shard transactions to every other shard.
     fn send_listings(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         let Some(merged) = self.vc.merged.as_mut() else { return };
-        let newest = merged.prefix.iter().chain(&merged.tail).map(|e| e.ts).max().unwrap_or(0);
-        let since = newest.saturating_sub(duration_nanos(self.config.verify_lookback));
+        let newest = merged.prefix.iter().chain(&merged.tail).map(|e| e.ts).max().unwrap_or(Ts::ZERO);
+        let since = newest.saturating_sub(self.config.verify_lookback);
         // Entries truncated below a checkpoint count too: they are executed here.
         let truncated: Vec<LogEntry> = merged
             .truncated_pieces
@@ -797,7 +796,7 @@ impl Server {
         self.next_send[r] = end;
         self.sync_point[r] = self.sync_point[r].min(from);
         self.commit_point_sent[r] = self.commit_point;
-        self.ack_progress_at[r] = ctx.now().as_nanos();
+        self.ack_progress_at[r] = ctx.now();
         let node = self.topology.shards[self.shard as usize][r];
         ctx.send(node, TigaMsg::StartView { view: self.view.number, from, entries, commit_point: self.commit_point });
     }
@@ -825,7 +824,7 @@ impl Server {
         }
         self.log.truncate(from);
         self.rebuild_from_log();
-        self.leader_heard_at = ctx.now().as_nanos();
+        self.leader_heard_at = ctx.now();
         self.become_normal(ctx);
         for e in entries {
             self.adopt_entry(ctx, e);
@@ -883,7 +882,7 @@ impl Server {
 
     pub(super) fn buffer_submit(&mut self, ctx: &Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         if self.vc.buffered.len() < BUFFERED_MAX {
-            self.vc.buffered.push((from, msg, ctx.now().as_nanos()));
+            self.vc.buffered.push((from, msg, ctx.now()));
         }
     }
 
@@ -975,16 +974,17 @@ mod tests {
     #[test]
     fn settled_wins_else_the_largest_tentative_if_every_shard_lacking_it_can_place_it() {
         use TxnState::*;
-        let absent = |latest_conflict| Absent { latest_conflict };
-        assert_eq!(decide(&[TxnState::UNPLACEABLE, Settled(5), Tentative(9)]), Some(5));
-        assert_eq!(decide(&[Tentative(3), Tentative(7)]), Some(7));
+        let t = Ts::from_nanos;
+        let absent = |latest_conflict| Absent { latest_conflict: t(latest_conflict) };
+        assert_eq!(decide(&[TxnState::UNPLACEABLE, Settled(t(5)), Tentative(t(9))]), Some(t(5)));
+        assert_eq!(decide(&[Tentative(t(3)), Tentative(t(7))]), Some(t(7)));
         // Lacking shards fetch it when nothing conflicting is merged as late there...
-        assert_eq!(decide(&[Tentative(3), absent(0)]), Some(3));
-        assert_eq!(decide(&[Tentative(3), Tentative(7), absent(6)]), Some(7));
+        assert_eq!(decide(&[Tentative(t(3)), absent(0)]), Some(t(3)));
+        assert_eq!(decide(&[Tentative(t(3)), Tentative(t(7)), absent(6)]), Some(t(7)));
         // ...and it is dropped everywhere when one of them cannot.
-        assert_eq!(decide(&[Tentative(3), absent(3)]), None);
-        assert_eq!(decide(&[Tentative(3), Tentative(7), absent(9)]), None);
-        assert_eq!(decide(&[Tentative(3), TxnState::UNPLACEABLE]), None);
+        assert_eq!(decide(&[Tentative(t(3)), absent(3)]), None);
+        assert_eq!(decide(&[Tentative(t(3)), Tentative(t(7)), absent(9)]), None);
+        assert_eq!(decide(&[Tentative(t(3)), TxnState::UNPLACEABLE]), None);
         assert_eq!(decide(&[absent(0), absent(0)]), None);
     }
 }

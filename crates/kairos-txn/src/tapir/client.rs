@@ -120,7 +120,7 @@ impl Coordinator {
             ping_round: 0,
             ping_sent: LocalTime::ZERO,
             ping_answered: BTreeSet::new(),
-            last_ts: 0,
+            last_ts: Ts::ZERO,
             txns: BTreeMap::new(),
             finishing: BTreeMap::new(),
             stats: CoordinatorStats::default(),
@@ -212,7 +212,7 @@ impl Coordinator {
             self.closest[shard as usize] = replica;
         }
         if asked.is_empty() {
-            let ts = self.next_ts(ctx, txn_id, 0);
+            let ts = self.next_ts(ctx, txn_id, Ts::ZERO);
             self.start_round(ctx, txn_id, 1, ts);
         }
     }
@@ -220,8 +220,8 @@ impl Coordinator {
     /// A fresh timestamp: the local clock, past every version `txn` read, past `at_least` and
     /// past this coordinator's previous timestamp.
     fn next_ts(&mut self, ctx: &Ctx<'_, TapirMsg>, txn: TxnId, at_least: Ts) -> Ts {
-        let read_max = self.txns.get(&txn).and_then(|t| t.reads.values().map(|r| r.version).max()).unwrap_or(0);
-        let ts = ctx.now().0.max(read_max.saturating_add(1)).max(at_least).max(self.last_ts.saturating_add(1));
+        let read_max = self.txns.get(&txn).and_then(|t| t.reads.values().map(|r| r.version).max()).unwrap_or(Ts::ZERO);
+        let ts = Ts::at(ctx.now()).max(read_max.next()).max(at_least).max(self.last_ts.next());
         self.last_ts = ts;
         ts
     }
@@ -229,7 +229,7 @@ impl Coordinator {
     /// `txn`'s keys at `shard`, each with the version read.
     fn reads_at(txn: &Txn, shard: ShardId) -> (Vec<(Key, Ts)>, Vec<Key>) {
         let keys = txn.keys.get(&shard).cloned().unwrap_or_default();
-        (keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.version))).collect(), keys)
+        (keys.iter().map(|k| (*k, txn.reads.get(k).map_or(Ts::ZERO, |r| r.version))).collect(), keys)
     }
 
     fn prepare_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
@@ -713,7 +713,7 @@ mod tests {
             self.with(|c, ctx| assert!(c.invoke(ctx, vec![3])));
             self.take_sent();
             let txn = TxnId::new(ME, 0);
-            let values = vec![ReadResult { key: 3, value: 5, version: 40 }];
+            let values = vec![ReadResult { key: 3, value: 5, version: Ts::from_nanos(40) }];
             self.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
             txn
         }
@@ -733,7 +733,7 @@ mod tests {
         let prepares = h.prepares();
         assert_eq!(prepares.len(), 3);
         let (op, ts) = prepares[0];
-        assert!(ts > 40, "the timestamp is past the version read");
+        assert!(ts > Ts::from_nanos(40), "the timestamp is past the version read");
         for r in 0..3 {
             h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Ok });
         }
@@ -756,7 +756,7 @@ mod tests {
             h.with(|c, ctx| assert!(c.invoke(ctx, vec![key])));
             h.take_sent();
             let txn = TxnId::new(ME, seq);
-            let values = vec![ReadResult { key, value: 0, version: 0 }];
+            let values = vec![ReadResult { key, value: 0, version: Ts::ZERO }];
             h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
             let (op, _) = h.prepares()[0];
             for r in 0..3 {
@@ -795,7 +795,7 @@ mod tests {
         h.with(|c, ctx| assert!(c.invoke(ctx, vec![4, 3])));
         h.take_sent();
         let txn = TxnId::new(ME, 0);
-        let v = |key| ReadResult { key, value: 5, version: 40 };
+        let v = |key| ReadResult { key, value: 5, version: Ts::from_nanos(40) };
         for values in [vec![v(3), v(3)], vec![v(3)], vec![v(3), v(4), v(4)], vec![v(3), v(5)]] {
             h.deliver(0, TapirMsg::ReadReply { txn, attempt: 1, shard: 0, replica: 0, values });
             assert!(h.prepares().is_empty());
@@ -831,13 +831,16 @@ mod tests {
         let txn = h.read_done();
         let (op, _) = h.prepares()[0];
         for (r, at) in [(0, 500), (1, 700), (2, 600)] {
-            h.deliver(r, TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Retry(at) });
+            h.deliver(
+                r,
+                TapirMsg::PrepareReply { op, shard: 0, replica: r, result: PrepareResult::Retry(Ts::from_nanos(at)) },
+            );
         }
         let round2 = h.prepares();
         assert_eq!(round2.len(), 3);
         let (op2, ts2) = round2[0];
         assert_eq!((op2.round, op2.attempt), (2, 1));
-        assert!(ts2 >= 700);
+        assert!(ts2 >= Ts::from_nanos(700));
         // Replies to the old round no longer count.
         h.deliver(0, TapirMsg::PrepareReply { op, shard: 0, replica: 0, result: PrepareResult::Ok });
         assert!(h.take_sent().is_empty());

@@ -123,6 +123,7 @@ impl Confirms {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kairos_workload::txn::Ts;
     use PrepareResult::*;
 
     use kairos_core::NodeId;
@@ -161,14 +162,20 @@ mod tests {
         assert_eq!(decide(&[Ok], 1), None);
         assert_eq!(decide(&[Ok, Abort], 1), Some(Abort));
         assert_eq!(decide(&[Abstain, Ok], 1), Some(Abort));
-        assert_eq!(decide(&[Retry(5), Ok, Retry(9)], 1), Some(Retry(9)));
-        assert_eq!(decide(&[Retry(5), Ok, Ok], 1), Some(Ok));
+        assert_eq!(
+            decide(&[Retry(Ts::from_nanos(5)), Ok, Retry(Ts::from_nanos(9))], 1),
+            Some(Retry(Ts::from_nanos(9)))
+        );
+        assert_eq!(decide(&[Retry(Ts::from_nanos(5)), Ok, Ok], 1), Some(Ok));
         assert_eq!(decide(&[Abstain, Abstain], 1), Some(Abort));
         // The paper aborts on f + 1 abstentions before considering RETRY.
-        assert_eq!(decide(&[Abstain, Abstain, Retry(7)], 1), Some(Abort));
-        assert_eq!(decide(&[Abstain, Retry(7), Ok], 1), Some(Retry(7)));
-        assert_eq!(decide(&[Abstain, Abstain, Retry(7), Retry(8), Ok], 2), Some(Retry(8)));
-        assert_eq!(decide(&[Abstain, Abstain, Abstain, Retry(8), Ok], 2), Some(Abort));
+        assert_eq!(decide(&[Abstain, Abstain, Retry(Ts::from_nanos(7))], 1), Some(Abort));
+        assert_eq!(decide(&[Abstain, Retry(Ts::from_nanos(7)), Ok], 1), Some(Retry(Ts::from_nanos(7))));
+        assert_eq!(
+            decide(&[Abstain, Abstain, Retry(Ts::from_nanos(7)), Retry(Ts::from_nanos(8)), Ok], 2),
+            Some(Retry(Ts::from_nanos(8)))
+        );
+        assert_eq!(decide(&[Abstain, Abstain, Abstain, Retry(Ts::from_nanos(8)), Ok], 2), Some(Abort));
     }
 
     #[test]

@@ -218,7 +218,7 @@ pub fn analytic_latency(region: &str, server_regions: &[&str], placement: Placem
 mod tests {
     use super::*;
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
-    use kairos_workload::txn::TxnId;
+    use kairos_workload::txn::{Ts, TxnId};
     use kairos_workload::FixedKeys;
     use kairos_workload::OpenLoop;
     use rand::{Rng as _, SeedableRng};
@@ -229,25 +229,31 @@ mod tests {
         let shard = rng.random_range(0..4);
         let replica = rng.random_range(0..5);
         let keys: Vec<u64> = (0..rng.random_range(0..4)).map(|_| rng.random_range(0..9)).collect();
-        let ts = rng.random_range(0..1_000);
+        let ts = Ts::from_nanos(rng.random_range(0..1_000));
         let result = match rng.random_range(0..4) {
             0 => PrepareResult::Ok,
             1 => PrepareResult::Abort,
             2 => PrepareResult::Abstain,
             _ => PrepareResult::Retry(ts),
         };
-        let reads: Vec<(u64, u64)> = keys.iter().map(|k| (*k, ts / 2)).collect();
-        let values = keys.iter().map(|&key| msg::ReadResult { key, value: ts, version: ts }).collect();
+        let reads: Vec<(u64, Ts)> = keys.iter().map(|k| (*k, Ts::from_nanos(ts.as_nanos() / 2))).collect();
+        let values = keys.iter().map(|&key| msg::ReadResult { key, value: ts.as_nanos(), version: ts }).collect();
         match rng.random_range(0..12) {
-            0 => TapirMsg::Ping { nonce: ts },
-            1 => TapirMsg::Pong { nonce: ts, shard, replica },
+            0 => TapirMsg::Ping { nonce: ts.as_nanos() },
+            1 => TapirMsg::Pong { nonce: ts.as_nanos(), shard, replica },
             2 => TapirMsg::Read { txn, attempt: op.attempt, keys },
             3 => TapirMsg::ReadReply { txn, attempt: op.attempt, shard, replica, values },
             4 => TapirMsg::Prepare { op, shard, ts, reads, writes: keys },
             5 => TapirMsg::PrepareReply { op, shard, replica, result },
             6 => TapirMsg::Finalize { op, shard, ts, reads, writes: keys, result },
             7 => TapirMsg::FinalizeReply { op, shard, replica },
-            8 => TapirMsg::Commit { op, shard, ts, reads: keys.clone(), writes: reads },
+            8 => TapirMsg::Commit {
+                op,
+                shard,
+                ts,
+                reads: keys.clone(),
+                writes: keys.iter().map(|k| (*k, ts.as_nanos() / 2)).collect(),
+            },
             9 => TapirMsg::Abort { op, shard },
             _ => TapirMsg::Done { op, shard, replica },
         }

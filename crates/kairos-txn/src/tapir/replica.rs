@@ -292,13 +292,18 @@ impl Replica {
     }
 
     /// TAPIR-OCC-CHECK (module docs). The transaction's own earlier entry is already gone.
+    /// The commit timestamp of `k`'s latest version (the shared store's version number).
+    fn committed_at(&self, k: Key) -> Ts {
+        Ts::from_nanos(self.store.get(k).version)
+    }
+
     fn occ_check(&self, txn: TxnId, ts: Ts, reads: &[(Key, Ts)], writes: &[Key]) -> PrepareResult {
         let check_prepared = !self.config.unsafe_skip_prepared_check;
         let others = |set: Option<&BTreeSet<(Ts, TxnId)>>| {
             set.into_iter().flatten().filter(move |(_, t)| *t != txn).map(|(ts, _)| *ts).max()
         };
         for &(k, version) in reads {
-            if version < self.store.get(k).version {
+            if version < self.committed_at(k) {
                 return PrepareResult::Abort;
             }
             if check_prepared && others(self.prepared_writes.get(&k)).is_some() {
@@ -307,13 +312,13 @@ impl Replica {
         }
         let mut retry: Option<Ts> = None;
         for &k in writes {
-            let mut bound = self.store.get(k).version.max(self.last_read.get(&k).copied().unwrap_or(0));
+            let mut bound = self.committed_at(k).max(self.last_read.get(&k).copied().unwrap_or(Ts::ZERO));
             if check_prepared {
-                bound = bound.max(others(self.prepared_reads.get(&k)).unwrap_or(0));
-                bound = bound.max(others(self.prepared_writes.get(&k)).unwrap_or(0));
+                bound = bound.max(others(self.prepared_reads.get(&k)).unwrap_or(Ts::ZERO));
+                bound = bound.max(others(self.prepared_writes.get(&k)).unwrap_or(Ts::ZERO));
             }
             if ts <= bound {
-                retry = retry.max(Some(bound.saturating_add(1)));
+                retry = retry.max(Some(bound.next()));
             }
         }
         match retry {
@@ -388,10 +393,10 @@ impl Replica {
 
     fn on_commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, ts: Ts, reads: &[Key], writes: &[(Key, Value)]) {
         for &(k, v) in writes {
-            self.store.put(k, v, ts);
+            self.store.put(k, v, ts.as_nanos());
         }
         for &k in reads {
-            let r = self.last_read.entry(k).or_insert(0);
+            let r = self.last_read.entry(k).or_insert(Ts::ZERO);
             *r = (*r).max(ts);
         }
         if !self.finished(op) {
@@ -494,7 +499,7 @@ impl Replica {
                     .iter()
                     .map(|&key| {
                         let v = self.store.get(key);
-                        ReadResult { key, value: v.value, version: v.version }
+                        ReadResult { key, value: v.value, version: Ts::from_nanos(v.version) }
                     })
                     .collect();
                 ctx.send(from, TapirMsg::ReadReply { txn, attempt, shard, replica, values });
@@ -559,9 +564,13 @@ mod tests {
         OpId { txn: TxnId::new(COORD, seq), attempt, round }
     }
 
-    fn prepare(r: &mut Replica, op: OpId, ts: Ts, reads: &[(Key, Ts)], writes: &[Key]) -> Option<PrepareResult> {
-        let msg = TapirMsg::Prepare { op, shard: 0, ts, reads: reads.to_vec(), writes: writes.to_vec() };
-        deliver(r, msg).into_iter().find_map(|m| {
+    /// Timestamps and versions in tests are written as bare nanoseconds.
+    fn t(ns: u64) -> Ts {
+        Ts::from_nanos(ns)
+    }
+
+    fn prepare(r: &mut Replica, op: OpId, ts: u64, reads: &[(Key, u64)], writes: &[Key]) -> Option<PrepareResult> {
+        deliver(r, prepare_msg(op, ts, reads, writes)).into_iter().find_map(|m| {
             if let TapirMsg::PrepareReply { result, .. } = m {
                 Some(result)
             } else {
@@ -570,8 +579,8 @@ mod tests {
         })
     }
 
-    fn commit(r: &mut Replica, op: OpId, ts: Ts, key: Key, value: Value) {
-        deliver(r, TapirMsg::Commit { op, shard: 0, ts, reads: vec![key], writes: vec![(key, value)] });
+    fn commit(r: &mut Replica, op: OpId, ts: u64, key: Key, value: Value) {
+        deliver(r, TapirMsg::Commit { op, shard: 0, ts: t(ts), reads: vec![key], writes: vec![(key, value)] });
     }
 
     #[test]
@@ -582,14 +591,14 @@ mod tests {
         // A read of the version before 100 is stale.
         assert_eq!(prepare(&mut r, op(2, 1, 1), 150, &[(3, 0)], &[3]), Some(PrepareResult::Abort));
         // A write at a timestamp not past the committed read and version must retry later.
-        assert_eq!(prepare(&mut r, op(3, 1, 1), 90, &[(3, 100)], &[3]), Some(PrepareResult::Retry(101)));
+        assert_eq!(prepare(&mut r, op(3, 1, 1), 90, &[(3, 100)], &[3]), Some(PrepareResult::Retry(t(101))));
         // Valid: prepared.
         assert_eq!(prepare(&mut r, op(4, 1, 1), 200, &[(3, 100)], &[3]), Some(PrepareResult::Ok));
         assert_eq!(r.prepared_count(), 1);
         // Another transaction reading key 3 meets the prepared write: abstain.
         assert_eq!(prepare(&mut r, op(5, 1, 1), 300, &[(3, 100)], &[3]), Some(PrepareResult::Abstain));
         // A blind write below the prepared read's timestamp must retry past it.
-        assert_eq!(prepare(&mut r, op(6, 1, 1), 150, &[], &[3]), Some(PrepareResult::Retry(201)));
+        assert_eq!(prepare(&mut r, op(6, 1, 1), 150, &[], &[3]), Some(PrepareResult::Retry(t(201))));
         // Keys of another shard, or messages for another shard, are ignored.
         let mut two = {
             let topology = Topology { shards: vec![vec![NodeId(0)], vec![NodeId(1)]], leader: vec![0, 0] };
@@ -631,12 +640,12 @@ mod tests {
         let mut r = replica(TapirConfig::default());
         assert_eq!(prepare(&mut r, op(1, 1, 1), 50, &[(4, 0)], &[4]), Some(PrepareResult::Ok));
         // Transaction 2 abstained here but was decided PREPARE-OK on the slow path elsewhere.
-        assert_eq!(prepare(&mut r, op(2, 1, 1), 40, &[(5, 0)], &[4]), Some(PrepareResult::Retry(51)));
+        assert_eq!(prepare(&mut r, op(2, 1, 1), 40, &[(5, 0)], &[4]), Some(PrepareResult::Retry(t(51))));
         let msg = TapirMsg::Finalize {
             op: op(2, 1, 1),
             shard: 0,
-            ts: 40,
-            reads: vec![(5, 0)],
+            ts: t(40),
+            reads: vec![(5, t(0))],
             writes: vec![4],
             result: PrepareResult::Ok,
         };
@@ -660,8 +669,9 @@ mod tests {
         sent
     }
 
-    fn prepare_msg(op: OpId, ts: Ts, reads: &[(Key, Ts)], writes: &[Key]) -> TapirMsg {
-        TapirMsg::Prepare { op, shard: 0, ts, reads: reads.to_vec(), writes: writes.to_vec() }
+    fn prepare_msg(op: OpId, ts: u64, reads: &[(Key, u64)], writes: &[Key]) -> TapirMsg {
+        let reads = reads.iter().map(|(k, v)| (*k, t(*v))).collect();
+        TapirMsg::Prepare { op, shard: 0, ts: t(ts), reads, writes: writes.to_vec() }
     }
 
     /// A restarted replica replays its journal and is the replica that crashed: it rejects a
@@ -676,7 +686,7 @@ mod tests {
         let config = TapirConfig { done_max: 100, ..TapirConfig::default() };
         let mut stored = Stored::default();
         let mut r = Replica::new(&topology, &config, 0, 1);
-        let commit = TapirMsg::Commit { op: op(1, 1, 1), shard: 0, ts: 9, reads: vec![], writes: vec![(3, 7)] };
+        let commit = TapirMsg::Commit { op: op(1, 1, 1), shard: 0, ts: t(9), reads: vec![], writes: vec![(3, 7)] };
         deliver_stored(&mut r, &mut stored, commit);
         let answer = deliver_stored(&mut r, &mut stored, prepare_msg(op(2, 1, 1), 20, &[(3, 9)], &[3]));
         assert!(matches!(answer[..], [TapirMsg::PrepareReply { result: PrepareResult::Ok, .. }]), "{answer:?}");
@@ -697,7 +707,7 @@ mod tests {
             let c = TapirMsg::Commit {
                 op: op(100 + i as u32, 1, 1),
                 shard: 0,
-                ts: 100 + i,
+                ts: t(100 + i),
                 reads: vec![],
                 writes: vec![(i % 10, i)],
             };
