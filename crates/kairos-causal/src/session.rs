@@ -4,13 +4,20 @@
 use crate::msg::{codes, CausalMsg, ClientOp, ReadConcern, Reply, ReplyBody, Request, WriteConcern};
 use crate::tpcc::{pick_txn, txn_ops, TpccConfig, TpccSessionKind};
 use kairos_clock::{ClusterTime, SignedClusterTime};
-use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-const NEXT_OP: TimerId = TimerId(1);
-const OP_TIMEOUT: TimerId = TimerId(2);
+kairos_core::timers! {
+    /// A session's timers.
+    enum SessionTimer {
+        /// The pause before the next operation is over.
+        NextOp = 1,
+        /// The operation in flight got no answer in time.
+        OpTimeout = 2,
+    }
+}
 
 /// Most latency samples a session keeps per operation type.
 pub const MAX_SAMPLES: usize = 1 << 20;
@@ -280,14 +287,14 @@ impl Session {
         };
         self.record(ctx, OpType::Invoke, Self::micro(op));
         ctx.send(to, CausalMsg::Request(req));
-        ctx.set_timer(OP_TIMEOUT, self.cfg.op_timeout);
+        ctx.set_timer(SessionTimer::OpTimeout, self.cfg.op_timeout);
         self.in_flight = Some(InFlight { id, op, to, sent_at: now });
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_, CausalMsg>, pause: Duration) {
         self.in_flight = None;
-        ctx.cancel_timer(OP_TIMEOUT);
-        ctx.set_timer(NEXT_OP, pause);
+        ctx.cancel_timer(SessionTimer::OpTimeout);
+        ctx.set_timer(SessionTimer::NextOp, pause);
     }
 
     /// The operation failed or timed out: rotate to another member for its kind.
@@ -449,7 +456,7 @@ impl Process for Session {
     type Msg = CausalMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
-        ctx.set_timer(NEXT_OP, self.cfg.start_after);
+        ctx.set_timer(SessionTimer::NextOp, self.cfg.start_after);
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, msg: CausalMsg) {
@@ -459,14 +466,14 @@ impl Process for Session {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, timer: TimerId) {
-        match timer {
-            NEXT_OP => {
+        match SessionTimer::from_id(timer) {
+            Some(SessionTimer::NextOp) => {
                 if self.started_at.is_none() {
                     self.started_at = Some(ctx.now());
                 }
                 self.next_op(ctx)
             }
-            OP_TIMEOUT => {
+            Some(SessionTimer::OpTimeout) => {
                 if let Some(f) = self.in_flight.take() {
                     self.stats.timeouts += 1;
                     self.rotate(f.op);
@@ -477,7 +484,7 @@ impl Process for Session {
                     }
                 }
             }
-            _ => {}
+            None => {}
         }
     }
 

@@ -36,7 +36,7 @@
 //! assert_eq!(h.advance(Duration::from_millis(2_500)).len(), 4);
 //! ```
 
-use crate::ids::{NodeId, TimerId};
+use crate::ids::{NodeId, Timer, TimerId};
 use crate::process::{Ctx, Effect, Process, Rng, Stored};
 use crate::time::LocalTime;
 use rand::SeedableRng;
@@ -79,8 +79,8 @@ impl<P: Process> RoleHarness<P> {
     }
 
     /// When timer `id` fires, if it is armed.
-    pub fn armed(&self, id: TimerId) -> Option<LocalTime> {
-        self.timers.get(&id).copied()
+    pub fn armed(&self, timer: impl Timer) -> Option<LocalTime> {
+        self.timers.get(&timer.id()).copied()
     }
 
     /// Everything the role has made durable.
@@ -122,7 +122,8 @@ impl<P: Process> RoleHarness<P> {
     }
 
     /// Fires timer `id` now, armed or not (a host may deliver a stale timer).
-    pub fn fire(&mut self, id: TimerId) -> Vec<Effect<P::Msg>> {
+    pub fn fire(&mut self, timer: impl Timer) -> Vec<Effect<P::Msg>> {
+        let id = timer.id();
         self.timers.remove(&id);
         self.call(|r, ctx| r.on_timer(ctx, id)).1
     }

@@ -27,7 +27,7 @@ pub mod topology;
 
 pub use error::CoreError;
 pub use history::{HistoryEvent, MicroOp, OpType, ReadValue};
-pub use ids::{NodeId, RegionId, TimerId};
+pub use ids::{check_timer_encoding, NodeId, RegionId, Timer, TimerId};
 pub use process::{Ctx, Effect, Message, Persist, Process, Rng, Stored};
 pub use time::{duration_nanos, LocalTime, SimTime};
 pub use topology::LatencyMatrix;

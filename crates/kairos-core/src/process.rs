@@ -1,7 +1,7 @@
 //! The sans-IO role interface: three inputs in, effects out.
 
 use crate::history::HistoryEvent;
-use crate::ids::{NodeId, TimerId};
+use crate::ids::{NodeId, Timer, TimerId};
 use crate::time::LocalTime;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -177,11 +177,11 @@ impl<'a, M> Ctx<'a, M> {
     pub fn send(&mut self, to: NodeId, msg: M) {
         self.effects.push(Effect::Send { to, msg });
     }
-    pub fn set_timer(&mut self, id: TimerId, after: Duration) {
-        self.effects.push(Effect::SetTimer { id, after });
+    pub fn set_timer(&mut self, timer: impl Timer, after: Duration) {
+        self.effects.push(Effect::SetTimer { id: timer.id(), after });
     }
-    pub fn cancel_timer(&mut self, id: TimerId) {
-        self.effects.push(Effect::CancelTimer { id });
+    pub fn cancel_timer(&mut self, timer: impl Timer) {
+        self.effects.push(Effect::CancelTimer { id: timer.id() });
     }
     pub fn record(&mut self, event: HistoryEvent) {
         self.effects.push(Effect::History(event));

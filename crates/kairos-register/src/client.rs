@@ -1,13 +1,21 @@
 use crate::{majority, RegisterMsg, Tag, Versioned};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-const RETRY: TimerId = TimerId(1);
-const NEXT_OP: TimerId = TimerId(2);
-const DEADLINE: TimerId = TimerId(3);
+kairos_core::timers! {
+    /// A register client's timers.
+    enum ClientTimer {
+        /// Resend the current phase to the replicas that have not answered.
+        Retry = 1,
+        /// The think time is over: start the next operation.
+        NextOp = 2,
+        /// The operation took too long: its outcome is unknown.
+        Deadline = 3,
+    }
+}
 
 /// What a client does.
 #[derive(Clone, Debug)]
@@ -137,7 +145,7 @@ impl Client {
             stored: Versioned::default(),
             rounds: 0,
         });
-        ctx.set_timer(DEADLINE, self.config.op_timeout);
+        ctx.set_timer(ClientTimer::Deadline, self.config.op_timeout);
         self.send_phase(ctx);
     }
 
@@ -152,7 +160,7 @@ impl Client {
         let missing: Vec<NodeId> = self.config.replicas.iter().copied().filter(|r| !f.acks.contains(r)).collect();
         ctx.send_all(missing, &msg);
         ctx.metric("register.round_trips", 1);
-        ctx.set_timer(RETRY, self.config.retry);
+        ctx.set_timer(ClientTimer::Retry, self.config.retry);
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, outcome: OpType) {
@@ -172,10 +180,10 @@ impl Client {
         } else {
             ctx.metric("register.ops_info", 1);
         }
-        ctx.cancel_timer(RETRY);
-        ctx.cancel_timer(DEADLINE);
+        ctx.cancel_timer(ClientTimer::Retry);
+        ctx.cancel_timer(ClientTimer::Deadline);
         self.completed += 1;
-        ctx.set_timer(NEXT_OP, self.config.think);
+        ctx.set_timer(ClientTimer::NextOp, self.config.think);
     }
 }
 
@@ -183,7 +191,7 @@ impl Process for Client {
     type Msg = RegisterMsg;
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
-        ctx.set_timer(NEXT_OP, self.config.start_delay);
+        ctx.set_timer(ClientTimer::NextOp, self.config.start_delay);
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, msg: RegisterMsg) {
@@ -227,10 +235,10 @@ impl Process for Client {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
-        match timer {
-            NEXT_OP if self.inflight.is_none() => self.start_op(ctx),
-            RETRY => self.send_phase(ctx),
-            DEADLINE => self.finish(ctx, OpType::Info),
+        match ClientTimer::from_id(timer) {
+            Some(ClientTimer::NextOp) if self.inflight.is_none() => self.start_op(ctx),
+            Some(ClientTimer::Retry) => self.send_phase(ctx),
+            Some(ClientTimer::Deadline) => self.finish(ctx, OpType::Info),
             _ => {}
         }
     }

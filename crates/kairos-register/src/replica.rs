@@ -1,10 +1,16 @@
 use crate::{majority, RegisterMsg, Tag, Versioned};
-use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Stored, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-const RECOVERY_RETRY: TimerId = TimerId(1);
+kairos_core::timers! {
+    /// A replica's timers.
+    enum ReplicaTimer {
+        /// Recovering: ask the replicas that have not answered again.
+        RecoveryRetry = 1,
+    }
+}
 /// At most this many keys travel in one recovery reply (a limit on message size).
 pub const RECOVERY_KEYS_MAX: usize = 65_536;
 /// After this many stored records the replica persists a snapshot of its whole store instead.
@@ -118,7 +124,7 @@ impl Replica {
         let nonce = *self.recovery_nonce.get_or_insert_with(|| ctx.rng().random());
         let missing = self.peers.iter().copied().filter(|p| !self.recovery_replies.contains(p));
         ctx.send_all(missing, &RegisterMsg::RecoverRequest { nonce });
-        ctx.set_timer(RECOVERY_RETRY, self.retry);
+        ctx.set_timer(ReplicaTimer::RecoveryRetry, self.retry);
     }
 }
 
@@ -156,7 +162,7 @@ impl Process for Replica {
                     }
                     self.recovered = true;
                     self.just_recovered = true;
-                    ctx.cancel_timer(RECOVERY_RETRY);
+                    ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
                     ctx.metric("register.recoveries", 1);
                 }
             }
@@ -177,7 +183,7 @@ impl Process for Replica {
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
         self.changed.clear();
         self.just_recovered = false;
-        if timer == RECOVERY_RETRY && !self.recovered {
+        if ReplicaTimer::from_id(timer) == Some(ReplicaTimer::RecoveryRetry) && !self.recovered {
             self.ask_for_recovery(ctx);
         }
     }

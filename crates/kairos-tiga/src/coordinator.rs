@@ -84,7 +84,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use kairos_core::{duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, TimerId};
+use kairos_core::{
+    duration_nanos, Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Process, ReadValue, Timer, TimerId,
+};
 use thiserror::Error;
 
 use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
@@ -160,8 +162,29 @@ impl std::ops::AddAssign for CoordinatorStats {
     }
 }
 
-/// The timer of the next open-loop arrival; retry timers are `TimerId(1 + seq)`.
-pub const ARRIVAL_TIMER: TimerId = TimerId(0);
+/// A coordinator's timers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CoordinatorTimer {
+    /// The next open-loop arrival.
+    Arrival,
+    /// A transaction (its sequence number) is not committed yet: resend or give up.
+    Retry(u32),
+}
+
+impl Timer for CoordinatorTimer {
+    fn id(self) -> TimerId {
+        match self {
+            CoordinatorTimer::Arrival => TimerId(0),
+            CoordinatorTimer::Retry(seq) => TimerId(1 + u64::from(seq)),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        match id.0 {
+            0 => Some(CoordinatorTimer::Arrival),
+            n => u32::try_from(n - 1).ok().map(CoordinatorTimer::Retry),
+        }
+    }
+}
 
 /// Samples kept per (shard, replica) window at most (oldest dropped first).
 const OWD_SAMPLES_MAX: usize = 65_536;
@@ -832,7 +855,7 @@ impl Coordinator {
         if let Some((at, after)) = self.load.next_arrival(ctx.rng(), self.arrival_due, now) {
             self.arrival_due = at;
             if self.generating(at) {
-                ctx.set_timer(ARRIVAL_TIMER, after);
+                ctx.set_timer(CoordinatorTimer::Arrival, after);
             }
         }
     }
@@ -855,8 +878,8 @@ impl Coordinator {
     }
 }
 
-fn retry_timer(txn: TxnId) -> TimerId {
-    TimerId(1 + u64::from(txn.seq()))
+fn retry_timer(txn: TxnId) -> CoordinatorTimer {
+    CoordinatorTimer::Retry(txn.seq())
 }
 
 impl Process for Coordinator {
@@ -881,11 +904,11 @@ impl Process for Coordinator {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, timer: TimerId) {
-        if timer == ARRIVAL_TIMER {
-            return self.on_arrival(ctx);
+        match CoordinatorTimer::from_id(timer) {
+            Some(CoordinatorTimer::Arrival) => self.on_arrival(ctx),
+            Some(CoordinatorTimer::Retry(seq)) => self.on_retry(ctx, TxnId::new(ctx.me(), seq)),
+            None => {}
         }
-        let Ok(seq) = u32::try_from(timer.0 - 1) else { return };
-        self.on_retry(ctx, TxnId::new(ctx.me(), seq));
     }
 
     /// Jepsen process slots ([`ProcessSlots::check`]): one per pending transaction.
@@ -1072,6 +1095,12 @@ mod tests {
     }
 
     #[test]
+    fn timer_ids_decode_to_the_timer_that_set_them() {
+        use CoordinatorTimer::*;
+        kairos_core::check_timer_encoding(&[Arrival, Retry(0), Retry(1), Retry(u32::MAX)]).unwrap();
+        assert_eq!(CoordinatorTimer::from_id(TimerId(u64::MAX)), None);
+    }
+    #[test]
     fn headroom_from_initial_bounds_margin_shift_and_zero() {
         let ms = Duration::from_millis;
         // f = 2: 5 replicas, super quorum 4 → the 4th smallest OWD.
@@ -1199,7 +1228,7 @@ mod tests {
             assert!(m.contains(&name), "{name} in {m:?}");
         }
         assert!(!m.contains(&"tiga.ts_revised"));
-        assert!(e.contains(&Effect::CancelTimer { id: retry_timer(txn) }));
+        assert!(e.contains(&Effect::CancelTimer { id: retry_timer(txn).id() }));
         let st = h.c.stats();
         assert_eq!((st.committed, st.committed_fast, st.committed_slow, st.ts_revised), (1, 1, 0, 0));
         assert_eq!(h.c.inflight(), 0);
@@ -1299,20 +1328,20 @@ mod tests {
         let txn = txn.unwrap();
         let first = submits(&eff);
         assert_eq!(first.len(), 6);
-        assert!(eff.contains(&Effect::SetTimer { id: retry_timer(txn), after: Duration::from_secs(2) }));
+        assert!(eff.contains(&Effect::SetTimer { id: retry_timer(txn).id(), after: Duration::from_secs(2) }));
         // A follower's reply survives retransmission.
         h.reply(txn, 0, 1, ReplyKind::Fast, first[0].2, 1, None);
         h.now = h.now + Duration::from_secs(2);
-        let e = h.timer(retry_timer(txn));
+        let e = h.timer(retry_timer(txn).id());
         let second = submits(&e);
         assert_eq!(second.len(), 6);
         assert!(second.iter().all(|x| x.1.txn == txn && x.2 > first[0].2 && x.3 == h.now));
         assert!(metrics(&e).contains(&"tiga.retransmissions"));
         assert!(history(&e).is_empty());
         h.now = h.now + Duration::from_secs(2);
-        assert_eq!(submits(&h.timer(retry_timer(txn))).len(), 6, "third send");
+        assert_eq!(submits(&h.timer(retry_timer(txn).id())).len(), 6, "third send");
         h.now = h.now + Duration::from_secs(2);
-        let e = h.timer(retry_timer(txn));
+        let e = h.timer(retry_timer(txn).id());
         assert!(submits(&e).is_empty(), "max_sends = 3 reached");
         let info = history(&e);
         assert_eq!(info.len(), 1);
@@ -1328,7 +1357,7 @@ mod tests {
                 assert!(history(&e).is_empty());
             }
         }
-        assert!(h.timer(retry_timer(txn)).is_empty());
+        assert!(h.timer(retry_timer(txn).id()).is_empty());
         // The slot is free again.
         let (_, e) = h.submit(vec![5]);
         assert_eq!(history(&e)[0].process, BASE);
@@ -1603,14 +1632,14 @@ mod tests {
         let mut next = e;
         for _ in 0..10 {
             let Some(after) = next.iter().find_map(|x| match x {
-                Effect::SetTimer { id, after } if *id == ARRIVAL_TIMER => Some(*after),
+                Effect::SetTimer { id, after } if *id == CoordinatorTimer::Arrival.id() => Some(*after),
                 _ => None,
             }) else {
                 break;
             };
             gaps.push(after);
             h.now = h.now + after;
-            next = h.timer(ARRIVAL_TIMER);
+            next = h.timer(CoordinatorTimer::Arrival.id());
             all.extend(next.clone());
         }
         assert_eq!(gaps.len(), 5, "5 arrivals, then the generator stops");
@@ -1635,7 +1664,7 @@ mod tests {
         let mut h = H { c, rng: Rng::seed_from_u64(9), now: start };
         let arrival_timer = |e: &[Effect<TigaMsg>]| {
             e.iter().find_map(|x| match x {
-                Effect::SetTimer { id, after } if *id == ARRIVAL_TIMER => Some(*after),
+                Effect::SetTimer { id, after } if *id == CoordinatorTimer::Arrival.id() => Some(*after),
                 _ => None,
             })
         };
@@ -1645,7 +1674,7 @@ mod tests {
             h.now = h.now + after;
             assert!(h.now.saturating_since(start) < Duration::from_millis(100), "an arrival after stop_after");
             arrivals += 1;
-            next = arrival_timer(&h.timer(ARRIVAL_TIMER));
+            next = arrival_timer(&h.timer(CoordinatorTimer::Arrival.id()));
         }
         assert!((2..=40).contains(&arrivals), "about 10 arrivals at 100/s in 100 ms, got {arrivals}");
         let c = Coordinator::new(topology(1, 1), TigaConfig::default(), Box::new(FixedKeys::new(vec![])), vec![], 0);

@@ -32,7 +32,7 @@
 use crate::msg::{ShardId, TigaMsg};
 use crate::topology::{TigaConfig, Topology};
 use kairos_consensus::paxos::{MultiPaxos, PaxosConfig, PaxosMsg};
-use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, TimerId};
+use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -78,8 +78,15 @@ pub enum ModeRule {
     Detective,
 }
 
-const TICK: TimerId = TimerId(1);
-const PAXOS_TICK: TimerId = TimerId(2);
+kairos_core::timers! {
+    /// A view manager's timers.
+    enum ViewManagerTimer {
+        /// Look at the servers' heartbeats.
+        Tick = 1,
+        /// The replicated log of views (its Multi-Paxos heartbeat).
+        Paxos = 2,
+    }
+}
 
 #[derive(Copy, Clone, Debug)]
 struct Heard {
@@ -137,7 +144,7 @@ impl ViewManager {
             ..PaxosConfig::default()
         };
         ViewManager {
-            paxos: MultiPaxos::new(paxos_config, members, me, 0, PAXOS_TICK),
+            paxos: MultiPaxos::new(paxos_config, members, me, 0, ViewManagerTimer::Paxos.id()),
             topology,
             regions,
             config,
@@ -312,7 +319,7 @@ impl Process for ViewManager {
     fn on_start(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         self.view_since = ctx.now();
         self.paxos.start(ctx);
-        ctx.set_timer(TICK, self.config.heartbeat_interval);
+        ctx.set_timer(ViewManagerTimer::Tick, self.config.heartbeat_interval);
         self.apply_decided(ctx);
     }
 
@@ -332,10 +339,10 @@ impl Process for ViewManager {
             self.apply_decided(ctx);
             return;
         }
-        if timer == TICK {
+        if ViewManagerTimer::from_id(timer) == Some(ViewManagerTimer::Tick) {
             self.detect(ctx);
             self.apply_decided(ctx);
-            ctx.set_timer(TICK, self.config.heartbeat_interval);
+            ctx.set_timer(ViewManagerTimer::Tick, self.config.heartbeat_interval);
         }
     }
 

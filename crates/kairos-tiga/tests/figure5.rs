@@ -17,9 +17,9 @@
 
 use kairos_check::{check, Model};
 use kairos_core::history::{HistoryRecord, OpType};
-use kairos_core::{Ctx, Effect, LocalTime, NodeId, Process};
+use kairos_core::{Ctx, Effect, LocalTime, NodeId, Process, Timer};
 use kairos_tiga::coordinator::Coordinator;
-use kairos_tiga::server::{Server, RELEASE};
+use kairos_tiga::server::{Server, ServerTimer};
 use kairos_tiga::{TigaConfig, TigaMsg, Topology};
 use kairos_workload::FixedKeys;
 use rand::SeedableRng;
@@ -141,7 +141,7 @@ impl World {
     }
 
     fn release(&mut self, true_ms: u64, server: NodeId, local_ms: u64) {
-        self.at(true_ms, server, local_ms, |role, ctx| role.on_timer(ctx, RELEASE));
+        self.at(true_ms, server, local_ms, |role, ctx| role.on_timer(ctx, ServerTimer::Release.id()));
     }
 
     fn completion_time(&self, process: u64) -> Option<u64> {

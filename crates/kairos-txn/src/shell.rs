@@ -51,23 +51,46 @@
 //! the commit of the last attempt. Commit rate = commits / attempts.
 //!
 //! # Timers
-//! The shell owns [`ARRIVAL_TIMER`] and the ids from [`SHELL_TIMER_BASE`] up; protocols use
-//! ids below `SHELL_TIMER_BASE` other than 0 (see [`TxnShell::owns_timer`]).
+//! The shell's timers are [`ShellTimer`]s; a coordinator's timer type embeds them (decode
+//! its own first, then `ShellTimer::from_id`) and uses ids between 0 and 2^40 for its own.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, TimerId};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, Timer, TimerId};
 use kairos_workload::history::{increment_completion, increment_invocation, ProcessSlots};
 use kairos_workload::txn::{Key, TxnId, Value};
 use kairos_workload::TxnSource;
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
 use rand::Rng as _;
 
-/// The timer of the next open-loop arrival.
-pub const ARRIVAL_TIMER: TimerId = TimerId(0);
-/// Retry-backoff timers are `SHELL_TIMER_BASE + seq`.
-pub const SHELL_TIMER_BASE: u64 = 1 << 40;
+/// The shell's timers (a coordinator embeds them in its own timer type: their ids are 0 and
+/// from 2^40 on, so a coordinator's own timers take ids in between).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ShellTimer {
+    /// The next open-loop arrival.
+    Arrival,
+    /// An aborted transaction (its sequence number) is due for its next attempt.
+    Backoff(u32),
+}
+
+/// The first id of [`ShellTimer::Backoff`].
+const BACKOFF_TIMER_BASE: u64 = 1 << 40;
+
+impl Timer for ShellTimer {
+    fn id(self) -> TimerId {
+        match self {
+            ShellTimer::Arrival => TimerId(0),
+            ShellTimer::Backoff(seq) => TimerId(BACKOFF_TIMER_BASE + u64::from(seq)),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        match id.0 {
+            0 => Some(ShellTimer::Arrival),
+            n => u32::try_from(n.checked_sub(BACKOFF_TIMER_BASE)?).ok().map(ShellTimer::Backoff),
+        }
+    }
+}
 /// The clock unit of transaction sequence numbers (module docs).
 pub const ID_UNIT: Duration = Duration::from_micros(4);
 /// How many sequence numbers a coordinator may issue ahead of its clock (module docs).
@@ -293,11 +316,6 @@ impl TxnShell {
         self.pending.get(&txn).map(|p| p.attempt)
     }
 
-    /// Whether `timer` is the shell's (pass it to [`TxnShell::on_timer`]).
-    pub fn owns_timer(timer: TimerId) -> bool {
-        timer == ARRIVAL_TIMER || timer.0 >= SHELL_TIMER_BASE
-    }
-
     /// Call from the coordinator's `on_start`: arms the first arrival.
     pub fn start<M>(&mut self, ctx: &mut Ctx<'_, M>) {
         self.started_at = ctx.now();
@@ -317,11 +335,11 @@ impl TxnShell {
     }
 
     /// A shell timer fired: a new transaction arrived, or an aborted one's backoff is over.
-    pub fn on_timer<M>(&mut self, ctx: &mut Ctx<'_, M>, timer: TimerId) -> Option<Attempt> {
-        if timer == ARRIVAL_TIMER {
-            return self.on_arrival(ctx);
-        }
-        let seq = u32::try_from(timer.0.checked_sub(SHELL_TIMER_BASE)?).ok()?;
+    pub fn on_timer<M>(&mut self, ctx: &mut Ctx<'_, M>, timer: ShellTimer) -> Option<Attempt> {
+        let seq = match timer {
+            ShellTimer::Arrival => return self.on_arrival(ctx),
+            ShellTimer::Backoff(seq) => seq,
+        };
         let txn = TxnId::new(ctx.me(), seq);
         let p = self.pending.get_mut(&txn)?;
         p.attempt += 1;
@@ -402,7 +420,7 @@ impl TxnShell {
             let cap =
                 self.config.backoff_base.saturating_mul(1 << (p.attempt - 1).min(20)).min(self.config.backoff_max);
             let after = Duration::from_nanos(ctx.rng().random_range(0..=cap.as_nanos() as u64));
-            ctx.set_timer(TimerId(SHELL_TIMER_BASE + u64::from(txn.seq())), after);
+            ctx.set_timer(ShellTimer::Backoff(txn.seq()), after);
             return;
         }
         self.finished(ctx, txn, Finish::Aborted);
@@ -443,7 +461,7 @@ impl TxnShell {
         if let Some((at, after)) = self.load.next_arrival(ctx.rng(), self.arrival_due, now) {
             self.arrival_due = at;
             if self.generating(at) {
-                ctx.set_timer(ARRIVAL_TIMER, after);
+                ctx.set_timer(ShellTimer::Arrival, after);
             }
         }
     }
@@ -522,7 +540,7 @@ mod tests {
         let (_, fx) = with_ctx(|ctx| s.aborted(ctx, a.txn));
         let timer = fx.iter().find_map(|e| if let Effect::SetTimer { id, .. } = e { Some(*id) } else { None });
         let timer = timer.expect("a backoff timer");
-        assert!(TxnShell::owns_timer(timer));
+        let timer = ShellTimer::from_id(timer).expect("a shell timer");
         let (retry, _) = with_ctx(|ctx| s.on_timer(ctx, timer));
         let retry = retry.expect("the retry");
         assert_eq!((retry.txn, retry.attempt), (a.txn, 2));
@@ -628,6 +646,12 @@ mod tests {
         assert!(with_ctx(|ctx| s.invoke(ctx, vec![1])).0.is_some());
         assert!(with_ctx(|ctx| s.invoke(ctx, vec![2])).0.is_none());
         assert_eq!(s.stats().admission_dropped, 1);
-        assert!(!TxnShell::owns_timer(TimerId(5)));
+        assert_eq!(ShellTimer::from_id(TimerId(5)), None);
+        kairos_core::check_timer_encoding(&[
+            ShellTimer::Arrival,
+            ShellTimer::Backoff(0),
+            ShellTimer::Backoff(u32::MAX),
+        ])
+        .unwrap();
     }
 }

@@ -20,14 +20,21 @@ use kairos_clock::{
     gossip_in, sign_reply, ClusterTime, ClusterTimeValidator, KeyRing, LogicalClock, SignedClusterTime,
     TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
 };
-use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-const ELECTION: TimerId = TimerId(1);
-const TICK: TimerId = TimerId(2);
+kairos_core::timers! {
+    /// A member's timers.
+    enum MemberTimer {
+        /// No word from a primary for the election timeout: stand.
+        Election = 1,
+        /// Heartbeats, replication and the periodic checks.
+        Tick = 2,
+    }
+}
 
 /// Longest `maxTimeMS` a member honours (longer requests are capped).
 pub const MAX_TIME_MS_CAP: u32 = 60_000;
@@ -453,7 +460,7 @@ impl Member {
     fn arm_election(&self, ctx: &mut Ctx<'_, CausalMsg>) {
         let base = self.cfg.election_timeout;
         let jitter_ns = ctx.rng().random_range(0..base.as_nanos().max(1) as u64);
-        ctx.set_timer(ELECTION, base + Duration::from_nanos(jitter_ns));
+        ctx.set_timer(MemberTimer::Election, base + Duration::from_nanos(jitter_ns));
     }
 
     fn flush_metrics(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
@@ -905,7 +912,7 @@ impl Member {
         self.commit_sent.clear();
         let now = ctx.now();
         self.contact = self.others().map(|m| (m, now)).collect();
-        ctx.cancel_timer(ELECTION);
+        ctx.cancel_timer(MemberTimer::Election);
         ctx.metric("causal.elections_won", 1);
         // A new primary writes a no-op in its term (MongoDB: "new primary"), then takes over keys.
         let _ = self.write(ctx, Op::Noop);
@@ -1163,7 +1170,7 @@ impl Member {
     }
 
     fn on_tick(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
-        ctx.set_timer(TICK, self.cfg.heartbeat);
+        ctx.set_timer(MemberTimer::Tick, self.cfg.heartbeat);
         let now = ctx.now();
         if self.is_primary() {
             let alive = 1 + self
@@ -1197,7 +1204,7 @@ impl Process for Member {
     fn on_start(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
         self.last_write_at = ctx.now();
         self.mongo.started_at = ctx.now();
-        ctx.set_timer(TICK, self.cfg.heartbeat);
+        ctx.set_timer(MemberTimer::Tick, self.cfg.heartbeat);
         self.arm_election(ctx);
         self.probe_terms(ctx);
         self.flush_journal(ctx);
@@ -1218,10 +1225,10 @@ impl Process for Member {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, timer: TimerId) {
-        match timer {
-            ELECTION => self.start_election(ctx),
-            TICK => self.on_tick(ctx),
-            _ => {}
+        match MemberTimer::from_id(timer) {
+            Some(MemberTimer::Election) => self.start_election(ctx),
+            Some(MemberTimer::Tick) => self.on_tick(ctx),
+            None => {}
         }
         self.maybe_end_amnesia(ctx);
         self.mongo_topology_check(ctx);

@@ -5,14 +5,21 @@ use super::SwarmMsg;
 use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::LocalTime;
-use kairos_core::{Ctx, NodeId, Process, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use kairos_workload::ycsb::{self, Ycsb};
 use rand::Rng as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-const TICK: TimerId = TimerId(1);
-const WAKE: TimerId = TimerId(2);
+kairos_core::timers! {
+    /// A client node's timers.
+    enum ClientNodeTimer {
+        /// The engine's periodic tick (timeouts, background work).
+        Tick = 1,
+        /// An adversarial pause is over.
+        Wake = 2,
+    }
+}
 
 /// What the adversarial scheduler does to this client (see `kairos_harness::swarm::sim::Adversary`).
 #[derive(Clone, Debug, Default)]
@@ -219,7 +226,7 @@ impl ClientNode {
         self.client.on_tick(ctx.now(), &mut out);
         self.drain(ctx, out);
         if !self.is_done() || self.client.in_flight() > 0 {
-            ctx.set_timer(TICK, self.client.tick_interval());
+            ctx.set_timer(ClientNodeTimer::Tick, self.client.tick_interval());
         }
     }
 }
@@ -229,7 +236,7 @@ impl Process for ClientNode {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, SwarmMsg>) {
         self.started_at = Some(ctx.now());
-        ctx.set_timer(TICK, self.client.tick_interval());
+        ctx.set_timer(ClientNodeTimer::Tick, self.client.tick_interval());
         let mut out = Outbox::new();
         for slot in 0..self.inflight {
             self.start_op(ctx, slot, &mut out);
@@ -243,7 +250,7 @@ impl Process for ClientNode {
         }
         if let Some(until) = self.paused_until(ctx.now()) {
             if self.deferred.is_empty() {
-                ctx.set_timer(WAKE, until.saturating_since(ctx.now()));
+                ctx.set_timer(ClientNodeTimer::Wake, until.saturating_since(ctx.now()));
             }
             self.deferred.push_back(msg);
             return;
@@ -267,7 +274,7 @@ impl Process for ClientNode {
             }
             self.handle(ctx, msg);
         }
-        if timer == TICK {
+        if ClientNodeTimer::from_id(timer) == Some(ClientNodeTimer::Tick) {
             self.tick(ctx);
         }
     }

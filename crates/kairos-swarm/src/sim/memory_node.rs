@@ -11,7 +11,7 @@
 
 use super::SwarmMsg;
 use crate::verbs::{MemoryImage, Verb, VerbOutcome, CHAIN_VERBS_MAX};
-use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -41,7 +41,30 @@ pub struct MemoryNode {
     pub pieces: u64,
 }
 
-const STEP: TimerId = TimerId(1);
+/// A memory node's timers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum MemoryNodeTimer {
+    /// Serve the next piece of some connection's chain.
+    Step,
+    /// The n-th adversarial stall of a connection (n ≥ 1) is over.
+    StallEnd(u64),
+}
+
+impl Timer for MemoryNodeTimer {
+    fn id(self) -> TimerId {
+        match self {
+            MemoryNodeTimer::Step => TimerId(1),
+            MemoryNodeTimer::StallEnd(n) => TimerId(1 + n),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        match id.0 {
+            0 => None,
+            1 => Some(MemoryNodeTimer::Step),
+            n => Some(MemoryNodeTimer::StallEnd(n - 1)),
+        }
+    }
+}
 
 impl MemoryNode {
     pub fn new(image: MemoryImage, piece_ns_max: u64) -> Self {
@@ -65,7 +88,7 @@ impl MemoryNode {
         if !self.armed && !self.busy().is_empty() {
             self.armed = true;
             let ns = ctx.rng().random_range(0..=self.piece_ns_max);
-            ctx.set_timer(STEP, Duration::from_nanos(ns));
+            ctx.set_timer(MemoryNodeTimer::Step, Duration::from_nanos(ns));
         }
     }
 
@@ -142,11 +165,14 @@ impl Process for MemoryNode {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, SwarmMsg>, timer: TimerId) {
-        if timer != STEP {
-            // A stall ended.
-            let now = ctx.now();
-            self.stalled.retain(|_, until| *until > now);
-            return self.arm(ctx);
+        match MemoryNodeTimer::from_id(timer) {
+            Some(MemoryNodeTimer::Step) => {}
+            Some(MemoryNodeTimer::StallEnd(_)) => {
+                let now = ctx.now();
+                self.stalled.retain(|_, until| *until > now);
+                return self.arm(ctx);
+            }
+            None => return,
         }
         self.armed = false;
         let busy = self.busy();
@@ -159,7 +185,7 @@ impl Process for MemoryNode {
                     r.pause = None;
                     self.stalled.insert(who, ctx.now() + Duration::from_nanos(ns));
                     self.next_wake += 1;
-                    ctx.set_timer(TimerId(STEP.0 + self.next_wake), Duration::from_nanos(ns));
+                    ctx.set_timer(MemoryNodeTimer::StallEnd(self.next_wake), Duration::from_nanos(ns));
                     self.queues.entry(who).or_default().push_front(r);
                     return self.arm(ctx);
                 }
@@ -178,5 +204,17 @@ impl Process for MemoryNode {
             }
         }
         self.arm(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timer_ids_decode_to_the_timer_that_set_them() {
+        use MemoryNodeTimer::*;
+        kairos_core::check_timer_encoding(&[Step, StallEnd(1), StallEnd(2), StallEnd(u64::MAX - 1)]).unwrap();
+        assert_eq!(MemoryNodeTimer::from_id(TimerId(0)), None);
     }
 }

@@ -64,7 +64,7 @@ use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
 use crate::view::{ServerState, View};
-use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, TimerId};
+use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,11 +79,21 @@ pub mod view_change;
 pub use log::Log;
 use reply_gate::ReplyGate;
 
-/// The timer a server arms for the next queued timestamp (tests drive it directly).
-pub const RELEASE: TimerId = TimerId(1);
-const SYNC: TimerId = TimerId(2);
-const AGREE_RETRY: TimerId = TimerId(3);
-const HEARTBEAT: TimerId = TimerId(4);
+kairos_core::timers! {
+    /// A server's timers.
+    pub enum ServerTimer {
+        /// The next queued timestamp falls due (tests drive it directly).
+        Release = 1,
+        /// Leader: the next log synchronization to the followers.
+        Sync = 2,
+        /// Leader: resend timestamp agreements that went unanswered.
+        AgreeRetry = 3,
+        /// Report to the view managers.
+        Heartbeat = 4,
+        /// A view change that has not completed: ask again.
+        ViewChangeRetry = 5,
+    }
+}
 /// Most log entries one LogSync carries.
 const SYNC_BATCH_MAX: usize = 1024;
 /// Most payload bytes (keys and values) one LogSync carries beyond its first entry: well
@@ -733,7 +743,7 @@ impl Server {
         match self.pq.next_after(now) {
             Some((ts, _)) if self.release_timer_at != Some(ts) => {
                 self.release_timer_at = Some(ts);
-                ctx.set_timer(RELEASE, ts.saturating_since(now) + Duration::from_nanos(1));
+                ctx.set_timer(ServerTimer::Release, ts.saturating_since(now) + Duration::from_nanos(1));
             }
             _ => {}
         }
@@ -1114,8 +1124,8 @@ impl Server {
     fn arm_leader_timers(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
         if !self.leader_timers_armed {
             self.leader_timers_armed = true;
-            ctx.set_timer(SYNC, self.config.sync_interval);
-            ctx.set_timer(AGREE_RETRY, self.agree_tick());
+            ctx.set_timer(ServerTimer::Sync, self.config.sync_interval);
+            ctx.set_timer(ServerTimer::AgreeRetry, self.agree_tick());
         }
     }
 
@@ -1619,7 +1629,7 @@ impl Process for Server {
         }
         if !self.view_managers.is_empty() {
             self.heartbeat(ctx);
-            ctx.set_timer(HEARTBEAT, self.config.heartbeat_interval);
+            ctx.set_timer(ServerTimer::Heartbeat, self.config.heartbeat_interval);
         }
         match self.state {
             ServerState::Normal if self.is_leader() => self.arm_leader_timers(ctx),
@@ -1627,7 +1637,7 @@ impl Process for Server {
             // serves in this view; a newer view reaches it through the view manager).
             ServerState::Recovering if !self.is_leader() => {
                 self.send_log_state(ctx, self.log.len());
-                ctx.set_timer(view_change::VC_RETRY, self.config.view_change_retry);
+                ctx.set_timer(ServerTimer::ViewChangeRetry, self.config.view_change_retry);
             }
             _ => {}
         }
@@ -1686,30 +1696,30 @@ impl Process for Server {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, timer: TimerId) {
+        let Some(timer) = ServerTimer::from_id(timer) else { return };
         let leading = self.is_leader() && self.state == ServerState::Normal;
         match timer {
-            RELEASE => {
+            ServerTimer::Release => {
                 self.release_timer_at = None;
                 if self.state == ServerState::Normal {
                     self.release_due(ctx);
                 }
             }
-            SYNC if leading => {
+            ServerTimer::Sync if leading => {
                 self.send_log_sync(ctx);
-                ctx.set_timer(SYNC, self.config.sync_interval);
+                ctx.set_timer(ServerTimer::Sync, self.config.sync_interval);
             }
-            AGREE_RETRY if leading => {
+            ServerTimer::AgreeRetry if leading => {
                 self.retry_agreements(ctx);
                 self.release_due(ctx);
-                ctx.set_timer(AGREE_RETRY, self.agree_tick());
+                ctx.set_timer(ServerTimer::AgreeRetry, self.agree_tick());
             }
-            SYNC | AGREE_RETRY => self.leader_timers_armed = false,
-            HEARTBEAT => {
+            ServerTimer::Sync | ServerTimer::AgreeRetry => self.leader_timers_armed = false,
+            ServerTimer::Heartbeat => {
                 self.heartbeat(ctx);
-                ctx.set_timer(HEARTBEAT, self.config.heartbeat_interval);
+                ctx.set_timer(ServerTimer::Heartbeat, self.config.heartbeat_interval);
             }
-            view_change::VC_RETRY => self.on_vc_retry(ctx),
-            _ => {}
+            ServerTimer::ViewChangeRetry => self.on_vc_retry(ctx),
         }
     }
 

@@ -63,7 +63,6 @@ use kairos_core::{Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub(super) const VC_RETRY: kairos_core::TimerId = kairos_core::TimerId(5);
 /// Submits buffered while a view change runs, at most.
 const BUFFERED_MAX: usize = 100_000;
 /// Log entries one `StartView` carries (the rest follows as log synchronization).
@@ -225,7 +224,7 @@ impl Server {
             self.vc.collect_from = self.executed;
             self.collect(ctx, None);
         }
-        ctx.set_timer(VC_RETRY, self.config.view_change_retry);
+        ctx.set_timer(super::ServerTimer::ViewChangeRetry, self.config.view_change_retry);
     }
 
     /// Drops the queue, locks, agreements and the transaction table (rebuilt from the log when
@@ -913,7 +912,7 @@ impl Server {
             let from = self.vc.asked_from.unwrap_or_else(|| self.executed_or_synced());
             self.send_log_state(ctx, from);
         }
-        ctx.set_timer(VC_RETRY, self.config.view_change_retry);
+        ctx.set_timer(super::ServerTimer::ViewChangeRetry, self.config.view_change_retry);
     }
 
     /// Makes the whole durable state one journal snapshot.

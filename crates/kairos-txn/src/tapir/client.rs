@@ -21,21 +21,53 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
 use kairos_workload::Topology;
 
 use super::ir::{Confirms, ConsensusQuorum};
 use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
 use super::TapirConfig;
-use crate::shell::{Attempt, TxnShell};
+use crate::shell::{Attempt, ShellTimer, TxnShell};
 
-/// The periodic ping that finds the closest replicas and measures round trips.
-pub const PING_TIMER: TimerId = TimerId(1);
-/// Per-transaction timers are `TXN_TIMER_BASE + seq`.
-pub const TXN_TIMER_BASE: u64 = 1 << 32;
-/// Commit / abort delivery timers are `FINISH_TIMER_BASE + seq`.
-pub const FINISH_TIMER_BASE: u64 = 2 << 32;
+/// A Tapir client's timers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ClientTimer {
+    /// The shell's (arrivals, backoff).
+    Shell(ShellTimer),
+    /// The periodic ping that finds the closest replicas and measures round trips.
+    Ping,
+    /// A transaction's (its sequence number) read or prepare round is overdue.
+    Txn(u32),
+    /// A transaction's commit or abort is not yet acknowledged: resend it.
+    Finish(u32),
+}
+
+const TXN_TIMER_BASE: u64 = 1 << 32;
+const FINISH_TIMER_BASE: u64 = 2 << 32;
+
+impl Timer for ClientTimer {
+    fn id(self) -> TimerId {
+        match self {
+            ClientTimer::Shell(t) => t.id(),
+            ClientTimer::Ping => TimerId(1),
+            ClientTimer::Txn(seq) => TimerId(TXN_TIMER_BASE + u64::from(seq)),
+            ClientTimer::Finish(seq) => TimerId(FINISH_TIMER_BASE + u64::from(seq)),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        let seq_from = |base: u64| id.0.checked_sub(base).and_then(|n| u32::try_from(n).ok());
+        if id.0 == 1 {
+            Some(ClientTimer::Ping)
+        } else if let Some(seq) = seq_from(FINISH_TIMER_BASE) {
+            Some(ClientTimer::Finish(seq))
+        } else if let Some(seq) = seq_from(TXN_TIMER_BASE) {
+            Some(ClientTimer::Txn(seq))
+        } else {
+            ShellTimer::from_id(id).map(ClientTimer::Shell)
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 struct ShardPrepare {
@@ -177,7 +209,7 @@ impl Coordinator {
         }
         let txn = Txn { attempt: a.attempt, keys, reads: BTreeMap::new(), phase: Phase::Reading { asked }, sends: 1 };
         self.txns.insert(a.txn, txn);
-        ctx.set_timer(TimerId(TXN_TIMER_BASE + u64::from(a.txn.seq())), self.config.retry_interval);
+        ctx.set_timer(ClientTimer::Txn(a.txn.seq()), self.config.retry_interval);
     }
 
     fn on_read_reply(
@@ -263,7 +295,7 @@ impl Coordinator {
         let Some(txn) = self.txns.get_mut(&txn_id) else { return };
         txn.phase = Phase::Preparing { round, ts, shards, waited: false };
         txn.sends = 1;
-        ctx.set_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())), wait);
+        ctx.set_timer(ClientTimer::Txn(txn_id.seq()), wait);
     }
 
     /// How long to wait for a super quorum of shard `s`: once every replica answered a ping, the largest round trip × 1.25 + `fast_path_slack`, at most
@@ -393,7 +425,7 @@ impl Coordinator {
     fn commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, fast: bool) {
         let Some(txn) = self.txns.remove(&txn_id) else { return };
         let Phase::Preparing { round, ts, .. } = txn.phase else { return };
-        ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
+        ctx.cancel_timer(ClientTimer::Txn(txn_id.seq()));
         let op = OpId { txn: txn_id, attempt: txn.attempt, round };
         let reads: Vec<(Key, Value)> = txn.reads.values().map(|r| (r.key, r.value)).collect();
         self.shell.committed(ctx, txn_id, &reads, fast);
@@ -419,7 +451,7 @@ impl Coordinator {
     /// records `info`.
     fn abort_attempt(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId, why: &'static str) {
         let Some(txn) = self.txns.remove(&txn_id) else { return };
-        ctx.cancel_timer(TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq())));
+        ctx.cancel_timer(ClientTimer::Txn(txn_id.seq()));
         self.stats.aborted += 1;
         ctx.metric(why, 1);
         if let Phase::Preparing { round, .. } = txn.phase {
@@ -441,11 +473,11 @@ impl Coordinator {
         }
         while !self.finishing.contains_key(&op.txn) && self.finishing.len() >= self.config.finishing_max.max(1) {
             let Some((old, _)) = self.finishing.pop_first() else { break };
-            ctx.cancel_timer(TimerId(FINISH_TIMER_BASE + u64::from(old.seq())));
+            ctx.cancel_timer(ClientTimer::Finish(old.seq()));
             ctx.metric("tapir.finish_given_up", 1);
         }
         self.finishing.insert(op.txn, Finishing { op, msgs: tracked, sends: 1 });
-        ctx.set_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())), self.config.retry_interval);
+        ctx.set_timer(ClientTimer::Finish(op.txn.seq()), self.config.retry_interval);
     }
 
     fn on_done(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, shard: ShardId, replica: u32) {
@@ -459,7 +491,7 @@ impl Coordinator {
         }
         if fin.msgs.values().all(|(_, acks)| acks.count() >= n) {
             self.finishing.remove(&op.txn);
-            ctx.cancel_timer(TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq())));
+            ctx.cancel_timer(ClientTimer::Finish(op.txn.seq()));
         }
     }
 
@@ -476,14 +508,14 @@ impl Coordinator {
         }
         let gap = self.config.retry_interval.saturating_mul(1 << (fin.sends - 1).min(20));
         ctx.set_timer(
-            TimerId(FINISH_TIMER_BASE + u64::from(txn_id.seq())),
+            ClientTimer::Finish(txn_id.seq()),
             gap.min(self.config.finish_backoff_max.max(self.config.retry_interval)),
         );
     }
 
     fn on_txn_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, txn_id: TxnId) {
         let n = self.n() as u32;
-        let timer = TimerId(TXN_TIMER_BASE + u64::from(txn_id.seq()));
+        let timer = ClientTimer::Txn(txn_id.seq());
         let Some(txn) = self.txns.get_mut(&txn_id) else { return };
         match &mut txn.phase {
             Phase::Reading { asked } => {
@@ -570,7 +602,7 @@ impl Coordinator {
         self.ping_answered.clear();
         let servers: BTreeSet<NodeId> = self.topology.shards.iter().flatten().copied().collect();
         ctx.send_all(servers, &TapirMsg::Ping { nonce: self.ping_round });
-        ctx.set_timer(PING_TIMER, self.config.ping_interval);
+        ctx.set_timer(ClientTimer::Ping, self.config.ping_interval);
     }
 }
 
@@ -626,20 +658,17 @@ impl Process for Coordinator {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, TapirMsg>, timer: TimerId) {
-        if TxnShell::owns_timer(timer) {
-            if let Some(a) = self.shell.on_timer(ctx, timer) {
-                self.begin(ctx, a);
-            }
-            return;
-        }
-        if timer == PING_TIMER {
-            return self.ping(ctx);
-        }
         let me = ctx.me();
-        if (FINISH_TIMER_BASE..FINISH_TIMER_BASE + (1 << 32)).contains(&timer.0) {
-            self.on_finish_timer(ctx, TxnId::new(me, (timer.0 - FINISH_TIMER_BASE) as u32));
-        } else if (TXN_TIMER_BASE..TXN_TIMER_BASE + (1 << 32)).contains(&timer.0) {
-            self.on_txn_timer(ctx, TxnId::new(me, (timer.0 - TXN_TIMER_BASE) as u32));
+        match ClientTimer::from_id(timer) {
+            Some(ClientTimer::Shell(t)) => {
+                if let Some(a) = self.shell.on_timer(ctx, t) {
+                    self.begin(ctx, a);
+                }
+            }
+            Some(ClientTimer::Ping) => self.ping(ctx),
+            Some(ClientTimer::Txn(seq)) => self.on_txn_timer(ctx, TxnId::new(me, seq)),
+            Some(ClientTimer::Finish(seq)) => self.on_finish_timer(ctx, TxnId::new(me, seq)),
+            None => {}
         }
     }
 }
@@ -727,6 +756,14 @@ mod tests {
     }
 
     #[test]
+    fn timer_ids_decode_to_the_timer_that_set_them() {
+        use ClientTimer::*;
+        let samples = [Ping, Txn(0), Txn(u32::MAX), Finish(0), Finish(u32::MAX)];
+        let shell = [ShellTimer::Arrival, ShellTimer::Backoff(0), ShellTimer::Backoff(u32::MAX)].map(Shell);
+        kairos_core::check_timer_encoding(&[&samples[..], &shell[..]].concat()).unwrap();
+        assert_eq!(ClientTimer::from_id(TimerId(2)), None);
+    }
+    #[test]
     fn fast_path_commits_and_sends_the_commit_to_every_replica() {
         let mut h = Harness::new();
         let txn = h.read_done();
@@ -766,7 +803,7 @@ mod tests {
         };
         let op = commit_one(&mut h, 0, 3);
         h.deliver(0, TapirMsg::Done { op, shard: 0, replica: 0 });
-        let timer = TimerId(FINISH_TIMER_BASE + u64::from(op.txn.seq()));
+        let timer = ClientTimer::Finish(op.txn.seq()).id();
         let mut gaps = Vec::new();
         for _ in 0..30 {
             h.take_sent();
@@ -814,7 +851,7 @@ mod tests {
         // A reply naming a replica other than its sender is ignored.
         h.deliver(0, TapirMsg::PrepareReply { op, shard: 0, replica: 2, result: PrepareResult::Ok });
         assert!(h.take_sent().is_empty(), "waiting for the super quorum");
-        h.with(|c, ctx| c.on_timer(ctx, TimerId(TXN_TIMER_BASE + u64::from(txn.seq()))));
+        h.with(|c, ctx| c.on_timer(ctx, ClientTimer::Txn(txn.seq()).id()));
         let finalizes = h.take_sent();
         assert_eq!(finalizes.len(), 3);
         assert!(finalizes.iter().all(|(_, m)| matches!(m, TapirMsg::Finalize { result: PrepareResult::Ok, .. })));

@@ -302,10 +302,8 @@ mod tests {
                 coordinator.invoke(&mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
             }
             if i % 7 == 0 {
-                let timer = [client::TXN_TIMER_BASE, client::FINISH_TIMER_BASE, 0, crate::shell::SHELL_TIMER_BASE]
-                    [rng.random_range(0..4)]
-                    + rng.random_range(0..4);
-                coordinator.on_timer(&mut ctx, TimerId(timer));
+                let base = [1 << 32, 2 << 32, 0, 1 << 40][rng.random_range(0..4)];
+                coordinator.on_timer(&mut ctx, TimerId(base + rng.random_range(0..4)));
             }
             coordinator.on_message(&mut ctx, from, msg.clone());
             let r = rng.random_range(0..9);

@@ -13,15 +13,36 @@
 //! coordinator asks again until it hears one.
 
 use super::{ClassicConfig, TxnKey, TxnMsg};
-use crate::shell::{Attempt, TxnShell, TxnStats};
-use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, TimerId};
+use crate::shell::{Attempt, ShellTimer, TxnShell, TxnStats};
+use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::Topology;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// The coordinator's retransmission tick.
-pub const RETRY_TICK: TimerId = TimerId(1);
+/// A 2PC coordinator's timers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CoordinatorTimer {
+    /// The shell's (arrivals, backoff).
+    Shell(ShellTimer),
+    /// The retransmission tick.
+    RetryTick,
+}
+
+impl Timer for CoordinatorTimer {
+    fn id(self) -> TimerId {
+        match self {
+            CoordinatorTimer::Shell(t) => t.id(),
+            CoordinatorTimer::RetryTick => TimerId(1),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        match id.0 {
+            1 => Some(CoordinatorTimer::RetryTick),
+            _ => ShellTimer::from_id(id).map(CoordinatorTimer::Shell),
+        }
+    }
+}
 /// Runs plus decisions waiting for acknowledgements, at most. A decision is never dropped (a
 /// participant that never hears it would keep the attempt's keys prepared forever); instead a
 /// new attempt is not started while the bound is reached (the shell retries it later).
@@ -277,7 +298,7 @@ impl TxnCoordinator {
     }
 
     fn on_tick(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
-        ctx.set_timer(RETRY_TICK, self.tick_interval());
+        ctx.set_timer(CoordinatorTimer::RetryTick, self.tick_interval());
         let now = ctx.now();
         let retry = self.config.retry_timeout;
         // Shards whose presumed leader has been silent: try the next replica.
@@ -346,7 +367,7 @@ impl Process for TxnCoordinator {
         let now = ctx.now();
         self.heard_from.iter_mut().for_each(|t| *t = now);
         self.shell.start(ctx);
-        ctx.set_timer(RETRY_TICK, self.tick_interval());
+        ctx.set_timer(CoordinatorTimer::RetryTick, self.tick_interval());
     }
 
     fn on_recover(&mut self, stored: &Stored) {
@@ -408,12 +429,14 @@ impl Process for TxnCoordinator {
     }
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, TxnMsg>, timer: TimerId) {
-        if TxnShell::owns_timer(timer) {
-            if let Some(a) = self.shell.on_timer(ctx, timer) {
-                self.start(ctx, a);
+        match CoordinatorTimer::from_id(timer) {
+            Some(CoordinatorTimer::Shell(t)) => {
+                if let Some(a) = self.shell.on_timer(ctx, t) {
+                    self.start(ctx, a);
+                }
             }
-        } else if timer == RETRY_TICK {
-            self.on_tick(ctx);
+            Some(CoordinatorTimer::RetryTick) => self.on_tick(ctx),
+            None => {}
         }
     }
 }

@@ -267,7 +267,7 @@ mod tests {
     use super::*;
     use crate::shell::{ShellConfig, TxnShell};
     use kairos_consensus::paxos::Ballot;
-    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, Timer, TimerId};
     use kairos_workload::FixedKeys;
     use kairos_workload::OpenLoop;
     use kairos_workload::Topology;
@@ -310,6 +310,14 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn coordinator_timer_ids_decode_to_the_timer_that_set_them() {
+        use super::coordinator::CoordinatorTimer::{self, *};
+        use crate::shell::ShellTimer;
+        kairos_core::check_timer_encoding(&[RetryTick, Shell(ShellTimer::Arrival), Shell(ShellTimer::Backoff(7))])
+            .unwrap();
+        assert_eq!(CoordinatorTimer::from_id(TimerId(2)), None);
+    }
     #[test]
     fn servers_and_coordinators_survive_garbage_from_anyone() {
         let t = topology();
@@ -536,7 +544,10 @@ mod tests {
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(1), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         let mut fx = Vec::new();
-        s.on_timer(&mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx), super::server::PAXOS_TICK);
+        s.on_timer(
+            &mut Ctx::new(NodeId(1), LocalTime::from_secs(2), &mut rng, &mut fx),
+            super::server::ServerTimer::PaxosTick.id(),
+        );
         let ballot = s.paxos().ballot();
         assert_eq!(ballot, Ballot { round: 1, replica: 1 });
         let promise = TxnMsg::Paxos(PaxosMsg::Promise { ballot, slots: vec![], applied: 0 });

@@ -25,15 +25,20 @@
 use super::{Cc, ClassicConfig, Record, TxnKey, TxnMsg};
 use crate::store::Store;
 use kairos_consensus::paxos::{Ballot, MultiPaxos};
-use kairos_core::{Ctx, NodeId, Process, Stored, TimerId};
+use kairos_core::{Ctx, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, Value};
 use kairos_workload::Topology;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// The Multi-Paxos tick.
-pub const PAXOS_TICK: TimerId = TimerId(1);
-/// The shard log's batch timer ([`kairos_consensus::paxos::PaxosConfig::batch_interval`]).
-pub const PAXOS_BATCH: TimerId = TimerId(2);
+kairos_core::timers! {
+    /// A 2PC server's timers (both its shard log's).
+    pub enum ServerTimer {
+        /// The Multi-Paxos tick.
+        PaxosTick = 1,
+        /// The shard log's batch timer ([`kairos_consensus::paxos::PaxosConfig::batch_interval`]).
+        PaxosBatch = 2,
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum State {
@@ -145,8 +150,8 @@ impl TxnServer {
             config: config.clone(),
             shard,
             shards: topology.shard_count(),
-            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, PAXOS_TICK)
-                .with_batch_timer(PAXOS_BATCH),
+            paxos: MultiPaxos::new(config.paxos.clone(), replicas, replica, leader, ServerTimer::PaxosTick.id())
+                .with_batch_timer(ServerTimer::PaxosBatch.id()),
             store: Store::default(),
             prepared: BTreeMap::new(),
             prepared_keys: BTreeMap::new(),
