@@ -84,13 +84,23 @@ pub struct Ballot {
     pub replica: u32,
 }
 
+/// Leader → follower: slots `first ..` accepted in `ballot` (empty: a heartbeat), the
+/// leader's commit index and log length.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accept<E> {
+    pub ballot: Ballot,
+    pub first: u64,
+    pub entries: Vec<Option<E>>,
+    pub commit: u64,
+    pub log_len: u64,
+}
+
 /// The Multi-Paxos messages among the replicas of one shard. `E` is the embedding protocol's
 /// log entry; a slot holding `None` is a no-op (filled in by a new leader).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum PaxosMsg<E> {
-    /// Leader → follower: slots `first ..` accepted in `ballot` (empty: a heartbeat), the
-    /// leader's commit index and log length.
-    Accept { ballot: Ballot, first: u64, entries: Vec<Option<E>>, commit: u64, log_len: u64 },
+    /// Leader → follower (see [`Accept`]).
+    Accept(Accept<E>),
     /// Follower → leader: its ballot prefix; `gap`: the last `Accept` started beyond it;
     /// `incarnation`: how many times the follower restarted (its prefix restarts with it).
     Accepted { ballot: Ballot, prefix: u64, gap: bool, incarnation: u64 },
@@ -697,9 +707,7 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
             return;
         }
         match msg {
-            PaxosMsg::Accept { ballot, first, entries, commit, log_len } => {
-                self.on_accept(ctx, sender, ballot, first, entries, commit, log_len)
-            }
+            PaxosMsg::Accept(accept) => self.on_accept(ctx, sender, accept),
             PaxosMsg::Accepted { ballot, prefix, gap, incarnation } => {
                 if self.is_leader() && ballot == self.promised {
                     self.on_accepted(ctx, sender, prefix, gap, incarnation);
@@ -734,17 +742,8 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
         self.promises.clear();
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_accept<M: From<PaxosMsg<E>>>(
-        &mut self,
-        ctx: &mut Ctx<'_, M>,
-        sender: u32,
-        ballot: Ballot,
-        first: u64,
-        entries: Vec<Option<E>>,
-        commit: u64,
-        log_len: u64,
-    ) {
+    fn on_accept<M: From<PaxosMsg<E>>>(&mut self, ctx: &mut Ctx<'_, M>, sender: u32, accept: Accept<E>) {
+        let Accept { ballot, first, entries, commit, log_len } = accept;
         if !self.plausible(ballot) || ballot.replica != sender {
             ctx.metric("paxos.ignored_bogus", 1);
             return;
@@ -983,7 +982,7 @@ impl<E: Clone + Serialize + DeserializeOwned> MultiPaxos<E> {
         }
         let entries: Vec<Option<E>> =
             self.log[first as usize..end as usize].iter().map(|s| s.as_ref().and_then(|s| s.entry.clone())).collect();
-        let msg = PaxosMsg::Accept { ballot: self.promised, first, entries, commit: self.commit, log_len: len };
+        let msg = PaxosMsg::Accept(Accept { ballot: self.promised, first, entries, commit: self.commit, log_len: len });
         self.stats.accepts_sent += 1;
         ctx.send(self.node(r), msg.into());
     }
@@ -1075,7 +1074,10 @@ mod tests {
         let (handled, out) = call(0, |ctx| p[0].on_timer(ctx, batch));
         assert!(handled);
         assert_eq!(out.len(), 2, "{out:?}");
-        assert!(matches!(&out[0].1, PaxosMsg::Accept { first: 0, entries, .. } if entries.len() == 3), "{out:?}");
+        assert!(
+            matches!(&out[0].1, PaxosMsg::Accept(Accept { first: 0, entries, .. }) if entries.len() == 3),
+            "{out:?}"
+        );
         assert!(p[0].take_committed().is_empty());
         let (_, replies) = call(1, |ctx| p[1].on_message(ctx, NodeId(0), out[0].1.clone()));
         call(0, |ctx| p[0].on_message(ctx, NodeId(1), replies[0].1.clone()));
@@ -1116,7 +1118,7 @@ mod tests {
             for (from, msg) in [
                 (2, PaxosMsg::Prepare { ballot: top(2), from: 0 }),
                 (2, PaxosMsg::Reject { promised: top(0) }),
-                (0, PaxosMsg::Accept { ballot: top(0), first: 0, entries: vec![], commit: 0, log_len: 0 }),
+                (0, PaxosMsg::Accept(Accept { ballot: top(0), first: 0, entries: vec![], commit: 0, log_len: 0 })),
                 (2, PaxosMsg::Reject { promised: near(2) }),
                 (2, PaxosMsg::Prepare { ballot: near(2), from: 0 }),
             ] {
@@ -1149,11 +1151,12 @@ mod tests {
     fn a_commit_index_beyond_the_leaders_log_is_clamped() {
         let mut p = three();
         let b = Ballot { round: 0, replica: 0 };
-        let bogus = PaxosMsg::Accept { ballot: b, first: 0, entries: vec![Some(7)], commit: u64::MAX, log_len: 0 };
+        let bogus =
+            PaxosMsg::Accept(Accept { ballot: b, first: 0, entries: vec![Some(7)], commit: u64::MAX, log_len: 0 });
         call(1, |ctx| p[1].on_message(ctx, NodeId(0), bogus));
         assert!(p[1].take_committed().is_empty());
         assert_eq!(p[1].commit_index(), 0);
-        let honest = PaxosMsg::Accept { ballot: b, first: 1, entries: vec![], commit: 1, log_len: 1 };
+        let honest = PaxosMsg::Accept(Accept { ballot: b, first: 1, entries: vec![], commit: 1, log_len: 1 });
         call(1, |ctx| p[1].on_message(ctx, NodeId(0), honest));
         assert_eq!(p[1].take_committed(), vec![(0, 7)]);
     }
@@ -1239,7 +1242,8 @@ mod tests {
         let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 2, 0, TimerId(1));
         call_stored(2, &mut stored, |ctx| p.start(ctx));
         let b0 = Ballot { round: 0, replica: 0 };
-        let accept = PaxosMsg::Accept { ballot: b0, first: 0, entries: vec![Some(7), Some(8)], commit: 0, log_len: 2 };
+        let accept =
+            PaxosMsg::Accept(Accept { ballot: b0, first: 0, entries: vec![Some(7), Some(8)], commit: 0, log_len: 2 });
         call_stored(2, &mut stored, |ctx| p.on_message(ctx, NodeId(0), accept));
         let b3 = Ballot { round: 3, replica: 1 };
         let promise =
@@ -1269,14 +1273,19 @@ mod tests {
         let [(_, PaxosMsg::Promise { slots, .. })] = &out[..] else { panic!("{out:?}") };
         assert_eq!(slots, &vec![(0, b0, Some(7)), (1, b0, Some(8))]);
         // Its acknowledgements carry the new incarnation, so a leader starts over from them.
-        let hb = PaxosMsg::Accept { ballot: b4, first: 2, entries: vec![], commit: 0, log_len: 2 };
+        let hb = PaxosMsg::Accept(Accept { ballot: b4, first: 2, entries: vec![], commit: 0, log_len: 2 });
         let out = call_stored(2, &mut stored, |ctx| q.on_message(ctx, NodeId(0), hb));
         assert!(matches!(&out[..], [(_, PaxosMsg::Accepted { incarnation: 1, .. })]), "{out:?}");
 
         // Snapshots: after many records the journal is compacted, and recovery still agrees.
         for i in 0..3_000u32 {
-            let accept =
-                PaxosMsg::Accept { ballot: b4, first: 2 + u64::from(i), entries: vec![Some(i)], commit: 0, log_len: 0 };
+            let accept = PaxosMsg::Accept(Accept {
+                ballot: b4,
+                first: 2 + u64::from(i),
+                entries: vec![Some(i)],
+                commit: 0,
+                log_len: 0,
+            });
             call_stored(2, &mut stored, |ctx| q.on_message(ctx, NodeId(0), accept));
         }
         assert!(stored.snapshot.is_some() && stored.records.len() < 3_000);
@@ -1293,8 +1302,13 @@ mod tests {
         let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, TimerId(1));
         let b0 = Ballot { round: 0, replica: 0 };
         for i in 0..3u32 {
-            let accept =
-                PaxosMsg::Accept { ballot: b0, first: u64::from(i), entries: vec![Some(i)], commit: 0, log_len: 0 };
+            let accept = PaxosMsg::Accept(Accept {
+                ballot: b0,
+                first: u64::from(i),
+                entries: vec![Some(i)],
+                commit: 0,
+                log_len: 0,
+            });
             call_stored(1, &mut stored, |ctx| p.on_message(ctx, NodeId(0), accept));
         }
         stored.records[1] = vec![0xff; 3];
@@ -1308,8 +1322,14 @@ mod tests {
         let mut p = MultiPaxos::<u32>::new(PaxosConfig::default(), replicas(), 1, 0, TimerId(1));
         let b = Ballot { round: 0, replica: 0 };
         for msg in [
-            PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![Some(1)], commit: u64::MAX, log_len: 0 },
-            PaxosMsg::Accept { ballot: b, first: 1 << 40, entries: vec![Some(1)], commit: 3, log_len: 0 },
+            PaxosMsg::Accept(Accept {
+                ballot: b,
+                first: u64::MAX,
+                entries: vec![Some(1)],
+                commit: u64::MAX,
+                log_len: 0,
+            }),
+            PaxosMsg::Accept(Accept { ballot: b, first: 1 << 40, entries: vec![Some(1)], commit: 3, log_len: 0 }),
             PaxosMsg::Accepted { ballot: b, prefix: u64::MAX, gap: true, incarnation: u64::MAX },
             PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: u64::MAX },
             PaxosMsg::Prepare { ballot: Ballot { round: u64::MAX, replica: 9 }, from: u64::MAX },

@@ -89,7 +89,7 @@ use kairos_core::{
 };
 use thiserror::Error;
 
-use crate::msg::{Key, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use crate::msg::{Key, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId};
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::ProcessSlots;
@@ -630,7 +630,7 @@ impl Coordinator {
         for piece in &p.pieces {
             let replicas = self.topology.shards.get(piece.shard as usize).map_or(&[][..], Vec::as_slice);
             for &node in replicas {
-                ctx.send(node, TigaMsg::Submit { view: self.view, piece: piece.clone(), ts, send_time: now });
+                ctx.send(node, TigaMsg::Submit(Submit { view: self.view, piece: piece.clone(), ts, send_time: now }));
             }
         }
         ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
@@ -641,21 +641,8 @@ impl Coordinator {
         ctx.metric("tiga.ignored_replies", 1);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn on_reply(
-        &mut self,
-        ctx: &mut Ctx<'_, TigaMsg>,
-        from: NodeId,
-        view: u64,
-        txn: TxnId,
-        shard: ShardId,
-        replica: u32,
-        kind: ReplyKind,
-        ts: Ts,
-        hash: [u8; 20],
-        result: Option<PieceResult>,
-        owd_ns: u64,
-    ) {
+    fn on_reply(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, reply: ServerReply) {
+        let ServerReply { view, txn, shard, replica, kind, ts, hash, result, owd_ns } = reply;
         let genuine = self.topology.shards.get(shard as usize).and_then(|rs| rs.get(replica as usize)) == Some(&from);
         if !genuine || (view != self.view && !self.config.unsafe_accept_old_view_replies) {
             return self.ignore(ctx);
@@ -895,9 +882,7 @@ impl Process for Coordinator {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         match msg {
-            TigaMsg::Reply { view, txn, shard, replica, kind, ts, hash, result, owd_ns } => {
-                self.on_reply(ctx, from, view, txn, shard, replica, kind, ts, hash, result, owd_ns)
-            }
+            TigaMsg::Reply(reply) => self.on_reply(ctx, from, reply),
             TigaMsg::NewView { view } => self.on_new_view(ctx, from, view),
             _ => self.ignore(ctx),
         }
@@ -1029,8 +1014,17 @@ mod tests {
         ) -> Vec<Effect<TigaMsg>> {
             let from = node(&self.c.topology, s, r);
             let result = reads.map(|rd| leader_result(&self.c, txn, s, rd));
-            let msg =
-                TigaMsg::Reply { view: 0, txn, shard: s, replica: r, kind, ts, hash: [hash; 20], result, owd_ns: 0 };
+            let msg = TigaMsg::Reply(ServerReply {
+                view: 0,
+                txn,
+                shard: s,
+                replica: r,
+                kind,
+                ts,
+                hash: [hash; 20],
+                result,
+                owd_ns: 0,
+            });
             self.deliver(from, msg)
         }
     }
@@ -1039,7 +1033,7 @@ mod tests {
         effects
             .iter()
             .filter_map(|e| match e {
-                Effect::Send { to, msg: TigaMsg::Submit { piece, ts, send_time, .. } } => {
+                Effect::Send { to, msg: TigaMsg::Submit(Submit { piece, ts, send_time, .. }) } => {
                     Some((*to, piece.clone(), *ts, *send_time))
                 }
                 _ => None,
@@ -1080,7 +1074,7 @@ mod tests {
     /// A Fast reply carrying only an OWD sample (for a transaction nobody waits for).
     fn owd_sample(h: &mut H, s: ShardId, r: u32, owd: Duration) {
         let from = node(&h.c.topology, s, r);
-        let msg = TigaMsg::Reply {
+        let msg = TigaMsg::Reply(ServerReply {
             view: 0,
             txn: TxnId(u64::MAX),
             shard: s,
@@ -1090,7 +1084,7 @@ mod tests {
             hash: [0; 20],
             result: None,
             owd_ns: duration_nanos(owd),
-        };
+        });
         h.deliver(from, msg);
     }
 
@@ -1410,7 +1404,7 @@ mod tests {
             for r in 0..3 {
                 let from = node(&h.c.topology, s, r);
                 let result = (r == 0).then(|| result.clone());
-                let msg = TigaMsg::Reply {
+                let msg = TigaMsg::Reply(ServerReply {
                     view: 0,
                     txn,
                     shard: s,
@@ -1420,7 +1414,7 @@ mod tests {
                     hash: [1; 20],
                     result,
                     owd_ns: 0,
-                };
+                });
                 all.extend(h.deliver(from, msg));
             }
         }
@@ -1525,16 +1519,18 @@ mod tests {
         let txn = h.submit(vec![0]).0.unwrap();
         let ok_result = leader_result(&h.c, txn, 0, vec![(0, 1)]);
         let wrong_key = PieceResult { outputs: vec![OpOutput::Int(2), OpOutput::Int(2)], versions: vec![1, 1] };
-        let good = |replica, kind, result: Option<PieceResult>| TigaMsg::Reply {
-            view: 0,
-            txn,
-            shard: 0,
-            replica,
-            kind,
-            ts: Ts::from_nanos(10),
-            hash: [1; 20],
-            result,
-            owd_ns: u64::MAX,
+        let good = |replica, kind, result: Option<PieceResult>| {
+            TigaMsg::Reply(ServerReply {
+                view: 0,
+                txn,
+                shard: 0,
+                replica,
+                kind,
+                ts: Ts::from_nanos(10),
+                hash: [1; 20],
+                result,
+                owd_ns: u64::MAX,
+            })
         };
         let with = |m: TigaMsg, f: &dyn Fn(&mut TigaMsg)| {
             let mut m = m;
@@ -1548,7 +1544,7 @@ mod tests {
             (
                 NodeId(0),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { shard, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { shard, .. }) = m {
                         *shard = 1
                     }
                 }),
@@ -1556,7 +1552,7 @@ mod tests {
             (
                 NodeId(0),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { shard, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { shard, .. }) = m {
                         *shard = u32::MAX
                     }
                 }),
@@ -1564,7 +1560,7 @@ mod tests {
             (
                 NodeId(0),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { replica, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { replica, .. }) = m {
                         *replica = u32::MAX
                     }
                 }),
@@ -1572,7 +1568,7 @@ mod tests {
             (
                 NodeId(0),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { view, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { view, .. }) = m {
                         *view = 9
                     }
                 }),
@@ -1580,7 +1576,7 @@ mod tests {
             (
                 NodeId(0),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { txn, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { txn, .. }) = m {
                         *txn = TxnId(12345)
                     }
                 }),
@@ -1591,12 +1587,22 @@ mod tests {
             (
                 NodeId(3),
                 with(leader.clone(), &|m| {
-                    if let TigaMsg::Reply { shard, .. } = m {
+                    if let TigaMsg::Reply(ServerReply { shard, .. }) = m {
                         *shard = 1
                     }
                 }),
             ), // shard 1 not involved
-            (NodeId(0), TigaMsg::Agree { view: 0, txn, shard: 0, ts: Ts::from_nanos(1), confirm: true, resend: false }),
+            (
+                NodeId(0),
+                TigaMsg::Agree(crate::msg::Agreement {
+                    view: 0,
+                    txn,
+                    shard: 0,
+                    ts: Ts::from_nanos(1),
+                    confirm: true,
+                    resend: false,
+                }),
+            ),
             (NodeId(0), TigaMsg::SyncAck { view: 0, replica: 0, sync_point: 1 }),
             (NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: vec![], commit_point: 0 }),
         ];

@@ -110,29 +110,54 @@ pub enum ReplyKind {
     Slow,
 }
 
+/// A coordinator's submit of one piece to a replica of its shard.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Submit {
+    pub view: u64,
+    pub piece: Piece,
+    pub ts: Ts,
+    /// The coordinator's clock when it sent the submit (one-way delay samples).
+    pub send_time: LocalTime,
+}
+
+/// A server's reply to a coordinator about one piece.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServerReply {
+    pub view: u64,
+    pub txn: TxnId,
+    pub shard: ShardId,
+    pub replica: u32,
+    pub kind: ReplyKind,
+    pub ts: Ts,
+    pub hash: [u8; 20],
+    /// The execution's result (leaders only; followers send none).
+    pub result: Option<PieceResult>,
+    /// One-way delay the server measured for the submit: arrival − send time, ns.
+    pub owd_ns: u64,
+}
+
+/// Timestamp agreement between the leaders of a multi-shard transaction's shards: round 1
+/// (my timestamp) and round 2 (`confirm`: I have adopted the agreed timestamp). `resend`: a
+/// retry after a possible loss; the receiver answers with its round-1 timestamp (and its
+/// confirmation, if given).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Agreement {
+    pub view: u64,
+    pub txn: TxnId,
+    pub shard: ShardId,
+    pub ts: Ts,
+    pub confirm: bool,
+    pub resend: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TigaMsg {
     /// Coordinator → every replica of every involved shard.
-    /// `send_time`: the coordinator's clock when it sent the submit (one-way delay samples).
-    Submit { view: u64, piece: Piece, ts: Ts, send_time: LocalTime },
+    Submit(Submit),
     /// Server → coordinator.
-    Reply {
-        view: u64,
-        txn: TxnId,
-        shard: ShardId,
-        replica: u32,
-        kind: ReplyKind,
-        ts: Ts,
-        hash: [u8; 20],
-        /// The execution's result (leaders only; followers send none).
-        result: Option<PieceResult>,
-        /// One-way delay the server measured for the submit: arrival − send time, ns.
-        owd_ns: u64,
-    },
-    /// Leader → leaders of the other involved shards: round 1 (my timestamp) and round 2
-    /// (I have adopted the agreed timestamp). `resend`: a retry after a possible loss; the
-    /// receiver answers with its round-1 timestamp (and its confirmation, if given).
-    Agree { view: u64, txn: TxnId, shard: ShardId, ts: Ts, confirm: bool, resend: bool },
+    Reply(ServerReply),
+    /// Leader → leaders of the other involved shards (timestamp agreement).
+    Agree(Agreement),
     /// Leader → leader: I do not have `txn`, it is older than any coordinator keeps trying, and
     /// I will refuse it from now on: drop it (answer to a `resend` probe).
     Absent { view: u64, txn: TxnId, shard: ShardId },
@@ -171,10 +196,10 @@ impl TigaMsg {
     /// A short name of the message's kind (traces, tests).
     pub fn kind(&self) -> &'static str {
         match self {
-            TigaMsg::Submit { .. } => "submit",
-            TigaMsg::Reply { .. } => "reply",
-            TigaMsg::Agree { confirm: false, .. } => "agree",
-            TigaMsg::Agree { confirm: true, .. } => "confirm",
+            TigaMsg::Submit(_) => "submit",
+            TigaMsg::Reply(_) => "reply",
+            TigaMsg::Agree(Agreement { confirm: false, .. }) => "agree",
+            TigaMsg::Agree(Agreement { confirm: true, .. }) => "confirm",
             TigaMsg::Absent { .. } => "absent",
             TigaMsg::LogSync { .. } => "logsync",
             TigaMsg::SyncAck { .. } => "syncack",

@@ -154,13 +154,13 @@ impl World {
 
 /// The submit of coordinator `c`'s transaction to server `to`.
 fn submit_to(to: NodeId, c: usize) -> impl Fn(NodeId, NodeId, &TigaMsg) -> bool {
-    move |f, t, m| f == World::coordinator_node(c) && t == to && matches!(m, TigaMsg::Submit { .. })
+    move |f, t, m| f == World::coordinator_node(c) && t == to && matches!(m, TigaMsg::Submit(_))
 }
 fn replies_to(c: usize) -> impl Fn(NodeId, NodeId, &TigaMsg) -> bool {
-    move |_, t, m| t == World::coordinator_node(c) && matches!(m, TigaMsg::Reply { .. })
+    move |_, t, m| t == World::coordinator_node(c) && matches!(m, TigaMsg::Reply(_))
 }
 fn agree_to(to: NodeId, confirm: bool) -> impl Fn(NodeId, NodeId, &TigaMsg) -> bool {
-    move |_, t, m| t == to && matches!(m, TigaMsg::Agree { confirm: c, .. } if *c == confirm)
+    move |_, t, m| t == to && matches!(m, TigaMsg::Agree(a) if a.confirm == confirm)
 }
 
 /// Plays the scenario; returns the world afterwards. Coordinators: C0 runs T0, C1 T1,

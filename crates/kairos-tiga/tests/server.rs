@@ -5,7 +5,9 @@
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
-use kairos_tiga::msg::{LogEntry, LogReport, Piece, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::msg::{
+    Agreement, LogEntry, LogReport, Piece, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId,
+};
 use kairos_tiga::ops::{key_id, Op, OpKind, OpOutput};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
@@ -50,7 +52,7 @@ fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
 /// Submits `piece` with a timestamp `after` from now.
 fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Effect<TigaMsg>> {
     let now = h.now();
-    h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece, ts: Ts::at(now + after), send_time: now })
+    h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 0, piece, ts: Ts::at(now + after), send_time: now }))
 }
 
 /// A reply to the coordinator: (transaction's sequence number, kind, timestamp, the versions
@@ -62,7 +64,7 @@ fn replies(effects: &[Effect<TigaMsg>]) -> Vec<Reply> {
     sent(effects)
         .into_iter()
         .filter_map(|(to, m)| match m {
-            TigaMsg::Reply { txn, kind, ts, result, .. } if to == COORDINATOR => {
+            TigaMsg::Reply(ServerReply { txn, kind, ts, result, .. }) if to == COORDINATOR => {
                 if let Some(r) = result {
                     let values: Vec<OpOutput> = r.versions.iter().map(|v| OpOutput::Int(*v as i64 + 1)).collect();
                     assert_eq!(r.outputs, values, "an increment returns the value after it");
@@ -105,7 +107,7 @@ fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
         let now = h.now();
         assert!(Ts::at(now) > released);
         let ts = Ts::from_nanos(released.as_nanos() - 1);
-        h.deliver(COORDINATOR, TigaMsg::Submit { view: 0, piece: piece(2, &[0], &[6]), ts, send_time: now });
+        h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 0, piece: piece(2, &[0], &[6]), ts, send_time: now }));
     }
     let bumped = replies(&leader.advance(Duration::from_millis(1)));
     assert_eq!(bumped.len(), 1, "the leader bumps and releases it: {bumped:?}");
@@ -127,7 +129,7 @@ fn a_speculative_transaction_holds_its_keys_until_its_timestamp_is_agreed() {
     let announced: Vec<Ts> = sent(&e)
         .into_iter()
         .filter_map(|(to, m)| match m {
-            TigaMsg::Agree { ts, confirm: false, .. } if to == NodeId(3) => Some(*ts),
+            TigaMsg::Agree(Agreement { ts, confirm: false, .. }) if to == NodeId(3) => Some(*ts),
             _ => None,
         })
         .collect();
@@ -136,14 +138,14 @@ fn a_speculative_transaction_holds_its_keys_until_its_timestamp_is_agreed() {
     let r = replies(&h.advance(Duration::from_millis(40)));
     assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1], "T2 waits behind T1's hold: {r:?}");
     // Shard 1's leader had the same timestamp: T1 is final, its hold drops, T2 goes.
-    let agree = TigaMsg::Agree {
+    let agree = TigaMsg::Agree(Agreement {
         view: 0,
         txn: TxnId::new(COORDINATOR, 1),
         shard: 1,
         ts: announced[0],
         confirm: false,
         resend: false,
-    };
+    });
     let r = replies(&h.deliver(NodeId(3), agree));
     assert_eq!(r.iter().map(|x| (x.0, x.3.clone())).collect::<Vec<_>>(), vec![(2, Some(vec![1]))]);
 }
@@ -155,14 +157,17 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
     let mine = sent(&e)
         .into_iter()
         .find_map(|(_, m)| match m {
-            TigaMsg::Agree { ts, .. } => Some(*ts),
+            TigaMsg::Agree(Agreement { ts, .. }) => Some(*ts),
             _ => None,
         })
         .unwrap();
     assert_eq!(replies(&h.advance(Duration::from_millis(20))).len(), 1, "executed speculatively");
     let agreed = mine + Duration::from_millis(50);
     let txn = TxnId::new(COORDINATOR, 1);
-    let e = h.deliver(NodeId(3), TigaMsg::Agree { view: 0, txn, shard: 1, ts: agreed, confirm: false, resend: false });
+    let e = h.deliver(
+        NodeId(3),
+        TigaMsg::Agree(Agreement { view: 0, txn, shard: 1, ts: agreed, confirm: false, resend: false }),
+    );
     assert!(replies(&e).is_empty(), "revoked and re-queued at the agreed timestamp");
     assert_eq!(h.role.stats().revoked, 1);
     let e = h.advance(Duration::from_millis(60));
@@ -173,9 +178,9 @@ fn a_lower_leader_revokes_and_re_executes_at_the_agreed_timestamp_then_confirms(
         (agreed, Some(vec![0])),
         "re-executed at the agreed timestamp on the undone state"
     );
-    let confirmed = sent(&e)
-        .into_iter()
-        .any(|(to, m)| matches!(m, TigaMsg::Agree { confirm: true, ts, .. } if to == NodeId(3) && *ts == agreed));
+    let confirmed = sent(&e).into_iter().any(
+        |(to, m)| matches!(m, TigaMsg::Agree(Agreement { confirm: true, ts, .. }) if to == NodeId(3) && *ts == agreed),
+    );
     assert!(confirmed, "the lower leader confirms round 2");
     assert_eq!(h.role.log().len(), 1);
 }
@@ -198,7 +203,7 @@ fn a_piece_whose_sets_do_not_match_its_operations_is_refused() {
     let outputs: Vec<Vec<OpOutput>> = sent(&e)
         .into_iter()
         .filter_map(|(_, m)| match m {
-            TigaMsg::Reply { result: Some(r), .. } => Some(r.outputs.clone()),
+            TigaMsg::Reply(ServerReply { result: Some(r), .. }) => Some(r.outputs.clone()),
             _ => None,
         })
         .collect();
@@ -367,7 +372,7 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     // The coordinator resends transaction 1 in view 1.
     let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + Duration::from_millis(5), h.now());
-    let resend = h.deliver(COORDINATOR, TigaMsg::Submit { view: 1, piece, ts, send_time });
+    let resend = h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 1, piece, ts, send_time }));
     assert_eq!(
         replies(&resend),
         vec![(1, ReplyKind::Slow, now + Duration::from_nanos(1), None)],

@@ -59,7 +59,9 @@
 //! transactions at the same timestamps before T.
 
 use crate::cow_map::CowMap;
-use crate::msg::{Key, LogEntry, Piece, PieceResult, ReplyKind, ShardId, TigaMsg, Ts, TxnId};
+use crate::msg::{
+    Agreement, Key, LogEntry, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId,
+};
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
@@ -607,15 +609,8 @@ impl Server {
     /// `arrived`: when the submit reached this server (earlier than now if it waited out a
     /// view change here); the one-way delay sample is measured to then, so that a coordinator's
     /// estimate does not take the view change's wait for a network delay.
-    fn on_submit(
-        &mut self,
-        ctx: &mut Ctx<'_, TigaMsg>,
-        from: NodeId,
-        piece: Piece,
-        ts: Ts,
-        send_time: LocalTime,
-        arrived: LocalTime,
-    ) {
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, submit: Submit, arrived: LocalTime) {
+        let Submit { piece, ts, send_time, .. } = submit;
         // Only the coordinator a transaction id names may submit it (or claim its at-most-once
         // slot), and a timestamp beyond any headroom a coordinator can choose is refused (it
         // would sit in the queue, and through agreement in other leaders' queues, forever).
@@ -696,7 +691,14 @@ impl Server {
         for n in to {
             ctx.send(
                 n,
-                TigaMsg::Agree { view: self.view.number, txn: id, shard: self.shard, ts, confirm: false, resend },
+                TigaMsg::Agree(Agreement {
+                    view: self.view.number,
+                    txn: id,
+                    shard: self.shard,
+                    ts,
+                    confirm: false,
+                    resend,
+                }),
             );
         }
     }
@@ -798,7 +800,7 @@ impl Server {
         let result_is_leaders = self.is_leader();
         let result = if result_is_leaders { Some(self.execute(id)) } else { None };
         let t = self.txns.get_mut(&id).expect("exists");
-        let reply = TigaMsg::Reply {
+        let reply = TigaMsg::Reply(ServerReply {
             view: self.view.number,
             txn: id,
             shard: self.shard,
@@ -808,7 +810,7 @@ impl Server {
             hash,
             result,
             owd_ns: t.owd_ns,
-        };
+        });
         let reply = if result_is_leaders || self.config.unsafe_ungated_fast_replies {
             Some(reply)
         } else {
@@ -859,8 +861,8 @@ impl Server {
         }
     }
 
-    fn on_agree(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, agree: (TxnId, ShardId, Ts, bool, bool)) {
-        let (txn, shard, ts, confirm, resend) = agree;
+    fn on_agree(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, agree: Agreement) {
+        let Agreement { txn, shard, ts, confirm, resend, .. } = agree;
         if !self.is_leader() || shard as usize >= self.topology.shard_count() {
             return;
         }
@@ -891,27 +893,27 @@ impl Server {
             let (mine, confirmed) = (t.original_ts, t.lowered && t.status == Status::Final);
             ctx.send(
                 from,
-                TigaMsg::Agree {
+                TigaMsg::Agree(Agreement {
                     view: self.view.number,
                     txn,
                     shard: self.shard,
                     ts: mine,
                     confirm: false,
                     resend: false,
-                },
+                }),
             );
             if confirmed {
                 let agreed = t.ts;
                 ctx.send(
                     from,
-                    TigaMsg::Agree {
+                    TigaMsg::Agree(Agreement {
                         view: self.view.number,
                         txn,
                         shard: self.shard,
                         ts: agreed,
                         confirm: true,
                         resend: false,
-                    },
+                    }),
                 );
             }
         }
@@ -1012,14 +1014,14 @@ impl Server {
             for n in to {
                 ctx.send(
                     n,
-                    TigaMsg::Agree {
+                    TigaMsg::Agree(Agreement {
                         view: self.view.number,
                         txn: id,
                         shard: self.shard,
                         ts,
                         confirm: true,
                         resend: false,
-                    },
+                    }),
                 );
             }
             self.finalize(ctx, id);
@@ -1084,14 +1086,14 @@ impl Server {
             for n in unconfirmed {
                 ctx.send(
                     n,
-                    TigaMsg::Agree {
+                    TigaMsg::Agree(Agreement {
                         view: self.view.number,
                         txn: id,
                         shard: self.shard,
                         ts: mine,
                         confirm: false,
                         resend: true,
-                    },
+                    }),
                 );
             }
         }
@@ -1456,7 +1458,7 @@ impl Server {
         }
         self.maps.stamp(&entry.piece, ts);
         let owd_ns = self.txns.get(&id).map_or(0, |t| t.owd_ns);
-        let reply = TigaMsg::Reply {
+        let reply = TigaMsg::Reply(ServerReply {
             view: self.view.number,
             txn: id,
             shard: self.shard,
@@ -1466,7 +1468,7 @@ impl Server {
             hash: [0; 20],
             result: None,
             owd_ns,
-        };
+        });
         ctx.send(id.coordinator(), reply.clone());
         let t = self.txns.entry(id).or_insert_with(|| Txn::new(entry.piece.clone(), ts, Status::Final, owd_ns));
         let released_at = t.ts;
@@ -1493,7 +1495,7 @@ impl Server {
 
     /// A reply saying that `txn` is in this replica's log at `ts`, in the current view.
     fn slow_reply(&self, txn: TxnId, ts: Ts) -> TigaMsg {
-        TigaMsg::Reply {
+        TigaMsg::Reply(ServerReply {
             view: self.view.number,
             txn,
             shard: self.shard,
@@ -1503,7 +1505,7 @@ impl Server {
             hash: [0; 20],
             result: None,
             owd_ns: 0,
-        }
+        })
     }
 
     /// Takes `c` as this replica's executed state: the log continues from its position (the
@@ -1647,19 +1649,19 @@ impl Process for Server {
         let normal = self.state == ServerState::Normal;
         let current = self.view.number;
         match msg {
-            TigaMsg::Submit { view, .. } if view < current => {
+            TigaMsg::Submit(Submit { view, .. }) if view < current => {
                 // A coordinator behind: tell it the view (it resends in it).
                 ctx.send(from, TigaMsg::NewView { view: self.view.clone() });
             }
-            TigaMsg::Submit { view, .. } if view == current && !normal => self.buffer_submit(ctx, from, msg),
-            TigaMsg::Submit { view, piece, ts, send_time } if view == current => {
+            TigaMsg::Submit(Submit { view, .. }) if view == current && !normal => self.buffer_submit(ctx, from, msg),
+            TigaMsg::Submit(submit) if submit.view == current => {
                 let arrived = ctx.now();
-                self.on_submit(ctx, from, piece, ts, send_time, arrived);
+                self.on_submit(ctx, from, submit, arrived);
                 self.release_due(ctx);
             }
-            TigaMsg::Agree { view, txn, shard, ts, confirm, resend } if view == current && normal => {
-                if self.topology.leader_node(shard.min(self.topology.shard_count() as u32 - 1)) == from {
-                    self.on_agree(ctx, from, (txn, shard, ts, confirm, resend));
+            TigaMsg::Agree(agree) if agree.view == current && normal => {
+                if self.topology.leader_node(agree.shard.min(self.topology.shard_count() as u32 - 1)) == from {
+                    self.on_agree(ctx, from, agree);
                 }
             }
             TigaMsg::Absent { view, txn, shard } if view == current && normal => {

@@ -153,7 +153,7 @@ impl ReplyGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::msg::ReplyKind;
+    use crate::msg::{ReplyKind, ServerReply};
     use crate::ops::{Op, OpKind};
 
     fn piece(txn: u64, shards: Vec<u32>, ops: Vec<Op>) -> Piece {
@@ -161,7 +161,7 @@ mod tests {
     }
 
     fn reply(txn: u64) -> TigaMsg {
-        TigaMsg::Reply {
+        TigaMsg::Reply(ServerReply {
             view: 0,
             txn: TxnId(txn),
             shard: 0,
@@ -171,7 +171,7 @@ mod tests {
             hash: [0; 20],
             result: None,
             owd_ns: 0,
-        }
+        })
     }
 
     fn inc(key: &str) -> Op {

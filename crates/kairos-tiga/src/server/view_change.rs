@@ -57,7 +57,9 @@
 //! released, so it may vote in a later view change as before the crash.
 
 use super::{Log, Record, Server, Status};
-use crate::msg::{LogEntry, LogReport, ReplyKind, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind};
+use crate::msg::{
+    LogEntry, LogReport, ReplyKind, ServerReply, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind,
+};
 use crate::view::{ServerState, View};
 use kairos_core::{Ctx, LocalTime, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -318,7 +320,6 @@ impl Server {
         view.fits(&self.topology) && view.number < u64::MAX
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_log_state(
         &mut self,
         ctx: &mut Ctx<'_, TigaMsg>,
@@ -760,7 +761,7 @@ impl Server {
                 r
             };
             let t = self.txns.get_mut(&id).expect("rebuilt");
-            let reply = TigaMsg::Reply {
+            let reply = TigaMsg::Reply(ServerReply {
                 view: self.view.number,
                 txn: id,
                 shard: self.shard,
@@ -770,7 +771,7 @@ impl Server {
                 hash: [0; 20],
                 result: Some(result),
                 owd_ns: 0,
-            };
+            });
             t.last_reply = Some(reply);
         }
         let reports = std::mem::take(&mut self.vc.reports);
@@ -859,8 +860,8 @@ impl Server {
             self.write_snapshot(ctx);
         }
         for (from, msg, arrived) in std::mem::take(&mut self.vc.buffered) {
-            if let TigaMsg::Submit { piece, ts, send_time, .. } = msg {
-                self.on_submit(ctx, from, piece, ts, send_time, arrived);
+            if let TigaMsg::Submit(submit) = msg {
+                self.on_submit(ctx, from, submit, arrived);
             }
         }
         self.release_due(ctx);

@@ -306,7 +306,13 @@ mod tests {
             TxnMsg::NotLeader { shard: u32::MAX, leader: None },
             TxnMsg::Paxos(PaxosMsg::Prepare { ballot: b, from: u64::MAX }),
             TxnMsg::Paxos(PaxosMsg::Promise { ballot: b, slots: vec![(u64::MAX, b, None)], applied: 3 }),
-            TxnMsg::Paxos(PaxosMsg::Accept { ballot: b, first: u64::MAX, entries: vec![None], commit: 9, log_len: 1 }),
+            TxnMsg::Paxos(PaxosMsg::Accept(kairos_consensus::paxos::Accept {
+                ballot: b,
+                first: u64::MAX,
+                entries: vec![None],
+                commit: 9,
+                log_len: 1,
+            })),
         ]
     }
 
@@ -427,18 +433,18 @@ mod tests {
     /// An `Accept` of replica 1's ballot (1, 1) carrying `entries` from slot 0, all committed.
     fn accept_from_new_leader(entries: Vec<Record>) -> TxnMsg {
         let n = entries.len() as u64;
-        TxnMsg::Paxos(PaxosMsg::Accept {
+        TxnMsg::Paxos(PaxosMsg::Accept(kairos_consensus::paxos::Accept {
             ballot: Ballot { round: 1, replica: 1 },
             first: 0,
             entries: entries.into_iter().map(Some).collect(),
             commit: n,
             log_len: n,
-        })
+        }))
     }
 
     fn accepts_with_entries(out: &[(NodeId, TxnMsg)]) -> usize {
         out.iter()
-            .filter(|(_, m)| matches!(m, TxnMsg::Paxos(PaxosMsg::Accept { entries, .. }) if !entries.is_empty()))
+            .filter(|(_, m)| matches!(m, TxnMsg::Paxos(PaxosMsg::Accept(kairos_consensus::paxos::Accept { entries, .. })) if !entries.is_empty()))
             .count()
     }
 
