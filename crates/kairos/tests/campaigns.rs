@@ -201,3 +201,29 @@ fn disk_loss_alone_is_refused_where_no_disk_is_lost() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("only register replicas and Tiga servers"), "{}", text(&o));
 }
+
+/// `--show-faults` prints every seed's fault plan, a line per fault (also for a failing seed,
+/// next to its replay command).
+#[test]
+fn show_faults_prints_each_seeds_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("summary.json");
+    let failing = dir.path().join("failing");
+    let o = kairos(&[
+        "sim",
+        "register",
+        "--seeds",
+        "5",
+        "--show-faults",
+        "--json",
+        json.to_str().unwrap(),
+        "--failing-dir",
+        failing.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let faults = summary["seeds"][0]["faults"].as_u64().unwrap();
+    let lines = text(&o).lines().filter(|l| l.starts_with("seed 5: ")).count() as u64;
+    assert!(faults > 0, "seed 5 draws faults");
+    assert_eq!(lines, faults, "{}", text(&o));
+}

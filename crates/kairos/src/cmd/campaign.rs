@@ -446,7 +446,8 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
                 &bar,
                 format!("seed {seed} FAILED ({}): {why}\n  history: {}\n  replay: {replay}", r.safety, path.display()),
             );
-        } else if args.show_faults {
+        }
+        if args.show_faults {
             for f in &run.plan {
                 progress::say(&bar, format!("seed {seed}: {} {}", f.at, f.fault));
             }
