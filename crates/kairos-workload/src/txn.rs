@@ -28,8 +28,8 @@ impl TxnId {
 /// are broken by transaction id.
 ///
 /// Not a clock reading: a timestamp is compared with one only through [`Ts::at`] (the
-/// timestamp a reading stands for) and [`Ts::due`] (the reading at which it falls due), so
-/// the two are never mixed up by accident. On the wire it is the bare `u64`.
+/// timestamp a reading stands for), so the two are never mixed up by accident. On the wire it
+/// is the bare `u64`.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Ts(u64);
@@ -47,10 +47,6 @@ impl Ts {
     /// The timestamp a clock reading stands for.
     pub const fn at(reading: LocalTime) -> Ts {
         Ts(reading.as_nanos())
-    }
-    /// The clock reading at which this timestamp falls due.
-    pub const fn due(self) -> LocalTime {
-        LocalTime::from_nanos(self.0)
     }
     /// The smallest timestamp after this one.
     pub const fn next(self) -> Ts {

@@ -14,6 +14,20 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
+/// Runs `kairos sim ARGS` with its summary and failing seeds written to a temporary directory;
+/// returns the output and the summary.
+fn sim(args: &[&str]) -> (Output, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("summary.json");
+    let failing = dir.path().join("failing");
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap(), "--failing-dir", failing.to_str().unwrap()]);
+    let o = kairos(&all);
+    let summary = std::fs::read_to_string(&json).map_or(serde_json::Value::Null, |j| serde_json::from_str(&j).unwrap());
+    (o, summary)
+}
+
 fn campaign(protocol: &str, seeds: &str) -> serde_json::Value {
     campaign_with(protocol, seeds, "all")
 }
@@ -37,27 +51,8 @@ fn campaign_expecting(
     faulty_share: f64,
     mean_faults: f64,
 ) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("summary.json");
-    let failing = dir.path().join("failing");
-    let o = kairos(&[
-        "sim",
-        protocol,
-        "--seeds",
-        seeds,
-        "--faults",
-        faults,
-        "--fault-s",
-        "3",
-        "--recovery-s",
-        "1",
-        "--json",
-        json.to_str().unwrap(),
-        "--failing-dir",
-        failing.to_str().unwrap(),
-    ]);
+    let (o, summary) = sim(&[protocol, "--seeds", seeds, "--faults", faults, "--fault-s", "3", "--recovery-s", "1"]);
     assert_eq!(o.status.code(), Some(0), "{protocol}: {}", text(&o));
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(summary["violations"], 0, "{summary}");
     assert_eq!(summary["liveness_failures"], 0, "{summary}");
     assert_eq!(summary["unverified"], 0, "{summary}");
@@ -206,22 +201,8 @@ fn disk_loss_alone_is_refused_where_no_disk_is_lost() {
 /// next to its replay command).
 #[test]
 fn show_faults_prints_each_seeds_plan() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("summary.json");
-    let failing = dir.path().join("failing");
-    let o = kairos(&[
-        "sim",
-        "register",
-        "--seeds",
-        "5",
-        "--show-faults",
-        "--json",
-        json.to_str().unwrap(),
-        "--failing-dir",
-        failing.to_str().unwrap(),
-    ]);
+    let (o, summary) = sim(&["register", "--seeds", "5", "--show-faults"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let summary: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let faults = summary["seeds"][0]["faults"].as_u64().unwrap();
     let lines = text(&o).lines().filter(|l| l.starts_with("seed 5: ")).count() as u64;
     assert!(faults > 0, "seed 5 draws faults");
