@@ -244,8 +244,12 @@ pub enum TxnState {
     /// `Ts::MAX` when the shard cannot take the piece (it lacks the transaction's operations,
     /// or its view already started without it).
     Absent { latest_conflict: Ts },
-    /// In the part of the merged log that came from the old leader's log (final, agreed).
-    Settled(Ts),
+    /// In the part of the merged log that came from an old leader's log (agreed, possibly
+    /// executed), at `ts`. `view`: the last view that log served in, the view whose word on
+    /// the transaction this is. A later view's word supersedes an earlier one: a transaction
+    /// settled in view v and placed elsewhere (or dropped and resent) in a later view cannot
+    /// have committed in v (the later view's merge would have kept it).
+    Settled { ts: Ts, view: u64 },
     /// Among the released transactions enough replicas had (not final anywhere known).
     Tentative(Ts),
 }

@@ -24,7 +24,12 @@
 //! every such transaction on every shard involved, each leader decides alike:
 //! settled on some shard (it came from an old leader's log: agreed and possibly executed) →
 //! kept everywhere at that timestamp, a shard that lacks it taking its piece from the
-//! transaction's operations (which every multi-shard piece carries); otherwise kept at the
+//! transaction's operations (which every multi-shard piece carries). Shards may report it
+//! settled at different timestamps when their merges took logs of different views: it was
+//! settled at A in view 1, then dropped, resent and agreed at B in view 2, and one shard's
+//! voters last served in view 1. The latest view's word wins, and a shard that settled it
+//! earlier moves its entry to B: had it committed at A, view 2's merge would have kept it there
+//! (the argument below), so nothing executed it or read it at A. Otherwise it is kept at the
 //! largest tentative timestamp, fetched by the shards that lack it, if each of them can place
 //! it there — none of its merged entries that conflict with the piece is as late — and dropped
 //! everywhere if one cannot (the transaction cannot have committed).
@@ -75,6 +80,8 @@ const START_VIEW_BATCH_MAX: usize = 1024;
 pub(super) struct Merged {
     /// From the old leader's log: final.
     prefix: Vec<LogEntry>,
+    /// The last view the prefix's log served in (the view of its `Settled` states).
+    prefix_view: u64,
     /// From the released transactions of enough replicas.
     tail: Vec<LogEntry>,
     /// This shard's state of each recent multi-shard transaction (and of any asked about).
@@ -428,7 +435,7 @@ impl Server {
         for e in &tail {
             stamps.stamp(&e.piece, e.ts);
         }
-        let mut merged = Merged { prefix, tail, stamps, ..Merged::default() };
+        let mut merged = Merged { prefix, prefix_view: last, tail, stamps, ..Merged::default() };
         let entries = merged.prefix.iter().chain(&merged.tail);
         merged.at = entries.enumerate().map(|(i, e)| (e.piece.txn, i)).collect();
         for e in &merged.prefix {
@@ -455,7 +462,7 @@ impl Server {
     /// The state of a transaction of the merged log (None: not in it).
     fn state_of(merged: &Merged, txn: TxnId) -> Option<TxnState> {
         match merged.index.get(&txn) {
-            Some(&(ts, true)) => Some(TxnState::Settled(ts)),
+            Some(&(ts, true)) => Some(TxnState::Settled { ts, view: merged.prefix_view }),
             Some(&(ts, false)) => Some(TxnState::Tentative(ts)),
             None => None,
         }
@@ -699,7 +706,7 @@ impl Server {
             );
             keep_at.insert(*txn, decide(&states));
         }
-        let mut tail: Vec<LogEntry> = Vec::new();
+        let mut tail = self.move_superseded(ctx, &mut merged, &keep_at);
         for e in std::mem::take(&mut merged.tail) {
             match keep_at.get(&e.piece.txn) {
                 None => tail.push(e),
@@ -710,9 +717,6 @@ impl Server {
         for (txn, at) in &keep_at {
             let Some(ts) = at else { continue };
             if merged.index.contains_key(txn) {
-                if merged.index[txn].1 && merged.index[txn].0 != *ts {
-                    ctx.metric("tiga.vc_settled_mismatch", 1);
-                }
                 continue;
             }
             let shard_of = |k: &[u8]| self.topology.shard_of_bytes(k);
@@ -729,6 +733,55 @@ impl Server {
         let mut log = merged.prefix;
         log.extend(tail);
         self.start_view_as_leader(ctx, log);
+    }
+
+    /// Takes out of the prefix every transaction this shard settled at a timestamp that a later
+    /// view superseded (`decide` keeps it elsewhere), and returns it at the decided timestamp,
+    /// for the tail. Such an entry never committed (module docs), so it is not executed here;
+    /// one that is (a contradiction) stays and is counted.
+    fn move_superseded(
+        &self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        merged: &mut Merged,
+        keep_at: &BTreeMap<TxnId, Option<Ts>>,
+    ) -> Vec<LogEntry> {
+        let base = self.log.base();
+        let mut moved: BTreeMap<TxnId, Ts> = BTreeMap::new();
+        for (txn, at) in keep_at {
+            let (Some(ts), Some(&(own, true))) = (at, merged.index.get(txn)) else { continue };
+            if own == *ts {
+                continue;
+            }
+            let unexecuted = merged
+                .at
+                .get(txn)
+                .is_some_and(|i| *i < merged.prefix.len() && base + *i as u64 >= self.vc.collect_from);
+            if unexecuted {
+                moved.insert(*txn, *ts);
+            } else {
+                ctx.metric("tiga.vc_settled_mismatch", 1);
+            }
+        }
+        if moved.is_empty() {
+            return Vec::new();
+        }
+        let (prefix, out): (Vec<LogEntry>, Vec<LogEntry>) =
+            std::mem::take(&mut merged.prefix).into_iter().partition(|e| !moved.contains_key(&e.piece.txn));
+        merged.prefix = prefix;
+        // Where the rest of the prefix conflicts: a moved entry behind a conflicting one would
+        // run in an order its timestamp does not say (counted; the world checks would fail).
+        let mut stamps = self.committed_maps.clone();
+        for e in &merged.prefix {
+            stamps.stamp(&e.piece, e.ts);
+        }
+        let out: Vec<LogEntry> = out.into_iter().map(|e| LogEntry { ts: moved[&e.piece.txn], ..e }).collect();
+        for e in &out {
+            ctx.metric("tiga.vc_settled_moved", 1);
+            if stamps.conflict_ts(&e.piece) >= e.ts {
+                ctx.metric("tiga.vc_settled_moved_behind_log", 1);
+            }
+        }
+        out
     }
 
     fn start_view_as_leader(&mut self, ctx: &mut Ctx<'_, TigaMsg>, log: Vec<LogEntry>) {
@@ -946,11 +999,18 @@ impl Server {
 
 /// What every new leader decides for a multi-shard transaction from its states on the
 /// shards involved: `Some(ts)` keeps it at `ts`, `None` drops it (module docs).
+///
+/// Among settled states, the latest view's word wins (then the largest timestamp, so that the
+/// decision never depends on the order of `states`: each leader lists its own first).
 pub(super) fn decide(states: &[TxnState]) -> Option<Ts> {
-    if let Some(ts) = states.iter().find_map(|s| match s {
-        TxnState::Settled(ts) => Some(*ts),
-        _ => None,
-    }) {
+    let settled = states
+        .iter()
+        .filter_map(|s| match s {
+            TxnState::Settled { ts, view } => Some((*view, *ts)),
+            _ => None,
+        })
+        .max();
+    if let Some((_, ts)) = settled {
         return Some(ts);
     }
     let ts = states
@@ -976,7 +1036,14 @@ mod tests {
         use TxnState::*;
         let t = Ts::from_nanos;
         let absent = |latest_conflict| Absent { latest_conflict: t(latest_conflict) };
-        assert_eq!(decide(&[TxnState::UNPLACEABLE, Settled(t(5)), Tentative(t(9))]), Some(t(5)));
+        let settled = |ts, view| Settled { ts: t(ts), view };
+        assert_eq!(decide(&[TxnState::UNPLACEABLE, settled(5, 1), Tentative(t(9))]), Some(t(5)));
+        // A later view's settled word wins, whatever the order the states come in (seed 4770 of
+        // the tiga campaign: settled at A in view 1 on one shard, at B in view 2 on another)...
+        assert_eq!(decide(&[settled(9, 1), settled(5, 2)]), Some(t(5)));
+        assert_eq!(decide(&[settled(5, 2), settled(9, 1)]), Some(t(5)));
+        // ...and within a view, the largest timestamp.
+        assert_eq!(decide(&[settled(5, 2), settled(7, 2)]), decide(&[settled(7, 2), settled(5, 2)]));
         assert_eq!(decide(&[Tentative(t(3)), Tentative(t(7))]), Some(t(7)));
         // Lacking shards fetch it when nothing conflicting is merged as late there...
         assert_eq!(decide(&[Tentative(t(3)), absent(0)]), Some(t(3)));
