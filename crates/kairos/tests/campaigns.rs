@@ -152,6 +152,13 @@ fn tiga_survives_the_long_campaigns_regressions() {
     //   A and at B; each leader took the first settled state, listing its own first, and the
     //   transaction ran at two timestamps. The latest view's word now wins everywhere.
     assert_eq!(replay("4770"), 1);
+    // - 1389, 4685: a shard's leader lost its disk, restarted, heard of the view it had led and
+    //   started that view again with another log; its followers, already serving in it, sent
+    //   it their logs. Committed work was reordered (strict serializability: G0-realtime). A
+    //   server that lost its disk now leads nothing until it has served again, and a follower
+    //   ignores a log collection for the view it serves in.
+    assert_eq!(replay("1389"), 1);
+    assert_eq!(replay("4685"), 1);
 }
 
 #[test]

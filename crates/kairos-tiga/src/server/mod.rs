@@ -1752,7 +1752,11 @@ impl Process for Server {
         };
         match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
             Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
-            Some(_) => self.stats.journal_unreadable += 1,
+            Some(_) => {
+                // Without its snapshot it does not know its view: as after a lost disk.
+                self.stats.journal_unreadable += 1;
+                self.vc.amnesia = true;
+            }
             None => {}
         }
         let mut released: BTreeMap<TxnId, LogEntry> = snapshot.released.into_iter().map(|e| (e.piece.txn, e)).collect();

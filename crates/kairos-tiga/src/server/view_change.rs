@@ -59,7 +59,11 @@
 //! **Rejoin.** A restarted server comes back *recovering*: it serves nowhere until a leader of
 //! its view sends it the log. If it led its view, the view manager replaces it (it forgot its
 //! agreements and speculative executions). Its journal holds its log and the transactions it
-//! released, so it may vote in a later view change as before the crash.
+//! released, so it may vote in a later view change as before the crash. One that lost its
+//! journal (or cannot read its snapshot) does not know which views it led: it neither votes
+//! nor leads until it has served as a follower in a view later than the first it heard of, and
+//! a follower serving in a view ignores a `CollectLog` for that view (only a leader that forgot
+//! the view would ask it again).
 
 use super::{Log, Record, Server, Status};
 use crate::msg::{
@@ -128,8 +132,9 @@ pub(super) struct Progress {
     pub(super) started_at: Option<LocalTime>,
     /// A view change began here since the last restart.
     pub(super) entered_since_restart: bool,
-    /// Restarted with nothing on disk ([`Process::on_amnesia`]), and the first view it heard
-    /// of since: it votes only once it serves in a later one (module docs).
+    /// Restarted without knowing its view (nothing on disk, [`Process::on_amnesia`], or a
+    /// snapshot it cannot read), and the first view it heard of since: it votes only once it
+    /// serves in a later one, and leads no view before (module docs).
     pub(super) amnesia: bool,
     pub(super) first_view_after_amnesia: Option<u64>,
     /// Follower: where the new leader asked its log from.
@@ -229,7 +234,13 @@ impl Server {
         self.vc.asked_from = None;
         self.vc.started_at = Some(ctx.now());
         self.vc.entered_since_restart = true;
-        if self.is_leader() {
+        if self.is_leader() && self.vc.amnesia {
+            // It may have led this very view before it lost its disk (seed 1389 of the tiga
+            // campaign: a leader wiped, restarted, heard of its own view and started it again
+            // with another log). It leads nothing until it has served again; it stays
+            // recovering, which the view manager sees, and is replaced.
+            ctx.metric("tiga.vc_amnesiac_leader_waits", 1);
+        } else if self.is_leader() {
             self.vc.collect_from = self.executed;
             self.collect(ctx, None);
         }
@@ -315,6 +326,12 @@ impl Server {
         }
         if view.number > self.view.number {
             self.enter_view(ctx, view);
+        } else if self.state == ServerState::Normal {
+            // This view started here already: the ask is a late copy, or its leader forgot
+            // the view (a lost disk); a log reported to it now could restart the view with
+            // another log.
+            ctx.metric("tiga.server_collect_for_started_view", 1);
+            return;
         }
         if !self.is_leader() {
             self.vc.asked_from = Some(from);
@@ -944,7 +961,9 @@ impl Server {
         if self.state == ServerState::Normal {
             return;
         }
-        if self.is_leader() {
+        if self.is_leader() && self.vc.amnesia {
+            // Waits to be replaced (`enter_view`).
+        } else if self.is_leader() {
             if self.vc.merged.is_none() {
                 let missing: BTreeSet<u32> = (0..self.topology.replicas_per_shard() as u32)
                     .filter(|r| !self.vc.reports.contains_key(r))
