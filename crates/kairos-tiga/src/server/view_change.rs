@@ -237,8 +237,10 @@ impl Server {
         if self.is_leader() && self.vc.amnesia {
             // It may have led this very view before it lost its disk (seed 1389 of the tiga
             // campaign: a leader wiped, restarted, heard of its own view and started it again
-            // with another log). It leads nothing until it has served again; it stays
-            // recovering, which the view manager sees, and is replaced.
+            // with another log). It leads nothing until it has served again: it says it is
+            // recovering, so the view manager names another leader (seed 1903: one that
+            // merely waited in a view change was named again and again).
+            self.state = ServerState::Recovering;
             ctx.metric("tiga.vc_amnesiac_leader_waits", 1);
         } else if self.is_leader() {
             self.vc.collect_from = self.executed;
@@ -352,7 +354,8 @@ impl Server {
         report: LogReport,
     ) {
         let r = replica as usize;
-        let leading = self.state == ServerState::Normal || self.vc.started_at.is_some();
+        // A leader that lost its disk takes no report: it waits to be replaced (`enter_view`).
+        let leading = (self.state == ServerState::Normal || self.vc.started_at.is_some()) && !self.vc.amnesia;
         if !self.is_leader()
             || !leading
             || self.topology.shards[self.shard as usize].get(r) != Some(&from_node)
