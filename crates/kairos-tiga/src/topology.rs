@@ -72,10 +72,6 @@ pub struct TigaConfig {
     pub view_change_timeout: Duration,
     /// During a view change, unanswered messages are re-sent this often.
     pub view_change_retry: Duration,
-    /// The new leaders reconcile the settled multi-shard transactions whose timestamps lie
-    /// within this of the newest in their logs (older settled ones were settled on every shard
-    /// long before); the tentative ones (the merge's rule (b)) they reconcile whatever their age.
-    pub verify_lookback: Duration,
     /// Test-only: the new leader's log merge skips rule (b): it keeps only the old leader's
     /// log, losing what was committed on the fast path and not yet synchronized.
     pub unsafe_skip_merge_rule_b: bool,
@@ -141,7 +137,6 @@ impl Default for TigaConfig {
             leader_timeout: Duration::from_millis(400),
             view_change_timeout: Duration::from_secs(2),
             view_change_retry: Duration::from_millis(150),
-            verify_lookback: Duration::from_secs(2),
             announce_at_release: None,
             quorum_choice: false,
             unsafe_skip_merge_rule_b: false,

@@ -163,6 +163,16 @@ fn tiga_survives_the_long_campaigns_regressions() {
     //   heard of was named leader again and again, and waited in each view change: nothing
     //   committed after the faults. It now says it is recovering, and another is named.
     assert_eq!(replay("1903"), 1);
+    // - 503, 4849, 5161 (liveness): a multi-shard transaction settled on one shard while the
+    //   other's leader held it back (behind a lock whose agreement waited for a resend, or in
+    //   a view that never started there), then lost it in a view change. The new leaders listed
+    //   settled transactions only 2 s back, so the other shard never learned of it, ran the
+    //   resend as a new transaction that could never agree, and the coordinator gave up. They
+    //   now list them as far back as a coordinator resends. 6044: a leader that lost its disk
+    //   led its view again (as 1389).
+    for seed in ["503", "4849", "5161", "6044"] {
+        assert_eq!(replay(seed), 1);
+    }
 }
 
 #[test]

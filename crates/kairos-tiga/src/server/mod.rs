@@ -1244,10 +1244,17 @@ impl Server {
         self.log.compact(target);
     }
 
-    /// Forgets the transactions of truncated entries once no coordinator can resend them (it
-    /// gives up after `retry_timeout × max_sends`; their timestamps are in the past by then).
+    /// How long a coordinator resends a transaction: it gives up after `max_sends` sends, one
+    /// every `retry_timeout`.
+    fn resend_horizon(&self) -> Duration {
+        self.config.retry_timeout * self.config.max_sends
+    }
+
+    /// Forgets the transactions of truncated entries once no coordinator can resend them
+    /// ([`Server::resend_horizon`]; their timestamps are in the past by then), with
+    /// `future_slack` to spare for clock error.
     fn forget_truncated(&mut self, now: Ts) {
-        let keep = self.config.retry_timeout * self.config.max_sends + self.config.future_slack;
+        let keep = self.resend_horizon() + self.config.future_slack;
         self.gate.forget_older(now.saturating_sub(keep));
         while let Some(&Truncated { ts, txn, .. }) = self.truncated.front() {
             if ts + keep >= now {

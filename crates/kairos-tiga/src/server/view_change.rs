@@ -34,6 +34,17 @@
 //! it there — none of its merged entries that conflict with the piece is as late — and dropped
 //! everywhere if one cannot (the transaction cannot have committed).
 //!
+//! *Recent* means every tentative one, and the settled ones as old as a coordinator resends
+//! (`retry_timeout × max_sends` before the newest entry). A transaction settles on one shard
+//! while the other's leader may still hold it back for seconds — behind the lock of a
+//! transaction whose agreement waits for its coordinator's resend, or in a view that never
+//! started there — and that leader may then lose it in a view change (seeds 503, 4849, 5161 of
+//! the tiga campaign: with a 2 s window it was settled on one shard, missing on the other,
+//! which ran the resend as a new transaction that could never agree). A shard that lacks a
+//! settled transaction older than what it remembers of its executed ones (`forget_truncated`)
+//! does not take it: it may have run it already (counted as `tiga.vc_fetch_forgotten`; the
+//! transaction then stays applied on one shard only — a known gap).
+//!
 //! Keeping what some shard settled matters: a leader executes T2 after a multi-shard T1 once
 //! T1's timestamp is agreed, and T2 may commit on the fast path before T1 is durable on T1's
 //! other shard, with a result that read T1's writes. A follower answers such a T2 on the fast
@@ -507,9 +518,11 @@ impl Server {
 
     /// Leader, merged: lists its recent multi-shard transactions to every other shard.
     fn send_listings(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        let horizon = self.resend_horizon();
         let Some(merged) = self.vc.merged.as_mut() else { return };
         let newest = merged.prefix.iter().chain(&merged.tail).map(|e| e.ts).max().unwrap_or(Ts::ZERO);
-        let since = newest.saturating_sub(self.config.verify_lookback);
+        // Settled transactions as old as a coordinator may still resend (module docs).
+        let since = newest.saturating_sub(horizon);
         // Entries truncated below a checkpoint count too: they are executed here.
         let truncated: Vec<LogEntry> = merged
             .truncated_pieces
@@ -719,11 +732,15 @@ impl Server {
         }
         let mut merged = self.vc.merged.take().expect("merged");
         let mut keep_at: BTreeMap<TxnId, Option<Ts>> = BTreeMap::new();
+        let mut settled_somewhere: BTreeSet<TxnId> = BTreeSet::new();
         for (txn, sh) in &merged.shards_of {
             let mut states: Vec<TxnState> = vec![merged.mine.get(txn).copied().unwrap_or(TxnState::UNPLACEABLE)];
             states.extend(
                 sh.iter().filter(|s| **s != me).filter_map(|s| merged.remote.get(txn).and_then(|m| m.get(s)).copied()),
             );
+            if states.iter().any(|s| matches!(s, TxnState::Settled { .. })) {
+                settled_somewhere.insert(*txn);
+            }
             keep_at.insert(*txn, decide(&states));
         }
         // Positions some replica executed stay where they are.
@@ -740,9 +757,18 @@ impl Server {
                 Some(None) => ctx.metric("tiga.vc_dropped_multi_shard", 1),
             }
         }
+        // Older than this, a transaction may have run here and been forgotten since
+        // (`forget_truncated`, with its clock-error slack to spare): a settled one is not taken
+        // (it could run twice). A tentative one is taken only where it can be placed (`decide`),
+        // which one that wrote here cannot.
+        let remembered_from = Ts::at(ctx.now()).saturating_sub(self.resend_horizon());
         for (txn, at) in &keep_at {
             let Some(ts) = at else { continue };
             if merged.index.contains_key(txn) {
+                continue;
+            }
+            if *ts < remembered_from && settled_somewhere.contains(txn) {
+                ctx.metric("tiga.vc_fetch_forgotten", 1);
                 continue;
             }
             let shard_of = |k: &[u8]| self.topology.shard_of_bytes(k);
