@@ -783,6 +783,7 @@ impl Server {
         let base = self.log.base();
         let keep_below = usize::try_from(executed_somewhere.saturating_sub(base)).unwrap_or(usize::MAX);
         match unblock(&mut merged.prefix, &placed, keep_below) {
+            Ok(rest) if rest.is_empty() => {}
             Ok(rest) => {
                 ctx.metric("tiga.vc_reordered_after_placed", rest.len() as u64);
                 tail.extend(rest);

@@ -6,6 +6,7 @@
 //! for something afterwards gets an answer. A failing seed's history is saved with the command
 //! that replays it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -56,6 +57,8 @@ struct SeedRun {
     trace_hash: u64,
     /// Tiga: the view the view manager reached (each view change bumps it by one).
     view_changes: Option<u64>,
+    /// Tiga: how often each view-change path ran (its `tiga.vc_*` metrics).
+    view_change_paths: BTreeMap<String, u64>,
     /// Liveness is judged on what clients asked after this: the last repair, plus the longest
     /// a request made during the faults may still hold a one-at-a-time client.
     live_from: SimTime,
@@ -79,6 +82,11 @@ pub struct SeedResult {
     /// Tiga: view changes during the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view_changes: Option<u64>,
+    /// Tiga: how often each view-change path ran (the servers' `tiga.vc_*` metrics: merges,
+    /// transactions fetched, moved, reordered, dropped…), so that a campaign shows which
+    /// recovery paths its plans reached.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub view_change_paths: BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -194,7 +202,13 @@ fn run_seed(
                     format!("{given_up} transactions were given up: their coordinators never learned the outcome")
                 })
             });
-            SeedRun { view_changes: views, stuck_why, ..run }
+            let view_change_paths = sim
+                .metrics()
+                .iter()
+                .filter(|(name, _)| name.starts_with("tiga.vc_"))
+                .map(|(name, n)| (name.to_string(), *n))
+                .collect();
+            SeedRun { view_changes: views, view_change_paths, stuck_why, ..run }
         }
         CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd | CampaignProtocol::Fusee => {
             let p = match protocol {
@@ -244,6 +258,7 @@ fn run_seed(
                 history: o.history,
                 live_from: SimTime::ZERO,
                 view_changes: None,
+                view_change_paths: BTreeMap::new(),
             }
         }
         CampaignProtocol::Register => {
@@ -327,6 +342,7 @@ fn finish<M: Message>(
         saved_history: None,
         live_from,
         view_changes: None,
+        view_change_paths: BTreeMap::new(),
     }
 }
 
@@ -420,6 +436,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             torn_writes: run.torn_writes,
             trace_hash: format!("{:016x}", run.trace_hash),
             view_changes: run.view_changes,
+            view_change_paths: run.view_change_paths.clone(),
             failure,
         };
         table.add_row([
