@@ -200,6 +200,12 @@ impl Server {
         }
     }
 
+    /// Whether this replica may lead a view: not after it lost its disk, until it has served
+    /// again ([`Self::become_normal`] clears the amnesia; `enter_view` says why).
+    fn may_lead(&self) -> bool {
+        !self.vc.amnesia
+    }
+
     /// After amnesia, the first view this replica hears of: the view it must serve past
     /// before it votes.
     fn note_view_after_amnesia(&mut self, view: u64) {
@@ -245,7 +251,7 @@ impl Server {
         self.vc.asked_from = None;
         self.vc.started_at = Some(ctx.now());
         self.vc.entered_since_restart = true;
-        if self.is_leader() && self.vc.amnesia {
+        if self.is_leader() && !self.may_lead() {
             // It may have led this very view before it lost its disk (seed 1389 of the tiga
             // campaign: a leader wiped, restarted, heard of its own view and started it again
             // with another log). It leads nothing until it has served again: it says it is
@@ -366,7 +372,7 @@ impl Server {
     ) {
         let r = replica as usize;
         // A leader that lost its disk takes no report: it waits to be replaced (`enter_view`).
-        let leading = (self.state == ServerState::Normal || self.vc.started_at.is_some()) && !self.vc.amnesia;
+        let leading = (self.state == ServerState::Normal || self.vc.started_at.is_some()) && self.may_lead();
         if !self.is_leader()
             || !leading
             || self.topology.shards[self.shard as usize].get(r) != Some(&from_node)
@@ -994,7 +1000,7 @@ impl Server {
         if self.state == ServerState::Normal {
             return;
         }
-        if self.is_leader() && self.vc.amnesia {
+        if self.is_leader() && !self.may_lead() {
             // Waits to be replaced (`enter_view`).
         } else if self.is_leader() {
             if self.vc.merged.is_none() {
