@@ -7,6 +7,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
+//! | [`deployment`] | the deployment every transaction protocol shares (regions, placement, clocks, MicroBench load, loss): Tiga's runner and the bench add their knobs to it |
 //! | [`tiga`] | Tiga's deployment in the simulator (the paper's regions, clocks, view managers, a leader crash), its runs and analytic latency |
 //! | [`micro`] | the protocol-neutral MicroBench deployment: Tiga and each peer of `kairos-txn` on identical work, one outcome for all |
 //! | [`causal`] | the replica set with causally consistent sessions in the simulator (3 or 5 members, list-append or TPC-C sessions, scripted or random faults) |
@@ -21,6 +22,7 @@
 //! checker, the TCP host or tokio (`crates/kairos/tests/dependencies.rs` checks it).
 
 pub mod causal;
+pub mod deployment;
 pub mod error;
 pub mod micro;
 pub mod oplog_agreement;
@@ -30,4 +32,5 @@ pub mod tiga;
 pub mod twopc_agreement;
 pub mod wire_calibration;
 
+pub use deployment::TxnDeployment;
 pub use error::DeployError;

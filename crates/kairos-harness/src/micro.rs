@@ -2,34 +2,29 @@
 //! any peer on the identical workload, placement, clock draws and seed, and one outcome
 //! ([`RunOutcome`]) for all of them.
 //!
-//! Node ids, regions and clocks are assigned exactly as Tiga's deployment assigns them
-//! ([`crate::tiga`]): the servers of shard s are nodes s·n … s·n + n − 1 (replica 0 is the
-//! initial leader; co-located: every leader in the first server region; separated: shard s's
-//! replica list rotated by s), then the coordinators region by region; every node's clock is
-//! drawn from the preset in that order from the same seed. Each coordinator offers
-//! `load / coordinators` transactions per second of open-loop Poisson arrivals for
-//! `duration`, then the run drains for [`Bench::drain`].
+//! The deployment is Tiga's ([`TxnDeployment`]: node ids, regions and clocks assigned
+//! alike for every protocol from the same seed); the run drains for [`Bench::drain`] after
+//! the load stops.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
-use kairos_sim::{CpuModel, Sim, SimStats, WorldCheck};
+use kairos_sim::{Sim, SimStats, WorldCheck};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
 use kairos_txn::tapir::Tapir;
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::TxnMsg;
-use kairos_workload::{Placement, Topology};
+use kairos_workload::Topology;
 
 use crate::tiga::Deployment as TigaDeployment;
 use crate::twopc_agreement::applied_slots_agree;
-use crate::DeployError;
+use crate::{DeployError, TxnDeployment};
 
 /// The protocols the harness can run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,45 +71,21 @@ impl FromStr for Protocol {
 /// One MicroBench run, protocol-neutral (see the module docs).
 #[derive(Clone, Debug)]
 pub struct Bench {
-    pub seed: u64,
-    pub clock: ClockPreset,
-    pub placement: Placement,
-    pub shards: u32,
-    pub server_regions: Vec<String>,
-    /// (region, coordinators there).
-    pub coordinator_regions: Vec<(String, u32)>,
-    /// Total offered load over all coordinators, transactions per second.
-    pub load_txn_per_s: f64,
-    pub skew: f64,
-    pub keys_per_shard: u64,
-    /// How long the coordinators generate load.
-    pub duration: Duration,
+    /// Regions, clocks, load and faults: Tiga's deployment ([`TxnDeployment`]).
+    pub base: TxnDeployment,
     /// How long the run continues after the load stops, so in-flight transactions finish.
     pub drain: Duration,
-    pub loss: f64,
-    pub cpu: CpuModel,
     /// Admission and retry policy of the peers' coordinators.
     pub shell: ShellConfig,
 }
 
 impl Default for Bench {
     fn default() -> Self {
-        let t = TigaDeployment::default();
+        let tiga = kairos_tiga::TigaConfig::default();
         Bench {
-            seed: t.seed,
-            clock: t.clock,
-            placement: t.placement,
-            shards: t.shards,
-            server_regions: t.server_regions,
-            coordinator_regions: t.coordinator_regions,
-            load_txn_per_s: t.load_txn_per_s,
-            skew: t.skew,
-            keys_per_shard: t.keys_per_shard,
-            duration: t.duration,
+            base: TxnDeployment::default(),
             // Tiga's own drain (its coordinators' give-up time + 1 s), so both drain alike.
-            drain: t.config.retry_timeout * t.config.max_sends + Duration::from_secs(1),
-            loss: t.loss,
-            cpu: t.cpu,
+            drain: tiga.retry_timeout * tiga.max_sends + Duration::from_secs(1),
             shell: ShellConfig::default(),
         }
     }
@@ -224,24 +195,20 @@ pub struct PeerWorld<M: Message> {
 }
 
 impl Bench {
+    /// This bench with another offered load.
+    pub fn at_load(&self, load_txn_per_s: f64) -> Bench {
+        let mut bench = self.clone();
+        bench.base.load_txn_per_s = load_txn_per_s;
+        bench
+    }
+
     /// The same run as Tiga's deployment (Tiga's own knobs at their defaults).
     pub fn tiga(&self) -> TigaDeployment {
         let t = TigaDeployment::default();
         TigaDeployment {
+            base: self.base.clone(),
             // The same admission of open-loop arrivals as the peers' shells.
             config: kairos_tiga::TigaConfig { admission_control: self.shell.admission_control, ..t.config },
-            seed: self.seed,
-            clock: self.clock,
-            placement: self.placement,
-            shards: self.shards,
-            server_regions: self.server_regions.clone(),
-            coordinator_regions: self.coordinator_regions.clone(),
-            load_txn_per_s: self.load_txn_per_s,
-            skew: self.skew,
-            keys_per_shard: self.keys_per_shard,
-            duration: self.duration,
-            loss: self.loss,
-            cpu: self.cpu.clone(),
             ..t
         }
     }
@@ -251,7 +218,7 @@ impl Bench {
     pub fn build<P: PeerProtocol>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
         let (c, s) = (config.clone(), config.clone());
         let shell = self.shell.clone();
-        let (sim, topology, process_regions) = self.tiga().build_with(
+        let (sim, topology, process_regions) = self.base.build_with(
             self.shell.inflight_max as u64,
             // A restarted server is built the same way and recovers from what it made durable.
             move |t, shard, replica| Box::new(P::server(t, &s, shard, replica)),
@@ -279,7 +246,7 @@ impl Bench {
         #[allow(clippy::disallowed_methods)] // wall time of the run, for the report only
         let started = std::time::Instant::now();
         let PeerWorld { mut sim, topology, process_regions } = self.build::<P>(config)?;
-        run_sliced(&mut sim, SimTime::ZERO + self.duration + self.drain, progress);
+        run_sliced(&mut sim, SimTime::ZERO + self.base.duration + self.drain, progress);
         if let Some(v) = sim.violation() {
             return Err(DeployError::Invariant(v.clone()));
         }
@@ -378,12 +345,13 @@ mod tests {
 
     #[test]
     fn tiga_runs_through_the_neutral_outcome() {
-        let bench = Bench {
+        let base = TxnDeployment {
             load_txn_per_s: 200.0,
             duration: Duration::from_secs(1),
             keys_per_shard: 1_000,
-            ..Bench::default()
+            ..Default::default()
         };
+        let bench = Bench { base, ..Bench::default() };
         let o = bench.run_tiga(|_| {}).unwrap();
         let t = o.totals();
         assert!(t.committed > 100, "{t:?}");

@@ -1,23 +1,19 @@
-//! Tiga's runner: the paper's deployment in the simulator.
-//!
-//! 3 shards × 3 replicas in sc / fi / br — replica r of every shard in region r, so all
-//! leaders (replica 0) sit in sc (`co-located`, the paper's view 0) — or, with `separated`,
-//! each shard's replica list rotated by its shard id so that leaders sit in different regions.
-//! 2 coordinators in each of sc / fi / br and 2 in hk (no servers there). Latency matrix:
-//! `gcp-rtt-ms.csv`. Every node gets its own clock drawn from the chosen preset.
+//! Tiga's runner: the paper's deployment in the simulator ([`TxnDeployment`]: 3 shards × 3
+//! replicas in sc / fi / br, co-located or separated leaders, coordinators in sc / fi / br /
+//! hk, a clock per node), plus what only Tiga has: one view-manager node in each server
+//! region, the timestamp-agreement mode, Tiga's knobs, a leader crash, and Tiga's analytic
+//! latency.
 
-use kairos_clock::ClockPreset;
 use kairos_core::history::HistoryRecord;
-use kairos_core::{LatencyMatrix, Message, NodeId, SimTime};
-use kairos_sim::{CpuModel, Role, Sim, SimConfig, SimStats};
+use kairos_core::{LatencyMatrix, NodeId, SimTime};
+use kairos_sim::{Sim, SimStats};
 use kairos_tiga::coordinator::{Coordinator, CoordinatorStats};
 use kairos_tiga::msg::{ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
 use kairos_tiga::view::{ModeRule, View, ViewManager};
-use kairos_workload::{MicroBench, OpenLoop};
 
-use crate::DeployError;
+use crate::{DeployError, TxnDeployment};
 use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -34,23 +30,12 @@ pub enum Mode {
     Detective,
 }
 
-/// One MicroBench run of Tiga.
+/// One MicroBench run of Tiga: the deployment every transaction protocol shares, and
+/// Tiga's own knobs.
 #[derive(Clone, Debug)]
 pub struct Deployment {
-    pub seed: u64,
-    pub clock: ClockPreset,
-    pub placement: Placement,
-    pub shards: u32,
-    pub server_regions: Vec<String>,
-    /// (region, coordinators there).
-    pub coordinator_regions: Vec<(String, u32)>,
-    /// Total offered load over all coordinators, transactions per second.
-    pub load_txn_per_s: f64,
-    pub skew: f64,
-    pub keys_per_shard: u64,
-    pub duration: Duration,
-    pub loss: f64,
-    pub cpu: CpuModel,
+    /// Regions, clocks, load and faults, as the peers get them ([`TxnDeployment`]).
+    pub base: TxnDeployment,
     pub mode: Mode,
     pub config: TigaConfig,
     /// Crash a shard's leader during the run (the recovery experiment).
@@ -70,18 +55,7 @@ pub struct LeaderKill {
 impl Default for Deployment {
     fn default() -> Self {
         Deployment {
-            seed: 1,
-            clock: ClockPreset::Chrony,
-            placement: Placement::CoLocated,
-            shards: 3,
-            server_regions: ["sc", "fi", "br"].map(String::from).to_vec(),
-            coordinator_regions: ["sc", "fi", "br", "hk"].map(|r| (r.to_string(), 2)).to_vec(),
-            load_txn_per_s: 1_000.0,
-            skew: 0.5,
-            keys_per_shard: 1_000_000,
-            duration: Duration::from_secs(5),
-            loss: 0.0,
-            cpu: CpuModel::Fixed(Duration::from_micros(5)),
+            base: TxnDeployment::default(),
             mode: Mode::Auto,
             config: TigaConfig::default(),
             kill_leader: None,
@@ -142,20 +116,6 @@ impl Outcome {
     }
 }
 
-/// What a deployment gives one coordinator (see [`Deployment::build_with`]).
-#[derive(Clone, Debug)]
-pub struct CoordinatorSlot {
-    pub topology: Topology,
-    /// One-way delay from the coordinator's region to each (shard, replica), from the matrix.
-    pub owd: Vec<Vec<Duration>>,
-    /// One-way delay between the replicas of each shard (`[shard][from][to]`), from the matrix.
-    pub replica_owd: Vec<Vec<Vec<Duration>>>,
-    /// The first of the coordinator's Jepsen process ids.
-    pub process_base: u64,
-    pub workload: MicroBench,
-    pub load: OpenLoop,
-}
-
 /// A built, not yet run, simulated deployment.
 pub struct World {
     pub sim: Sim<TigaMsg>,
@@ -167,22 +127,29 @@ pub struct World {
 }
 
 impl Deployment {
+    /// This deployment with another offered load.
+    pub fn at_load(&self, load_txn_per_s: f64) -> Deployment {
+        let mut d = self.clone();
+        d.base.load_txn_per_s = load_txn_per_s;
+        d
+    }
+
     /// Builds the simulated world (nothing has run yet).
     pub fn build(&self) -> Result<World, DeployError> {
         let mut tiga_config = self.config.clone();
         tiga_config.preventive = match self.mode {
             Mode::Preventive => true,
             Mode::Detective => false,
-            Mode::Auto => self.placement == Placement::CoLocated || self.shards == 1,
+            Mode::Auto => self.base.placement == Placement::CoLocated || self.base.shards == 1,
         };
-        let n = self.server_regions.len();
-        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
+        let n = self.base.server_regions.len();
+        let coordinators: u32 = self.base.coordinator_regions.iter().map(|(_, c)| c).sum();
         // The view manager's nodes come after the servers and coordinators.
-        let first_vm = self.shards as usize * n + coordinators as usize;
+        let first_vm = self.base.shards as usize * n + coordinators as usize;
         let view_managers: Vec<NodeId> = (0..n).map(|i| NodeId((first_vm + i) as u32)).collect();
         let (c, vms) = (tiga_config.clone(), view_managers.clone());
         let coordinator_config = tiga_config.clone();
-        let (mut sim, topology, process_regions) = self.build_with(
+        let (mut sim, topology, process_regions) = self.base.build_with(
             self.config.inflight_max as u64,
             move |t, s, r| Box::new(Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone())),
             move |slot| {
@@ -200,19 +167,20 @@ impl Deployment {
             },
         )?;
         let matrix = LatencyMatrix::gcp();
-        let regions: Vec<Vec<u32>> =
-            (0..self.shards as usize).map(|s| (0..n).map(|r| self.region_index(s, r) as u32).collect()).collect();
+        let regions: Vec<Vec<u32>> = (0..self.base.shards as usize)
+            .map(|s| (0..n).map(|r| self.base.region_index(s, r) as u32).collect())
+            .collect();
         let mode = match self.mode {
             Mode::Auto => ModeRule::ByPlacement,
             Mode::Preventive => ModeRule::Preventive,
             Mode::Detective => ModeRule::Detective,
         };
         let initial = View::initial(&topology, tiga_config.preventive);
-        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x766d);
-        for (i, region) in self.server_regions.iter().enumerate() {
+        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.base.seed ^ 0x766d);
+        for (i, region) in self.base.server_regions.iter().enumerate() {
             let (t, regions, config, initial, members) =
                 (topology.clone(), regions.clone(), tiga_config.clone(), initial.clone(), view_managers.clone());
-            let id = sim.add_node(matrix.region(region)?, self.clock.sample(&mut clock_rng), move |_| {
+            let id = sim.add_node(matrix.region(region)?, self.base.clock.sample(&mut clock_rng), move |_| {
                 Box::new(ViewManager::new(
                     t.clone(),
                     regions.clone(),
@@ -227,77 +195,6 @@ impl Deployment {
         }
         sim.add_world_check(64, executed_logs_agree(topology.clone()));
         Ok(World { sim, topology, process_regions, view_managers })
-    }
-
-    /// The index (in `server_regions`) of the region of replica `replica` of shard `shard`.
-    pub fn region_index(&self, shard: usize, replica: usize) -> usize {
-        self.placement.region_index(shard, replica, self.server_regions.len().max(1))
-    }
-
-    #[allow(clippy::type_complexity)]
-    pub fn build_with<M: Message>(
-        &self,
-        processes_per_coordinator: u64,
-        server: impl FnMut(&Topology, ShardId, u32) -> Box<dyn Role<M>> + Clone + 'static,
-        coordinator: impl FnMut(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
-    ) -> Result<(Sim<M>, Topology, Vec<(u64, u64, String)>), DeployError> {
-        let matrix = LatencyMatrix::gcp();
-        let n = self.server_regions.len();
-        let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
-        if self.shards == 0 || n == 0 || coordinators == 0 {
-            return Err(DeployError::Shape(
-                "the deployment needs at least one shard, one server region and one coordinator".into(),
-            ));
-        }
-        let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
-        let region_of = |shard: usize, replica: usize| regions[self.placement.region_index(shard, replica, n)];
-        let topology = Topology {
-            shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
-            leader: vec![0; self.shards as usize],
-        };
-        let mut config = SimConfig::new(self.seed);
-        config.cpu = self.cpu.clone();
-        config.network.loss = self.loss;
-        let mut sim = Sim::new(config, matrix.clone());
-        let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0x7469_6761);
-        for s in 0..self.shards as usize {
-            for r in 0..n {
-                let (t, mut make) = (topology.clone(), server.clone());
-                let id = sim.add_node(region_of(s, r), self.clock.sample(&mut clock_rng), move |_| {
-                    make(&t, s as ShardId, r as u32)
-                });
-                debug_assert_eq!(id, topology.shards[s][r]);
-            }
-        }
-        let rate = self.load_txn_per_s / coordinators as f64;
-        let mut process_regions = Vec::new();
-        for (region_name, count) in &self.coordinator_regions {
-            let region = matrix.region(region_name)?;
-            for _ in 0..*count {
-                let index = (sim.node_count() - self.shards as usize * n) as u64;
-                let process_base = index * processes_per_coordinator;
-                process_regions.push((process_base, process_base + processes_per_coordinator, region_name.clone()));
-                let slot = CoordinatorSlot {
-                    topology: topology.clone(),
-                    owd: (0..self.shards as usize)
-                        .map(|s| (0..n).map(|r| matrix.one_way(region, region_of(s, r))).collect())
-                        .collect(),
-                    replica_owd: (0..self.shards as usize)
-                        .map(|s| {
-                            (0..n)
-                                .map(|a| (0..n).map(|b| matrix.one_way(region_of(s, a), region_of(s, b))).collect())
-                                .collect()
-                        })
-                        .collect(),
-                    process_base,
-                    workload: MicroBench::new(self.keys_per_shard, self.shards, self.skew)?,
-                    load: OpenLoop { rate_per_s: rate, stop_after: Some(self.duration), max_txns: None },
-                };
-                let mut make = coordinator.clone();
-                sim.add_node(region, self.clock.sample(&mut clock_rng), move |_| make(&slot));
-            }
-        }
-        Ok((sim, topology, process_regions))
     }
 
     /// Runs the load for `duration`, then lets in-flight transactions finish (up to the
@@ -315,7 +212,7 @@ impl Deployment {
             }
         }
         let drain = self.config.retry_timeout * self.config.max_sends + Duration::from_secs(1);
-        let end = SimTime::ZERO + self.duration + drain;
+        let end = SimTime::ZERO + self.base.duration + drain;
         const SLICES: u32 = 100;
         for i in 1..=SLICES {
             sim.run_until(SimTime::from_nanos(end.as_nanos() / SLICES as u64 * i as u64));
@@ -372,7 +269,7 @@ impl Deployment {
 /// shard, with perfectly synchronized clocks and no queueing — what the median should approach
 /// at moderate load (see the `kairos_tiga` crate docs for the formula), in view 0.
 pub fn analytic_latency(d: &Deployment, region: &str) -> Result<Duration, DeployError> {
-    analytic_latency_in(d, region, &vec![0; d.shards as usize], &[])
+    analytic_latency_in(d, region, &vec![0; d.base.shards as usize], &[])
 }
 
 /// [`analytic_latency`] with `leaders[s]` leading shard `s` and the replicas `down` (shard,
@@ -386,13 +283,13 @@ pub fn analytic_latency_in(
 ) -> Result<Duration, DeployError> {
     let matrix = LatencyMatrix::gcp();
     let c = matrix.region(region)?;
-    let regions: Vec<_> = d.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
+    let regions: Vec<_> = d.base.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
     let n = regions.len();
     let f = (n - 1) / 2;
     let sq = (1 + f + f.div_ceil(2)).min(n);
     let owd = |a, b| matrix.one_way(a, b);
-    let region_of = |s: usize, r: usize| regions[d.region_index(s, r)];
-    let shards = d.shards as usize;
+    let region_of = |s: usize, r: usize| regions[d.base.region_index(s, r)];
+    let shards = d.base.shards as usize;
     let leader_of = |s: usize| leaders.get(s).map_or(0, |l| *l as usize);
     let live = |s: usize, r: usize| !down.contains(&(s as ShardId, r as u32));
     let kth = |mut v: Vec<Duration>, k: usize| {

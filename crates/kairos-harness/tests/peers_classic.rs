@@ -7,6 +7,7 @@ use kairos_check::{check, CheckReport, Model};
 use kairos_core::{NodeId, OpType, SimTime};
 use kairos_harness::micro::PeerProtocol;
 use kairos_harness::micro::{Bench, RunOutcome};
+use kairos_harness::TxnDeployment;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::coordinator::TxnCoordinator;
@@ -41,12 +42,12 @@ where
     P: PeerProtocol<Config = ClassicConfig, Server = TxnServer, Coordinator = TxnCoordinator>,
 {
     let mut world = bench.build::<P>(config).unwrap();
-    world.sim.run_until(SimTime::ZERO + bench.duration + bench.drain);
+    world.sim.run_until(SimTime::ZERO + bench.base.duration + bench.drain);
     let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
     let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
     let coordinators: Vec<NodeId> =
         (0..world.process_regions.len()).map(|i| NodeId((servers.len() + i) as u32)).collect();
-    let deadline = SimTime::ZERO + bench.duration + bench.drain + Duration::from_secs(30);
+    let deadline = SimTime::ZERO + bench.base.duration + bench.drain + Duration::from_secs(30);
     let drained = world.sim.run_until_pred(deadline, |sim| {
         coordinators.iter().all(|c| sim.role::<TxnCoordinator>(*c).is_some_and(|c| c.shell().inflight() == 0))
     });
@@ -71,19 +72,22 @@ where
 }
 
 fn contended(load: f64, skew: f64) -> Bench {
-    Bench {
+    let base = TxnDeployment {
         load_txn_per_s: load,
         duration: Duration::from_secs(2),
-        drain: Duration::from_secs(8),
         keys_per_shard: 1_000,
         skew,
-        ..Bench::default()
-    }
+        ..Default::default()
+    };
+    Bench { base, drain: Duration::from_secs(8), ..Bench::default() }
 }
 
 #[test]
 fn no_contention_latency_is_two_wide_area_round_trips_plus_one_paxos_round() {
-    let bench = Bench { load_txn_per_s: 500.0, duration: Duration::from_secs(2), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 500.0, duration: Duration::from_secs(2), ..Default::default() },
+        ..Bench::default()
+    };
     for (name, out) in [
         ("2pl", run::<TwoPlPaxos>(&bench, &ClassicConfig::default())),
         ("occ", run::<OccPaxos>(&bench, &ClassicConfig::default())),
@@ -141,7 +145,15 @@ fn contended_runs_are_strictly_serializable_with_aborts_and_retries() {
 /// entries: every transaction commits, once, and every decision is acknowledged in the end.
 #[test]
 fn message_loss_is_survived_by_retransmission() {
-    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(2), loss: 0.02, ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment {
+            load_txn_per_s: 300.0,
+            duration: Duration::from_secs(2),
+            loss: 0.02,
+            ..Default::default()
+        },
+        ..Bench::default()
+    };
     for (name, ran) in [
         ("2pl", run_and_check_cleanup::<TwoPlPaxos>("2pl", &bench, &ClassicConfig::default())),
         ("occ", run_and_check_cleanup::<OccPaxos>("occ", &bench, &ClassicConfig::default())),
@@ -163,8 +175,15 @@ fn message_loss_is_survived_by_retransmission() {
 fn a_shard_leader_crash_is_survived() {
     use kairos_core::{NodeId, SimTime};
     use kairos_txn::twopc::server::TxnServer;
-    let bench =
-        Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(5), keys_per_shard: 10_000, ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment {
+            load_txn_per_s: 300.0,
+            duration: Duration::from_secs(5),
+            keys_per_shard: 10_000,
+            ..Default::default()
+        },
+        ..Bench::default()
+    };
     for name in ["2pl", "occ"] {
         let config = ClassicConfig::default();
         let mut world = if name == "2pl" {
@@ -222,7 +241,8 @@ fn a_shard_leader_crash_is_survived() {
 fn a_deposed_leader_that_still_serves_coordinators_cannot_break_serializability() {
     use kairos_core::{NodeId, SimTime};
     use kairos_sim::Fault;
-    let bench = Bench { duration: Duration::from_secs(6), ..contended(200.0, 0.5) };
+    let mut bench = contended(200.0, 0.5);
+    bench.base.duration = Duration::from_secs(6);
     for name in ["2pl", "occ"] {
         let config = ClassicConfig::default();
         let mut world = if name == "2pl" {
@@ -259,10 +279,13 @@ fn fault_run_with(
     use kairos_core::{NodeId, SimTime};
     use kairos_sim::fault::random_plan;
     let bench = Bench {
-        seed,
-        load_txn_per_s: 150.0,
-        duration: Duration::from_secs(faults_end_s + 1),
-        keys_per_shard: 2_000,
+        base: TxnDeployment {
+            seed,
+            load_txn_per_s: 150.0,
+            duration: Duration::from_secs(faults_end_s + 1),
+            keys_per_shard: 2_000,
+            ..Default::default()
+        },
         ..Bench::default()
     };
     let config = ClassicConfig::default();
@@ -346,7 +369,8 @@ fn fault_seeds() {
 /// update: two increments read the same value); the same runs with the switch off are valid.
 #[test]
 fn the_injected_bugs_are_caught_by_the_checker() {
-    let bench = Bench { duration: Duration::from_secs(1), ..contended(300.0, 0.5) };
+    let mut bench = contended(300.0, 0.5);
+    bench.base.duration = Duration::from_secs(1);
     let early_release = ClassicConfig { unsafe_early_release: true, ..ClassicConfig::default() };
     let (_, report) = run::<TwoPlPaxos>(&bench, &early_release);
     eprintln!("2pl early release: {report}");
@@ -375,7 +399,10 @@ fn the_injected_bugs_are_caught_by_the_checker() {
 fn replicas_that_apply_different_records_in_a_slot_stop_the_run() {
     use kairos_core::{NodeId, SimTime};
     use kairos_sim::Fault;
-    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(5), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 300.0, duration: Duration::from_secs(5), ..Default::default() },
+        ..Bench::default()
+    };
     for unsafe_commit_alone in [false, true] {
         let mut config = ClassicConfig::default();
         config.paxos.unsafe_commit_alone = unsafe_commit_alone;

@@ -1,6 +1,7 @@
 //! Tapir on MicroBench in the paper's simulated deployment: the round trips of the common
 //! case, strict serializability under contention and a replica crash, and a known bug caught.
 
+use kairos_harness::TxnDeployment;
 use std::collections::{BTreeMap, BTreeSet};
 
 use std::time::Duration;
@@ -24,7 +25,15 @@ fn run(bench: &Bench, config: &TapirConfig) -> (RunOutcome, CheckReport) {
 
 #[test]
 fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip() {
-    let bench = Bench { load_txn_per_s: 400.0, skew: 0.0, duration: Duration::from_secs(3), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment {
+            load_txn_per_s: 400.0,
+            skew: 0.0,
+            duration: Duration::from_secs(3),
+            ..Default::default()
+        },
+        ..Bench::default()
+    };
     let (out, report) = run(&bench, &TapirConfig::default());
     let t = out.totals();
     eprintln!("{t:?}\n{:?}\n{report}", out.metrics);
@@ -34,8 +43,8 @@ fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip(
     for (region, s) in out.stats_by_region() {
         let fast_share = s.committed_fast as f64 / s.committed as f64;
         let median_ms = out.median_latency_ms(&region);
-        let servers: Vec<&str> = bench.server_regions.iter().map(String::as_str).collect();
-        let analytic = analytic_latency(&region, &servers, bench.placement, bench.shards).unwrap();
+        let servers: Vec<&str> = bench.base.server_regions.iter().map(String::as_str).collect();
+        let analytic = analytic_latency(&region, &servers, bench.base.placement, bench.base.shards).unwrap();
         let analytic_ms = analytic.as_secs_f64() * 1e3;
         eprintln!("{region}: median {median_ms:.1} ms, analytic {analytic_ms:.1} ms, fast share {fast_share:.3}");
         assert!(fast_share > 0.99, "{region}: {s:?}");
@@ -59,13 +68,14 @@ fn without_conflicts_tapir_commits_on_the_fast_path_in_one_wide_area_round_trip(
 
 /// A small, skewed key space: concurrent increments of hot keys conflict.
 fn contended() -> Bench {
-    Bench {
+    let base = TxnDeployment {
         keys_per_shard: 1_000,
         skew: 0.99,
         load_txn_per_s: 600.0,
         duration: Duration::from_secs(3),
-        ..Bench::default()
-    }
+        ..Default::default()
+    };
+    Bench { base, ..Bench::default() }
 }
 
 #[test]
@@ -134,13 +144,16 @@ fn a_broken_prepared_index_stops_the_run_at_the_invariant() {
 /// serializably.
 #[test]
 fn a_replica_crash_does_not_stop_commits_which_take_the_slow_path() {
-    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(4), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 300.0, duration: Duration::from_secs(4), ..Default::default() },
+        ..Bench::default()
+    };
     let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     let crash = SimTime::from_secs(1);
     for replicas in &world.topology.shards {
         world.sim.schedule(crash, Fault::Crash(replicas[2]));
     }
-    world.sim.run_until(SimTime::ZERO + bench.duration + bench.drain);
+    world.sim.run_until(SimTime::ZERO + bench.base.duration + bench.drain);
     let history = world.sim.history().to_vec();
     let report = check(&history, Model::StrictSerializable).unwrap();
     eprintln!("{:?}\n{report}", world.sim.metrics());
@@ -176,7 +189,10 @@ fn a_replica_crash_does_not_stop_commits_which_take_the_slow_path() {
 /// all three replicas of every shard agree.
 #[test]
 fn a_restarted_replica_replays_its_journal_and_the_history_stays_strictly_serializable() {
-    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(4), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 300.0, duration: Duration::from_secs(4), ..Default::default() },
+        ..Bench::default()
+    };
     let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     for replicas in &world.topology.shards {
         world.sim.schedule(SimTime::from_secs(1), Fault::Crash(replicas[2]));
@@ -238,7 +254,10 @@ fn assert_surviving_replicas_agree(
 /// catches up: nothing is left prepared anywhere and all three replicas agree on every key.
 #[test]
 fn a_replica_cut_off_for_long_gets_every_commit_and_abort_after_the_heal() {
-    let bench = Bench { load_txn_per_s: 300.0, duration: Duration::from_secs(3), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 300.0, duration: Duration::from_secs(3), ..Default::default() },
+        ..Bench::default()
+    };
     let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     let cut: Vec<NodeId> = world.topology.shards.iter().map(|r| r[2]).collect();
     let servers = world.topology.shard_count() * world.topology.replicas_per_shard();
@@ -263,7 +282,15 @@ fn a_replica_cut_off_for_long_gets_every_commit_and_abort_after_the_heal() {
 /// once, strictly serializably, and nothing stays prepared.
 #[test]
 fn message_loss_is_survived_by_retransmission() {
-    let bench = Bench { loss: 0.02, load_txn_per_s: 300.0, duration: Duration::from_secs(3), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment {
+            loss: 0.02,
+            load_txn_per_s: 300.0,
+            duration: Duration::from_secs(3),
+            ..Default::default()
+        },
+        ..Bench::default()
+    };
     let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     world.sim.run_until(SimTime::from_secs(20));
     let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
@@ -288,7 +315,10 @@ fn message_loss_is_survived_by_retransmission() {
 /// The history, with the lost transactions as indeterminate, stays strictly serializable.
 #[test]
 fn a_coordinator_crash_and_restart_keeps_ids_fresh_and_the_history_strictly_serializable() {
-    let bench = Bench { load_txn_per_s: 400.0, duration: Duration::from_secs(4), ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 400.0, duration: Duration::from_secs(4), ..Default::default() },
+        ..Bench::default()
+    };
     let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
     let servers = (world.topology.shard_count() * world.topology.replicas_per_shard()) as u32;
 
@@ -332,17 +362,22 @@ fn a_coordinator_crash_and_restart_keeps_ids_fresh_and_the_history_strictly_seri
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     let bench = Bench {
-        load_txn_per_s: 300.0,
-        duration: Duration::from_secs(1),
-        skew: 0.99,
-        keys_per_shard: 1_000,
+        base: TxnDeployment {
+            load_txn_per_s: 300.0,
+            duration: Duration::from_secs(1),
+            skew: 0.99,
+            keys_per_shard: 1_000,
+            ..Default::default()
+        },
         ..Bench::default()
     };
     let a = bench.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
     let b = bench.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
     assert_eq!(a.trace_hash, b.trace_hash);
     assert_eq!(a.history.len(), b.history.len());
-    let c = Bench { seed: bench.seed + 1, ..bench }.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
+    let mut next_seed = bench;
+    next_seed.base.seed += 1;
+    let c = next_seed.run_peer::<Tapir>(&TapirConfig::default(), |_| {}).unwrap();
     assert_ne!(a.trace_hash, c.trace_hash);
 }
 
@@ -355,13 +390,16 @@ fn the_same_seed_gives_the_same_trace() {
 fn randomized_faults_never_break_strict_serializability() {
     for seed in 1..=4u64 {
         let bench = Bench {
-            seed,
-            clock: if seed % 2 == 1 { ClockPreset::Bad } else { ClockPreset::Chrony },
-            keys_per_shard: 2_000,
-            skew: 0.9,
-            loss: 0.03,
-            load_txn_per_s: 200.0,
-            duration: Duration::from_secs(2),
+            base: TxnDeployment {
+                seed,
+                clock: if seed % 2 == 1 { ClockPreset::Bad } else { ClockPreset::Chrony },
+                keys_per_shard: 2_000,
+                skew: 0.9,
+                loss: 0.03,
+                load_txn_per_s: 200.0,
+                duration: Duration::from_secs(2),
+                ..Default::default()
+            },
             ..Bench::default()
         };
         let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
@@ -382,8 +420,15 @@ fn randomized_faults_never_break_strict_serializability() {
 #[test]
 fn replicas_that_lose_their_disks_commit_stale_reads_and_the_checker_catches_it() {
     let run = |wipe: bool| {
-        let bench =
-            Bench { load_txn_per_s: 600.0, keys_per_shard: 20, duration: Duration::from_secs(4), ..Bench::default() };
+        let bench = Bench {
+            base: TxnDeployment {
+                load_txn_per_s: 600.0,
+                keys_per_shard: 20,
+                duration: Duration::from_secs(4),
+                ..Default::default()
+            },
+            ..Bench::default()
+        };
         let mut world = bench.build::<Tapir>(&TapirConfig::default()).unwrap();
         for replicas in &world.topology.shards {
             for (i, r) in replicas.iter().enumerate() {

@@ -2,22 +2,23 @@
 //! it, before any history anomaly could show it (or when none ever would).
 
 use kairos_harness::tiga::Deployment;
-use kairos_harness::DeployError;
+use kairos_harness::{DeployError, TxnDeployment};
 use kairos_workload::Placement;
 use std::time::Duration;
 
 /// Contended MicroBench with no headroom (timestamp = send time): leaders bump most
 /// timestamps, so followers must adopt the leader's final timestamp for what they held.
 fn contended(unsafe_follower_keeps_own_ts: bool) -> Deployment {
-    let mut d = Deployment {
+    let base = TxnDeployment {
         seed: 3,
         load_txn_per_s: 3_000.0,
         skew: 0.99,
         keys_per_shard: 1_000,
         placement: Placement::Separated,
         duration: Duration::from_secs(1),
-        ..Deployment::default()
+        ..Default::default()
     };
+    let mut d = Deployment { base, ..Deployment::default() };
     d.config.zero_headroom = true;
     d.config.unsafe_follower_keeps_own_ts = unsafe_follower_keeps_own_ts;
     d

@@ -3,6 +3,7 @@
 
 use kairos_check::{check, Model};
 use kairos_harness::tiga::Deployment;
+use kairos_harness::TxnDeployment;
 use kairos_workload::Placement;
 use std::time::Duration;
 
@@ -39,7 +40,10 @@ fn median_latency_ms(out: &kairos_harness::tiga::Outcome, region: &str) -> f64 {
 
 #[test]
 fn colocated_leaders_commit_strictly_serializably_mostly_on_the_fast_path() {
-    let d = Deployment { load_txn_per_s: 2_000.0, duration: Duration::from_secs(3), ..Deployment::default() };
+    let d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 2_000.0, duration: Duration::from_secs(3), ..Default::default() },
+        ..Deployment::default()
+    };
     let (out, report) = run(&d);
     let m = |k: &str| out.metrics.get(k).copied().unwrap_or(0);
     eprintln!("{:?}\n{report}", out.metrics);
@@ -79,7 +83,10 @@ fn colocated_leaders_commit_strictly_serializably_mostly_on_the_fast_path() {
 #[test]
 fn the_per_transaction_quorum_choice_takes_the_slow_path_where_it_commits_sooner() {
     use kairos_harness::tiga::analytic_latency;
-    let mut d = Deployment { load_txn_per_s: 2_000.0, duration: Duration::from_secs(3), ..Deployment::default() };
+    let mut d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 2_000.0, duration: Duration::from_secs(3), ..Default::default() },
+        ..Deployment::default()
+    };
     let paper = d.clone();
     d.config.quorum_choice = true;
     let (out, report) = run(&d);
@@ -101,7 +108,8 @@ fn the_per_transaction_quorum_choice_takes_the_slow_path_where_it_commits_sooner
             assert!(median_ms < 0.92 * paper_median_ms, "{region}: {median_ms} ms, paper's rule {paper_median_ms} ms");
         }
     }
-    let separated = Deployment { placement: Placement::Separated, skew: 0.9, ..d.clone() };
+    let mut separated = d.clone();
+    (separated.base.placement, separated.base.skew) = (Placement::Separated, 0.9);
     let (out, report) = run(&separated);
     assert!(report.valid, "{report}");
     assert!(out.metrics.get("tiga.committed").copied().unwrap_or(0) > 4_000, "{:?}", out.metrics);
@@ -110,10 +118,13 @@ fn the_per_transaction_quorum_choice_takes_the_slow_path_where_it_commits_sooner
 #[test]
 fn separated_leaders_stay_strictly_serializable() {
     let d = Deployment {
-        placement: Placement::Separated,
-        load_txn_per_s: 1_000.0,
-        duration: Duration::from_secs(3),
-        skew: 0.9,
+        base: TxnDeployment {
+            placement: Placement::Separated,
+            load_txn_per_s: 1_000.0,
+            duration: Duration::from_secs(3),
+            skew: 0.9,
+            ..Default::default()
+        },
         ..Deployment::default()
     };
     let (out, report) = run(&d);
@@ -129,14 +140,15 @@ fn separated_leaders_stay_strictly_serializable() {
 /// 40 ms less headroom than the estimate, so that transactions reach far replicas after their
 /// timestamp and leaders bump them and disagree.
 fn contended_separated() -> Deployment {
-    let mut d = Deployment {
+    let base = TxnDeployment {
         placement: Placement::Separated,
         keys_per_shard: 200,
         skew: 0.99,
         load_txn_per_s: 400.0,
         duration: Duration::from_secs(3),
-        ..Deployment::default()
+        ..Default::default()
     };
+    let mut d = Deployment { base, ..Deployment::default() };
     d.config.headroom_shift_ns = -40_000_000;
     d
 }
@@ -242,11 +254,14 @@ fn message_loss_is_survived_by_retransmission_with_at_most_once_execution() {
         // 1..=8 and both placements, 7 of 16 runs had 1–2 `info` before byte-string keys and 10
         // of 16 after (keys now land on shards by hash). This seed has none in either placement.
         let d = Deployment {
-            seed: 2,
-            placement,
-            loss: 0.02,
-            load_txn_per_s: 500.0,
-            duration: Duration::from_secs(3),
+            base: TxnDeployment {
+                seed: 2,
+                placement,
+                loss: 0.02,
+                load_txn_per_s: 500.0,
+                duration: Duration::from_secs(3),
+                ..Default::default()
+            },
             ..Deployment::default()
         };
         let (out, report) = run(&d);
@@ -266,11 +281,14 @@ fn checkpoints_agree_across_replicas_and_with_a_replay_of_the_log() {
     use kairos_tiga::server::Server;
     for placement in [Placement::CoLocated, Placement::Separated] {
         let mut d = Deployment {
-            placement,
-            keys_per_shard: 2_000,
-            skew: 0.9,
-            load_txn_per_s: 1_000.0,
-            duration: Duration::from_secs(3),
+            base: TxnDeployment {
+                placement,
+                keys_per_shard: 2_000,
+                skew: 0.9,
+                load_txn_per_s: 1_000.0,
+                duration: Duration::from_secs(3),
+                ..Default::default()
+            },
             ..Deployment::default()
         };
         d.config.checkpoint_interval = 500;
@@ -327,11 +345,14 @@ fn transactions_that_never_reach_a_leader_are_abandoned_and_release_their_keys()
     use kairos_core::{NodeId, OpType, SimTime};
     for placement in [Placement::CoLocated, Placement::Separated] {
         let d = Deployment {
-            placement,
-            keys_per_shard: 300,
-            skew: 0.9,
-            load_txn_per_s: 300.0,
-            duration: Duration::from_secs(20),
+            base: TxnDeployment {
+                placement,
+                keys_per_shard: 300,
+                skew: 0.9,
+                load_txn_per_s: 300.0,
+                duration: Duration::from_secs(20),
+                ..Default::default()
+            },
             ..Deployment::default()
         };
         let mut world = d.build().unwrap();
@@ -396,9 +417,12 @@ fn past_saturation_admission_control_keeps_throughput_where_open_loop_load_colla
     let duration = Duration::from_secs(6);
     let overloaded = |admission_control: bool| {
         let mut d = Deployment {
-            load_txn_per_s: 1_800.0,
-            duration,
-            cpu: kairos_sim::CpuModel::Fixed(Duration::from_micros(500)),
+            base: TxnDeployment {
+                load_txn_per_s: 1_800.0,
+                duration,
+                cpu: kairos_sim::CpuModel::Fixed(Duration::from_micros(500)),
+                ..Default::default()
+            },
             ..Deployment::default()
         };
         d.config.admission_control = admission_control;

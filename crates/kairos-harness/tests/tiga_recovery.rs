@@ -6,6 +6,7 @@
 use kairos_check::{check, Model};
 use kairos_core::{NodeId, SimTime};
 use kairos_harness::tiga::Deployment;
+use kairos_harness::TxnDeployment;
 use kairos_sim::Fault;
 use kairos_tiga::server::Server;
 use std::time::Duration;
@@ -14,7 +15,10 @@ use std::time::Duration;
 /// returns (leader log length, follower log length, follower stats) per shard, and whether the
 /// history is strictly serializable.
 fn run(wipe: bool) -> (Vec<(u64, u64, kairos_tiga::server::ServerStats)>, bool) {
-    let d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(4), ..Deployment::default() };
+    let d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 600.0, duration: Duration::from_secs(4), ..Default::default() },
+        ..Deployment::default()
+    };
     let mut world = d.build().unwrap();
     let mut followers = Vec::new();
     for (s, replicas) in world.topology.shards.iter().enumerate() {
@@ -64,7 +68,10 @@ fn a_follower_that_lost_its_disk_rejoins_from_nothing_and_catches_up() {
 /// coordinator can resend them: what each server retains stays bounded as the log grows.
 #[test]
 fn what_a_server_retains_stays_bounded_as_the_log_grows() {
-    let mut d = Deployment { load_txn_per_s: 1_000.0, duration: Duration::from_secs(20), ..Deployment::default() };
+    let mut d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 1_000.0, duration: Duration::from_secs(20), ..Default::default() },
+        ..Deployment::default()
+    };
     d.config.checkpoint_interval = 1_000;
     d.config.checkpoint_positions_per_key = 0;
     let mut world = d.build().unwrap();
@@ -94,7 +101,10 @@ fn what_a_server_retains_stays_bounded_as_the_log_grows() {
 /// checkpoint instead, and catches up from it.
 #[test]
 fn a_follower_behind_the_leaders_truncated_log_installs_its_checkpoint() {
-    let mut d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Deployment::default() };
+    let mut d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Default::default() },
+        ..Deployment::default()
+    };
     d.config.checkpoint_interval = 300;
     d.config.checkpoint_positions_per_key = 0;
     let mut world = d.build().unwrap();
@@ -118,7 +128,10 @@ fn a_follower_behind_the_leaders_truncated_log_installs_its_checkpoint() {
 #[test]
 fn a_leader_probes_a_dead_follower_instead_of_streaming_its_log_to_it() {
     let entries_sent = |crash: bool| {
-        let d = Deployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Deployment::default() };
+        let d = Deployment {
+            base: TxnDeployment { load_txn_per_s: 600.0, duration: Duration::from_secs(6), ..Default::default() },
+            ..Deployment::default()
+        };
         let mut world = d.build().unwrap();
         let (leader, follower) = (world.topology.shards[0][0], world.topology.shards[0][1]);
         if crash {

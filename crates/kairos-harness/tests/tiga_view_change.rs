@@ -7,13 +7,15 @@
 use kairos_check::{check, Model};
 use kairos_core::{NodeId, SimTime};
 use kairos_harness::tiga::{Deployment, World};
+use kairos_harness::TxnDeployment;
 use kairos_sim::Fault;
 use kairos_tiga::server::Server;
 use kairos_tiga::view::{ServerState, ViewManager};
 use std::time::Duration;
 
 fn deployment(seed: u64) -> Deployment {
-    Deployment { seed, load_txn_per_s: 600.0, duration: Duration::from_secs(5), ..Deployment::default() }
+    let base = TxnDeployment { seed, load_txn_per_s: 600.0, duration: Duration::from_secs(5), ..Default::default() };
+    Deployment { base, ..Deployment::default() }
 }
 
 /// Committed transactions whose completion came after `after` (true time).
@@ -87,8 +89,8 @@ fn survives(seed: u64, tune: impl Fn(&mut Deployment), faults: &[(u64, Fault)]) 
 /// Few keys per shard, so that later transactions read what earlier ones wrote.
 fn hot(shards: u32) -> impl Fn(&mut Deployment) {
     move |d: &mut Deployment| {
-        d.shards = shards;
-        d.keys_per_shard = 30;
+        d.base.shards = shards;
+        d.base.keys_per_shard = 30;
     }
 }
 
@@ -225,7 +227,7 @@ fn headroom_estimates_do_not_take_a_view_changes_wait_for_network_delay() {
     use kairos_core::history::OpType;
     use kairos_harness::tiga::{analytic_latency_in, LeaderKill};
     let mut d = deployment(1);
-    d.load_txn_per_s = 2_000.0;
+    d.base.load_txn_per_s = 2_000.0;
     d.kill_leader = Some(LeaderKill { at: Duration::from_millis(1_500), shard: 0, restart_after: None });
     let out = d.run(|_| {}).unwrap();
     assert_eq!((out.view, out.leaders.clone()), (1, vec![1, 1, 1]), "every leader moves to fi");

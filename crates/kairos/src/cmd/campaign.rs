@@ -6,6 +6,7 @@
 //! for something afterwards gets an answer. A failing seed's history is saved with the command
 //! that replays it.
 
+use kairos_harness::TxnDeployment;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -143,8 +144,16 @@ fn run_seed(
     let end = faults_end(args);
     let recovery = Duration::from_secs_f64(args.recovery_s.max(1.0));
     let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
-    let bench =
-        Bench { seed, load_txn_per_s: args.load, duration: end + recovery, keys_per_shard: 2_000, ..Bench::default() };
+    let bench = Bench {
+        base: TxnDeployment {
+            seed,
+            load_txn_per_s: args.load,
+            duration: end + recovery,
+            keys_per_shard: 2_000,
+            ..Default::default()
+        },
+        ..Bench::default()
+    };
     // Faults over [offset + 0.5 s, offset + end): offset is the warm-up before clients start.
     // `lose_disks`: the targets whose roles come back safely without their disk (amnesia).
     let plan_with = |targets: &[NodeId], lose_disks: &[NodeId], offset: Duration| {

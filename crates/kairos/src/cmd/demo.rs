@@ -8,6 +8,7 @@ use crate::CliError;
 use kairos_harness::micro::{Bench, Protocol};
 use kairos_harness::register::RegisterRun;
 use kairos_harness::tiga::{Deployment, LeaderKill};
+use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
 use std::time::Duration;
 
@@ -20,9 +21,12 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("5 virtual seconds. 'analytic' is the latency the paper's design implies for perfect clocks:");
     println!("headroom + the faster of the fast path and the slow path (see kairos-tiga's crate docs).\n");
     let tiga = Deployment {
-        seed: args.seed,
-        load_txn_per_s: 4_000.0,
-        duration: Duration::from_secs(5),
+        base: TxnDeployment {
+            seed: args.seed,
+            load_txn_per_s: 4_000.0,
+            duration: Duration::from_secs(5),
+            ..Default::default()
+        },
         ..Deployment::default()
     };
     let (outcome, report) = super::tiga::run_and_check(&tiga)?;
@@ -49,15 +53,18 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("2,000 txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly");
     println!("serializable. Maximum throughput and the skew sweep: `kairos bench micro`.\n");
     let bench = Bench {
-        seed: args.seed,
-        load_txn_per_s: 2_000.0,
-        duration: Duration::from_secs(2),
-        cpu: CpuModel::Fixed(Duration::from_micros(5)),
+        base: TxnDeployment {
+            seed: args.seed,
+            load_txn_per_s: 2_000.0,
+            duration: Duration::from_secs(2),
+            cpu: CpuModel::Fixed(Duration::from_micros(5)),
+            ..Default::default()
+        },
         ..Bench::default()
     };
     let peers = Protocol::ALL.into_iter().map(|p| super::micro::run_point(&bench, p)).collect::<Result<Vec<_>, _>>()?;
-    let regions: Vec<String> = bench.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
-    super::micro::print_comparison(&regions, None, &peers, bench.load_txn_per_s);
+    let regions: Vec<String> = bench.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
+    super::micro::print_comparison(&regions, None, &peers, bench.base.load_txn_per_s);
     println!();
 
     println!("━━ 3. Causal sessions over a signed cluster-wide clock (MongoDB) ━━");

@@ -15,6 +15,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_harness::micro::{Bench, Protocol, RunOutcome};
+use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
 use kairos_txn::shell::ShellConfig;
 use kairos_workload::Placement;
@@ -134,15 +135,18 @@ impl MicroBenchArgs {
             Some(us) => return Err(CliError::Usage(format!("--cpu-us must be between 0 and 1,000,000, not {us}"))),
         };
         let bench = Bench {
-            seed: self.seed,
-            clock: self.clock.into(),
-            placement: match self.placement {
-                PlacementArg::CoLocated => Placement::CoLocated,
-                PlacementArg::Separated => Placement::Separated,
+            base: TxnDeployment {
+                seed: self.seed,
+                clock: self.clock.into(),
+                placement: match self.placement {
+                    PlacementArg::CoLocated => Placement::CoLocated,
+                    PlacementArg::Separated => Placement::Separated,
+                },
+                skew: self.skew,
+                duration: Duration::from_secs_f64(self.duration_s),
+                cpu,
+                ..Default::default()
             },
-            skew: self.skew,
-            duration: Duration::from_secs_f64(self.duration_s),
-            cpu,
             shell: ShellConfig { admission_control: self.admission.admission_control, ..ShellConfig::default() },
             ..Bench::default()
         };
@@ -161,7 +165,7 @@ pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
 /// Runs one protocol at one load and skew, with a progress bar, and checks its history.
 pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     let bar = progress::bar(100, protocol.name());
-    bar.set_message(format!("{:.0} txn/s, skew {}", bench.load_txn_per_s, bench.skew));
+    bar.set_message(format!("{:.0} txn/s, skew {}", bench.base.load_txn_per_s, bench.base.skew));
     let outcome =
         bench.run(protocol, |f| bar.set_position((f * 100.0) as u64)).map_err(|e| CliError::Usage(e.to_string()))?;
     bar.set_message(format!("checking {} transactions", outcome.history.len() / 2));
@@ -177,8 +181,8 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         format!(
             "{:>9} {:>8.0} txn/s offered → {:>8.0} txn/s, p50 {:>6.1} ms, commit rate {:.3}, {} ({:.1} s wall)",
             protocol.name(),
-            bench.load_txn_per_s,
-            window_throughput(&outcome.history, bench.duration),
+            bench.base.load_txn_per_s,
+            window_throughput(&outcome.history, bench.base.duration),
             result.latency_ms.p50,
             totals.commit_rate(),
             verdict.label(),
@@ -190,12 +194,12 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     }
     Ok(Point {
         protocol,
-        offered_txn_per_s: bench.load_txn_per_s,
-        skew: bench.skew,
-        admitted_txn_per_s: (bench.load_txn_per_s
-            - totals.admission_dropped as f64 / bench.duration.as_secs_f64().max(1e-9))
+        offered_txn_per_s: bench.base.load_txn_per_s,
+        skew: bench.base.skew,
+        admitted_txn_per_s: (bench.base.load_txn_per_s
+            - totals.admission_dropped as f64 / bench.base.duration.as_secs_f64().max(1e-9))
         .max(0.0),
-        throughput_txn_per_s: window_throughput(&outcome.history, bench.duration),
+        throughput_txn_per_s: window_throughput(&outcome.history, bench.base.duration),
         latency_ms: result.latency_ms.clone(),
         latency_ms_by_region: result.latency_ms_by_region.clone(),
         commit_rate: totals.commit_rate(),
@@ -218,19 +222,19 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     extra.insert("aborted_attempts".into(), totals.aborted_attempts.into());
     extra.insert("messages_sent".into(), outcome.stats.messages_sent.into());
     extra.insert("events_handled".into(), outcome.stats.events_handled.into());
-    extra.insert("placement".into(), format!("{:?}", bench.placement).to_lowercase().into());
-    extra.insert("cpu_model".into(), format!("{:?}", bench.cpu).into());
+    extra.insert("placement".into(), format!("{:?}", bench.base.placement).to_lowercase().into());
+    extra.insert("cpu_model".into(), format!("{:?}", bench.base.cpu).into());
     let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir);
     RunResult {
         system: "tiga".into(),
         protocol: outcome.protocol.name().into(),
-        workload: serde_json::json!({ "name": "micro", "skew": bench.skew, "keys_per_shard": bench.keys_per_shard, "shards": bench.shards, "keys_per_txn": 3 }),
+        workload: serde_json::json!({ "name": "micro", "skew": bench.base.skew, "keys_per_shard": bench.base.keys_per_shard, "shards": bench.base.shards, "keys_per_txn": 3 }),
         host: "sim".into(),
-        clock: bench.clock.to_string(),
-        seed: bench.seed,
-        duration_s: bench.duration.as_secs_f64(),
-        offered_ops_per_s: Some(bench.load_txn_per_s),
-        throughput_ops_per_s: window_throughput(&outcome.history, bench.duration),
+        clock: bench.base.clock.to_string(),
+        seed: bench.base.seed,
+        duration_s: bench.base.duration.as_secs_f64(),
+        offered_ops_per_s: Some(bench.base.load_txn_per_s),
+        throughput_ops_per_s: window_throughput(&outcome.history, bench.base.duration),
         latency_ms: summary.overall,
         latency_ms_by_region: summary.by_group,
         latency_cdf_ms: cdf,
@@ -256,17 +260,17 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
 }
 
 /// The points of one protocol's throughput search: the given loads, or a doubling sweep.
-fn saturation_points(args: &MicroBenchArgs, base: &Bench, protocol: Protocol) -> Result<Vec<Point>, CliError> {
+fn saturation_points(args: &MicroBenchArgs, template: &Bench, protocol: Protocol) -> Result<Vec<Point>, CliError> {
     let mut points = Vec::new();
     if !args.load.is_empty() {
         for &load in &args.load {
-            points.push(run_point(&Bench { load_txn_per_s: load, ..base.clone() }, protocol)?);
+            points.push(run_point(&template.at_load(load), protocol)?);
         }
         return Ok(points);
     }
     let mut load = args.sweep_start;
     while points.len() < SWEEP_POINTS_MAX && load <= LOAD_MAX {
-        let p = run_point(&Bench { load_txn_per_s: load, ..base.clone() }, protocol)?;
+        let p = run_point(&template.at_load(load), protocol)?;
         let share = p.throughput_txn_per_s / load;
         points.push(p);
         if share < SATURATED_SHARE {
@@ -284,21 +288,21 @@ fn max_throughput(points: &[Point]) -> f64 {
 }
 
 pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
-    let (protocols, mut base) = args.to_bench()?;
+    let (protocols, mut template) = args.to_bench()?;
     let mut message_cost = None;
-    if let CpuModel::Measured { wire, .. } = &mut base.cpu {
+    if let CpuModel::Measured { wire, .. } = &mut template.base.cpu {
         let (calibrated, source) = super::net::wire_cost(args.message_cost_us)?;
         *wire = calibrated;
         message_cost = Some(source);
     }
     println!(
         "MicroBench, skew {}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
-        base.skew,
-        base.clock,
-        if base.placement == Placement::CoLocated { "co-located" } else { "separated" },
-        base.seed,
-        base.duration.as_secs_f64(),
-        match &base.cpu {
+        template.base.skew,
+        template.base.clock,
+        if template.base.placement == Placement::CoLocated { "co-located" } else { "separated" },
+        template.base.seed,
+        template.base.duration.as_secs_f64(),
+        match &template.base.cpu {
             CpuModel::Fixed(d) => format!("fixed {} µs per handler", d.as_secs_f64() * 1e6),
             CpuModel::Measured { wire, .. } if !wire.is_zero() => format!(
                 "{} ({}; compare within this run only)",
@@ -311,7 +315,7 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
     let mut sweeps: Vec<(Protocol, Vec<Point>)> = Vec::new();
     for &p in &protocols {
         eprintln!("— {p}: maximum throughput");
-        sweeps.push((p, saturation_points(&args, &base, p)?));
+        sweeps.push((p, saturation_points(&args, &template, p)?));
     }
     let max_by_protocol: Vec<(Protocol, f64)> = sweeps.iter().map(|(p, pts)| (*p, max_throughput(pts))).collect();
     let common_load = args.common_load.unwrap_or_else(|| {
@@ -321,19 +325,21 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
     let mut common = Vec::new();
     for &p in &protocols {
         eprintln!("— {p}: latency at the common load of {common_load:.0} txn/s");
-        common.push(run_point(&Bench { load_txn_per_s: common_load, ..base.clone() }, p)?);
+        common.push(run_point(&template.at_load(common_load), p)?);
     }
     let mut skew_points: Vec<Point> = Vec::new();
     let sweep_load = args.sweep_load.unwrap_or(common_load);
     for &skew in &args.skew_sweep {
         for &p in &protocols {
             eprintln!("— {p}: skew {skew} at {sweep_load:.0} txn/s");
-            skew_points.push(run_point(&Bench { load_txn_per_s: sweep_load, skew, ..base.clone() }, p)?);
+            let mut bench = template.at_load(sweep_load);
+            bench.base.skew = skew;
+            skew_points.push(run_point(&bench, p)?);
         }
     }
 
     print_sweeps(&sweeps);
-    let regions: Vec<String> = base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
+    let regions: Vec<String> = template.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
     print_comparison(&regions, Some(&max_by_protocol), &common, common_load);
     if !skew_points.is_empty() {
         print_skew_sweep(&protocols, &args.skew_sweep, &skew_points, sweep_load);
@@ -365,7 +371,8 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
             println!("wrote {}", path.display());
         }
         if let Some(path) = &args.plot {
-            let title = format!("MicroBench at {common_load:.0} txn/s, skew {}: commit latency CDF", base.skew);
+            let title =
+                format!("MicroBench at {common_load:.0} txn/s, skew {}: commit latency CDF", template.base.skew);
             crate::report::write_run_figure(path, &title, &results)?;
         }
     }
@@ -373,9 +380,9 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         None => Ok(()),
         Some((protocol, load, skew)) => Err(CliError::Anomaly(format!(
             "the {protocol} history at {load:.0} txn/s, skew {skew}, seed {} is not strictly serializable ({})",
-            base.seed,
-            match base.cpu {
-                CpuModel::Fixed(_) => format!("replay with --seed {} --load {load} --skew {skew}", base.seed),
+            template.base.seed,
+            match template.base.cpu {
+                CpuModel::Fixed(_) => format!("replay with --seed {} --load {load} --skew {skew}", template.base.seed),
                 _ => "measured CPU times vary between runs: rerun with --cpu-us for a bit-for-bit replay".into(),
             }
         ))),

@@ -10,6 +10,7 @@ use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_harness::tiga::{analytic_latency, analytic_latency_in, Deployment, LeaderKill, Mode, Outcome};
+use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
@@ -71,36 +72,39 @@ impl TigaArgs {
                 Some(LeaderKill { at: Duration::from_secs_f64(at), shard: self.kill_shard, restart_after })
             }
         };
-        let base = Deployment {
-            seed: self.seed,
-            kill_leader,
-            clock: self.clock.into(),
-            placement: match self.placement {
-                PlacementArg::CoLocated => Placement::CoLocated,
-                PlacementArg::Separated => Placement::Separated,
+        let template = Deployment {
+            base: TxnDeployment {
+                seed: self.seed,
+                clock: self.clock.into(),
+                placement: match self.placement {
+                    PlacementArg::CoLocated => Placement::CoLocated,
+                    PlacementArg::Separated => Placement::Separated,
+                },
+                skew: self.skew,
+                duration: Duration::from_secs_f64(self.duration_s),
+                loss: self.loss,
+                cpu: if self.measured_cpu {
+                    CpuModel::MEASURED
+                } else {
+                    CpuModel::Fixed(Duration::from_secs_f64(self.cpu_us / 1e6))
+                },
+                ..Default::default()
             },
-            skew: self.skew,
+            kill_leader,
             mode: match self.mode {
                 ModeArg::Auto => Mode::Auto,
                 ModeArg::Preventive => Mode::Preventive,
                 ModeArg::Detective => Mode::Detective,
             },
-            duration: Duration::from_secs_f64(self.duration_s),
-            loss: self.loss,
-            cpu: if self.measured_cpu {
-                CpuModel::MEASURED
-            } else {
-                CpuModel::Fixed(Duration::from_secs_f64(self.cpu_us / 1e6))
-            },
             ..Deployment::default()
         };
-        let mut base = base;
-        base.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
-        base.config.zero_headroom = self.zero_headroom;
-        base.config.quorum_choice = self.quorum_choice;
-        base.config.announce_at_release = self.announce_at_release_ms.map(|ms| Duration::from_secs_f64(ms / 1e3));
-        base.config.admission_control = self.admission.admission_control;
-        Ok(self.load.iter().map(|l| Deployment { load_txn_per_s: *l, ..base.clone() }).collect())
+        let mut template = template;
+        template.config.headroom_shift_ns = (self.headroom_shift_ms * 1e6) as i64;
+        template.config.zero_headroom = self.zero_headroom;
+        template.config.quorum_choice = self.quorum_choice;
+        template.config.announce_at_release = self.announce_at_release_ms.map(|ms| Duration::from_secs_f64(ms / 1e3));
+        template.config.admission_control = self.admission.admission_control;
+        Ok(self.load.iter().map(|l| template.at_load(*l)).collect())
     }
 }
 
@@ -111,7 +115,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         let (wire, source) = super::net::wire_cost(args.message_cost_us)?;
         println!("CPU: {}", super::net::cpu_header(&wire));
         for d in &mut deployments {
-            d.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
+            d.base.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
         }
         message_cost = Some(source);
     }
@@ -127,7 +131,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
             r.extra.insert("message_cost".into(), source.clone());
         }
         print_table(d, &outcome, &r);
-        if matches!(d.cpu, CpuModel::Measured { .. }) {
+        if matches!(d.base.cpu, CpuModel::Measured { .. }) {
             print_cpu(&outcome, r.committed);
         }
         if d.kill_leader.is_some() {
@@ -147,11 +151,11 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
     }
     if let Some(path) = &args.plot {
         let d = &deployments[0];
-        let title = format!("Tiga, {} clocks, skew {}: commit latency CDF", d.clock, d.skew);
+        let title = format!("Tiga, {} clocks, skew {}: commit latency CDF", d.base.clock, d.base.skew);
         crate::report::write_run_figure(path, &title, &results)?;
     }
     for (d, report) in deployments.iter().zip(&reports) {
-        verdict(report, d.seed)?;
+        verdict(report, d.base.seed)?;
     }
     Ok(())
 }
@@ -174,7 +178,7 @@ fn print_cpu(outcome: &Outcome, committed: u64) {
 /// Runs one deployment with a progress bar and checks its history.
 pub fn run_and_check(d: &Deployment) -> Result<(Outcome, CheckReport), CliError> {
     let bar = progress::bar(100, "tiga");
-    bar.set_message(format!("{:.0} txn/s, seed {}", d.load_txn_per_s, d.seed));
+    bar.set_message(format!("{:.0} txn/s, seed {}", d.base.load_txn_per_s, d.base.seed));
     let outcome = d.run(|f| bar.set_position((f * 100.0) as u64)).map_err(|e| CliError::Usage(e.to_string()))?;
     progress::say(
         &bar,
@@ -216,7 +220,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
         (acc.0 + s.committed, acc.1 + s.committed_fast, acc.2 + s.committed_slow, acc.3 + s.ts_revised)
     });
     let mut extra = BTreeMap::new();
-    extra.insert("placement".into(), format!("{:?}", d.placement).to_lowercase().into());
+    extra.insert("placement".into(), format!("{:?}", d.base.placement).to_lowercase().into());
     extra.insert("mode".into(), format!("{:?}", d.mode).to_lowercase().into());
     let fast_by_region: serde_json::Map<String, serde_json::Value> =
         by_region.iter().map(|(r, s)| (r.clone(), share(s.committed_fast, s.committed).into())).collect();
@@ -242,16 +246,16 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     RunResult {
         system: "tiga".into(),
         protocol: "tiga".into(),
-        workload: serde_json::json!({ "name": "micro", "skew": d.skew, "keys_per_shard": d.keys_per_shard, "shards": d.shards, "keys_per_txn": 3 }),
+        workload: serde_json::json!({ "name": "micro", "skew": d.base.skew, "keys_per_shard": d.base.keys_per_shard, "shards": d.base.shards, "keys_per_txn": 3 }),
         host: "sim".into(),
-        clock: d.clock.to_string(),
-        seed: d.seed,
-        duration_s: d.duration.as_secs_f64(),
-        offered_ops_per_s: Some(d.load_txn_per_s),
+        clock: d.base.clock.to_string(),
+        seed: d.base.seed,
+        duration_s: d.base.duration.as_secs_f64(),
+        offered_ops_per_s: Some(d.base.load_txn_per_s),
         // Commits in the measurement window, as `bench micro` counts them: dividing every
         // commit (including the drain after the load) by the load's duration overstates
         // throughput at saturation.
-        throughput_ops_per_s: super::micro::window_throughput(&outcome.history, d.duration),
+        throughput_ops_per_s: super::micro::window_throughput(&outcome.history, d.base.duration),
         latency_ms: summary.overall,
         latency_ms_by_region: summary.by_group,
         latency_cdf_ms: cdf,
@@ -283,14 +287,14 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
 pub fn print_table(d: &Deployment, outcome: &Outcome, r: &RunResult) {
     println!(
         "Tiga, {} leaders, {} clocks, skew {}, seed {}: offered {:.0} txn/s, throughput {:.0} txn/s, {} committed, {} unknown, trace {}",
-        match d.placement {
+        match d.base.placement {
             Placement::CoLocated => "co-located",
             Placement::Separated => "separated",
         },
         r.clock,
-        d.skew,
-        d.seed,
-        d.load_txn_per_s,
+        d.base.skew,
+        d.base.seed,
+        d.base.load_txn_per_s,
         r.throughput_ops_per_s,
         r.committed,
         r.unknown,
@@ -338,7 +342,7 @@ const SERIES_BIN: Duration = Duration::from_millis(100);
 /// `recovery_s`). Nothing without a crash in `d`.
 pub fn print_recovery(d: &Deployment, outcome: &Outcome, r: &mut RunResult, step: usize) {
     let Some(k) = &d.kill_leader else { return };
-    let series = stats::series(&outcome.history, SERIES_BIN, d.duration);
+    let series = stats::series(&outcome.history, SERIES_BIN, d.base.duration);
     let crash_s = k.at.as_secs_f64();
     let recovery = stats::recovery_s(&series, crash_s, 5);
     let mut t = Table::new();
@@ -370,7 +374,7 @@ pub fn print_recovery(d: &Deployment, outcome: &Outcome, r: &mut RunResult, step
     // against the analytic latency of the new placement, where the crashed replica is missing.
     if let Some(rec) = recovery {
         let from_s = crash_s + rec + 1.0;
-        if from_s < d.duration.as_secs_f64() {
+        if from_s < d.base.duration.as_secs_f64() {
             let restarted_before = k.restart_after.is_some_and(|a| crash_s + a.as_secs_f64() < from_s);
             let old_leader = outcome.topology.leader.get(k.shard as usize).copied().unwrap_or(0);
             let down: Vec<(u32, u32)> = if restarted_before { Vec::new() } else { vec![(k.shard, old_leader)] };

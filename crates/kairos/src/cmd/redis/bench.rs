@@ -31,6 +31,7 @@ use kairos_check::{check, Model, Verdict};
 use kairos_core::history::HistoryRecord;
 use kairos_core::NodeId;
 use kairos_harness::tiga::{analytic_latency, Deployment};
+use kairos_harness::TxnDeployment;
 use kairos_net::ClusterConfig;
 use serde::Serialize;
 use std::io::{BufReader, Write};
@@ -290,7 +291,7 @@ pub fn bench(a: ClusterBenchArgs) -> Result<(), CliError> {
         if a.no_delay {
             return None;
         }
-        let mut d = Deployment { shards, ..Deployment::default() };
+        let mut d = Deployment { base: TxnDeployment { shards, ..Default::default() }, ..Deployment::default() };
         d.config.margin = Duration::from_secs_f64(a.margin_ms / 1e3);
         d.config.quorum_choice = a.quorum_choice;
         analytic_latency(&d, region).ok().map(|l| l.as_secs_f64() * 1e3)
