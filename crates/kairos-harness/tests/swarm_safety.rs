@@ -255,6 +255,8 @@ fn fusee_under_stalled_chains_and_contention_stays_linearizable() {
 #[test]
 fn fusee_seed_184_a_cas_stalled_across_two_races_does_not_make_a_second_winner() {
     let mut run = SwarmRun::draw(184, false, Some(Protocol::Fusee));
+    // As drawn when it failed, before key creation joined the draw.
+    run.fresh_keys = 0;
     run.crash_node_at = None;
     run.crash_client_after = None;
     run.adversary.crash_client_at_chain = None;

@@ -112,6 +112,9 @@ pub struct SwarmRun {
     pub recycling: bool,
     /// Stalls and crashes of clients mid-chain (none by default).
     pub adversary: Adversary,
+    /// Keys beyond `keys`, not loaded: created during the run by their owner while every
+    /// client reads and updates them ([`client_node::FreshKeys`]). 0 by default.
+    pub fresh_keys: u64,
 }
 
 impl Default for SwarmRun {
@@ -142,6 +145,7 @@ impl Default for SwarmRun {
             unsafe_switch: UnsafeSwitch::Off,
             recycling: true,
             adversary: Adversary::default(),
+            fresh_keys: 0,
         }
     }
 }
@@ -269,7 +273,9 @@ impl SwarmRun {
     /// A randomized deployment for swarm testing, all of it drawn from `seed`: 2–6 clients
     /// (`hard`: 4–8 on one key, shorter runs), 1–6 keys, value size, operations in flight,
     /// clock skew and drift, a memory-node crash or a client crash about a third of the time
-    /// each, and the adversarial scheduler ([`Adversary::draw`]). `protocol`: the one to run,
+    /// each, the adversarial scheduler ([`Adversary::draw`]), and about half the time 1–3 keys
+    /// created during the run (drawn last, so the other draws are those of the seeds found
+    /// before key creation joined the campaigns). `protocol`: the one to run,
     /// or `None` to draw it too (SWARM-KV four times in five, else DM-ABD). The draw is the
     /// same whichever is given, so a seed means one deployment.
     pub fn draw(seed: u64, hard: bool, protocol: Option<Protocol>) -> SwarmRun {
@@ -295,6 +301,7 @@ impl SwarmRun {
             crash_client_after: r.random_bool(0.3).then(|| (r.random_range(0..clients), r.random_range(1..ops))),
             piece_ns_max: r.random_range(1..=100),
             adversary: Adversary::draw(&mut r, clients, ops * 3),
+            fresh_keys: if r.random_bool(0.5) { r.random_range(1..=3) } else { 0 },
             seed,
             ..SwarmRun::default()
         }
@@ -302,7 +309,7 @@ impl SwarmRun {
 
     pub fn layout(&self) -> Result<Layout, RunError> {
         let cfg = LayoutConfig {
-            keys: self.keys,
+            keys: self.keys + self.fresh_keys,
             key_size: self.key_size,
             value_size: self.value_size.max(8),
             replicas: self.replicas,
@@ -430,6 +437,8 @@ impl SwarmRun {
             ));
             if let Some(n) = node.as_mut() {
                 n.faults = faults;
+                n.fresh_keys =
+                    client_node::FreshKeys { first: self.keys, count: self.fresh_keys, clients: self.clients };
             }
             sim.add_node(rack, SimClock::new(offset, drift, 0), move |_| {
                 Box::new(node.take().expect("simulated clients are never restarted"))

@@ -1,5 +1,10 @@
 //! A client machine in the simulator: a [`KvClient`] driven by a YCSB generator with a fixed
 //! number of operations in flight, recording the Jepsen history of its operations.
+//!
+//! With [`FreshKeys`], some operations go to keys that were never loaded: their owner creates
+//! them ([`KvOp::Insert`]) while every client reads and updates them, so creation races
+//! lookups. A get of a key not yet created is a read of nil (the history's initial value);
+//! an update of one fails without effect.
 
 use super::SwarmMsg;
 use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
@@ -33,6 +38,19 @@ pub struct ClientFaults {
     pub crash_at_chain: Option<u64>,
 }
 
+/// Keys `first .. first + count`, not loaded before the run. Key `k`'s owner (`k % clients`)
+/// creates it; only the owner inserts, since two clients creating one key concurrently is
+/// outside what the index supports (`kairos_swarm::index`, simplifications).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FreshKeys {
+    pub first: u64,
+    pub count: u64,
+    pub clients: u32,
+}
+
+/// The share of operations that go to a fresh key, when there are fresh keys.
+const FRESH_KEY_SHARE: f64 = 0.25;
+
 struct Pending {
     process: u64,
     slot: usize,
@@ -61,6 +79,8 @@ pub struct ClientNode {
     pub crashed: bool,
     issued: u64,
     pub faults: ClientFaults,
+    /// Keys created during the run (none by default).
+    pub fresh_keys: FreshKeys,
     chains_sent: u64,
     /// Gets that ended with [`KvError::Timeout`].
     pub get_timeouts: u64,
@@ -100,6 +120,7 @@ impl ClientNode {
             crashed: false,
             issued: 0,
             faults: ClientFaults::default(),
+            fresh_keys: FreshKeys::default(),
             chains_sent: 0,
             get_timeouts: 0,
             stalled_chains: 0,
@@ -118,7 +139,11 @@ impl ClientNode {
         }
         self.ops_left -= 1;
         let y = self.ycsb.next(ctx.rng());
-        let key = if self.single_key { 0 } else { y.key };
+        let mut key = if self.single_key { 0 } else { y.key };
+        let fresh = self.fresh_keys;
+        if fresh.count > 0 && ctx.rng().random_bool(FRESH_KEY_SHARE) {
+            key = fresh.first + ctx.rng().random_range(0..fresh.count);
+        }
         let id = self.next_op;
         self.next_op += 1;
         let process = u64::from(self.index) * self.inflight as u64 + slot as u64;
@@ -126,7 +151,14 @@ impl ClientNode {
         let (op, kind, value_id, micro) = if y.update {
             let vid = (u64::from(self.index) + 1) << 40 | id;
             let value = ycsb::value_bytes(vid, self.value_size);
-            (KvOp::Update { key: key_bytes, value }, OpKind::Update, vid, MicroOp::Write { key, value: vid })
+            let creates =
+                key >= fresh.first && fresh.count > 0 && key % u64::from(fresh.clients.max(1)) == u64::from(self.index);
+            let (op, kind) = if creates {
+                (KvOp::Insert { key: key_bytes, value }, OpKind::Insert)
+            } else {
+                (KvOp::Update { key: key_bytes, value }, OpKind::Update)
+            };
+            (op, kind, vid, MicroOp::Write { key, value: vid })
         } else {
             (KvOp::Get { key: key_bytes }, OpKind::Get, 0, MicroOp::Read { key, value: None })
         };
@@ -180,6 +212,10 @@ impl ClientNode {
                         (OpType::Ok, "read", MicroOp::Read { key: p.key, value })
                     }
                     (Ok(_), _) => (OpType::Ok, "write", MicroOp::Write { key: p.key, value: p.value_id }),
+                    // Not created yet: a definite "absent", the history's initial nil.
+                    (Err(KvError::UnknownKey), OpKind::Get) => {
+                        (OpType::Ok, "read", MicroOp::Read { key: p.key, value: None })
+                    }
                     (Err(e), OpKind::Get) => {
                         *self.errors.entry(e.to_string()).or_insert(0) += 1;
                         if matches!(e, KvError::Timeout) {
