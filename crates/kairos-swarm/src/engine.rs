@@ -141,6 +141,9 @@ pub(crate) enum Stage {
     Create,
     /// A directory claim lost on some nodes is retried there (see [`crate::index`]).
     DirRetry,
+    /// A lookup found the key's entry on fewer than a directory quorum of the nodes it read
+    /// (a create still under way): it claims the entry on the others before using the slot.
+    DirHelp,
     Write,
     WriterPrepare,
     WriterLock,
@@ -718,13 +721,55 @@ impl Client {
             chains.push((node, verbs, Shape { dir_claim: Some(0), window: Some(1), ..Shape::default() }));
         }
         let more = need - op.dir_holders.len();
-        self.send_round(op, Stage::DirRetry, chains, more, now, out);
+        let stage = if op.stage == Stage::DirHelp { Stage::DirHelp } else { Stage::DirRetry };
+        self.send_round(op, stage, chains, more, now, out);
         false
     }
 
+    /// A lookup found `slot`'s entry: if fewer than a directory quorum of the nodes it read
+    /// hold it, the key's create is still under way (its claims stalled or its client
+    /// crashed), and a later lookup could miss the entry and answer that the key does not
+    /// exist after this operation used it. So the entry is claimed on the nodes that lack it
+    /// first (as ABD's reader writes back what it returns); returns whether that round was sent.
+    fn help_install(&mut self, op: &mut Op, fp: u64, slot: u64, now: LocalTime, out: &mut Outbox) -> bool {
+        let word = index::entry(fp, slot);
+        let windows = window_words(op);
+        let holders: std::collections::BTreeSet<MemNodeId> =
+            windows.iter().filter(|(_, w)| w.contains(&word)).map(|(n, _)| *n).collect();
+        let need = self.dir_quorum();
+        if holders.len() >= need {
+            return false;
+        }
+        self.bump("directory_entries_helped");
+        let (first, probe) = index::window(&self.cfg.layout, fp);
+        let mut chains = Vec::new();
+        for (node, window) in windows.iter().filter(|(n, _)| !holders.contains(n)) {
+            let Some((bucket, e)) = self.index.claim_entry(&self.cfg.layout, fp, &[window.as_slice()]) else {
+                continue;
+            };
+            let l = &self.cfg.layout;
+            let verbs = vec![
+                Verb::Cas { addr: l.dir_entry(bucket, e), expected: 0, new: word },
+                Verb::Read { addr: l.dir_entry(first, 0), len: (probe * l.bucket_bytes()) as u32 },
+            ];
+            chains.push((*node, verbs, Shape { dir_claim: Some(0), window: Some(1), ..Shape::default() }));
+        }
+        (op.dir_word, op.dir_holders, op.dir_claims) = (word, holders, 1);
+        let more = need - op.dir_holders.len();
+        self.send_round(op, Stage::DirHelp, chains, more, now, out);
+        true
+    }
+
     fn advance(&mut self, op: &mut Op, now: LocalTime, out: &mut Outbox) {
-        if matches!(op.stage, Stage::Create | Stage::DirRetry) && !self.directory_entry_installed(op, now, out) {
+        if matches!(op.stage, Stage::Create | Stage::DirRetry | Stage::DirHelp)
+            && !self.directory_entry_installed(op, now, out)
+        {
             return;
+        }
+        if op.stage == Stage::DirHelp {
+            let slot = index::entry_slot(op.dir_word);
+            self.index.insert(op.op.key().to_vec(), slot);
+            return self.begin(op, now, out);
         }
         match op.stage {
             Stage::Create if self.cfg.protocol == Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
@@ -743,8 +788,10 @@ impl Client {
                 }
                 match op.slot {
                     Some(slot) => {
-                        self.index.insert(op.op.key().to_vec(), slot);
-                        self.begin(op, now, out);
+                        if op.stage == Stage::Create || !self.help_install(op, fp, slot, now, out) {
+                            self.index.insert(op.op.key().to_vec(), slot);
+                            self.begin(op, now, out);
+                        }
                     }
                     // An insert of a key nobody has: create it.
                     None if op.stage == Stage::Lookup && matches!(op.op, KvOp::Insert { .. }) => {

@@ -13,7 +13,10 @@
 //!
 //! An insert of a key the client does not know looks it up first (an existing key is updated in
 //! place); a key nobody has is created with its directory entry and first value in one round
-//! trip (two when a claim was lost), and the lowest slot named for a key wins.
+//! trip (two when a claim was lost), and the lowest slot named for a key wins. A lookup that
+//! finds a key's entry on fewer than a majority of the nodes it read (a create still under
+//! way: its claims stalled, or its client crashed) claims it on the others before it uses the
+//! slot, so once any operation has used a key, every later lookup finds it.
 //! Simplifications: two distinct keys with the same 40-bit fingerprint are not supported (the
 //! later insert would alias the earlier key), and two clients *concurrently* creating the same
 //! new key may each keep using their own slot if only one of them sees the other's entry.
