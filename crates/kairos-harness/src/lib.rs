@@ -15,6 +15,7 @@
 //! | [`swarm`] | SWARM's simulated runs, its real memory nodes (shm, TCP), the client driver, real runs, and the per-key linearizability check of simulated and real runs |
 //! | [`oplog_agreement`] | the world check of the replica set: committed oplog entries agree across members and stay on a majority |
 //! | [`twopc_agreement`] | the world check of 2PL+Paxos and OCC+Paxos: a shard's replicas apply the same record in every slot |
+//! | [`tapir_agreement`] | the world check of Tapir: every replica of every shard decides each transaction attempt alike (commit timestamp or abort) |
 //! | [`wire_calibration`] | what one message costs the TCP host, measured over loopback (`kairos bench net`): the simulator's per-message cost |
 //! | [`error`] | the one error of every simulated deployment ([`DeployError`]) |
 //!
@@ -28,6 +29,7 @@ pub mod micro;
 pub mod oplog_agreement;
 pub mod register;
 pub mod swarm;
+pub mod tapir_agreement;
 pub mod tiga;
 pub mod twopc_agreement;
 pub mod wire_calibration;

@@ -17,11 +17,12 @@ use kairos_sim::{Sim, SimStats, WorldCheck};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
-use kairos_txn::tapir::Tapir;
+use kairos_txn::tapir::{Tapir, TapirMsg};
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::TxnMsg;
 use kairos_workload::Topology;
 
+use crate::tapir_agreement::decisions_agree;
 use crate::tiga::Deployment as TigaDeployment;
 use crate::twopc_agreement::applied_slots_agree;
 use crate::{DeployError, TxnDeployment};
@@ -185,6 +186,9 @@ impl PeerProtocol for OccPaxos {
 
 impl PeerProtocol for Tapir {
     const PROTOCOL: Protocol = Protocol::Tapir;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TapirMsg>)> {
+        vec![(64, decisions_agree(topology.clone()))]
+    }
 }
 
 /// A built, not yet run, peer deployment (tests may schedule faults before running it).

@@ -137,6 +137,27 @@ fn a_broken_prepared_index_stops_the_run_at_the_invariant() {
     assert!(report.valid, "{report}");
 }
 
+/// The negative control of the cross-replica decision check: a coordinator that commits a
+/// multi-shard transaction but tells its last shard to abort stops the run at the first
+/// replica that aborts what another committed; the same run without the bug decides every
+/// attempt alike (the check ran over it: `tiga_micro`'s default runs carry it too).
+#[test]
+fn a_split_decision_stops_the_run_at_the_cross_replica_check() {
+    use kairos_harness::DeployError;
+    let config = TapirConfig { unsafe_abort_last_shard_on_commit: true, ..TapirConfig::default() };
+    match contended().run_peer::<Tapir>(&config, |_| {}) {
+        Err(DeployError::Invariant(v)) => {
+            eprintln!("{v}");
+            assert_eq!(v.node, None, "a world check, not one replica's invariant: {v}");
+            assert!(v.to_string().contains("Aborted") && v.to_string().contains("Committed"), "{v}");
+        }
+        Err(e) => panic!("expected a cross-replica violation, got {e}"),
+        Ok(out) => panic!("the split decision went unnoticed: {:?}", out.metrics),
+    }
+    let (_, report) = run(&contended(), &TapirConfig::default());
+    assert!(report.valid, "{report}");
+}
+
 /// A replica of every shard (Brazil's) crashes after 1 s: prepares reach only f + 1 = 2
 /// replicas, so no super quorum forms; after the wait for it, coordinators decide on the slow
 /// path and finalize at f + 1. Brazil's coordinators, whose closest replicas are gone, read

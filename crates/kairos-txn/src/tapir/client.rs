@@ -429,10 +429,14 @@ impl Coordinator {
         let op = OpId { txn: txn_id, attempt: txn.attempt, round };
         let reads: Vec<(Key, Value)> = txn.reads.values().map(|r| (r.key, r.value)).collect();
         self.shell.committed(ctx, txn_id, &reads, fast);
+        let last_shard = txn.keys.keys().next_back().copied().filter(|_| txn.keys.len() > 1);
         let msgs = txn
             .keys
             .iter()
             .map(|(&shard, keys)| {
+                if self.config.unsafe_abort_last_shard_on_commit && Some(shard) == last_shard {
+                    return (shard, TapirMsg::Abort { op, shard });
+                }
                 let writes =
                     keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.value).saturating_add(1))).collect();
                 (shard, TapirMsg::Commit { op, shard, ts, reads: keys.clone(), writes })

@@ -90,7 +90,7 @@ use kairos_workload::Topology;
 
 pub use client::{Coordinator, CoordinatorStats};
 pub use msg::{OpId, PrepareResult, TapirMsg};
-pub use replica::{Replica, ReplicaStats};
+pub use replica::{Decision, Replica, ReplicaStats};
 
 use crate::peer::Peer;
 use crate::shell::{TxnShell, TxnStats};
@@ -139,6 +139,9 @@ pub struct TapirConfig {
     /// a prepare leaves its writes out of the prepared-write index, so later conflict checks
     /// do not see them (the invariant, checked in the simulator, must catch it).
     pub unsafe_unindexed_writes: bool,
+    /// TEST ONLY — a known bug, for the negative control of the cross-replica decision check:
+    /// a coordinator that commits a multi-shard transaction tells its last shard to abort it.
+    pub unsafe_abort_last_shard_on_commit: bool,
 }
 
 impl Default for TapirConfig {
@@ -159,6 +162,7 @@ impl Default for TapirConfig {
             keys_max: 64,
             unsafe_skip_prepared_check: false,
             unsafe_unindexed_writes: false,
+            unsafe_abort_last_shard_on_commit: false,
         }
     }
 }

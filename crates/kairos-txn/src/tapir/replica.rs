@@ -78,6 +78,17 @@ struct Prepared {
     writes: Vec<Key>,
 }
 
+/// How a transaction attempt ended at a replica (the cross-replica check compares them: every
+/// replica of every shard the attempt touched must decide it alike).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Committed(Ts),
+    Aborted,
+}
+
+/// Decisions a replica keeps for the cross-replica check ([`Replica::decisions_since`]).
+const DECISIONS_KEPT: usize = 4_096;
+
 /// IR's record of a transaction's newest consensus operation.
 #[derive(Copy, Clone, Debug, Serialize, Deserialize)]
 struct Record {
@@ -121,6 +132,10 @@ pub struct Replica {
     done_order: VecDeque<TxnId>,
     /// Journal records written since the last snapshot.
     journaled: usize,
+    /// The latest decisions, in the order taken, and how many were ever taken (not journaled:
+    /// replaying the journal takes them again).
+    decisions: VecDeque<(OpId, Decision)>,
+    decisions_taken: u64,
     stats: ReplicaStats,
     /// Handlers since the indexes were last checked (the check is amortized; see `invariants`).
     handlers_since_check: std::cell::Cell<u32>,
@@ -142,6 +157,8 @@ impl Replica {
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
             journaled: 0,
+            decisions: VecDeque::new(),
+            decisions_taken: 0,
             stats: ReplicaStats::default(),
             handlers_since_check: std::cell::Cell::new(0),
         }
@@ -193,6 +210,23 @@ impl Replica {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The decisions taken since the first `taken` (those still kept: the last
+    /// [`DECISIONS_KEPT`]), and how many were ever taken. A restarted replica counts again
+    /// from 0.
+    pub fn decisions_since(&self, taken: u64) -> (impl Iterator<Item = &(OpId, Decision)>, u64) {
+        let kept_from = self.decisions_taken - self.decisions.len() as u64;
+        let skip = taken.saturating_sub(kept_from).min(self.decisions.len() as u64) as usize;
+        (self.decisions.iter().skip(skip), self.decisions_taken)
+    }
+
+    fn decide(&mut self, op: OpId, decision: Decision) {
+        if self.decisions.len() == DECISIONS_KEPT {
+            self.decisions.pop_front();
+        }
+        self.decisions.push_back((op, decision));
+        self.decisions_taken += 1;
     }
 
     /// Transactions in the prepared list.
@@ -401,6 +435,7 @@ impl Replica {
         }
         if !self.finished(op) {
             self.stats.commits += 1;
+            self.decide(op, Decision::Committed(ts));
         }
         self.unprepare(op.txn);
         self.records.remove(&op.txn);
@@ -417,6 +452,7 @@ impl Replica {
         }
         if !self.finished(op) {
             self.stats.aborts += 1;
+            self.decide(op, Decision::Aborted);
         }
         self.mark_done(op);
     }
