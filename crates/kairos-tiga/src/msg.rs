@@ -190,6 +190,11 @@ pub enum TigaMsg {
     InstallCheckpoint { view: u64, checkpoint: Arc<Checkpoint>, commit_point: u64 },
     /// Among view-manager nodes: their replicated log of views.
     Paxos(PaxosMsg<View>),
+    /// Server that lost its disk → every view-manager node: the highest view you know of?
+    /// (`nonce` tells this probe's answers from replayed ones.)
+    ViewProbe { nonce: u64 },
+    /// View-manager node → server: the highest view number it holds (applied or accepted).
+    ViewFloor { nonce: u64, view: u64 },
 }
 
 impl TigaMsg {
@@ -211,6 +216,8 @@ impl TigaMsg {
             TigaMsg::StartView { .. } => "startview",
             TigaMsg::InstallCheckpoint { .. } => "checkpoint",
             TigaMsg::Paxos(_) => "paxos",
+            TigaMsg::ViewProbe { .. } => "viewprobe",
+            TigaMsg::ViewFloor { .. } => "viewfloor",
         }
     }
 }

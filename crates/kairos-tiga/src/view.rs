@@ -329,6 +329,13 @@ impl Process for ViewManager {
             TigaMsg::Heartbeat { view, state, leader_contact } => {
                 self.on_heartbeat(ctx, from, Heard { at: ctx.now(), view, state, leader_contact })
             }
+            TigaMsg::ViewProbe { nonce } if self.topology.locate(from).is_some() => {
+                // Accepted entries count too: a server may serve in a view this node accepted
+                // and has not yet learned was chosen.
+                let accepted = (0..self.paxos.log_len()).filter_map(|s| self.paxos.entry(s)).map(|v| v.number);
+                let view = accepted.max().unwrap_or(0).max(self.view.number);
+                ctx.send(from, TigaMsg::ViewFloor { nonce, view });
+            }
             _ => ctx.metric("tiga.view_manager_ignored", 1),
         }
         self.apply_decided(ctx);

@@ -473,10 +473,23 @@ fn a_checkpoint_is_written_to_disk_a_few_pages_at_a_time_and_the_log_stays_until
     assert_eq!(h.role.stats().journal_unreadable, 0);
 }
 
+/// The nonce of the view-floor probe a server that lost its disk sends on its next heartbeats.
+fn floor_probe_nonce(h: &mut RoleHarness<Server>) -> u64 {
+    let e = h.advance(TigaConfig::default().heartbeat_interval * 2);
+    sent(&e)
+        .iter()
+        .find_map(|(to, m)| match m {
+            TigaMsg::ViewProbe { nonce } if *to == VIEW_MANAGER => Some(*nonce),
+            _ => None,
+        })
+        .expect("it asks the view manager for the floor")
+}
+
 /// A replica restarted with nothing on disk (`on_amnesia`) reports itself as no voter in the
 /// view changes that follow, across a further restart, until it has served in a view later
-/// than the first it heard of: the fast replies and sync-points it acknowledged before went
-/// with its disk, so counting it among the f + 1 could drop a committed transaction.
+/// than the floor the view managers gave it: the fast replies and sync-points it acknowledged
+/// before went with its disk, so counting it among the f + 1 could drop a committed
+/// transaction.
 #[test]
 fn a_replica_that_lost_its_disk_does_not_vote_until_it_serves_in_a_newer_view() {
     let follower = || Server::new(topology(), TigaConfig::default(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
@@ -505,5 +518,51 @@ fn a_replica_that_lost_its_disk_does_not_vote_until_it_serves_in_a_newer_view() 
     h.restart(follower());
     assert!(!h.role.stats().disk_lost, "restarted from its journal this time");
     assert!(!vote_in(&mut h, 2, 0), "still no vote after a restart with its journal");
-    assert!(vote_in(&mut h, 3, 1), "it served in view 2, which started after it lost its disk");
+    assert!(!vote_in(&mut h, 3, 1), "amnesia outlasts the restart: the floor is not known yet");
+    let nonce = floor_probe_nonce(&mut h);
+    h.deliver(VIEW_MANAGER, TigaMsg::ViewFloor { nonce, view: 3 });
+    assert!(!vote_in(&mut h, 4, 0), "it served in view 3, the floor");
+    assert!(vote_in(&mut h, 5, 1), "it served in view 4, past the floor");
+}
+
+/// A server that lost its disk asks the view managers for the highest view they hold (with a
+/// fresh nonce) and votes again only after serving in a view past it. Replayed messages of old
+/// views do not give it back its vote: the earlier rule (past the first view heard of after
+/// the restart) did, here after serving in view 2.
+#[test]
+fn a_server_that_lost_its_disk_votes_again_only_past_the_view_managers_floor() {
+    let follower = || Server::new(topology(), TigaConfig::default(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
+    let mut h = RoleHarness::new(NodeId(2), follower(), 1);
+    h.restart(follower()); // nothing on disk
+    let nonce = floor_probe_nonce(&mut h);
+    let view = |number: u64, leader: u32| View { number, leaders: vec![leader, 0], preventive: false };
+    let serve_in = |h: &mut RoleHarness<Server>, number: u64, leader: u32| {
+        h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view(number, leader) });
+        let start = TigaMsg::StartView { view: number, from: 0, entries: Vec::new(), commit_point: 0 };
+        h.deliver(NodeId(leader), start);
+        assert_eq!(view_of(h), (number, ServerState::Normal));
+    };
+    // Does it vote? Its report to the leader of the next view says.
+    let votes = |h: &mut RoleHarness<Server>, number: u64| {
+        let e = h.deliver(NodeId(1), TigaMsg::CollectLog { view: view(number, 1), from: 0 });
+        sent(&e)
+            .iter()
+            .find_map(|(_, m)| match m {
+                TigaMsg::LogState { report, .. } => Some(report.voter),
+                _ => None,
+            })
+            .expect("a log report")
+    };
+    // Replayed messages of views 1 and 2 (the cluster has reached view 5).
+    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view(1, 1) });
+    serve_in(&mut h, 2, 0);
+    assert!(!votes(&mut h, 3), "served past the first view it heard of, but the floor is unknown");
+    // A replayed answer to another probe does not count; the real one gives floor 5.
+    h.deliver(VIEW_MANAGER, TigaMsg::ViewFloor { nonce: nonce.wrapping_add(1), view: 0 });
+    let e = h.deliver(VIEW_MANAGER, TigaMsg::ViewFloor { nonce, view: 5 });
+    assert!(metric_names(&e).contains(&"tiga.vc_amnesiac_floor_known"));
+    serve_in(&mut h, 5, 0);
+    assert!(!votes(&mut h, 6), "view 5 is the floor, not past it");
+    serve_in(&mut h, 7, 0);
+    assert!(votes(&mut h, 8), "served in view 7, past the floor");
 }

@@ -129,6 +129,11 @@ struct Snapshot {
     /// lost its journal, or part of it, stays without a vote across restarts until it has
     /// served in a newer view.
     voter: bool,
+    /// It lost its disk and has not voted since, and the view floor the view managers gave it
+    /// if known (see [`view_change`]): amnesia outlasts a restart with the journal it wrote
+    /// since.
+    amnesiac: bool,
+    view_floor: Option<u64>,
     /// The position of `log`'s first entry: at or below the checkpoint on disk (its pages are
     /// apart, see [`durable`]), 0 without one.
     log_from: u64,
@@ -1687,6 +1692,9 @@ impl Process for Server {
             TigaMsg::NewView { view } if self.view_managers.contains(&from) || self.is_server(from) => {
                 self.on_new_view(ctx, view)
             }
+            TigaMsg::ViewFloor { nonce, view } if self.view_managers.contains(&from) => {
+                self.on_view_floor(ctx, from, nonce, view)
+            }
             TigaMsg::CollectLog { view, from: start } => self.on_collect_log(ctx, from, view, start),
             TigaMsg::LogState { view, replica, report } if view == current => {
                 self.on_log_state(ctx, from, replica, report)
@@ -1753,6 +1761,8 @@ impl Process for Server {
             view: self.view.clone(),
             last_normal: 0,
             voter: true,
+            amnesiac: false,
+            view_floor: None,
             log_from: 0,
             log: Vec::new(),
             released: Vec::new(),
@@ -1809,6 +1819,9 @@ impl Process for Server {
             }
         };
         self.voter = snapshot.voter && self.stats.journal_unreadable == 0;
+        if snapshot.amnesiac {
+            (self.vc.amnesia, self.vc.view_floor) = (true, snapshot.view_floor);
+        }
         self.stats.recovered_entries = log.len() as u64;
         let skip = from.saturating_sub(snapshot.log_from) as usize;
         for e in log.into_iter().skip(skip) {

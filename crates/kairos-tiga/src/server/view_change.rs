@@ -71,10 +71,14 @@
 //! its view sends it the log. If it led its view, the view manager replaces it (it forgot its
 //! agreements and speculative executions). Its journal holds its log and the transactions it
 //! released, so it may vote in a later view change as before the crash. One that lost its
-//! journal (or cannot read its snapshot) does not know which views it led: it neither votes
-//! nor leads until it has served as a follower in a view later than the first it heard of, and
-//! a follower serving in a view ignores a `CollectLog` for that view (only a leader that forgot
-//! the view would ask it again).
+//! journal (or cannot read its snapshot) does not know which views it led: it asks every
+//! view-manager node for the highest view it holds (`ViewProbe`, with a fresh nonce so that a
+//! replayed answer does not count). The highest answer of a majority is its *floor*: every view
+//! it served in was chosen by a majority of the view managers, so it is at most the floor. It
+//! neither votes nor leads until it has served as a follower in a view past the floor, and a
+//! follower serving in a view ignores a `CollectLog` for that view (only a leader that forgot
+//! the view would ask it again). The first view it hears of would not do as a floor: a
+//! replayed message can carry a view long past.
 
 use super::{Log, Record, Server, Status};
 use crate::msg::{
@@ -144,12 +148,22 @@ pub(super) struct Progress {
     /// A view change began here since the last restart.
     pub(super) entered_since_restart: bool,
     /// Restarted without knowing its view (nothing on disk, [`Process::on_amnesia`], or a
-    /// snapshot it cannot read), and the first view it heard of since: it votes only once it
-    /// serves in a later one, and leads no view before (module docs).
+    /// snapshot it cannot read), and the view floor the view managers gave since: it votes
+    /// only once it serves in a later view, and leads no view before (module docs).
     pub(super) amnesia: bool,
-    pub(super) first_view_after_amnesia: Option<u64>,
+    pub(super) view_floor: Option<u64>,
+    /// The probe for the floor while it is unknown.
+    pub(super) floor_probe: Option<FloorProbe>,
     /// Follower: where the new leader asked its log from.
     asked_from: Option<u64>,
+}
+
+/// An amnesiac server's question to the view managers (module docs).
+#[derive(Debug)]
+pub(super) struct FloorProbe {
+    nonce: u64,
+    answered: BTreeSet<NodeId>,
+    highest: u64,
 }
 
 impl Server {
@@ -168,6 +182,39 @@ impl Server {
         let leader_contact = serving_follower.then_some(heard);
         let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state, leader_contact };
         ctx.send_all(self.view_managers.clone(), &msg);
+        self.probe_view_floor(ctx);
+    }
+
+    /// After amnesia, until a majority of the view managers answered: ask those that have not.
+    fn probe_view_floor(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+        if !self.vc.amnesia || self.vc.view_floor.is_some() {
+            return;
+        }
+        let nonce = match &self.vc.floor_probe {
+            Some(p) => p.nonce,
+            None => {
+                let nonce = rand::Rng::random(ctx.rng());
+                self.vc.floor_probe = Some(FloorProbe { nonce, answered: BTreeSet::new(), highest: 0 });
+                nonce
+            }
+        };
+        let answered = self.vc.floor_probe.as_ref().map(|p| p.answered.clone()).unwrap_or_default();
+        for &vm in self.view_managers.iter().filter(|vm| !answered.contains(vm)) {
+            ctx.send(vm, TigaMsg::ViewProbe { nonce });
+        }
+    }
+
+    /// A view manager's answer to the floor probe.
+    pub(super) fn on_view_floor(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, nonce: u64, view: u64) {
+        let Some(probe) = self.vc.floor_probe.as_mut().filter(|p| p.nonce == nonce) else { return };
+        probe.answered.insert(from);
+        probe.highest = probe.highest.max(view);
+        if probe.answered.len() > self.view_managers.len() / 2 {
+            self.vc.view_floor = Some(probe.highest);
+            self.vc.floor_probe = None;
+            ctx.metric("tiga.vc_amnesiac_floor_known", 1);
+            self.write_snapshot(ctx);
+        }
     }
 
     /// A newer view arrived (module docs).
@@ -179,7 +226,6 @@ impl Server {
         if view.number < self.view.number {
             return;
         }
-        self.note_view_after_amnesia(view.number);
         if view.number == self.view.number {
             // A recovering follower of the view it restarted in: ask its leader for the log.
             if self.state == ServerState::Recovering && !self.is_leader() {
@@ -206,17 +252,8 @@ impl Server {
         !self.vc.amnesia
     }
 
-    /// After amnesia, the first view this replica hears of: the view it must serve past
-    /// before it votes.
-    fn note_view_after_amnesia(&mut self, view: u64) {
-        if self.vc.amnesia && self.vc.first_view_after_amnesia.is_none() {
-            self.vc.first_view_after_amnesia = Some(view);
-        }
-    }
-
     fn enter_view(&mut self, ctx: &mut Ctx<'_, TigaMsg>, view: View) {
         ctx.metric("tiga.server_view_changes", 1);
-        self.note_view_after_amnesia(view.number);
         let serving_leader = self.is_leader() && self.state == ServerState::Normal;
         if self.state == ServerState::Normal {
             // Remember what this replica released (and replied to) for the merge.
@@ -954,9 +991,8 @@ impl Server {
         // A replica that lost part of its journal votes again once it serves in a view that
         // started after its restart (every view change since has done without its vote). One
         // that lost all of it does not know the view it restarted in: it waits for a view
-        // later than the first it heard of.
-        self.note_view_after_amnesia(self.view.number);
-        let forgot = self.vc.amnesia && self.vc.first_view_after_amnesia.is_none_or(|v| self.view.number <= v);
+        // past the floor the view managers gave it.
+        let forgot = self.vc.amnesia && self.vc.view_floor.is_none_or(|v| self.view.number <= v);
         if self.vc.entered_since_restart && !forgot && !self.voter {
             self.voter = true;
             self.vc.amnesia = false;
@@ -1037,6 +1073,8 @@ impl Server {
             view: self.view.clone(),
             last_normal: self.last_normal,
             voter: self.voter,
+            amnesiac: self.vc.amnesia,
+            view_floor: self.vc.view_floor,
             log_from: from,
             log: self.log.range(from, self.log.len()),
             released,
