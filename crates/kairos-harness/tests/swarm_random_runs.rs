@@ -236,6 +236,20 @@ fn swarm_kv_campaign_seed_3233_a_client_never_suspects_a_majority() {
     assert!(unavailable < 20, "{unavailable} operations failed as unavailable: {:?}", o.errors);
 }
 
+/// Campaign seeds 1331 and 9574 (swarm-kv), with the first version of that help: gets timed
+/// out. A help round that had to retry a claim kept its replies as a create does, and once the
+/// entry was in, went on as a create: a get then ran the stale writer's lock race, round after
+/// round (33,519 of them in seed 9574). A help round now goes on as the lookup it is, and asks
+/// every live node that lacks the entry, so that one slow node does not hold it.
+#[test]
+fn swarm_kv_campaign_seeds_1331_and_9574_a_lookups_help_goes_on_as_a_lookup() {
+    for seed in [1331, 9574] {
+        let run = SwarmRun::draw(seed, false, Some(Protocol::SwarmKv));
+        let o = campaign_seed_run(&run);
+        assert!(o.metrics.get("directory_entries_helped").copied().unwrap_or(0) > 0, "seed {seed}: {:?}", o.metrics);
+    }
+}
+
 /// Campaign seed 911 (dm-abd, once campaigns created keys): the owner's insert of a fresh key
 /// stalled after its directory claim reached one node. Another client's update found the
 /// entry there, used the slot and completed; a later get read a majority without that node,

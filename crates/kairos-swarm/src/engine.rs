@@ -682,13 +682,19 @@ impl Client {
         let windows = window_words(op);
         let mut lost = Vec::new();
         for (node, outs) in &op.replies {
-            let Some(i) = op.shapes.get(node).and_then(|s| s.dir_claim) else { continue };
-            match outs.get(i) {
-                Some(VerbOutcome::Cas { previous }) if *previous == 0 || *previous == op.dir_word => {
-                    op.dir_holders.insert(*node);
-                }
-                Some(VerbOutcome::Cas { .. }) => lost.push(*node),
-                _ => {}
+            // A node holds the entry if its claim took, or if its window (read after the claim,
+            // or alone where this client had not read it yet) shows it.
+            let shape = op.shapes.get(node);
+            let claimed = match shape.and_then(|s| s.dir_claim).map(|i| outs.get(i)) {
+                Some(Some(VerbOutcome::Cas { previous })) => *previous == 0 || *previous == op.dir_word,
+                Some(_) => continue,
+                None if shape.and_then(|s| s.window).is_none() => continue,
+                None => false,
+            };
+            if claimed || windows.get(node).is_some_and(|w| w.contains(&op.dir_word)) {
+                op.dir_holders.insert(*node);
+            } else {
+                lost.push(*node);
             }
         }
         let need = self.dir_quorum();
@@ -704,7 +710,8 @@ impl Client {
             return false;
         }
         op.dir_claims += 1;
-        if op.dir_stash.is_none() {
+        // A create keeps its round's replies for when the entry is in (a lookup's help needs none).
+        if op.dir_stash.is_none() && op.stage != Stage::DirHelp {
             op.dir_stash = Some((std::mem::take(&mut op.replies), std::mem::take(&mut op.shapes)));
         }
         let fp = index::entry_fp(op.dir_word);
@@ -742,17 +749,22 @@ impl Client {
         }
         self.bump("directory_entries_helped");
         let (first, probe) = index::window(&self.cfg.layout, fp);
+        let l = &self.cfg.layout;
+        let read_window = Verb::Read { addr: l.dir_entry(first, 0), len: (probe * l.bucket_bytes()) as u32 };
+        // Every live node that does not show the entry, so that one slow node does not hold the
+        // round: a claim where this client read the window, else a read of it (a claim follows
+        // there if the entry is still missing, see `directory_entry_installed`).
         let mut chains = Vec::new();
-        for (node, window) in windows.iter().filter(|(n, _)| !holders.contains(n)) {
-            let Some((bucket, e)) = self.index.claim_entry(&self.cfg.layout, fp, &[window.as_slice()]) else {
-                continue;
-            };
-            let l = &self.cfg.layout;
-            let verbs = vec![
-                Verb::Cas { addr: l.dir_entry(bucket, e), expected: 0, new: word },
-                Verb::Read { addr: l.dir_entry(first, 0), len: (probe * l.bucket_bytes()) as u32 },
-            ];
-            chains.push((*node, verbs, Shape { dir_claim: Some(0), window: Some(1), ..Shape::default() }));
+        for node in self.alive_nodes().into_iter().filter(|n| !holders.contains(n)) {
+            let claim = windows.get(&node).and_then(|w| self.index.claim_entry(l, fp, &[w.as_slice()]));
+            chains.push(match claim {
+                Some((bucket, e)) => (
+                    node,
+                    vec![Verb::Cas { addr: l.dir_entry(bucket, e), expected: 0, new: word }, read_window.clone()],
+                    Shape { dir_claim: Some(0), window: Some(1), ..Shape::default() },
+                ),
+                None => (node, vec![read_window.clone()], Shape { window: Some(0), ..Shape::default() }),
+            });
         }
         (op.dir_word, op.dir_holders, op.dir_claims) = (word, holders, 1);
         let more = need - op.dir_holders.len();
