@@ -13,6 +13,8 @@
 //! - [`admission`]: the adaptive in-flight limit that refuses open-loop arrivals the servers
 //!   cannot take ([`AdmissionLimit`]), so that throughput does not collapse past saturation.
 //! - [`history`]: how an increment transaction is recorded for the history checkers.
+//! - [`tpcc`]: the TPC-C transaction mix (types, session kinds and weights, 44/44/4/4/4) and
+//!   the documents of a scaled-down TPC-C database.
 //! - [`ycsb`]: YCSB A and B over a fixed key set with scrambled Zipf 0.99 (the SWARM paper's
 //!   workloads), and the key and value bytes whose value ids a key-value history records.
 //!
@@ -24,6 +26,7 @@ pub mod history;
 pub mod micro;
 pub mod open_loop;
 pub mod shards;
+pub mod tpcc;
 pub mod txn;
 pub mod ycsb;
 
