@@ -372,6 +372,15 @@ pub enum PlacementArg {
     Separated,
 }
 
+impl From<PlacementArg> for kairos_workload::Placement {
+    fn from(p: PlacementArg) -> Self {
+        match p {
+            PlacementArg::CoLocated => kairos_workload::Placement::CoLocated,
+            PlacementArg::Separated => kairos_workload::Placement::Separated,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct DesBenchArgs {
     /// Pending-event counts to measure at, comma separated.

@@ -6,7 +6,7 @@
 //! history is checked strictly serializable; the exit status is an anomaly if any run is
 //! invalid.
 
-use crate::cli::{MicroBenchArgs, PlacementArg};
+use crate::cli::MicroBenchArgs;
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -138,10 +138,7 @@ impl MicroBenchArgs {
             base: TxnDeployment {
                 seed: self.seed,
                 clock: self.clock.into(),
-                placement: match self.placement {
-                    PlacementArg::CoLocated => Placement::CoLocated,
-                    PlacementArg::Separated => Placement::Separated,
-                },
+                placement: self.placement.into(),
                 skew: self.skew,
                 duration: Duration::from_secs_f64(self.duration_s),
                 cpu,

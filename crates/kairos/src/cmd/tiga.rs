@@ -2,7 +2,7 @@
 //! history checked strictly serializable.
 
 use super::bench::verdict;
-use crate::cli::{ModeArg, PlacementArg, TigaArgs, TigaBenchArgs};
+use crate::cli::{ModeArg, TigaArgs, TigaBenchArgs};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats;
@@ -76,10 +76,7 @@ impl TigaArgs {
             base: TxnDeployment {
                 seed: self.seed,
                 clock: self.clock.into(),
-                placement: match self.placement {
-                    PlacementArg::CoLocated => Placement::CoLocated,
-                    PlacementArg::Separated => Placement::Separated,
-                },
+                placement: self.placement.into(),
                 skew: self.skew,
                 duration: Duration::from_secs_f64(self.duration_s),
                 loss: self.loss,
