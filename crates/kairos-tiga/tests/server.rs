@@ -566,3 +566,56 @@ fn a_server_that_lost_its_disk_votes_again_only_past_the_view_managers_floor() {
     serve_in(&mut h, 7, 0);
     assert!(votes(&mut h, 8), "served in view 7, past the floor");
 }
+
+/// In a view change, a shard fetches a multi-shard transaction that another shard reports
+/// settled and it lacks, unless the transaction is older than what it remembers of its
+/// executed ones (the coordinators' resend horizon): it may have run that one and forgotten
+/// it, and would run it twice (`tiga.vc_fetch_forgotten`).
+#[test]
+fn a_view_change_fetches_a_recent_settled_transaction_but_not_one_older_than_it_remembers() {
+    use kairos_tiga::msg::{TxnState, VerifyItem, VerifyKind};
+    use std::sync::Arc;
+    let mut h = server_with_view_manager(0, 1);
+    h.advance(Duration::from_secs(20));
+    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
+    let report = LogReport {
+        voter: true,
+        last_normal: 0,
+        sync_point: 0,
+        executed: 0,
+        from: 0,
+        entries: Vec::new(),
+        released: Vec::new(),
+        checkpoint: None,
+    };
+    h.deliver(NodeId(2), TigaMsg::LogState { view: 1, replica: 2, report });
+    // Shard 1's new leader lists two transactions over both shards that it has settled: one
+    // 10 s old (past the 6 s horizon), one 1 s old.
+    let now = ns(h.now());
+    let settled = |seq: u32, age: Duration| {
+        let ops: Vec<Op> = [2u64, 3].iter().map(|k| Op::new(tk(*k), OpKind::IncrBy(1))).collect();
+        let txn = TxnId::new(COORDINATOR, seq);
+        let piece = Piece::new(txn, 1, vec![0, 1], vec![ops[1].clone()]).with_txn_ops(ops);
+        VerifyItem {
+            txn,
+            shards: vec![0, 1],
+            state: TxnState::Settled { ts: now.saturating_sub(age), view: 0 },
+            piece: Some(Arc::new(piece)),
+        }
+    };
+    let (old, recent) = (settled(1, Duration::from_secs(10)), settled(2, Duration::from_secs(1)));
+    let (old_txn, recent_txn) = (old.txn, recent.txn);
+    let listing = TigaMsg::Verify { view: 1, shard: 1, kind: VerifyKind::Listing, items: vec![old, recent] };
+    let e = h.deliver(NodeId(3), listing);
+    assert!(metric_names(&e).contains(&"tiga.vc_fetch_forgotten"), "{e:?}");
+    let started: Vec<TxnId> = sent(&e)
+        .iter()
+        .filter_map(|(_, m)| match m {
+            TigaMsg::StartView { entries, .. } => Some(entries.iter().map(|e| e.piece.txn).collect::<Vec<_>>()),
+            _ => None,
+        })
+        .next()
+        .expect("the view starts");
+    assert!(started.contains(&recent_txn), "the recent one is fetched: {started:?}");
+    assert!(!started.contains(&old_txn), "the old one is not: {started:?}");
+}
