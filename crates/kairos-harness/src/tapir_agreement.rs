@@ -28,11 +28,15 @@ pub fn decisions_agree(topology: Topology) -> WorldCheck<TapirMsg> {
         let mut seen = seen.borrow_mut();
         let Seen { decided, compared } = &mut *seen;
         for &node in topology.shards.iter().flatten() {
-            let Some(replica) = sim.role::<Replica>(node) else { continue };
             let cursor = compared.entry(node).or_insert(0);
-            let (_, taken) = replica.decisions_since(0);
-            if taken < *cursor {
-                // Restarted: it counts from 0 again.
+            // A restarted replica counts from 0 again (and replays its journal): seen down, or
+            // counting less than before, it is compared from its first decision.
+            let replica = sim.role::<Replica>(node).filter(|_| sim.is_up(node));
+            let Some(replica) = replica else {
+                *cursor = 0;
+                continue;
+            };
+            if replica.decisions_taken() < *cursor {
                 *cursor = 0;
             }
             let (new, taken) = replica.decisions_since(*cursor);

@@ -221,6 +221,11 @@ impl Replica {
         (self.decisions.iter().skip(skip), self.decisions_taken)
     }
 
+    /// How many decisions this replica took since it started (or restarted).
+    pub fn decisions_taken(&self) -> u64 {
+        self.decisions_taken
+    }
+
     fn decide(&mut self, op: OpId, decision: Decision) {
         if self.decisions.len() == DECISIONS_KEPT {
             self.decisions.pop_front();
