@@ -22,6 +22,7 @@
 //! Every simulated runner lives here, so no protocol crate depends on the simulator, the
 //! checker, the TCP host or tokio (`crates/kairos/tests/dependencies.rs` checks it).
 
+pub mod calvin_agreement;
 pub mod causal;
 pub mod deployment;
 pub mod error;

@@ -14,6 +14,7 @@ use std::time::Duration;
 use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::{Sim, SimStats, WorldCheck};
+use kairos_txn::calvin::{CalvinMsg, CalvinPlus};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
@@ -34,10 +35,12 @@ pub enum Protocol {
     TwoPlPaxos,
     OccPaxos,
     Tapir,
+    CalvinPlus,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 4] = [Protocol::Tiga, Protocol::TwoPlPaxos, Protocol::OccPaxos, Protocol::Tapir];
+    pub const ALL: [Protocol; 5] =
+        [Protocol::Tiga, Protocol::TwoPlPaxos, Protocol::OccPaxos, Protocol::Tapir, Protocol::CalvinPlus];
 
     /// The name on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -46,6 +49,7 @@ impl Protocol {
             Protocol::TwoPlPaxos => "2pl-paxos",
             Protocol::OccPaxos => "occ-paxos",
             Protocol::Tapir => "tapir",
+            Protocol::CalvinPlus => "calvin+",
         }
     }
 }
@@ -58,7 +62,7 @@ impl fmt::Display for Protocol {
 
 /// A protocol name that is not one of [`Protocol::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown protocol {0:?}; the protocols are tiga, 2pl-paxos, occ-paxos and tapir")]
+#[error("unknown protocol {0:?}; the protocols are {names}", names = Protocol::ALL.map(Protocol::name).join(", "))]
 pub struct UnknownProtocol(pub String);
 
 impl FromStr for Protocol {
@@ -184,6 +188,13 @@ impl PeerProtocol for OccPaxos {
     }
 }
 
+impl PeerProtocol for CalvinPlus {
+    const PROTOCOL: Protocol = Protocol::CalvinPlus;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<CalvinMsg>)> {
+        vec![(64, crate::calvin_agreement::executions_agree(topology.clone()))]
+    }
+}
+
 impl PeerProtocol for Tapir {
     const PROTOCOL: Protocol = Protocol::Tapir;
     fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TapirMsg>)> {
@@ -283,6 +294,7 @@ impl Bench {
             Protocol::TwoPlPaxos => self.run_peer::<TwoPlPaxos>(&Default::default(), progress),
             Protocol::OccPaxos => self.run_peer::<OccPaxos>(&Default::default(), progress),
             Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
+            Protocol::CalvinPlus => self.run_peer::<CalvinPlus>(&Default::default(), progress),
         }
     }
 

@@ -15,7 +15,10 @@
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
 //! - [`twopc`]: what 2PL+Paxos and OCC+Paxos share (messages, log records, coordinator, server).
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
+//! - [`calvin`]: Calvin+ (Calvin's deterministic epochs, each shard's epoch log replicated by
+//!   Nezha-style deadline-ordered multicast).
 
+pub mod calvin;
 pub mod occ;
 pub mod peer;
 pub mod shell;

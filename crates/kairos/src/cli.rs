@@ -55,7 +55,7 @@ pub struct DemoArgs {
 pub enum BenchCommand {
     /// Tiga on MicroBench in the paper's simulated deployment (3 shards × 3 replicas in sc / fi / br, 8 coordinators).
     Tiga(TigaBenchArgs),
-    /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir) on identical MicroBench work, side by side.
+    /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir, Calvin+) on identical MicroBench work, side by side.
     Micro(MicroBenchArgs),
     /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
     Causal(CausalBenchArgs),
@@ -219,8 +219,8 @@ saturation is found by a short doubling sweep.",
 kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
 )]
 pub struct MicroBenchArgs {
-    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir.
-    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir")]
+    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, calvin+.
+    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir,calvin+")]
     pub protocols: Vec<String>,
     #[command(flatten)]
     pub admission: AdmissionArgs,
@@ -426,6 +426,10 @@ pub enum SimCommand {
     OccPaxos(CampaignArgs),
     /// Tapir under random faults on its replicas.
     Tapir(CampaignArgs),
+    /// Calvin+ under random message faults, partitions and clock steps on its servers (no
+    /// crashes: Calvin+ has no recovery; see `kairos_txn::calvin`).
+    #[command(name = "calvin+")]
+    CalvinPlus(CampaignArgs),
     /// The causal replica set under random faults on its members.
     Causal(CampaignArgs),
     /// SWARM-KV on simulated memory nodes: random deployments, memory-node and client crashes,
@@ -448,6 +452,7 @@ pub enum CampaignProtocol {
     TwoPlPaxos,
     OccPaxos,
     Tapir,
+    CalvinPlus,
     Causal,
     SwarmKv,
     DmAbd,
@@ -462,6 +467,7 @@ impl CampaignProtocol {
             CampaignProtocol::TwoPlPaxos => "2pl-paxos",
             CampaignProtocol::OccPaxos => "occ-paxos",
             CampaignProtocol::Tapir => "tapir",
+            CampaignProtocol::CalvinPlus => "calvin+",
             CampaignProtocol::Causal => "causal",
             CampaignProtocol::SwarmKv => "swarm-kv",
             CampaignProtocol::DmAbd => "dm-abd",

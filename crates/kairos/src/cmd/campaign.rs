@@ -22,6 +22,7 @@ use kairos_sim::fault::random_plan;
 use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
 use kairos_tiga::Topology;
+use kairos_txn::calvin::{CalvinConfig, CalvinPlus};
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tapir::{Tapir, TapirConfig};
 use kairos_txn::tpl::TwoPlPaxos;
@@ -113,6 +114,11 @@ fn rates(args: &CampaignArgs) -> Result<FaultRates, CliError> {
     Ok(FaultRates { kinds, ..FaultRates::default() })
 }
 
+/// `kinds` without the faults that crash a node (for protocols without recovery).
+fn without_crashes(kinds: FaultKinds) -> FaultKinds {
+    FaultKinds { crash: false, torn: false, disk_loss: false, ..kinds }
+}
+
 fn faults_end(args: &CampaignArgs) -> Duration {
     Duration::from_secs_f64(args.fault_s.max(1.0))
 }
@@ -176,6 +182,17 @@ fn run_seed(
         CampaignProtocol::TwoPlPaxos => peer!(TwoPlPaxos, ClassicConfig::default()),
         CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
         CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
+        CampaignProtocol::CalvinPlus => {
+            // Calvin+ has no recovery (a restarted server comes back empty): every fault but
+            // crashes.
+            let w = bench.build::<CalvinPlus>(&CalvinConfig::default()).map_err(|e| usage(&e))?;
+            let until = SimTime::ZERO + end + recovery + drain;
+            let rates = FaultRates { kinds: without_crashes(rates.kinds), ..rates.clone() };
+            let plan = |servers: &[NodeId]| {
+                random_plan(seed, servers, SimTime::ZERO + FAULTS_START, SimTime::ZERO + end, &rates)
+            };
+            transactional(w.sim, &w.topology, &w.process_regions, &plan, until, healed)
+        }
         CampaignProtocol::Tiga => {
             let mut d = bench.tiga();
             // Checkpoints every few hundred positions, so that every seed also truncates logs
@@ -388,7 +405,18 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let rates = rates(&args)?;
     let name = protocol.name();
     let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
-    let kinds: Vec<String> = rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect();
+    let kinds: Vec<String> = if protocol == CampaignProtocol::CalvinPlus {
+        without_crashes(rates.kinds).names()
+    } else {
+        rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect()
+    };
+    if kinds.is_empty() && protocol == CampaignProtocol::CalvinPlus {
+        return Err(CliError::Usage(
+            "--faults: Calvin+ has no recovery, so its campaigns crash no node; name other kinds, e.g. \
+             --faults partition,loss,dup"
+                .into(),
+        ));
+    }
     if kinds.is_empty() {
         return Err(CliError::Usage(format!(
             "--faults disk-loss: no {name} node loses its disk in these campaigns yet (only register replicas and \

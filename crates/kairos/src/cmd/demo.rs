@@ -49,8 +49,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("{crash_report}\n");
 
     println!("━━ 2. Tiga against its peers, on identical work ━━");
-    println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos and Tapir, at");
-    println!("2,000 txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly");
+    println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos, Tapir and Calvin+,");
+    println!("at 2,000 txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly");
     println!("serializable. Maximum throughput and the skew sweep: `kairos bench micro`.\n");
     let bench = Bench {
         base: TxnDeployment {

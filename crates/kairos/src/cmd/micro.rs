@@ -95,7 +95,8 @@ impl MicroBenchArgs {
         }
         if protocols.is_empty() {
             return Err(CliError::Usage(
-                "--protocols needs at least one protocol: tiga, 2pl-paxos, occ-paxos, tapir (comma-separated)".into(),
+                "--protocols needs at least one protocol: tiga, 2pl-paxos, occ-paxos, tapir, calvin+ (comma-separated)"
+                    .into(),
             ));
         }
         let check_load = |flag: &str, l: f64| {
@@ -221,7 +222,7 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     extra.insert("events_handled".into(), outcome.stats.events_handled.into());
     extra.insert("placement".into(), format!("{:?}", bench.base.placement).to_lowercase().into());
     extra.insert("cpu_model".into(), format!("{:?}", bench.base.cpu).into());
-    let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir);
+    let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir | Protocol::CalvinPlus);
     RunResult {
         system: "tiga".into(),
         protocol: outcome.protocol.name().into(),

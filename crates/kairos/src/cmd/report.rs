@@ -73,7 +73,8 @@ fn plan(quick: bool) -> Vec<PlannedRun> {
             "--duration-s 10 --threads 32",
         )
     };
-    let mut p = vec![planned("tiga-micro", &format!("bench micro --protocols tiga,2pl-paxos,occ-paxos,tapir {micro}"))];
+    let mut p =
+        vec![planned("tiga-micro", &format!("bench micro --protocols tiga,2pl-paxos,occ-paxos,tapir,calvin+ {micro}"))];
     for clock in ["huygens", "chrony", "ntpd", "bad"] {
         p.push(planned(&format!("tiga-clock-{clock}"), &format!("bench tiga --clock {clock} {tiga}")));
     }
