@@ -229,6 +229,100 @@ pub fn analytic_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_workload::txn::TxnId;
+    use kairos_workload::{FixedKeys, OpenLoop};
+    use msg::{BatchedTxn, EpochBody, ReplyKind};
+    use rand::{Rng as _, SeedableRng};
+    use std::sync::Arc;
+
+    fn random_msg(rng: &mut Rng) -> CalvinMsg {
+        let txn = TxnId::new(NodeId(rng.random_range(0..12)), rng.random_range(0..6));
+        let keys: Vec<u64> = (0..rng.random_range(0..4)).map(|_| rng.random_range(0..9)).collect();
+        let shard = rng.random_range(0..5);
+        let epoch = rng.random_range(0..8);
+        let body = || {
+            Arc::new(EpochBody {
+                shard,
+                epoch,
+                sent_ns: rng_free(epoch),
+                deadline_ns: rng_free(epoch) + 1_000,
+                txns: vec![BatchedTxn { txn, keys: keys.clone() }],
+            })
+        };
+        let reads: Vec<(u64, u64)> = keys.iter().map(|k| (*k, *k)).collect();
+        match rng.random_range(0..11) {
+            0 => CalvinMsg::Submit { txn, keys },
+            1 => CalvinMsg::Reply { txn, reads, fast: true },
+            2 => CalvinMsg::Ping { nonce: epoch },
+            3 => CalvinMsg::Pong { nonce: epoch },
+            4 => CalvinMsg::Epoch(body()),
+            5 => CalvinMsg::EpochReply {
+                shard,
+                epoch,
+                replica: rng.random_range(0..5),
+                kind: if rng.random_bool(0.5) { ReplyKind::Fast } else { ReplyKind::Synced },
+                log_hash: rng.random_range(0..3),
+                owd_ns: rng.random_range(0..1_000_000),
+            },
+            6 => CalvinMsg::FetchEpoch { shard, epoch },
+            7 => CalvinMsg::Inquire { shard, epoch },
+            8 => CalvinMsg::Report(body()),
+            9 => CalvinMsg::ReportFetch { shard, from_epoch: epoch },
+            _ => CalvinMsg::Results { shard, epoch, from: rng.random_range(0..5), reads: vec![(txn, reads)] },
+        }
+    }
+
+    /// A send time that depends only on the epoch (so that the same epoch number carries the
+    /// same times whoever sends it).
+    fn rng_free(epoch: u64) -> u64 {
+        epoch * 10_000_000
+    }
+
+    /// No message a peer could send makes a role panic or breaks its invariants.
+    #[test]
+    fn random_messages_and_timers_never_panic() {
+        let topology = Topology {
+            shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(),
+            leader: vec![0; 3],
+        };
+        let config = CalvinConfig::default();
+        let mut servers: Vec<Server> = (0..9).map(|i| Server::new(&topology, &config, i / 3, i % 3)).collect();
+        let shell =
+            TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2, 3]])), OpenLoop::default(), Default::default(), 0);
+        let mut coordinator = Coordinator::new(&topology, &config, shell);
+        let (mut rng, mut role_rng) = (Rng::seed_from_u64(7), Rng::seed_from_u64(8));
+        let mut effects = Vec::new();
+        let me = NodeId(9);
+        coordinator.on_start(&mut Ctx::new(me, LocalTime::ZERO, &mut role_rng, &mut effects));
+        for (i, s) in servers.iter_mut().enumerate() {
+            s.on_start(&mut Ctx::new(NodeId(i as u32), LocalTime::ZERO, &mut role_rng, &mut effects));
+        }
+        for i in 0..20_000u64 {
+            let now = LocalTime(i * 1_000_000);
+            let from = NodeId(rng.random_range(0..12));
+            let msg = random_msg(&mut rng);
+            let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
+            if i % 50 == 0 {
+                coordinator.invoke(&mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
+            }
+            if i % 7 == 0 {
+                let base = [1 << 32, 0, 1, 1 << 40][rng.random_range(0..4)];
+                coordinator.on_timer(&mut ctx, TimerId(base + rng.random_range(0..4)));
+            }
+            coordinator.on_message(&mut ctx, from, msg.clone());
+            let r = rng.random_range(0..9);
+            let mut ctx = Ctx::new(NodeId(r as u32), now, &mut role_rng, &mut effects);
+            if i % 5 == 0 {
+                servers[r].on_timer(&mut ctx, TimerId(rng.random_range(0..5)));
+            }
+            servers[r].on_message(&mut ctx, from, msg);
+            servers[r].invariants().unwrap();
+            coordinator.invariants().unwrap();
+            effects.clear();
+        }
+        assert!(servers.iter().map(|s| s.stats().epochs_sent).sum::<u64>() > 0);
+    }
 
     #[test]
     fn the_analytic_latency_follows_the_matrix() {

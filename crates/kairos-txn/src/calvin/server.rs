@@ -238,6 +238,11 @@ impl Server {
         self.topology.replicas_per_shard()
     }
 
+    /// The server of `shard` in this server's row (replica index).
+    fn row_node(&self, shard: ShardId) -> Option<NodeId> {
+        self.topology.shards.get(shard as usize).and_then(|r| r.get(self.replica as usize)).copied()
+    }
+
     fn leader(&self) -> u32 {
         designated(self.shard, self.n())
     }
@@ -784,7 +789,9 @@ impl Process for Server {
                     ctx.send(from, CalvinMsg::Pong { nonce });
                 }
             }
-            CalvinMsg::Epoch(body) => self.on_epoch(ctx, body),
+            // Epochs, reports and results are accepted only from the servers that send them:
+            // a replica of this shard, the reporting replica in this row, a scheduler in it.
+            CalvinMsg::Epoch(body) if self.peers().contains(&from) => self.on_epoch(ctx, body),
             CalvinMsg::EpochReply { shard, epoch, replica, kind, log_hash, owd_ns } => {
                 if shard == self.shard && self.topology.shards[shard as usize].get(replica as usize) == Some(&from) {
                     self.on_epoch_reply(ctx, epoch, replica, kind, log_hash, owd_ns);
@@ -792,14 +799,18 @@ impl Process for Server {
             }
             CalvinMsg::FetchEpoch { shard, epoch } => self.on_fetch(ctx, from, shard, epoch),
             CalvinMsg::Inquire { shard, epoch } => self.on_inquire(ctx, from, shard, epoch),
-            CalvinMsg::Report(body) => self.on_report(ctx, body),
+            CalvinMsg::Report(body) if self.row_node(body.shard) == Some(from) => self.on_report(ctx, body),
             CalvinMsg::ReportFetch { shard, from_epoch } => self.on_report_fetch(ctx, from, shard, from_epoch),
-            CalvinMsg::Results { shard, epoch, from: s, reads } => {
-                if shard == self.shard {
-                    self.on_results(ctx, epoch, s, reads);
-                }
+            CalvinMsg::Results { shard, epoch, from: s, reads }
+                if shard == self.shard && self.row_node(s) == Some(from) =>
+            {
+                self.on_results(ctx, epoch, s, reads)
             }
-            CalvinMsg::Reply { .. } | CalvinMsg::Pong { .. } => {}
+            CalvinMsg::Epoch(_)
+            | CalvinMsg::Report(_)
+            | CalvinMsg::Results { .. }
+            | CalvinMsg::Reply { .. }
+            | CalvinMsg::Pong { .. } => ctx.metric("calvin.ignored", 1),
         }
     }
 
