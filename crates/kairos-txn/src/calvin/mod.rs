@@ -105,7 +105,8 @@ pub struct CalvinConfig {
     /// How often servers repair lost messages (fetch epochs, inquire replies, ask for reports).
     pub repair_interval: Duration,
     /// A replica asks again for the replies to an epoch released this long ago and not yet
-    /// committed, and a sequencer reports again an epoch whose results are this late (longer
+    /// committed, a scheduler that has not executed anything for this long asks for its next
+    /// report, and a sequencer reports again an epoch whose results are this late (longer
     /// than any wide-area round trip, so that only loss triggers it).
     pub inquire_after: Duration,
     /// Epochs (and result sets) a server keeps for others that ask again.

@@ -711,10 +711,12 @@ impl Server {
                 }
             }
         }
-        // The scheduler's next position has been missing for a while: ask for its report.
-        let stalled = ctx.now().saturating_since(self.progressed_at) >= self.config.repair_interval;
-        if stalled && !self.reports.contains_key(&self.next_position) {
-            let (e, s) = self.next_position;
+        // The scheduler's next position is lost — a later report of its shard arrived (links
+        // are FIFO), or nothing ran for longer than a report takes: ask for it again.
+        let (e, s) = self.next_position;
+        let gap = self.reports.range((e, s)..).any(|((_, from), _)| *from == s);
+        let stalled = ctx.now().saturating_since(self.progressed_at) >= self.config.inquire_after;
+        if (gap || stalled) && !self.reports.contains_key(&self.next_position) {
             // (This server's own replica reports its shard's epochs when they commit.)
             let node = self.topology.shards.get(s as usize).and_then(|r| r.get(self.replica as usize));
             if let Some(node) = node.filter(|_| s != self.shard) {
