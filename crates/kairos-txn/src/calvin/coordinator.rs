@@ -85,11 +85,6 @@ impl Coordinator {
         &self.shell
     }
 
-    /// The sequencer this coordinator submits to.
-    pub fn sequencer(&self) -> Option<NodeId> {
-        self.sequencer
-    }
-
     /// Invokes a transaction on `keys` now (tests drive coordinators this way).
     pub fn invoke(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, keys: Vec<Key>) -> bool {
         match self.shell.invoke(ctx, keys) {

@@ -230,10 +230,6 @@ impl Server {
         self.execution_hashes.get(i as usize).copied()
     }
 
-    pub fn shard(&self) -> ShardId {
-        self.shard
-    }
-
     fn n(&self) -> usize {
         self.topology.replicas_per_shard()
     }
