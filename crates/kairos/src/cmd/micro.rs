@@ -417,6 +417,17 @@ fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
     println!("\nThroughput search:\n{t}");
 }
 
+/// The protocol's maximum MicroBench throughput in the Tiga paper's Table 1 (skew 0.5).
+fn paper_max_txn_per_s(p: Protocol) -> f64 {
+    match p {
+        Protocol::Tiga => 157_300.0,
+        Protocol::TwoPlPaxos => 22_900.0,
+        Protocol::OccPaxos => 21_800.0,
+        Protocol::Tapir => 44_200.0,
+        Protocol::CalvinPlus => 119_600.0,
+    }
+}
+
 /// The side-by-side table: per protocol, its maximum throughput and Tiga's ratio over it (when
 /// `max_by_protocol` is given), and its latency at the common load against Tiga's.
 pub fn print_comparison(
@@ -431,7 +442,7 @@ pub fn print_comparison(
     let ratio = |num: f64, den: f64| if den > 0.0 { format!("{:.2}", num / den) } else { "-".into() };
     let mut header = vec!["protocol".to_string()];
     if max_by_protocol.is_some() {
-        header.extend(["max txn/s".to_string(), "Tiga ×".to_string()]);
+        header.extend(["max txn/s", "Tiga ×", "paper max txn/s", "paper Tiga ×"].map(String::from));
     }
     header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
     header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
@@ -445,6 +456,9 @@ pub fn print_comparison(
             let max = max_of(pt.protocol).unwrap_or(0.0);
             row.push(format!("{max:.0}"));
             row.push(tiga_max.map_or("-".into(), |t| ratio(t, max)));
+            let paper = paper_max_txn_per_s(pt.protocol);
+            row.push(format!("{paper:.0}"));
+            row.push(ratio(paper_max_txn_per_s(Protocol::Tiga), paper));
         }
         row.push(format!("{:.1}", pt.latency_ms.p50));
         row.push(format!("{:.1}", pt.latency_ms.p90));
@@ -464,7 +478,7 @@ pub fn print_comparison(
     if max_by_protocol.is_some() {
         println!(
             "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
-             (Tiga ×: Tiga's maximum throughput over the protocol's):\n{t}"
+             (Tiga ×: Tiga's maximum throughput over the protocol's; paper: the Tiga paper's Table 1):\n{t}"
         );
     } else {
         println!("\nSide by side at {common_load:.0} txn/s:\n{t}");
