@@ -94,10 +94,10 @@ impl MicroBenchArgs {
             }
         }
         if protocols.is_empty() {
-            return Err(CliError::Usage(
-                "--protocols needs at least one protocol: tiga, 2pl-paxos, occ-paxos, tapir, calvin+ (comma-separated)"
-                    .into(),
-            ));
+            return Err(CliError::Usage(format!(
+                "--protocols needs at least one protocol: {} (comma-separated)",
+                Protocol::ALL.map(Protocol::name).join(", ")
+            )));
         }
         let check_load = |flag: &str, l: f64| {
             if l > 0.0 && l <= LOAD_MAX {
