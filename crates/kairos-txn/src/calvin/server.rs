@@ -669,24 +669,21 @@ impl Server {
         ctx.set_timer(ServerTimer::Repair, self.config.repair_interval);
         let peers = self.peers();
         let leader = self.leader();
-        // Epochs this replica lacks: fetch from the sequencer (its log has them), or from
-        // another replica in turn when it is the sequencer that has gone quiet.
-        // An epoch is taken as lost when a later one arrived (links are FIFO) or when none
-        // arrived for a while though later ones were heard of.
+        // Epochs this replica lacks, taken as lost when a later one arrived (links are FIFO) or
+        // when none arrived for a while though later ones were heard of: fetch each from the
+        // other replicas in turn (any of them holds what it released; the sequencer may be the
+        // one that went quiet).
         let first_missing = self.released_upto + 1;
         let quiet = ctx.now().saturating_since(self.epoch_arrived_at) >= self.config.repair_interval * 4;
         let last_held = self.log.last_key_value().map_or(0, |(e, _)| *e);
+        let others: Vec<NodeId> =
+            peers.iter().enumerate().filter(|(r, _)| *r as u32 != self.replica).map(|(_, n)| *n).collect();
         for e in first_missing..=self.epoch_heard_max.min(first_missing + REPAIR_BATCH) {
-            if !self.log.contains_key(&e) && self.replica != leader && (e < last_held || quiet) {
+            if !self.log.contains_key(&e) && self.replica != leader && (e < last_held || quiet) && !others.is_empty() {
                 ctx.metric("calvin.epoch_fetches", 1);
-                let r = if self.stats.fetches.is_multiple_of(2) {
-                    leader as usize
-                } else {
-                    self.stats.fetches as usize % peers.len()
-                };
-                let r = if r as u32 == self.replica { leader as usize } else { r };
+                let to = others[self.stats.fetches as usize % others.len()];
                 self.stats.fetches += 1;
-                ctx.send(peers[r], CalvinMsg::FetchEpoch { shard: self.shard, epoch: e });
+                ctx.send(to, CalvinMsg::FetchEpoch { shard: self.shard, epoch: e });
             }
         }
         // Released epochs not yet committed here: ask the replicas whose replies are missing.
