@@ -15,6 +15,7 @@ use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::{Sim, SimStats, WorldCheck};
 use kairos_txn::calvin::{CalvinMsg, CalvinPlus};
+use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
@@ -36,11 +37,18 @@ pub enum Protocol {
     OccPaxos,
     Tapir,
     CalvinPlus,
+    NccPaxos,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 5] =
-        [Protocol::Tiga, Protocol::TwoPlPaxos, Protocol::OccPaxos, Protocol::Tapir, Protocol::CalvinPlus];
+    pub const ALL: [Protocol; 6] = [
+        Protocol::Tiga,
+        Protocol::TwoPlPaxos,
+        Protocol::OccPaxos,
+        Protocol::Tapir,
+        Protocol::CalvinPlus,
+        Protocol::NccPaxos,
+    ];
 
     /// The name on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -50,6 +58,7 @@ impl Protocol {
             Protocol::OccPaxos => "occ-paxos",
             Protocol::Tapir => "tapir",
             Protocol::CalvinPlus => "calvin+",
+            Protocol::NccPaxos => "ncc+",
         }
     }
 }
@@ -188,6 +197,13 @@ impl PeerProtocol for OccPaxos {
     }
 }
 
+impl PeerProtocol for NccPaxos {
+    const PROTOCOL: Protocol = Protocol::NccPaxos;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TxnMsg>)> {
+        vec![(64, applied_slots_agree(topology.clone()))]
+    }
+}
+
 impl PeerProtocol for CalvinPlus {
     const PROTOCOL: Protocol = Protocol::CalvinPlus;
     fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<CalvinMsg>)> {
@@ -295,6 +311,7 @@ impl Bench {
             Protocol::OccPaxos => self.run_peer::<OccPaxos>(&Default::default(), progress),
             Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
             Protocol::CalvinPlus => self.run_peer::<CalvinPlus>(&Default::default(), progress),
+            Protocol::NccPaxos => self.run_peer::<NccPaxos>(&Default::default(), progress),
         }
     }
 

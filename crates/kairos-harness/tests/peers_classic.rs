@@ -1,21 +1,38 @@
-//! 2PL+Paxos and OCC+Paxos on MicroBench in the paper's simulated deployment: every history
-//! strictly serializable, the no-contention latency equals the analytic formula
-//! (`kairos_txn::twopc` docs), contention aborts and retries, and each protocol's test-only bug
-//! is caught by the checker.
+//! 2PL+Paxos, OCC+Paxos and NCC+ (the two-phase-commit family of `kairos_txn::twopc`) on
+//! MicroBench in the paper's simulated deployment: every history strictly serializable, the
+//! no-contention latency equals the analytic formula (`kairos_txn::twopc` and `kairos_txn::ncc`
+//! docs), contention aborts and retries, leader crashes, deposed leaders and random faults are
+//! survived, and each protocol's test-only bug is caught by the checker.
 
 use kairos_check::{check, CheckReport, Model};
 use kairos_core::{NodeId, OpType, SimTime};
 use kairos_harness::micro::PeerProtocol;
+use kairos_harness::micro::PeerWorld;
 use kairos_harness::micro::{Bench, RunOutcome};
 use kairos_harness::TxnDeployment;
+use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::coordinator::TxnCoordinator;
 use kairos_txn::twopc::server::TxnServer;
-use kairos_txn::twopc::ClassicConfig;
+use kairos_txn::twopc::{ClassicConfig, TxnMsg};
 use kairos_txn::TxnStats;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// The protocols of this file, by the names the tests print.
+const ALL: [&str; 3] = ["2pl", "occ", "ncc+"];
+
+/// Builds protocol `name`'s world (nothing has run yet).
+fn build(name: &str, bench: &Bench, config: &ClassicConfig) -> PeerWorld<TxnMsg> {
+    match name {
+        "2pl" => bench.build::<TwoPlPaxos>(config),
+        "occ" => bench.build::<OccPaxos>(config),
+        "ncc+" => bench.build::<NccPaxos>(config),
+        _ => panic!("unknown protocol {name}"),
+    }
+    .unwrap()
+}
 
 fn run<P: PeerProtocol<Config = ClassicConfig>>(bench: &Bench, config: &ClassicConfig) -> (RunOutcome, CheckReport) {
     let out = bench.run_peer::<P>(config, |_| {}).unwrap();
@@ -37,11 +54,8 @@ struct Ran {
 /// finished, asserts that everything was cleaned up: no replica holds a prepared attempt, no
 /// leader tracks an attempt or holds a lock, no coordinator waits for a decision's
 /// acknowledgement.
-fn run_and_check_cleanup<P>(name: &str, bench: &Bench, config: &ClassicConfig) -> Ran
-where
-    P: PeerProtocol<Config = ClassicConfig, Server = TxnServer, Coordinator = TxnCoordinator>,
-{
-    let mut world = bench.build::<P>(config).unwrap();
+fn run_and_check_cleanup(name: &str, bench: &Bench, config: &ClassicConfig) -> Ran {
+    let mut world = build(name, bench, config);
     world.sim.run_until(SimTime::ZERO + bench.base.duration + bench.drain);
     let report = check(world.sim.history(), Model::StrictSerializable).unwrap();
     let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
@@ -115,12 +129,10 @@ fn no_contention_latency_is_two_wide_area_round_trips_plus_one_paxos_round() {
 /// or unacknowledged.
 #[test]
 fn contended_runs_are_strictly_serializable_with_aborts_and_retries() {
-    for skew in [0.5, 0.99] {
+    for skew in [0.5, 0.9, 0.99] {
         let bench = contended(500.0, skew);
-        for (name, ran) in [
-            ("2pl", run_and_check_cleanup::<TwoPlPaxos>("2pl", &bench, &ClassicConfig::default())),
-            ("occ", run_and_check_cleanup::<OccPaxos>("occ", &bench, &ClassicConfig::default())),
-        ] {
+        for name in ALL {
+            let ran = run_and_check_cleanup(name, &bench, &ClassicConfig::default());
             let (t, report) = (ran.totals, ran.report);
             eprintln!(
                 "{name} skew {skew}: {t:?} commit rate {:.3}, drained {}\n  {:?}",
@@ -128,15 +140,23 @@ fn contended_runs_are_strictly_serializable_with_aborts_and_retries() {
                 ran.drained,
                 ran.metrics
             );
-            // 2PL at skew 0.99 thrashes on the hottest keys and is still retrying 40 s in;
-            // the others finish and are checked clean.
-            if !(name == "2pl" && skew == 0.99) {
+            // At skew 0.9 and 0.99, 2PL thrashes on the hottest keys and NCC+ queues behind
+            // them (each conflicting piece waits for the previous writer's decision to travel
+            // back and be logged): both are still retrying 40 s in. OCC finishes, and every
+            // protocol that finished is checked clean.
+            if !(name != "occ" && skew >= 0.9) {
                 assert!(ran.drained, "{name} skew {skew}: every transaction finished: {t:?}");
             }
             assert!(report.valid, "{name} skew {skew}: {report}");
             assert!(t.aborted_attempts > 0, "{name} skew {skew}: contention aborts: {t:?}");
             assert!(t.attempts > t.invoked, "{name} skew {skew}: aborted transactions are retried: {t:?}");
             assert!(t.committed > 100, "{name} skew {skew}: {t:?}");
+            if name == "ncc+" {
+                // NCC's two reactions to a conflict: wait for an older undecided version, abort
+                // early behind a newer one.
+                let m = |k: &str| ran.metrics.get(k).copied().unwrap_or(0);
+                assert!(m("txn.server_ncc_early_aborts") > 0, "skew {skew}: {:?}", ran.metrics);
+            }
         }
     }
 }
@@ -154,10 +174,8 @@ fn message_loss_is_survived_by_retransmission() {
         },
         ..Bench::default()
     };
-    for (name, ran) in [
-        ("2pl", run_and_check_cleanup::<TwoPlPaxos>("2pl", &bench, &ClassicConfig::default())),
-        ("occ", run_and_check_cleanup::<OccPaxos>("occ", &bench, &ClassicConfig::default())),
-    ] {
+    for name in ALL {
+        let ran = run_and_check_cleanup(name, &bench, &ClassicConfig::default());
         let (t, report) = (ran.totals, ran.report);
         assert!(ran.drained, "{name}: every transaction finished: {t:?}");
         let m = |k: &str| ran.metrics.get(k).copied().unwrap_or(0);
@@ -184,13 +202,8 @@ fn a_shard_leader_crash_is_survived() {
         },
         ..Bench::default()
     };
-    for name in ["2pl", "occ"] {
-        let config = ClassicConfig::default();
-        let mut world = if name == "2pl" {
-            bench.build::<TwoPlPaxos>(&config).unwrap()
-        } else {
-            bench.build::<OccPaxos>(&config).unwrap()
-        };
+    for name in ALL {
+        let mut world = build(name, &bench, &ClassicConfig::default());
         world.sim.schedule(SimTime::from_secs(1), kairos_sim::Fault::Crash(NodeId(0)));
         world.sim.schedule(SimTime::from_secs(3), kairos_sim::Fault::Restart(NodeId(0)));
         world.sim.run_until(SimTime::from_secs(15));
@@ -243,13 +256,8 @@ fn a_deposed_leader_that_still_serves_coordinators_cannot_break_serializability(
     use kairos_sim::Fault;
     let mut bench = contended(200.0, 0.5);
     bench.base.duration = Duration::from_secs(6);
-    for name in ["2pl", "occ"] {
-        let config = ClassicConfig::default();
-        let mut world = if name == "2pl" {
-            bench.build::<TwoPlPaxos>(&config).unwrap()
-        } else {
-            bench.build::<OccPaxos>(&config).unwrap()
-        };
+    for name in ALL {
+        let mut world = build(name, &bench, &ClassicConfig::default());
         let isolate = Fault::Partition(vec![vec![NodeId(0)], vec![NodeId(1), NodeId(2)]]);
         world.sim.schedule(SimTime::from_secs(1), isolate);
         world.sim.schedule(SimTime::from_secs(4), Fault::HealAll);
@@ -288,12 +296,7 @@ fn fault_run_with(
         },
         ..Bench::default()
     };
-    let config = ClassicConfig::default();
-    let mut world = if name == "2pl" {
-        bench.build::<TwoPlPaxos>(&config).unwrap()
-    } else {
-        bench.build::<OccPaxos>(&config).unwrap()
-    };
+    let mut world = build(name, &bench, &ClassicConfig::default());
     let servers: Vec<NodeId> = world.topology.shards.iter().flatten().copied().collect();
     let plan = random_plan(seed, &servers, SimTime::from_millis(500), SimTime::from_secs(faults_end_s), rates);
     world.sim.schedule_all(plan.clone());
@@ -324,7 +327,7 @@ fn fault_run_with(
 #[test]
 fn random_server_faults_keep_histories_strictly_serializable() {
     for seed in [1, 3, 23] {
-        for name in ["2pl", "occ"] {
+        for name in ALL {
             let (report, late_ok, plan) = fault_run(seed, name);
             eprintln!("{name} seed {seed}: {} ops, {late_ok} late commits; plan {plan:?}", report.ops);
             assert!(report.valid, "{name} seed {seed}: {report}\nplan: {plan:?}");
@@ -342,7 +345,7 @@ fn fault_seeds() {
     let (a, b) = range.split_once("..").unwrap();
     let mut bad = Vec::new();
     for seed in a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap() {
-        for name in ["2pl", "occ"] {
+        for name in ALL {
             let (report, late_ok, plan) = if std::env::var("HARSH").is_ok() {
                 let rates = kairos_sim::FaultRates {
                     mean_interval: Duration::from_millis(1_500),
@@ -379,11 +382,16 @@ fn the_injected_bugs_are_caught_by_the_checker() {
     let (_, report) = run::<OccPaxos>(&bench, &skip_validation);
     eprintln!("occ without validation: {report}");
     assert!(!report.valid, "OCC without validation must be caught");
+    let skip_wait = ClassicConfig { unsafe_ncc_skip_wait: true, ..ClassicConfig::default() };
+    let (_, report) = run::<NccPaxos>(&bench, &skip_wait);
+    eprintln!("ncc+ without response timing control: {report}");
+    assert!(!report.valid, "NCC executing on undecided versions must be caught");
     // The control: the same bench with the switches off is valid (the workload and seed
     // alone do not make the checker fail).
     for (name, (out, report)) in [
         ("2pl", run::<TwoPlPaxos>(&bench, &ClassicConfig::default())),
         ("occ", run::<OccPaxos>(&bench, &ClassicConfig::default())),
+        ("ncc+", run::<NccPaxos>(&bench, &ClassicConfig::default())),
     ] {
         assert!(report.valid, "{name} control run: {report}");
         assert!(out.totals().committed > 100, "{name} control run: {:?}", out.totals());
@@ -417,5 +425,30 @@ fn replicas_that_apply_different_records_in_a_slot_stop_the_run() {
             (true, Some(v)) => assert!(v.what.contains("in slot"), "{v:?}"),
             (_, v) => panic!("unsafe_commit_alone = {unsafe_commit_alone}: {v:?}"),
         }
+    }
+}
+
+/// NCC+ commits in one wide-area round trip to the leaders plus their Paxos round: one WRTT
+/// less than 2PL+Paxos and OCC+Paxos, in every region, within 10 % of its analytic formula.
+#[test]
+fn ncc_plus_commits_in_one_wide_area_round_trip_plus_one_paxos_round() {
+    let bench = Bench {
+        base: TxnDeployment { load_txn_per_s: 500.0, duration: Duration::from_secs(2), ..Default::default() },
+        ..Bench::default()
+    };
+    let (out, report) = run::<NccPaxos>(&bench, &ClassicConfig::default());
+    eprintln!("ncc+ {:?} {:?}", out.totals(), out.metrics);
+    assert!(report.valid && report.ops > 900, "{report}");
+    let t = out.totals();
+    assert!(t.committed > 900 && t.committed == t.invoked, "{t:?}");
+    assert_eq!(t.aborted_attempts, 0, "no contention, no early aborts: {t:?}");
+    for region in ["sc", "fi", "br", "hk"] {
+        let median = out.median_latency_ms(region);
+        let analytic = kairos_txn::twopc::ncc_analytic_latency(region, "sc", &["sc", "fi", "br"]).unwrap();
+        let two_pc = kairos_txn::twopc::analytic_latency(region, "sc", &["sc", "fi", "br"]).unwrap();
+        let (analytic, two_pc) = (analytic.as_secs_f64() * 1e3, two_pc.as_secs_f64() * 1e3);
+        eprintln!("ncc+ {region}: median {median:.1} ms, analytic {analytic:.1} ms (2PC {two_pc:.1} ms)");
+        assert!((median - analytic).abs() <= 0.10 * analytic, "{region}: {median} vs {analytic} ms");
+        assert!(analytic < two_pc, "{region}");
     }
 }

@@ -15,10 +15,13 @@
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).
 //! - [`twopc`]: what 2PL+Paxos and OCC+Paxos share (messages, log records, coordinator, server).
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
+//! - [`ncc`]: NCC+ (NCC's timestamp rules and response timing control at the shard leaders,
+//!   prepare and decision records replicated over Multi-Paxos).
 //! - [`calvin`]: Calvin+ (Calvin's deterministic epochs, each shard's epoch log replicated by
 //!   Nezha-style deadline-ordered multicast).
 
 pub mod calvin;
+pub mod ncc;
 pub mod occ;
 pub mod peer;
 pub mod shell;

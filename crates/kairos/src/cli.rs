@@ -424,6 +424,9 @@ pub enum SimCommand {
     /// OCC+Paxos under random faults on its servers.
     #[command(name = "occ-paxos")]
     OccPaxos(CampaignArgs),
+    /// NCC+ (NCC over Multi-Paxos) under random faults on its servers.
+    #[command(name = "ncc+")]
+    NccPaxos(CampaignArgs),
     /// Tapir under random faults on its replicas.
     Tapir(CampaignArgs),
     /// Calvin+ under random message faults, partitions and clock steps on its servers (no
@@ -451,6 +454,7 @@ pub enum CampaignProtocol {
     Tiga,
     TwoPlPaxos,
     OccPaxos,
+    NccPaxos,
     Tapir,
     CalvinPlus,
     Causal,
@@ -466,6 +470,7 @@ impl CampaignProtocol {
             CampaignProtocol::Tiga => "tiga",
             CampaignProtocol::TwoPlPaxos => "2pl-paxos",
             CampaignProtocol::OccPaxos => "occ-paxos",
+            CampaignProtocol::NccPaxos => "ncc+",
             CampaignProtocol::Tapir => "tapir",
             CampaignProtocol::CalvinPlus => "calvin+",
             CampaignProtocol::Causal => "causal",

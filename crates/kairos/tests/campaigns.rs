@@ -100,6 +100,13 @@ fn occ_over_paxos_survives_40_fault_plans() {
 }
 
 #[test]
+fn ncc_plus_survives_40_fault_plans_with_crashes() {
+    let summary = campaign("ncc+", "1..41");
+    assert_eq!(summary["seeds_run"], 40);
+    assert!(summary["fault_kinds"].as_array().unwrap().iter().any(|k| k == "crash"), "{summary}");
+}
+
+#[test]
 fn tapir_survives_40_fault_plans() {
     assert_eq!(campaign("tapir", "1..41")["seeds_run"], 40);
 }

@@ -69,6 +69,8 @@ struct Run {
     one_phase: bool,
     parts: BTreeMap<ShardId, Part>,
     writes: BTreeMap<ShardId, Vec<(Key, Value)>>,
+    /// NCC: the attempt's timestamp (ns).
+    ts: u64,
     started_at: LocalTime,
     sent_at: LocalTime,
 }
@@ -103,12 +105,25 @@ pub struct TxnCoordinator {
     runs: BTreeMap<TxnId, Run>,
     ages: BTreeMap<TxnId, u64>,
     decisions: BTreeMap<TxnKey, Decision>,
+    /// NCC+: attempts execute at the leaders in one phase (`Execute`) instead of read, then
+    /// prepare ([`crate::ncc`]).
+    ncc: bool,
+    /// NCC: each shard's latest one-way-delay sample (its leader's clock at arrival minus this
+    /// clock at sending), ns.
+    owd_ns: Vec<u64>,
     stats: CoordinatorStats,
 }
 
 impl TxnCoordinator {
+    /// The coordinator of NCC+ ([`crate::ncc`]).
+    pub fn ncc(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> Self {
+        TxnCoordinator { ncc: true, ..Self::new(topology, config, shell) }
+    }
+
     pub fn new(topology: &Topology, config: &ClassicConfig, shell: TxnShell) -> Self {
         TxnCoordinator {
+            ncc: false,
+            owd_ns: vec![0; topology.shard_count()],
             config: config.clone(),
             leaders: topology.leader.clone(),
             heard_from: vec![LocalTime::ZERO; topology.shard_count()],
@@ -167,20 +182,67 @@ impl TxnCoordinator {
                 part.keys.push(k);
             }
         }
+        // NCC: the timestamp is this clock plus the largest predicted one-way delay to the
+        // shards involved (each attempt takes a fresh one).
+        let owd_ns = parts.keys().filter_map(|s| self.owd_ns.get(*s as usize)).copied().max().unwrap_or(0);
         let run = Run {
             attempt: a.attempt,
-            phase: Phase::Reading,
-            one_phase: self.config.one_phase_commit && parts.len() == 1,
+            phase: if self.ncc { Phase::Preparing } else { Phase::Reading },
+            one_phase: !self.ncc && self.config.one_phase_commit && parts.len() == 1,
             parts,
             writes: BTreeMap::new(),
+            ts: now.as_nanos().saturating_add(owd_ns),
             started_at: now,
             sent_at: now,
         };
         let tk = TxnKey { txn: a.txn, attempt: a.attempt };
         for (shard, part) in &run.parts {
-            self.send_read(ctx, tk, *shard, &part.keys);
+            if self.ncc {
+                self.send_execute(ctx, tk, *shard, &run);
+            } else {
+                self.send_read(ctx, tk, *shard, &part.keys);
+            }
         }
         self.runs.insert(a.txn, run);
+    }
+
+    fn send_execute(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
+        let keys = run.parts[&shard].keys.clone();
+        ctx.send(self.leader(shard), TxnMsg::Execute { tk, ts: run.ts, keys });
+    }
+
+    /// NCC: shard `shard` executed attempt `tk` at its timestamp and prepared it; with every
+    /// shard so, the attempt commits (the safeguard holds: module docs of [`crate::ncc`]).
+    fn on_executed(
+        &mut self,
+        ctx: &mut Ctx<'_, TxnMsg>,
+        tk: TxnKey,
+        shard: ShardId,
+        values: Vec<(Key, Value)>,
+        arrival_ns: u64,
+    ) {
+        let Some(run) = self.runs.get_mut(&tk.txn).filter(|r| r.attempt == tk.attempt) else { return };
+        let sent_ns = run.sent_at.as_nanos();
+        let Some(part) = run.parts.get_mut(&shard) else { return };
+        let mut got: Vec<Key> = values.iter().map(|(k, _)| *k).collect();
+        got.sort_unstable();
+        let mut want = part.keys.clone();
+        want.sort_unstable();
+        if part.voted {
+            return; // a duplicate (the request was resent)
+        }
+        if !self.ncc || got != want {
+            ctx.metric("txn.coordinator_bad_reply", 1);
+            return;
+        }
+        part.values = Some(values.into_iter().map(|(k, v)| (k, v, 0)).collect());
+        part.voted = true;
+        if let Some(owd) = self.owd_ns.get_mut(shard as usize) {
+            *owd = arrival_ns.saturating_sub(sent_ns);
+        }
+        if run.parts.values().all(|p| p.voted) {
+            self.commit(ctx, tk);
+        }
     }
 
     fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, keys: &[Key]) {
@@ -267,17 +329,29 @@ impl TxnCoordinator {
             self.abort(ctx, tk);
             return;
         }
+        if self.ncc {
+            // NCC's yes is `Executed` (it carries the values).
+            ctx.metric("txn.coordinator_bad_reply", 1);
+            return;
+        }
+        let Some(run) = self.run_of(tk) else { return };
         let Some(part) = run.parts.get_mut(&shard) else { return };
         part.voted = true;
         if run.parts.values().all(|p| p.voted) {
-            let Some(run) = self.runs.remove(&tk.txn) else { return };
-            let reads: Vec<(Key, Value)> =
-                run.parts.values().flat_map(|p| p.values.iter().flatten().map(|(k, v, _)| (*k, *v))).collect();
-            self.decide(ctx, tk, run.parts.keys().copied().collect(), true);
-            self.ages.remove(&tk.txn);
-            self.stats.commits += 1;
-            self.shell.committed(ctx, tk.txn, &reads, false);
+            self.commit(ctx, tk);
         }
+    }
+
+    /// Every shard voted yes for the current run of `tk`: commit it, tell the client at once
+    /// (every prepare record is durable) and the participants.
+    fn commit(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        let Some(run) = self.runs.remove(&tk.txn) else { return };
+        let reads: Vec<(Key, Value)> =
+            run.parts.values().flat_map(|p| p.values.iter().flatten().map(|(k, v, _)| (*k, *v))).collect();
+        self.decide(ctx, tk, run.parts.keys().copied().collect(), true);
+        self.ages.remove(&tk.txn);
+        self.stats.commits += 1;
+        self.shell.committed(ctx, tk.txn, &reads, false);
     }
 
     /// Aborts the current attempt `tk`: tells every participant, and lets the shell retry.
@@ -335,6 +409,7 @@ impl TxnCoordinator {
             for (shard, part) in &run.parts {
                 match run.phase {
                     Phase::Reading if part.values.is_none() => self.send_read(ctx, tk, *shard, &part.keys),
+                    Phase::Preparing if !part.voted && self.ncc => self.send_execute(ctx, tk, *shard, &run),
                     Phase::Preparing if !part.voted => self.send_prepare(ctx, tk, *shard, &run),
                     _ => continue,
                 }
@@ -377,6 +452,7 @@ impl Process for TxnCoordinator {
     fn on_message(&mut self, ctx: &mut Ctx<'_, TxnMsg>, from: NodeId, msg: TxnMsg) {
         let shard = match &msg {
             TxnMsg::ReadReply { shard, .. }
+            | TxnMsg::Executed { shard, .. }
             | TxnMsg::Refused { shard, .. }
             | TxnMsg::Waiting { shard, .. }
             | TxnMsg::Vote { shard, .. }
@@ -409,6 +485,7 @@ impl Process for TxnCoordinator {
         self.leaders[shard as usize] = replica as u32;
         match msg {
             TxnMsg::ReadReply { tk, shard, values } => self.on_values(ctx, tk, shard, values),
+            TxnMsg::Executed { tk, shard, values, arrival_ns } => self.on_executed(ctx, tk, shard, values, arrival_ns),
             // A one-phase attempt's outcome is its shard's vote alone: a refusal may come from
             // a replica that never saw the request another one logged.
             TxnMsg::Refused { tk, .. } if self.run_of(tk).is_some() && !self.shard_decides(tk) => {

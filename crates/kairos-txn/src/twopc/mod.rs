@@ -1,7 +1,8 @@
-//! Two-phase commit over per-shard Multi-Paxos groups: what 2PL+Paxos ([`crate::tpl`]) and
-//! OCC+Paxos ([`crate::occ`]) share. They differ only in how a shard leader executes and
-//! validates ([`Cc`]); the messages, the log records, the coordinator and the server skeleton
-//! are one implementation.
+//! Two-phase commit over per-shard Multi-Paxos groups: what 2PL+Paxos ([`crate::tpl`]),
+//! OCC+Paxos ([`crate::occ`]) and NCC+ ([`crate::ncc`]) share. They differ only in how a shard
+//! leader executes and validates ([`Cc`]); the messages, the log records, the coordinator and
+//! the server skeleton are one implementation. (NCC+ merges the execute and prepare phases
+//! below into one `Execute` request; its rules and latency are in [`crate::ncc`].)
 //!
 //! # The protocol (per attempt of a transaction)
 //! 1. **Execute** — the coordinator sends `Read` to the leader of every shard the transaction
@@ -106,6 +107,9 @@ pub enum Cc {
     Locking,
     /// Optimistic: read without locks, validate versions at prepare (OCC+Paxos).
     Optimistic,
+    /// NCC's timestamp rules with response timing control, executed at the leader (NCC+,
+    /// [`crate::ncc`]).
+    Ncc,
 }
 
 /// A shard's log entry.
@@ -116,6 +120,8 @@ pub enum Record {
         tk: TxnKey,
         keys: Vec<Key>,
         writes: Vec<(Key, Value)>,
+        /// NCC: the attempt's timestamp, which its writes commit at (0 for 2PL and OCC).
+        ts: u64,
     },
     /// One-phase commit of a single-shard attempt: applied, it commits `writes` if every
     /// `(key, version)` read is still the latest and no prepared attempt holds one of the keys,
@@ -177,6 +183,23 @@ pub enum TxnMsg {
         shard: ShardId,
         yes: bool,
     },
+    /// NCC, coordinator → leader: execute the attempt's increments of `keys` at timestamp `ts`
+    /// (the coordinator's clock plus its predicted one-way delay, ns) and prepare them.
+    Execute {
+        tk: TxnKey,
+        ts: u64,
+        keys: Vec<Key>,
+    },
+    /// NCC, leader → coordinator: executed at the attempt's timestamp and its prepare record is
+    /// durable (the *yes*; a *no* is `Refused` or `Vote { yes: false }`). `values`: the values
+    /// read; `arrival_ns`: the leader's clock when the `Execute` arrived (the coordinator's
+    /// one-way-delay sample).
+    Executed {
+        tk: TxnKey,
+        shard: ShardId,
+        values: Vec<(Key, Value)>,
+        arrival_ns: u64,
+    },
     /// Coordinator → leader: the decision.
     Decide {
         tk: TxnKey,
@@ -224,6 +247,10 @@ pub struct ClassicConfig {
     pub unsafe_early_release: bool,
     /// TEST ONLY, OCC: skip validation at prepare. Breaks strict serializability.
     pub unsafe_skip_validation: bool,
+    /// TEST ONLY, NCC: no response timing control — a piece executes on a key whose undecided
+    /// version has a smaller timestamp instead of waiting for its decision (it reads the
+    /// committed value under it). Breaks strict serializability (lost updates).
+    pub unsafe_ncc_skip_wait: bool,
 }
 
 impl Default for ClassicConfig {
@@ -239,6 +266,7 @@ impl Default for ClassicConfig {
             done_max: 1_000_000,
             unsafe_early_release: false,
             unsafe_skip_validation: false,
+            unsafe_ncc_skip_wait: false,
         }
     }
 }
@@ -247,6 +275,20 @@ impl Default for ClassicConfig {
 /// of a co-located deployment whose leaders are in `leader_region` and replicas in `replicas`
 /// (region names of [`LatencyMatrix::gcp`]).
 pub fn analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) -> Option<Duration> {
+    let (to_leader, paxos) = legs(region, leader_region, replicas)?;
+    Some(to_leader * 2 + paxos)
+}
+
+/// NCC+'s no-contention latency ([`crate::ncc`]) in the same deployment: one round trip to the
+/// leaders, each of which replicates its prepare record (one Paxos round) before it answers.
+pub fn ncc_analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) -> Option<Duration> {
+    let (to_leader, paxos) = legs(region, leader_region, replicas)?;
+    Some(to_leader + paxos)
+}
+
+/// (RTT from `region` to the leaders, the leaders' Paxos round: RTT to the follower that
+/// completes a majority).
+fn legs(region: &str, leader_region: &str, replicas: &[&str]) -> Option<(Duration, Duration)> {
     let m = LatencyMatrix::gcp();
     let (c, l) = (m.region(region).ok()?, m.region(leader_region).ok()?);
     let rtt = |a, b| m.one_way(a, b) + m.one_way(b, a);
@@ -257,7 +299,7 @@ pub fn analytic_latency(region: &str, leader_region: &str, replicas: &[&str]) ->
     // majority needs n/2 more.
     let need = replicas.len() / 2;
     let paxos = follower_rtts.get(need).copied()?;
-    Some(rtt(c, l) + rtt(c, l) + paxos)
+    Some((rtt(c, l), paxos))
 }
 
 #[cfg(test)]
@@ -295,6 +337,10 @@ mod tests {
             TxnMsg::Prepare { tk: tk0, reads: vec![(1, 0)], writes: vec![(1, 1)], one_phase: true },
             TxnMsg::Prepare { tk, reads: vec![(u64::MAX, 3)], writes: vec![], one_phase: true },
             TxnMsg::Decide { tk: tk0, commit: true },
+            TxnMsg::Execute { tk: tk0, ts: u64::MAX, keys: vec![0, 0, 1] },
+            TxnMsg::Execute { tk, ts: 0, keys: vec![] },
+            TxnMsg::Executed { tk: tk0, shard: 0, values: vec![(1, 1)], arrival_ns: u64::MAX },
+            TxnMsg::Executed { tk, shard: u32::MAX, values: vec![], arrival_ns: 0 },
             TxnMsg::Decide { tk, commit: false },
             TxnMsg::ReadReply { tk, shard: u32::MAX, values: vec![(0, 0, 0)] },
             TxnMsg::ReadReply { tk: tk0, shard: 0, values: vec![] },
@@ -328,7 +374,7 @@ mod tests {
     fn servers_and_coordinators_survive_garbage_from_anyone() {
         let t = topology();
         let config = ClassicConfig::default();
-        for cc in [Cc::Locking, Cc::Optimistic] {
+        for cc in [Cc::Locking, Cc::Optimistic, Cc::Ncc] {
             for (node, replica) in [(0u32, 0u32), (1, 1)] {
                 let mut s = TxnServer::new(cc, &t, &config, 0, replica);
                 let mut rng = Rng::seed_from_u64(1);
@@ -342,18 +388,25 @@ mod tests {
                 s.on_timer(&mut Ctx::new(NodeId(node), LocalTime::ZERO, &mut rng, &mut fx), TimerId(77));
             }
         }
-        let shell =
-            TxnShell::new(Box::new(FixedKeys::new(vec![vec![0, 1]])), OpenLoop::default(), ShellConfig::default(), 0);
-        let mut c = TxnCoordinator::new(&t, &config, shell);
-        let mut rng = Rng::seed_from_u64(2);
-        let mut fx = Vec::new();
-        c.on_start(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx));
-        for from in [0, 1, 3, 6, 99] {
-            for m in garbage() {
-                c.on_message(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+        for ncc in [false, true] {
+            let shell = TxnShell::new(
+                Box::new(FixedKeys::new(vec![vec![0, 1]])),
+                OpenLoop::default(),
+                ShellConfig::default(),
+                0,
+            );
+            let mut c =
+                if ncc { TxnCoordinator::ncc(&t, &config, shell) } else { TxnCoordinator::new(&t, &config, shell) };
+            let mut rng = Rng::seed_from_u64(2);
+            let mut fx = Vec::new();
+            c.on_start(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx));
+            for from in [0, 1, 3, 6, 99] {
+                for m in garbage() {
+                    c.on_message(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut rng, &mut fx), NodeId(from), m);
+                }
             }
+            assert_eq!(c.txn_stats().committed, 0);
         }
-        assert_eq!(c.txn_stats().committed, 0);
     }
 
     /// Sends `msg` to a one-shard leader and returns the messages it sends to coordinators.
@@ -461,7 +514,7 @@ mod tests {
                 deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)], one_phase: false });
             assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
             // The vote was lost; a new leader locked, prepared and committed the attempt.
-            let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)] };
+            let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)], ts: 0 };
             deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare, Record::Commit { tk: x }]));
             assert_eq!(s.paxos().applied(), 2);
             assert_eq!((s.store().get(3).value, s.store().get(3).version), (5, 2), "{cc:?}: the commit applies");
@@ -518,7 +571,7 @@ mod tests {
                 TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false },
             );
             assert_eq!(accepts_with_entries(&out), 2, "the prepare record is proposed: {out:?}");
-            let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)] };
+            let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)], ts: 0 };
             let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare]));
             assert_eq!(s.prepared_count(), 1, "the record is applied");
             assert!(!s.paxos().is_leader());
@@ -623,11 +676,11 @@ mod tests {
                 writes: vec![(7, value)],
             };
             let records = vec![
-                one_phase(1, 0, 1),                                                 // slot 0: commits
-                one_phase(2, 0, 1),                                                 // read version 0: stale
-                Record::Prepare { tk: tk(3), keys: vec![7], writes: vec![(7, 2)] }, // holds key 7
-                one_phase(4, 1, 2),                                                 // key 7 is prepared
-                Record::Commit { tk: tk(3) },                                       // slot 4: version 5
+                one_phase(1, 0, 1),                                                        // slot 0: commits
+                one_phase(2, 0, 1),                                                        // read version 0: stale
+                Record::Prepare { tk: tk(3), keys: vec![7], writes: vec![(7, 2)], ts: 0 }, // holds key 7
+                one_phase(4, 1, 2),                                                        // key 7 is prepared
+                Record::Commit { tk: tk(3) },                                              // slot 4: version 5
                 Record::Abort { tk: tk(5) },
                 one_phase(5, 5, 9), // its abort record came first
                 one_phase(6, 5, 3), // commits
@@ -660,6 +713,47 @@ mod tests {
         let out = deliver_at(&mut s, 1, 0, LocalTime::from_secs(2), TxnMsg::Paxos(ack));
         assert!(out.iter().any(|(_, m)| *m == TxnMsg::Vote { tk: x, shard: 0, yes: false }), "{out:?}");
         assert_eq!(s.paxos().log_len(), 1);
+    }
+
+    /// NCC's rules at a leader, on one key: a piece behind an older undecided version waits
+    /// for its decision, one behind a newer undecided version or a newer committed one aborts
+    /// early, and the waiter executes on the committed value once the decision is logged.
+    #[test]
+    fn ncc_pieces_wait_for_older_undecided_versions_and_abort_early_behind_newer_ones() {
+        let mut s = one_shard_leader(Cc::Ncc);
+        let tk = |seq| TxnKey { txn: TxnId::new(NodeId(10), seq), attempt: 1 };
+        let execute = |seq, ts| TxnMsg::Execute { tk: tk(seq), ts, keys: vec![7] };
+        let executed = |seq, value| TxnMsg::Executed { tk: tk(seq), shard: 0, values: vec![(7, value)], arrival_ns: 0 };
+        // A (ts 100) executes; it answers once its prepare record (slot 0) is durable.
+        let out = deliver(&mut s, execute(1, 100));
+        assert!(out.is_empty(), "{out:?}");
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(1));
+        assert!(out.contains(&(NodeId(10), executed(1, 0))), "{out:?}");
+        // B (ts 200) waits for A; C (ts 50) is older than A's undecided version: early abort.
+        assert!(deliver(&mut s, execute(2, 200)).is_empty());
+        assert!(matches!(&deliver(&mut s, execute(2, 200))[..], [(_, TxnMsg::Waiting { .. })]));
+        let out = deliver(&mut s, execute(3, 50));
+        assert!(matches!(&out[..], [(_, TxnMsg::Refused { tk: refused, .. })] if *refused == tk(3)), "{out:?}");
+        // A commits (slot 1): B executes on A's value and prepares (slot 2).
+        deliver(&mut s, TxnMsg::Decide { tk: tk(1), commit: true });
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(2));
+        assert!(out.iter().any(|(_, m)| matches!(m, TxnMsg::DecideAck { .. })), "{out:?}");
+        assert_eq!(s.store().get(7).value, 1);
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(3));
+        assert!(out.contains(&(NodeId(10), executed(2, 1))), "{out:?}");
+        // D (ts 150) is older than B's undecided version: early abort. After B commits, E
+        // (ts 190) is older than the committed version (200): early abort too.
+        assert!(matches!(&deliver(&mut s, execute(4, 150))[..], [(_, TxnMsg::Refused { .. })]));
+        deliver(&mut s, TxnMsg::Decide { tk: tk(2), commit: true });
+        deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(4));
+        assert_eq!(s.store().get(7).value, 2);
+        assert!(matches!(&deliver(&mut s, execute(5, 190))[..], [(_, TxnMsg::Refused { .. })]));
+        assert_eq!(s.stats().early_aborts, 3);
+        assert_eq!((s.prepared_count(), s.active_count(), s.locks_held()), (0, 0, 0));
+        // F (ts 300) executes at once.
+        deliver(&mut s, execute(6, 300));
+        let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accepted(5));
+        assert!(out.contains(&(NodeId(10), executed(6, 2))), "{out:?}");
     }
 
     #[test]

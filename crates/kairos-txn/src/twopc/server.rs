@@ -62,13 +62,22 @@ enum State {
 
 #[derive(Clone, Debug)]
 struct Active {
-    /// (age, attempt): smaller is older.
+    /// (age, attempt): smaller is older. NCC: (timestamp, attempt).
     prio: (u64, TxnKey),
     /// Asked to commit in one phase (its outcome is its one-phase record's, no `Decide`).
     one_phase: bool,
     /// The keys it locks (all locks are exclusive).
     keys: Vec<Key>,
     state: State,
+    /// NCC: the values it read (sent with `Executed`) and when its `Execute` arrived.
+    values: Vec<(Key, Value)>,
+    arrival_ns: u64,
+}
+
+impl Active {
+    fn new(prio: (u64, TxnKey), one_phase: bool, keys: Vec<Key>, state: State) -> Self {
+        Active { prio, one_phase, keys, state, values: Vec::new(), arrival_ns: 0 }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -90,6 +99,8 @@ enum Outcome {
 struct Prepared {
     keys: Vec<Key>,
     writes: Vec<(Key, Value)>,
+    /// NCC: the timestamp the writes commit at (0 for 2PL and OCC).
+    ts: u64,
 }
 
 /// Counters of one replica.
@@ -109,6 +120,9 @@ pub struct ServerStats {
     /// One-phase records that applied as aborts (a version read was no longer the latest, or
     /// a prepared attempt held a key: a record a deposed leader proposed).
     pub one_phase_invalid: u64,
+    /// NCC: pieces aborted early by the timestamp rules (a newer version or read, or an
+    /// undecided version with a timestamp not below theirs).
+    pub early_aborts: u64,
 }
 
 /// See the module docs.
@@ -135,6 +149,12 @@ pub struct TxnServer {
     leading: bool,
     active: BTreeMap<TxnKey, Active>,
     locks: BTreeMap<Key, KeyLock>,
+    /// NCC, every replica (applied from the log): the timestamp of each key's latest committed
+    /// version.
+    ncc_committed_ts: BTreeMap<Key, u64>,
+    /// NCC, the leader only: each key's read mark, the largest timestamp that read its latest
+    /// committed version (lost with leadership: module docs of [`crate::ncc`]).
+    ncc_read_mark: BTreeMap<Key, u64>,
     stats: ServerStats,
 }
 
@@ -163,6 +183,8 @@ impl TxnServer {
             leading: false,
             active: BTreeMap::new(),
             locks: BTreeMap::new(),
+            ncc_committed_ts: BTreeMap::new(),
+            ncc_read_mark: BTreeMap::new(),
             stats: ServerStats::default(),
         }
     }
@@ -288,15 +310,19 @@ impl TxnServer {
         self.leading = ready;
         self.active.clear();
         self.locks.clear();
+        self.ncc_read_mark.clear();
         self.vote_on_apply.clear();
         if ready {
             ctx.metric("txn.server_became_leader", 1);
-            let prepared: Vec<(TxnKey, Vec<Key>)> = self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone())).collect();
-            for (tk, keys) in prepared {
+            let prepared: Vec<(TxnKey, Vec<Key>, u64)> =
+                self.prepared.iter().map(|(tk, p)| (*tk, p.keys.clone(), p.ts)).collect();
+            for (tk, keys, ts) in prepared {
                 for k in &keys {
                     self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                self.active.insert(tk, Active { prio: (0, tk), one_phase: false, keys, state: State::Recovered });
+                // NCC: a recovered undecided version keeps its timestamp (later pieces wait for
+                // it or abort early by it); 2PL and OCC: the oldest, never wounded.
+                self.active.insert(tk, Active::new((ts, tk), false, keys, State::Recovered));
             }
         }
     }
@@ -312,13 +338,13 @@ impl TxnServer {
     fn apply_committed(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
         for (slot, record) in self.paxos.take_committed() {
             match record {
-                Record::Prepare { tk, keys, writes } => {
+                Record::Prepare { tk, keys, writes, ts } => {
                     // Only a logged outcome (an earlier commit / abort record) skips it: the
                     // same decision on every replica.
                     if self.done.contains_key(&tk) {
                         continue;
                     }
-                    self.insert_prepared(tk, Prepared { keys, writes });
+                    self.insert_prepared(tk, Prepared { keys, writes, ts });
                     // Yes only from the ready leader of the ballot that proposed the record: a
                     // message that deposes this leader may also commit its record (the new
                     // leader recovered it), before `sync_leadership` has run.
@@ -329,7 +355,13 @@ impl TxnServer {
                                 a.state = State::Prepared;
                                 self.stats.prepared += 1;
                                 let shard = self.shard;
-                                self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: true });
+                                let yes = if self.cc == Cc::Ncc {
+                                    let (values, arrival_ns) = (a.values.clone(), a.arrival_ns);
+                                    TxnMsg::Executed { tk, shard, values, arrival_ns }
+                                } else {
+                                    TxnMsg::Vote { tk, shard, yes: true }
+                                };
+                                self.reply(ctx, tk, yes);
                                 if self.cc == Cc::Locking && self.config.unsafe_early_release {
                                     self.release(ctx, tk, false);
                                 }
@@ -341,6 +373,14 @@ impl TxnServer {
                     if let Some(p) = self.remove_prepared(tk) {
                         for (k, v) in p.writes {
                             self.store.put(k, v, slot + 1);
+                            if self.cc == Cc::Ncc {
+                                let committed = self.ncc_committed_ts.entry(k).or_default();
+                                *committed = (*committed).max(p.ts);
+                                // A read mark at or below the committed timestamp says nothing more.
+                                if self.ncc_read_mark.get(&k).is_some_and(|m| *m <= p.ts) {
+                                    self.ncc_read_mark.remove(&k);
+                                }
+                            }
                         }
                         self.stats.committed += 1;
                     }
@@ -416,6 +456,10 @@ impl TxnServer {
 
     /// Grants `key` to its oldest waiter once nobody else holds it.
     fn grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
+        if self.cc == Cc::Ncc {
+            self.ncc_grant(ctx, key);
+            return;
+        }
         let mut ready = Vec::new();
         if let Some(l) = self.locks.get_mut(&key) {
             while let Some(&(age, tk)) = l.waiters.first() {
@@ -523,7 +567,7 @@ impl TxnServer {
         }
         let prio = (age_ns, tk);
         let waiting = State::Waiting { missing: keys.len() };
-        self.active.insert(tk, Active { prio, one_phase: false, keys: keys.clone(), state: waiting });
+        self.active.insert(tk, Active::new(prio, false, keys.clone(), waiting));
         for k in &keys {
             // Wound every younger, unprepared holder that conflicts (again after each round:
             // releasing a victim may grant the key to another younger waiter).
@@ -650,7 +694,7 @@ impl TxnServer {
                 for k in &keys {
                     self.locks.entry(*k).or_default().holders.insert(tk);
                 }
-                let active = Active { prio: (0, tk), one_phase, keys: keys.clone(), state: State::Locked };
+                let active = Active::new((0, tk), one_phase, keys.clone(), State::Locked);
                 self.active.insert(tk, active);
                 self.start_prepare(ctx, tk, keys, reads, writes, one_phase);
             }
@@ -706,14 +750,167 @@ impl TxnServer {
             a.state = State::Preparing { ballot };
             a.one_phase = one_phase;
         }
-        let record =
-            if one_phase { Record::CommitOnePhase { tk, reads, writes } } else { Record::Prepare { tk, keys, writes } };
+        let ts = if self.cc == Cc::Ncc { self.active.get(&tk).map_or(0, |a| a.prio.0) } else { 0 };
+        let record = if one_phase {
+            Record::CommitOnePhase { tk, reads, writes }
+        } else {
+            Record::Prepare { tk, keys, writes, ts }
+        };
         if !self.propose(ctx, record) {
             // The log refuses (overloaded): vote no.
             self.release(ctx, tk, true);
             self.remember_unlogged(tk);
             self.vote_no(ctx, tk, one_phase);
         }
+    }
+
+    // ---------------------------------------------------------------- NCC
+
+    /// NCC's rule for a piece at timestamp `ts` on `key` when no undecided version is in its
+    /// way: it executes unless the latest committed version or a read of it is not older.
+    fn ncc_too_late(&self, key: Key, ts: u64) -> bool {
+        self.ncc_committed_ts.get(&key).is_some_and(|c| *c >= ts)
+            || self.ncc_read_mark.get(&key).is_some_and(|m| *m > ts)
+    }
+
+    /// NCC: executes attempt `tk` at timestamp `ts` on `keys` (module docs of [`crate::ncc`]).
+    fn on_execute(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, ts: u64, keys: Vec<Key>) {
+        let shard = self.shard;
+        let mut keys = keys;
+        keys.sort_unstable();
+        keys.dedup();
+        if self.cc != Cc::Ncc
+            || keys.is_empty()
+            || keys.len() > self.config.keys_per_request_max
+            || !keys.iter().all(|k| self.mine(*k))
+        {
+            ctx.metric("txn.server_bad_request", 1);
+            return;
+        }
+        self.stats.reads += 1;
+        if let Some(&outcome) = self.done.get(&tk) {
+            // Decided: the coordinator had every answer; this only repeats the outcome.
+            self.reply(ctx, tk, TxnMsg::Vote { tk, shard, yes: outcome == Outcome::Committed });
+            return;
+        }
+        if self.unlogged.contains_key(&tk) {
+            self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
+            return;
+        }
+        if let Some(a) = self.active.get(&tk) {
+            // A retransmission: answer from the attempt's state.
+            let answer = match a.state {
+                State::Waiting { .. } => Some(TxnMsg::Waiting { tk, shard }),
+                State::Prepared => {
+                    Some(TxnMsg::Executed { tk, shard, values: a.values.clone(), arrival_ns: a.arrival_ns })
+                }
+                State::Deciding { commit } => Some(TxnMsg::Vote { tk, shard, yes: commit }),
+                // Prepared by an earlier leader: only the proposer may say yes (parent docs).
+                State::Recovered => Some(TxnMsg::Vote { tk, shard, yes: false }),
+                State::Locked | State::Preparing { .. } => None,
+            };
+            if let Some(m) = answer {
+                self.reply(ctx, tk, m);
+            }
+            return;
+        }
+        if self.superseded(tk) || self.active.len() >= self.config.active_max {
+            self.remember_unlogged(tk);
+            self.stats.refused += 1;
+            self.reply(ctx, tk, TxnMsg::Refused { tk, shard });
+            return;
+        }
+        let mut active = Active::new((ts, tk), false, keys.clone(), State::Waiting { missing: keys.len() });
+        active.arrival_ns = ctx.now().as_nanos();
+        self.active.insert(tk, active);
+        let mut missing = 0;
+        for k in &keys {
+            // The undecided version in the way (unknown holders count as newest: abort).
+            let undecided = self.locks.get(k).and_then(|l| {
+                l.holders.iter().filter(|h| **h != tk).map(|h| self.active.get(h).map_or(u64::MAX, |a| a.prio.0)).max()
+            });
+            match undecided {
+                // Response timing control: wait for the decision of an older undecided version.
+                Some(older) if older < ts && !self.config.unsafe_ncc_skip_wait => {
+                    self.locks.entry(*k).or_default().waiters.insert((ts, tk));
+                    self.stats.lock_waits += 1;
+                    missing += 1;
+                }
+                Some(older) if older < ts => {
+                    // The test-only bug: execute on the committed version under it.
+                    self.locks.entry(*k).or_default().holders.insert(tk);
+                }
+                Some(_) => {
+                    self.ncc_abort_early(ctx, tk);
+                    return;
+                }
+                None if self.ncc_too_late(*k, ts) => {
+                    self.ncc_abort_early(ctx, tk);
+                    return;
+                }
+                None => {
+                    self.locks.entry(*k).or_default().holders.insert(tk);
+                    let mark = self.ncc_read_mark.entry(*k).or_default();
+                    *mark = (*mark).max(ts);
+                }
+            }
+        }
+        if missing == 0 {
+            self.ncc_execute(ctx, tk);
+        } else if let Some(a) = self.active.get_mut(&tk) {
+            a.state = State::Waiting { missing };
+        }
+    }
+
+    /// NCC: `key` has no undecided version any more: the waiting piece with the smallest
+    /// timestamp executes on it, or aborts early if the version just committed (or a read) is
+    /// not older; the others now wait for that one.
+    fn ncc_grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
+        let mut granted = None;
+        let mut late = Vec::new();
+        while self.locks.get(&key).is_some_and(|l| l.holders.is_empty()) {
+            let Some((ts, tk)) = self.locks.get_mut(&key).and_then(|l| l.waiters.pop_first()) else { break };
+            if self.ncc_too_late(key, ts) {
+                late.push(tk);
+                continue;
+            }
+            self.locks.entry(key).or_default().holders.insert(tk);
+            let mark = self.ncc_read_mark.entry(key).or_default();
+            *mark = (*mark).max(ts);
+            granted = Some(tk);
+        }
+        if self.locks.get(&key).is_some_and(|l| l.holders.is_empty() && l.waiters.is_empty()) {
+            self.locks.remove(&key);
+        }
+        for tk in late {
+            self.ncc_abort_early(ctx, tk);
+        }
+        let Some(tk) = granted else { return };
+        let Some(a) = self.active.get_mut(&tk) else { return };
+        if let State::Waiting { missing } = &mut a.state {
+            *missing = missing.saturating_sub(1);
+            if *missing == 0 {
+                self.ncc_execute(ctx, tk);
+            }
+        }
+    }
+
+    /// NCC: every key of `tk` is claimed at its timestamp: read the committed values, write
+    /// the increments, and prepare them (the leader answers `Executed` once the record is
+    /// durable).
+    fn ncc_execute(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        let Some(a) = self.active.get_mut(&tk) else { return };
+        a.values = a.keys.iter().map(|k| (*k, self.store.get(*k).value)).collect();
+        let writes = a.values.iter().map(|(k, v)| (*k, v.saturating_add(1))).collect();
+        let keys = a.keys.clone();
+        self.start_prepare(ctx, tk, keys, Vec::new(), writes, false);
+    }
+
+    /// NCC: the rules abort `tk` here before it executed everywhere (its coordinator aborts it).
+    fn ncc_abort_early(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
+        self.stats.early_aborts += 1;
+        ctx.metric("txn.server_ncc_early_aborts", 1);
+        self.refuse(ctx, tk);
     }
 
     fn on_decide(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, commit: bool) {
@@ -797,7 +994,13 @@ impl Process for TxnServer {
                 self.paxos.on_message(ctx, from, m);
                 self.apply_committed(ctx);
             }
-            TxnMsg::Read { .. } | TxnMsg::Prepare { .. } | TxnMsg::Decide { .. } if !self.paxos.is_ready() => {
+            TxnMsg::Read { .. } | TxnMsg::Prepare { .. } if self.cc == Cc::Ncc => {
+                ctx.metric("txn.server_bad_request", 1);
+            }
+            TxnMsg::Execute { .. } if self.cc != Cc::Ncc => ctx.metric("txn.server_bad_request", 1),
+            TxnMsg::Read { .. } | TxnMsg::Prepare { .. } | TxnMsg::Execute { .. } | TxnMsg::Decide { .. }
+                if !self.paxos.is_ready() =>
+            {
                 if !self.paxos.is_leader() {
                     let reply = TxnMsg::NotLeader { shard: self.shard, leader: self.paxos.leader_hint() };
                     ctx.send(from, reply);
@@ -805,8 +1008,10 @@ impl Process for TxnServer {
             }
             TxnMsg::Read { tk, age_ns, keys } => self.on_read(ctx, tk, age_ns, keys),
             TxnMsg::Prepare { tk, reads, writes, one_phase } => self.on_prepare(ctx, tk, reads, writes, one_phase),
+            TxnMsg::Execute { tk, ts, keys } => self.on_execute(ctx, tk, ts, keys),
             TxnMsg::Decide { tk, commit } => self.on_decide(ctx, tk, commit),
-            TxnMsg::ReadReply { .. }
+            TxnMsg::Executed { .. }
+            | TxnMsg::ReadReply { .. }
             | TxnMsg::Refused { .. }
             | TxnMsg::Waiting { .. }
             | TxnMsg::Vote { .. }

@@ -23,6 +23,7 @@ use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
 use kairos_tiga::Topology;
 use kairos_txn::calvin::{CalvinConfig, CalvinPlus};
+use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::tapir::{Tapir, TapirConfig};
 use kairos_txn::tpl::TwoPlPaxos;
@@ -181,6 +182,7 @@ fn run_seed(
     Ok(match protocol {
         CampaignProtocol::TwoPlPaxos => peer!(TwoPlPaxos, ClassicConfig::default()),
         CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
+        CampaignProtocol::NccPaxos => peer!(NccPaxos, ClassicConfig::default()),
         CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
         CampaignProtocol::CalvinPlus => {
             // Calvin+ has no recovery (a restarted server comes back empty): every fault but

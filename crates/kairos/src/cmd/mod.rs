@@ -36,6 +36,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sim(SimCommand::Tiga(a)) => campaign::run(CampaignProtocol::Tiga, a),
         Command::Sim(SimCommand::TwoPlPaxos(a)) => campaign::run(CampaignProtocol::TwoPlPaxos, a),
         Command::Sim(SimCommand::OccPaxos(a)) => campaign::run(CampaignProtocol::OccPaxos, a),
+        Command::Sim(SimCommand::NccPaxos(a)) => campaign::run(CampaignProtocol::NccPaxos, a),
         Command::Sim(SimCommand::Tapir(a)) => campaign::run(CampaignProtocol::Tapir, a),
         Command::Sim(SimCommand::CalvinPlus(a)) => campaign::run(CampaignProtocol::CalvinPlus, a),
         Command::Sim(SimCommand::Causal(a)) => campaign::run(CampaignProtocol::Causal, a),
