@@ -37,16 +37,20 @@ pub enum Protocol {
     OccPaxos,
     Tapir,
     CalvinPlus,
+    /// NCC as the Tiga paper ran it: NCC+'s code with one server per shard, in the leaders'
+    /// region (no fault tolerance).
+    Ncc,
     NccPaxos,
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 6] = [
+    pub const ALL: [Protocol; 7] = [
         Protocol::Tiga,
         Protocol::TwoPlPaxos,
         Protocol::OccPaxos,
         Protocol::Tapir,
         Protocol::CalvinPlus,
+        Protocol::Ncc,
         Protocol::NccPaxos,
     ];
 
@@ -58,6 +62,7 @@ impl Protocol {
             Protocol::OccPaxos => "occ-paxos",
             Protocol::Tapir => "tapir",
             Protocol::CalvinPlus => "calvin+",
+            Protocol::Ncc => "ncc",
             Protocol::NccPaxos => "ncc+",
         }
     }
@@ -311,8 +316,21 @@ impl Bench {
             Protocol::OccPaxos => self.run_peer::<OccPaxos>(&Default::default(), progress),
             Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
             Protocol::CalvinPlus => self.run_peer::<CalvinPlus>(&Default::default(), progress),
+            Protocol::Ncc => {
+                let mut outcome = self.unreplicated().run_peer::<NccPaxos>(&Default::default(), progress)?;
+                outcome.protocol = Protocol::Ncc;
+                Ok(outcome)
+            }
             Protocol::NccPaxos => self.run_peer::<NccPaxos>(&Default::default(), progress),
         }
+    }
+
+    /// This bench with one server per shard, in the first server region (the leaders' region
+    /// when co-located): how the Tiga paper ran NCC, which has no fault tolerance.
+    pub fn unreplicated(&self) -> Bench {
+        let mut bench = self.clone();
+        bench.base.server_regions.truncate(1);
+        bench
     }
 
     /// Runs Tiga on this bench through its own deployment.

@@ -5,6 +5,12 @@
 //! coordinator and server skeleton are 2PL+Paxos's ([`crate::twopc`], `Cc::Ncc`); this module is
 //! the [`Peer`] binding and the rules.
 //!
+//! **NCC** itself, as the Tiga paper ran it (no fault tolerance, every shard's one server in
+//! South Carolina), is the same code on a deployment with one replica per shard
+//! (`kairos_harness::micro::Bench::unreplicated`): a one-replica log commits a record as it is
+//! proposed, so a leader answers as soon as it executed and releases a key as soon as the
+//! decision arrives, like the paper's code.
+//!
 //! # The rules (one-shot read-modify-write pieces, as MicroBench's increments)
 //! - **Timestamp.** The coordinator stamps an attempt with its clock plus the largest one-way
 //!   delay it last measured to the shards involved (each leader reports its clock when a

@@ -162,7 +162,7 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["sim", "register", "--seeds", "x..y"], "--seeds"),
         (vec!["check", "f", "--model", "sequential"], "possible values"),
         (vec!["bench", "micro", "--protocols", "tiga,janus"], "unknown protocol \"janus\""),
-        (vec!["bench", "micro", "--protocols", "janus"], "tiga, 2pl-paxos, occ-paxos, tapir, calvin+, ncc+"),
+        (vec!["bench", "micro", "--protocols", "janus"], "tiga, 2pl-paxos, occ-paxos, tapir, calvin+, ncc, ncc+"),
         (vec!["sim", "calvin+", "--seeds", "1", "--faults", "crash,torn"], "Calvin+ has no recovery"),
         (vec!["bench", "micro", "--protocols", ""], "at least one protocol"),
         (vec!["bench", "micro", "--protocols", " , "], "at least one protocol"),

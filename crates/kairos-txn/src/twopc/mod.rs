@@ -296,9 +296,9 @@ fn legs(region: &str, leader_region: &str, replicas: &[&str]) -> Option<(Duratio
         replicas.iter().filter_map(|r| m.region(r).ok()).map(|f| rtt(l, f)).collect::<Vec<_>>();
     follower_rtts.sort();
     // The leader is one of the replicas (its own RTT is the smallest, 0 or local); the
-    // majority needs n/2 more.
+    // majority needs n/2 more (none for a single replica, which commits as it proposes).
     let need = replicas.len() / 2;
-    let paxos = follower_rtts.get(need).copied()?;
+    let paxos = if need == 0 { Duration::ZERO } else { follower_rtts.get(need).copied()? };
     Some((rtt(c, l), paxos))
 }
 
