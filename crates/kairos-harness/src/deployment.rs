@@ -30,6 +30,10 @@ pub struct TxnDeployment {
     pub placement: Placement,
     pub shards: u32,
     pub server_regions: Vec<String>,
+    /// Replicas of each shard, placed over `server_regions` by `placement`; `None`: one per
+    /// server region. (`Some(1)`: an unreplicated deployment, each shard's one server where its
+    /// leader would be.)
+    pub replicas_per_shard: Option<usize>,
     /// (region, coordinators there).
     pub coordinator_regions: Vec<(String, u32)>,
     /// Total offered load over all coordinators, transactions per second.
@@ -50,6 +54,7 @@ impl Default for TxnDeployment {
             placement: Placement::CoLocated,
             shards: 3,
             server_regions: ["sc", "fi", "br"].map(String::from).to_vec(),
+            replicas_per_shard: None,
             coordinator_regions: ["sc", "fi", "br", "hk"].map(|r| (r.to_string(), 2)).to_vec(),
             load_txn_per_s: 1_000.0,
             skew: 0.5,
@@ -93,15 +98,18 @@ impl TxnDeployment {
         coordinator: impl FnMut(&CoordinatorSlot) -> Box<dyn Role<M>> + Clone + 'static,
     ) -> Result<(Sim<M>, Topology, Vec<(u64, u64, String)>), DeployError> {
         let matrix = LatencyMatrix::gcp();
-        let n = self.server_regions.len();
+        let n_regions = self.server_regions.len();
+        let n = self.replicas_per_shard.unwrap_or(n_regions);
         let coordinators: u32 = self.coordinator_regions.iter().map(|(_, c)| c).sum();
-        if self.shards == 0 || n == 0 || coordinators == 0 {
+        if self.shards == 0 || n_regions == 0 || n == 0 || coordinators == 0 {
             return Err(DeployError::Shape(
-                "the deployment needs at least one shard, one server region and one coordinator".into(),
+                "the deployment needs at least one shard, one server region, one replica per shard and one \
+                 coordinator"
+                    .into(),
             ));
         }
         let regions: Vec<_> = self.server_regions.iter().map(|r| matrix.region(r)).collect::<Result<_, _>>()?;
-        let region_of = |shard: usize, replica: usize| regions[self.placement.region_index(shard, replica, n)];
+        let region_of = |shard: usize, replica: usize| regions[self.placement.region_index(shard, replica, n_regions)];
         let topology = Topology {
             shards: (0..self.shards as usize).map(|s| (0..n).map(|r| NodeId((s * n + r) as u32)).collect()).collect(),
             leader: vec![0; self.shards as usize],

@@ -325,11 +325,12 @@ impl Bench {
         }
     }
 
-    /// This bench with one server per shard, in the first server region (the leaders' region
-    /// when co-located): how the Tiga paper ran NCC, which has no fault tolerance.
+    /// This bench with one server per shard, where the shard's leader would be (co-located:
+    /// all in the first server region; separated: rotated over the regions): how the Tiga paper
+    /// ran NCC, which has no fault tolerance.
     pub fn unreplicated(&self) -> Bench {
         let mut bench = self.clone();
-        bench.base.server_regions.truncate(1);
+        bench.base.replicas_per_shard = Some(1);
         bench
     }
 

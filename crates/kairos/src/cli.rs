@@ -219,8 +219,9 @@ saturation is found by a short doubling sweep.",
 kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
 )]
 pub struct MicroBenchArgs {
-    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, calvin+.
-    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir,calvin+")]
+    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, calvin+, ncc (one server per
+    /// shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos).
+    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir,calvin+,ncc,ncc+")]
     pub protocols: Vec<String>,
     #[command(flatten)]
     pub admission: AdmissionArgs,
