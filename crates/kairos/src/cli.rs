@@ -428,6 +428,9 @@ pub enum SimCommand {
     /// NCC+ (NCC over Multi-Paxos) under random faults on its servers.
     #[command(name = "ncc+")]
     NccPaxos(CampaignArgs),
+    /// NCC (one server per shard, as the Tiga paper ran it) under random message faults,
+    /// partitions and clock steps on its servers (no crashes: it has no fault tolerance).
+    Ncc(CampaignArgs),
     /// Tapir under random faults on its replicas.
     Tapir(CampaignArgs),
     /// Calvin+ under random message faults, partitions and clock steps on its servers (no
@@ -455,6 +458,7 @@ pub enum CampaignProtocol {
     Tiga,
     TwoPlPaxos,
     OccPaxos,
+    Ncc,
     NccPaxos,
     Tapir,
     CalvinPlus,
@@ -471,6 +475,7 @@ impl CampaignProtocol {
             CampaignProtocol::Tiga => "tiga",
             CampaignProtocol::TwoPlPaxos => "2pl-paxos",
             CampaignProtocol::OccPaxos => "occ-paxos",
+            CampaignProtocol::Ncc => "ncc",
             CampaignProtocol::NccPaxos => "ncc+",
             CampaignProtocol::Tapir => "tapir",
             CampaignProtocol::CalvinPlus => "calvin+",

@@ -107,6 +107,14 @@ fn ncc_plus_survives_40_fault_plans_with_crashes() {
 }
 
 #[test]
+fn unreplicated_ncc_survives_40_fault_plans_without_crashes() {
+    let summary = campaign("ncc", "1..41");
+    assert_eq!(summary["seeds_run"], 40);
+    let kinds = summary["fault_kinds"].as_array().unwrap();
+    assert!(kinds.iter().all(|k| k != "crash" && k != "torn" && k != "disk-loss"), "{kinds:?}");
+}
+
+#[test]
 fn tapir_survives_40_fault_plans() {
     assert_eq!(campaign("tapir", "1..41")["seeds_run"], 40);
 }

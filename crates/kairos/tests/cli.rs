@@ -164,6 +164,7 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "micro", "--protocols", "tiga,janus"], "unknown protocol \"janus\""),
         (vec!["bench", "micro", "--protocols", "janus"], "tiga, 2pl-paxos, occ-paxos, tapir, calvin+, ncc, ncc+"),
         (vec!["sim", "calvin+", "--seeds", "1", "--faults", "crash,torn"], "Calvin+ has no recovery"),
+        (vec!["sim", "ncc", "--seeds", "1", "--faults", "crash"], "NCC has one server per shard"),
         (vec!["bench", "micro", "--protocols", ""], "at least one protocol"),
         (vec!["bench", "micro", "--protocols", " , "], "at least one protocol"),
         (vec!["bench", "micro", "--load", "0"], "--load"),

@@ -172,6 +172,17 @@ fn run_seed(
     // Transactions in flight when the load stops get time to finish or be given up.
     let drain = Duration::from_secs(10);
     let plan_servers = |servers: &[NodeId]| plan_for(servers, Duration::ZERO);
+    macro_rules! peer_without_crashes {
+        ($built:expr) => {{
+            let w = $built.map_err(|e| usage(&e))?;
+            let until = SimTime::ZERO + end + recovery + drain;
+            let rates = FaultRates { kinds: without_crashes(rates.kinds), ..rates.clone() };
+            let plan = |servers: &[NodeId]| {
+                random_plan(seed, servers, SimTime::ZERO + FAULTS_START, SimTime::ZERO + end, &rates)
+            };
+            transactional(w.sim, &w.topology, &w.process_regions, &plan, until, healed)
+        }};
+    }
     macro_rules! peer {
         ($p:ty, $config:expr) => {{
             let w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
@@ -184,16 +195,11 @@ fn run_seed(
         CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
         CampaignProtocol::NccPaxos => peer!(NccPaxos, ClassicConfig::default()),
         CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
-        CampaignProtocol::CalvinPlus => {
-            // Calvin+ has no recovery (a restarted server comes back empty): every fault but
-            // crashes.
-            let w = bench.build::<CalvinPlus>(&CalvinConfig::default()).map_err(|e| usage(&e))?;
-            let until = SimTime::ZERO + end + recovery + drain;
-            let rates = FaultRates { kinds: without_crashes(rates.kinds), ..rates.clone() };
-            let plan = |servers: &[NodeId]| {
-                random_plan(seed, servers, SimTime::ZERO + FAULTS_START, SimTime::ZERO + end, &rates)
-            };
-            transactional(w.sim, &w.topology, &w.process_regions, &plan, until, healed)
+        // Calvin+ has no recovery (a restarted server comes back empty), and NCC has one
+        // server per shard (a crash loses what it acknowledged): every fault but crashes.
+        CampaignProtocol::CalvinPlus => peer_without_crashes!(bench.build::<CalvinPlus>(&CalvinConfig::default())),
+        CampaignProtocol::Ncc => {
+            peer_without_crashes!(bench.unreplicated().build::<NccPaxos>(&ClassicConfig::default()))
         }
         CampaignProtocol::Tiga => {
             let mut d = bench.tiga();
@@ -407,17 +413,20 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let rates = rates(&args)?;
     let name = protocol.name();
     let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
-    let kinds: Vec<String> = if protocol == CampaignProtocol::CalvinPlus {
+    let no_recovery = match protocol {
+        CampaignProtocol::CalvinPlus => Some("Calvin+ has no recovery"),
+        CampaignProtocol::Ncc => Some("NCC has one server per shard and no fault tolerance"),
+        _ => None,
+    };
+    let kinds: Vec<String> = if no_recovery.is_some() {
         without_crashes(rates.kinds).names()
     } else {
         rates.kinds.names().into_iter().filter(|k| loses_disks || k != "disk-loss").collect()
     };
-    if kinds.is_empty() && protocol == CampaignProtocol::CalvinPlus {
-        return Err(CliError::Usage(
-            "--faults: Calvin+ has no recovery, so its campaigns crash no node; name other kinds, e.g. \
-             --faults partition,loss,dup"
-                .into(),
-        ));
+    if let (true, Some(why)) = (kinds.is_empty(), no_recovery) {
+        return Err(CliError::Usage(format!(
+            "--faults: {why}, so its campaigns crash no node; name other kinds, e.g. --faults partition,loss,dup"
+        )));
     }
     if kinds.is_empty() {
         return Err(CliError::Usage(format!(
