@@ -37,8 +37,8 @@ pub enum Protocol {
     OccPaxos,
     Tapir,
     CalvinPlus,
-    /// NCC as the Tiga paper ran it: NCC+'s code with one server per shard, in the leaders'
-    /// region (no fault tolerance).
+    /// NCC as the Tiga paper ran it: NCC+'s code with one server per shard, where the shard's
+    /// leader would be ([`Bench::unreplicated`]; no fault tolerance).
     Ncc,
     NccPaxos,
 }

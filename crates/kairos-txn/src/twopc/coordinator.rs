@@ -1,6 +1,8 @@
 //! The coordinator of 2PL+Paxos / OCC+Paxos: runs each attempt's execute and prepare phases
 //! against the shard leaders, decides, answers the client through its [`TxnShell`], and keeps
-//! resending the decision until every participant has applied it.
+//! resending the decision until every participant has applied it. NCC+'s coordinator
+//! ([`TxnCoordinator::ncc`]) merges the two phases into one `Execute` at a timestamp
+//! ([`crate::ncc`]); deciding, resending and timeouts are the same.
 //!
 //! Retransmission: a periodic tick resends every request unanswered for `retry_timeout` under
 //! the same attempt (servers are at-most-once per attempt). A shard whose presumed leader has
