@@ -26,6 +26,7 @@ pub mod calvin_agreement;
 pub mod causal;
 pub mod deployment;
 pub mod error;
+pub mod janus_agreement;
 pub mod micro;
 pub mod oplog_agreement;
 pub mod register;

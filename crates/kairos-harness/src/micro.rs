@@ -15,6 +15,7 @@ use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::{Sim, SimStats, WorldCheck};
 use kairos_txn::calvin::{CalvinMsg, CalvinPlus};
+use kairos_txn::janus::{Janus, JanusMsg};
 use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
@@ -36,6 +37,7 @@ pub enum Protocol {
     TwoPlPaxos,
     OccPaxos,
     Tapir,
+    Janus,
     CalvinPlus,
     /// NCC as the Tiga paper ran it: NCC+'s code with one server per shard, where the shard's
     /// leader would be ([`Bench::unreplicated`]; no fault tolerance).
@@ -44,11 +46,12 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 7] = [
+    pub const ALL: [Protocol; 8] = [
         Protocol::Tiga,
         Protocol::TwoPlPaxos,
         Protocol::OccPaxos,
         Protocol::Tapir,
+        Protocol::Janus,
         Protocol::CalvinPlus,
         Protocol::Ncc,
         Protocol::NccPaxos,
@@ -61,6 +64,7 @@ impl Protocol {
             Protocol::TwoPlPaxos => "2pl-paxos",
             Protocol::OccPaxos => "occ-paxos",
             Protocol::Tapir => "tapir",
+            Protocol::Janus => "janus",
             Protocol::CalvinPlus => "calvin+",
             Protocol::Ncc => "ncc",
             Protocol::NccPaxos => "ncc+",
@@ -216,6 +220,13 @@ impl PeerProtocol for CalvinPlus {
     }
 }
 
+impl PeerProtocol for Janus {
+    const PROTOCOL: Protocol = Protocol::Janus;
+    fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<JanusMsg>)> {
+        vec![(64, crate::janus_agreement::key_orders_agree(topology.clone()))]
+    }
+}
+
 impl PeerProtocol for Tapir {
     const PROTOCOL: Protocol = Protocol::Tapir;
     fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<TapirMsg>)> {
@@ -315,6 +326,7 @@ impl Bench {
             Protocol::TwoPlPaxos => self.run_peer::<TwoPlPaxos>(&Default::default(), progress),
             Protocol::OccPaxos => self.run_peer::<OccPaxos>(&Default::default(), progress),
             Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
+            Protocol::Janus => self.run_peer::<Janus>(&Default::default(), progress),
             Protocol::CalvinPlus => self.run_peer::<CalvinPlus>(&Default::default(), progress),
             Protocol::Ncc => {
                 let mut outcome = self.unreplicated().run_peer::<NccPaxos>(&Default::default(), progress)?;
@@ -391,8 +403,8 @@ mod tests {
             assert_eq!(p.name().parse::<Protocol>(), Ok(p));
         }
         assert_eq!(" TAPIR ".parse::<Protocol>(), Ok(Protocol::Tapir));
-        let e = "janus".parse::<Protocol>().unwrap_err().to_string();
-        assert!(e.contains("janus") && e.contains("2pl-paxos"), "{e}");
+        let e = "detock".parse::<Protocol>().unwrap_err().to_string();
+        assert!(e.contains("detock") && e.contains("2pl-paxos") && e.contains("janus"), "{e}");
     }
 
     #[test]

@@ -17,10 +17,13 @@
 //! - [`tapir`]: Tapir (inconsistent replication with optimistic concurrency control).
 //! - [`ncc`]: NCC+ (NCC's timestamp rules and response timing control at the shard leaders,
 //!   prepare and decision records replicated over Multi-Paxos).
+//! - [`janus`]: Janus (dependency tracking at every replica of every involved shard, a fast
+//!   path when they agree, execution by strongly connected components in a shared order).
 //! - [`calvin`]: Calvin+ (Calvin's deterministic epochs, each shard's epoch log replicated by
 //!   Nezha-style deadline-ordered multicast).
 
 pub mod calvin;
+pub mod janus;
 pub mod ncc;
 pub mod occ;
 pub mod peer;

@@ -219,9 +219,9 @@ saturation is found by a short doubling sweep.",
 kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
 )]
 pub struct MicroBenchArgs {
-    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, calvin+, ncc (one server per
-    /// shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos).
-    #[arg(long, value_delimiter = ',', default_value = "tiga,2pl-paxos,occ-paxos,tapir,calvin+,ncc,ncc+")]
+    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, ncc (one server
+    /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos); `all` names them all.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
     pub protocols: Vec<String>,
     #[command(flatten)]
     pub admission: AdmissionArgs,
@@ -433,6 +433,9 @@ pub enum SimCommand {
     Ncc(CampaignArgs),
     /// Tapir under random faults on its replicas.
     Tapir(CampaignArgs),
+    /// Janus under random message faults, partitions and clock steps on its servers (no
+    /// crashes: Janus here, as in its authors' code, has no recovery; see `kairos_txn::janus`).
+    Janus(CampaignArgs),
     /// Calvin+ under random message faults, partitions and clock steps on its servers (no
     /// crashes: Calvin+ has no recovery; see `kairos_txn::calvin`).
     #[command(name = "calvin+")]
@@ -461,6 +464,7 @@ pub enum CampaignProtocol {
     Ncc,
     NccPaxos,
     Tapir,
+    Janus,
     CalvinPlus,
     Causal,
     SwarmKv,
@@ -478,6 +482,7 @@ impl CampaignProtocol {
             CampaignProtocol::Ncc => "ncc",
             CampaignProtocol::NccPaxos => "ncc+",
             CampaignProtocol::Tapir => "tapir",
+            CampaignProtocol::Janus => "janus",
             CampaignProtocol::CalvinPlus => "calvin+",
             CampaignProtocol::Causal => "causal",
             CampaignProtocol::SwarmKv => "swarm-kv",

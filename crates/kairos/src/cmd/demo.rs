@@ -49,9 +49,10 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("{crash_report}\n");
 
     println!("━━ 2. Tiga against its peers, on identical work ━━");
-    println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos, Tapir, Calvin+,");
-    println!("NCC (one server per shard, as the Tiga paper ran it) and NCC+ (NCC over Multi-Paxos), at 2,000");
-    println!("txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly serializable.");
+    println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos, Tapir, Janus,");
+    println!("Calvin+, NCC (one server per shard, as the Tiga paper ran it) and NCC+ (NCC over Multi-Paxos), at");
+    println!("2,000 txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly");
+    println!("serializable.");
     println!("Maximum throughput and the skew sweep: `kairos bench micro`.\n");
     let bench = Bench {
         base: TxnDeployment {

@@ -87,10 +87,17 @@ impl MicroBenchArgs {
     pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
         let mut protocols = Vec::new();
         for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-            let p: Protocol =
-                name.parse().map_err(|e: kairos_harness::micro::UnknownProtocol| CliError::Usage(e.to_string()))?;
-            if !protocols.contains(&p) {
-                protocols.push(p);
+            let named: Vec<Protocol> = if name.eq_ignore_ascii_case("all") {
+                Protocol::ALL.to_vec()
+            } else {
+                vec![name
+                    .parse()
+                    .map_err(|e: kairos_harness::micro::UnknownProtocol| CliError::Usage(format!("{e} (or all)")))?]
+            };
+            for p in named {
+                if !protocols.contains(&p) {
+                    protocols.push(p);
+                }
             }
         }
         if protocols.is_empty() {
@@ -222,7 +229,8 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     extra.insert("events_handled".into(), outcome.stats.events_handled.into());
     extra.insert("placement".into(), format!("{:?}", bench.base.placement).to_lowercase().into());
     extra.insert("cpu_model".into(), format!("{:?}", bench.base.cpu).into());
-    let has_fast_path = matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir | Protocol::CalvinPlus);
+    let has_fast_path =
+        matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir | Protocol::Janus | Protocol::CalvinPlus);
     RunResult {
         system: "tiga".into(),
         protocol: outcome.protocol.name().into(),
@@ -426,6 +434,7 @@ fn paper_max_txn_per_s(p: Protocol) -> Option<f64> {
         Protocol::TwoPlPaxos => Some(22_900.0),
         Protocol::OccPaxos => Some(21_800.0),
         Protocol::Tapir => Some(44_200.0),
+        Protocol::Janus => Some(77_800.0),
         Protocol::CalvinPlus => Some(119_600.0),
         Protocol::Ncc => Some(47_400.0),
         Protocol::NccPaxos => None,

@@ -39,6 +39,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sim(SimCommand::NccPaxos(a)) => campaign::run(CampaignProtocol::NccPaxos, a),
         Command::Sim(SimCommand::Ncc(a)) => campaign::run(CampaignProtocol::Ncc, a),
         Command::Sim(SimCommand::Tapir(a)) => campaign::run(CampaignProtocol::Tapir, a),
+        Command::Sim(SimCommand::Janus(a)) => campaign::run(CampaignProtocol::Janus, a),
         Command::Sim(SimCommand::CalvinPlus(a)) => campaign::run(CampaignProtocol::CalvinPlus, a),
         Command::Sim(SimCommand::Causal(a)) => campaign::run(CampaignProtocol::Causal, a),
         Command::Sim(SimCommand::SwarmKv(a)) => campaign::run(CampaignProtocol::SwarmKv, a),
