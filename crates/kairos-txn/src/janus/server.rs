@@ -45,7 +45,7 @@ kairos_core::timers! {
 }
 
 /// Recently written keys a server remembers for the cross-replica check.
-pub const RECENT_WRITES: usize = 256;
+pub const RECENT_WRITES: usize = 32;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Status {
