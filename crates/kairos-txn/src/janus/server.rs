@@ -559,8 +559,15 @@ impl Server {
 
     fn on_repair(&mut self, ctx: &mut Ctx<'_, JanusMsg>) {
         let now = ctx.now();
-        let executed = &self.executed;
-        self.blockers.retain(|t, _| !executed.contains(t));
+        // A blocker executed here (defensive: its commit normally removes it) no longer
+        // blocks: its waiters run again.
+        let done: Vec<TxnId> = self.blockers.keys().filter(|t| self.executed.contains(t)).copied().collect();
+        for t in done {
+            if let Some(b) = self.blockers.remove(&t) {
+                let waiters: Vec<TxnId> = b.waiters.into_iter().collect();
+                self.try_execute(ctx, &waiters);
+            }
+        }
         while let Some(&(at, txn)) = self.uncommitted_queue.front() {
             if now.saturating_since(at) < self.config.inquire_after {
                 break;
