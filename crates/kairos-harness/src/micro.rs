@@ -127,6 +127,8 @@ pub struct RunOutcome {
     pub coordinators: Vec<(String, TxnStats)>,
     /// The simulated CPU time of the busiest server (the one that saturates first).
     pub busiest_server: Duration,
+    /// The part of `busiest_server` charged for its messages (measured-CPU model).
+    pub busiest_server_wire: Duration,
     pub wall: Duration,
 }
 
@@ -299,6 +301,10 @@ impl Bench {
             return Err(DeployError::Invariant(v.clone()));
         }
         let servers = topology.shard_count() * topology.replicas_per_shard();
+        let (busiest_server, busiest_server_wire) = (0..servers)
+            .map(|n| (sim.busy_time(NodeId(n as u32)), sim.wire_time(NodeId(n as u32))))
+            .max()
+            .unwrap_or_default();
         let coordinators = process_regions
             .iter()
             .enumerate()
@@ -315,7 +321,8 @@ impl Bench {
             metrics: sim.metrics().clone(),
             process_regions,
             coordinators,
-            busiest_server: (0..servers).map(|n| sim.busy_time(NodeId(n as u32))).max().unwrap_or_default(),
+            busiest_server,
+            busiest_server_wire,
             wall: started.elapsed(),
         })
     }
@@ -379,6 +386,7 @@ impl Bench {
             process_regions: o.process_regions,
             coordinators,
             busiest_server: o.busiest_server,
+            busiest_server_wire: o.busiest_server_wire,
             wall: o.wall,
         })
     }

@@ -83,6 +83,8 @@ pub struct Outcome {
     pub busy: RoleBusy,
     /// The simulated CPU time of the busiest server (the one that saturates first).
     pub busiest_server: Duration,
+    /// The part of `busiest_server` charged for its messages (measured-CPU model).
+    pub busiest_server_wire: Duration,
 }
 
 /// Simulated CPU time by role (see [`Outcome::busy`]).
@@ -239,18 +241,20 @@ impl Deployment {
             .max_by_key(|v| v.number);
         let leaders = last_view.as_ref().map_or_else(|| topology.leader.clone(), |v| v.leaders.clone());
         let mut busy = RoleBusy::default();
-        let mut busiest_server = Duration::ZERO;
+        let mut busiest_server = (Duration::ZERO, Duration::ZERO);
         for (s, replicas) in topology.shards.iter().enumerate() {
             for (r, node) in replicas.iter().enumerate() {
                 let role = if r as u32 == topology.leader[s] { &mut busy.leaders } else { &mut busy.followers };
                 *role += sim.busy_time(*node);
-                busiest_server = busiest_server.max(sim.busy_time(*node));
+                busiest_server = busiest_server.max((sim.busy_time(*node), sim.wire_time(*node)));
             }
         }
+        let (busiest_server, busiest_server_wire) = busiest_server;
         busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
         Ok(Outcome {
             busy,
             busiest_server,
+            busiest_server_wire,
             coordinators,
             trace_hash: sim.trace_hash(),
             stats: sim.stats().clone(),

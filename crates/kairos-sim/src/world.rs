@@ -126,6 +126,8 @@ struct Node<M> {
     wake_pending: bool,
     inbox_len_max: usize,
     busy_ns_total: u64,
+    /// The part of `busy_ns_total` charged for sending and receiving messages (measured model).
+    wire_ns_total: u64,
     /// What the node made durable: it survives crashes (unless the disk is wiped).
     stored: Stored,
     /// [`Fault::CrashMidWrite`] is armed: the next handler that persists anything dies writing.
@@ -213,6 +215,7 @@ impl<M: Message> Sim<M> {
             wake_pending: false,
             inbox_len_max: 0,
             busy_ns_total: 0,
+            wire_ns_total: 0,
             stored: Stored::default(),
             crash_mid_write: false,
         });
@@ -442,6 +445,7 @@ impl<M: Message> Sim<M> {
                 Work::Timer(id) => role.on_timer(&mut ctx, id),
             }
         }
+        let mut wire_cost = Duration::ZERO;
         let cost = match &self.config.cpu {
             CpuModel::Free => Duration::ZERO,
             CpuModel::Fixed(d) => *d,
@@ -459,7 +463,8 @@ impl<M: Message> Sim<M> {
                         .sum(),
                     None => Duration::ZERO,
                 };
-                spent.mul_f64(*scale) + *floor + received + sent
+                wire_cost = received + sent;
+                spent.mul_f64(*scale) + *floor + wire_cost
             }
         };
         let broken = if self.config.check_invariants { role.invariants().err() } else { None };
@@ -470,6 +475,7 @@ impl<M: Message> Sim<M> {
         n.role = Some(role);
         n.busy_until = now + cost;
         n.busy_ns_total += duration_nanos(cost);
+        n.wire_ns_total += duration_nanos(wire_cost);
         let depart = now + cost;
         if self.nodes[node.index()].crash_mid_write && self.tear_write(node, &mut effects) {
             self.effects = effects;
@@ -735,6 +741,11 @@ impl<M: Message> Sim<M> {
     /// Total simulated CPU time the node has been busy.
     pub fn busy_time(&self, node: NodeId) -> Duration {
         Duration::from_nanos(self.nodes[node.index()].busy_ns_total)
+    }
+    /// The part of [`Sim::busy_time`] charged for sending and receiving messages (the
+    /// measured-CPU model's per-message cost; zero under the other models).
+    pub fn wire_time(&self, node: NodeId) -> Duration {
+        Duration::from_nanos(self.nodes[node.index()].wire_ns_total)
     }
     /// The node's role, if it is up and of type `T`.
     pub fn role<T: 'static>(&self, node: NodeId) -> Option<&T> {

@@ -78,6 +78,8 @@ pub struct Point {
     pub messages_per_commit: f64,
     /// Simulated CPU time of the busiest server per committed transaction, µs.
     pub busiest_server_us_per_commit: f64,
+    /// The part of it charged for the busiest server's messages (sending and receiving), µs.
+    pub busiest_server_wire_us_per_commit: f64,
     pub verdict: Verdict,
     pub result: RunResult,
 }
@@ -210,6 +212,8 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         commit_rate: totals.commit_rate(),
         messages_per_commit: outcome.stats.messages_sent as f64 / totals.committed.max(1) as f64,
         busiest_server_us_per_commit: outcome.busiest_server.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
+        busiest_server_wire_us_per_commit: outcome.busiest_server_wire.as_secs_f64() * 1e6
+            / totals.committed.max(1) as f64,
         verdict,
         result,
     })
@@ -459,7 +463,7 @@ pub fn print_comparison(
     }
     header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
     header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
-    header.extend(["commit rate", "msgs / commit", "busiest µs / commit", "check"].map(String::from));
+    header.extend(["commit rate", "msgs / commit", "busiest µs / commit (wire)", "check"].map(String::from));
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header);
@@ -488,7 +492,7 @@ pub fn print_comparison(
         }
         row.push(format!("{:.3}", pt.commit_rate));
         row.push(format!("{:.1}", pt.messages_per_commit));
-        row.push(format!("{:.1}", pt.busiest_server_us_per_commit));
+        row.push(format!("{:.1} ({:.1})", pt.busiest_server_us_per_commit, pt.busiest_server_wire_us_per_commit));
         row.push(pt.verdict.label().into());
         t.add_row(row);
     }
@@ -552,6 +556,7 @@ fn json_results(
             "commit_rate": pt.commit_rate,
             "messages_per_commit": pt.messages_per_commit,
             "busiest_server_us_per_commit": pt.busiest_server_us_per_commit,
+            "busiest_server_wire_us_per_commit": pt.busiest_server_wire_us_per_commit,
             "verdict": pt.verdict.label().trim_end_matches('*'),
         })
     };
@@ -577,6 +582,7 @@ fn json_results(
             r.extra.insert("verdict".into(), pt.verdict.label().trim_end_matches('*').into());
             r.extra.insert("messages_per_commit".into(), pt.messages_per_commit.into());
             r.extra.insert("busiest_server_us_per_commit".into(), pt.busiest_server_us_per_commit.into());
+            r.extra.insert("busiest_server_wire_us_per_commit".into(), pt.busiest_server_wire_us_per_commit.into());
             r
         })
         .collect()
