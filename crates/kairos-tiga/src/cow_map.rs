@@ -2,24 +2,30 @@
 //! key maps of a Tiga replica, which a checkpoint must capture every few thousand
 //! positions and a view change copies.
 //!
-//! Keys are spread by a hash over [`BUCKETS`] small ordered maps, each behind an [`Arc`].
+//! Keys are spread by a hash over [`BUCKETS`] small hash tables, each behind an [`Arc`].
 //! Cloning the map clones the bucket pointers; a write copies its bucket first only when a clone
 //! still shares it ([`Arc::make_mut`]). So a checkpoint is taken in microseconds, and the copying
 //! it implies is spread over the writes that follow, a bucket at a time, instead of stopping the
 //! replica for a copy of the whole state (55–75 ms at 65,000 keys in the 10,000 txn/s kill run;
 //! it grows with the state).
 //!
+//! A key is hashed once per lookup: the hash picks the bucket (by a remix of it, so that the
+//! keys of one bucket still differ in the bits the table probes by) and then the slot in the
+//! bucket's table ([`hashbrown::HashTable`]). Buckets were ordered maps (`BTreeMap`) until a
+//! profile of a Tiga leader found a fifth of its time in their searches, each comparison of
+//! byte keys a pointer chase: a lookup is now one hash and, most often, one comparison.
+//!
 //! Why not a persistent map crate (`imbl::OrdMap`): it was tried, and every lookup and insert
-//! got slower (leaders 74 against 59 µs per transaction); here a lookup is one hash and a search
-//! in a bucket of a few dozen keys, faster than in one large tree. Why not `HashMap`: iteration
-//! order must be deterministic (checkpoints are serialized and compared), and here it is: by
-//! bucket, then by key.
+//! got slower (leaders 74 against 59 µs per transaction). Why not one `HashMap`: its clone
+//! copies everything. Iteration order is deterministic (checkpoints are serialized and
+//! compared): by bucket, then by key, sorted when iterated (only checkpoints, serialization and
+//! debugging iterate).
 
+use hashbrown::hash_table::{Entry as TableEntry, HashTable};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -28,7 +34,7 @@ use std::sync::Arc;
 /// 65,000 keys has about 16 per bucket.
 pub const BUCKETS: usize = 4096;
 
-/// How a key picks its bucket: a hash that a key and its borrowed form agree on.
+/// How a key picks its bucket and slot: a hash that a key and its borrowed form agree on.
 pub trait BucketKey {
     fn bucket_hash(&self) -> u64;
 }
@@ -55,13 +61,23 @@ impl BucketKey for u64 {
     }
 }
 
-fn bucket_of<Q: BucketKey + ?Sized>(k: &Q) -> usize {
-    (k.bucket_hash() >> 52) as usize & (BUCKETS - 1)
+/// The bucket of a key of hash `hash`: the top bits of a multiplicative remix, so that the keys
+/// of one bucket share no bits of the hash itself (the table probes by its low bits and tags
+/// slots with its top 7).
+fn bucket_of(hash: u64) -> usize {
+    (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (BUCKETS - 1)
+}
+
+/// One bucket: a hash table of entries.
+pub type Bucket<K, V> = HashTable<(K, V)>;
+
+fn rehash<K: BucketKey, V>(entry: &(K, V)) -> u64 {
+    entry.0.bucket_hash()
 }
 
 /// A map with O([`BUCKETS`]) clones (module docs).
 pub struct CowMap<K, V> {
-    buckets: Vec<Option<Arc<BTreeMap<K, V>>>>,
+    buckets: Vec<Option<Arc<Bucket<K, V>>>>,
     len: usize,
 }
 
@@ -95,7 +111,8 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + BucketKey + ?Sized,
     {
-        self.buckets[bucket_of(k)].as_ref()?.get(k)
+        let hash = k.bucket_hash();
+        self.buckets[bucket_of(hash)].as_ref()?.find(hash, |(e, _)| e.borrow() == k).map(|(_, v)| v)
     }
 
     /// The value of `k` to change in place (its bucket is copied first if a clone shares it).
@@ -104,26 +121,54 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + BucketKey + ?Sized,
     {
-        self.bucket_holding_mut(k)?.get_mut(k)
+        let hash = k.bucket_hash();
+        let bucket = self.buckets[bucket_of(hash)].as_mut()?;
+        bucket.find(hash, |(e, _)| e.borrow() == k)?;
+        Arc::make_mut(bucket).find_mut(hash, |(e, _)| e.borrow() == k).map(|(_, v)| v)
     }
 
     /// The value of `k`, inserted as `make()` if absent.
     pub fn get_or_insert_with(&mut self, k: K, make: impl FnOnce() -> V) -> &mut V {
-        match Self::bucket_for_mut(&mut self.buckets, &k).entry(k) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => {
+        let hash = k.bucket_hash();
+        let bucket = Arc::make_mut(self.buckets[bucket_of(hash)].get_or_insert_with(Default::default));
+        match bucket.entry(hash, |(e, _)| *e == k, rehash) {
+            TableEntry::Occupied(e) => &mut e.into_mut().1,
+            TableEntry::Vacant(e) => {
                 self.len += 1;
-                e.insert(make())
+                &mut e.insert((k, make())).into_mut().1
+            }
+        }
+    }
+
+    /// The value of `k` to change in place, inserted as `make()` under the key `owned(k)` if
+    /// absent: no owned key is made for a lookup that finds one.
+    pub fn get_mut_or_insert_with<Q>(&mut self, k: &Q, owned: impl FnOnce(&Q) -> K, make: impl FnOnce() -> V) -> &mut V
+    where
+        K: Borrow<Q>,
+        Q: Ord + BucketKey + ?Sized,
+    {
+        let hash = k.bucket_hash();
+        let bucket = Arc::make_mut(self.buckets[bucket_of(hash)].get_or_insert_with(Default::default));
+        match bucket.entry(hash, |(e, _)| e.borrow() == k, rehash) {
+            TableEntry::Occupied(e) => &mut e.into_mut().1,
+            TableEntry::Vacant(e) => {
+                self.len += 1;
+                &mut e.insert((owned(k), make())).into_mut().1
             }
         }
     }
 
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        let old = Self::bucket_for_mut(&mut self.buckets, &k).insert(k, v);
-        if old.is_none() {
-            self.len += 1;
+        let hash = k.bucket_hash();
+        let bucket = Arc::make_mut(self.buckets[bucket_of(hash)].get_or_insert_with(Default::default));
+        match bucket.entry(hash, |(e, _)| *e == k, rehash) {
+            TableEntry::Occupied(mut e) => Some(std::mem::replace(&mut e.get_mut().1, v)),
+            TableEntry::Vacant(e) => {
+                self.len += 1;
+                e.insert((k, v));
+                None
+            }
         }
-        old
     }
 
     pub fn remove<Q>(&mut self, k: &Q) -> Option<V>
@@ -131,43 +176,37 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         K: Borrow<Q>,
         Q: Ord + BucketKey + ?Sized,
     {
-        let old = self.bucket_holding_mut(k)?.remove(k);
+        let hash = k.bucket_hash();
+        let bucket = self.buckets[bucket_of(hash)].as_mut()?;
+        bucket.find(hash, |(e, _)| e.borrow() == k)?;
+        let found = Arc::make_mut(bucket).find_entry(hash, |(e, _)| e.borrow() == k).ok()?;
         self.len -= 1;
-        old
-    }
-
-    /// `k`'s bucket to change (copied first if a clone shares it), if it holds `k`.
-    fn bucket_holding_mut<Q>(&mut self, k: &Q) -> Option<&mut BTreeMap<K, V>>
-    where
-        K: Borrow<Q>,
-        Q: Ord + BucketKey + ?Sized,
-    {
-        let bucket = self.buckets[bucket_of(k)].as_mut()?;
-        bucket.contains_key(k).then(|| Arc::make_mut(bucket))
-    }
-
-    /// `k`'s bucket among `buckets` to insert into (created, or copied first if a clone
-    /// shares it). Takes the field, not `self`, so the caller can still count `len`.
-    fn bucket_for_mut<'a>(buckets: &'a mut [Option<Arc<BTreeMap<K, V>>>], k: &K) -> &'a mut BTreeMap<K, V> {
-        Arc::make_mut(buckets[bucket_of(k)].get_or_insert_with(Default::default))
+        Some(found.remove().0 .1)
     }
 
     /// The buckets, to free a few at a time (a whole map at once would stop its owner for as
     /// long as copying it does; see the Tiga server's retired maps).
-    pub fn into_buckets(self) -> impl Iterator<Item = Arc<BTreeMap<K, V>>> {
+    pub fn into_buckets(self) -> impl Iterator<Item = Arc<Bucket<K, V>>> {
         self.buckets.into_iter().flatten()
     }
 
     /// The entries of buckets `buckets` (a range of `0..BUCKETS`), by bucket and then by key.
     pub fn bucket_entries(&self, buckets: std::ops::Range<usize>) -> impl Iterator<Item = (&K, &V)> {
         let buckets = buckets.start.min(BUCKETS)..buckets.end.min(BUCKETS);
-        self.buckets[buckets].iter().flatten().flat_map(|b| b.iter())
+        self.buckets[buckets].iter().flatten().flat_map(|b| sorted(b))
     }
 
     /// Every entry, by bucket and then by key (deterministic, not sorted by key).
     pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
-        self.buckets.iter().flatten().flat_map(|b| b.iter())
+        self.buckets.iter().flatten().flat_map(|b| sorted(b))
     }
+}
+
+/// A bucket's entries by key: the table's own order depends on the order of inserts.
+fn sorted<K: Ord, V>(bucket: &Bucket<K, V>) -> Vec<(&K, &V)> {
+    let mut entries: Vec<(&K, &V)> = bucket.iter().map(|(k, v)| (k, v)).collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    entries
 }
 
 /// `map[k]`: the value of `k`; panics when absent, as `BTreeMap`'s does.
@@ -198,7 +237,12 @@ impl<K: Ord + Clone + BucketKey, V: Clone + PartialEq> PartialEq for CowMap<K, V
         // Equal maps have equal buckets: a key's bucket depends on the key alone.
         self.len == other.len
             && self.buckets.iter().zip(&other.buckets).all(|(a, b)| match (a, b) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+                (Some(a), Some(b)) => {
+                    Arc::ptr_eq(a, b)
+                        || (a.len() == b.len()
+                            && a.iter()
+                                .all(|(k, v)| b.find(k.bucket_hash(), |(o, _)| o == k).is_some_and(|(_, w)| w == v)))
+                }
                 (a, b) => a.as_ref().is_none_or(|m| m.is_empty()) && b.as_ref().is_none_or(|m| m.is_empty()),
             })
     }
@@ -271,6 +315,38 @@ mod tests {
         assert_eq!(m.len(), 10_000);
         assert_eq!(m.get(&7), Some(&8));
         assert_ne!(m, snapshot);
+    }
+
+    #[test]
+    fn iteration_and_bytes_do_not_depend_on_the_order_of_inserts_and_removes() {
+        let forward: CowMap<u64, u64> = (0..20_000).map(|k| (k, k * 3)).collect();
+        let mut backward: CowMap<u64, u64> = (0..25_000).rev().map(|k| (k, k * 3)).collect();
+        for k in 20_000..25_000 {
+            assert_eq!(backward.remove(&k), Some(k * 3));
+        }
+        assert_eq!(forward, backward);
+        assert!(forward.iter().eq(backward.iter()));
+        assert_eq!(postcard::to_allocvec(&forward).unwrap(), postcard::to_allocvec(&backward).unwrap());
+    }
+
+    #[test]
+    fn get_mut_or_insert_with_makes_an_owned_key_only_when_absent() {
+        let mut m: CowMap<Vec<u8>, u32> = CowMap::new();
+        let mut made = 0;
+        for _ in 0..3 {
+            *m.get_mut_or_insert_with(
+                b"k".as_slice(),
+                |k| {
+                    made += 1;
+                    k.to_vec()
+                },
+                || 0,
+            ) += 1;
+        }
+        assert_eq!((m.get(b"k".as_slice()), m.len(), made), (Some(&3), 1, 1));
+        let shared = m.clone();
+        *m.get_mut_or_insert_with(b"k".as_slice(), <[u8]>::to_vec, || 0) += 1;
+        assert_eq!((shared.get(b"k".as_slice()), m.get(b"k".as_slice())), (Some(&3), Some(&4)));
     }
 
     #[test]

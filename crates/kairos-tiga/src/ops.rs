@@ -150,27 +150,48 @@ pub struct Execution {
     pub undo: Vec<(Bytes, Option<Entry>)>,
 }
 
-/// Runs `ops` on `store` in order (see the module docs). Deterministic.
+/// Runs `ops` on `store` in order (see the module docs), remembering what they overwrote (a
+/// speculative execution, which [`undo`] reverts). Deterministic.
 pub fn execute(store: &mut Store, ops: &[Op]) -> Execution {
+    run(store, ops, true)
+}
+
+/// Runs `ops` on `store` for good: [`execute`] without the undo record (the committed state).
+pub fn execute_final(store: &mut Store, ops: &[Op]) -> Execution {
+    run(store, ops, false)
+}
+
+/// One lookup per distinct key for its version, and one per writing operation, which also
+/// creates the entry (every written key has one afterwards, at `version + 1`).
+fn run(store: &mut Store, ops: &[Op], keep_undo: bool) -> Execution {
     let keys = distinct_keys(ops);
     let mut versions = Vec::with_capacity(keys.len());
     let mut undo = Vec::new();
     for (k, _, written) in &keys {
         let old = store.get(*k);
         versions.push(old.map_or(0, |e| e.version));
-        if *written {
+        if *written && keep_undo {
             undo.push((k.to_vec(), old.cloned()));
         }
     }
-    let outputs = ops.iter().map(|op| apply(store, op)).collect();
-    for (k, _, written) in &keys {
-        if *written {
-            let e = store.get_or_insert_with(k.to_vec(), Entry::default);
-            let before =
-                undo.iter().find(|(u, _)| u.as_slice() == *k).and_then(|(_, o)| o.as_ref()).map_or(0, |o| o.version);
-            e.version = before + 1;
-        }
-    }
+    // Whether each distinct key's version was bumped yet (once per transaction).
+    let mut bumped = vec![false; keys.len()];
+    let outputs = ops
+        .iter()
+        .map(|op| {
+            let k = op.key.as_slice();
+            if !op.kind.writes() {
+                return read(store.get(k).and_then(|e| e.value.as_ref()), &op.kind);
+            }
+            let i = keys.iter().position(|(d, _, _)| *d == k).expect("a distinct key of ops");
+            let e = store.get_mut_or_insert_with(k, <[u8]>::to_vec, Entry::default);
+            if !bumped[i] {
+                bumped[i] = true;
+                e.version = versions[i] + 1;
+            }
+            write(&mut e.value, &op.kind)
+        })
+        .collect();
     Execution { outputs, versions, undo }
 }
 
@@ -184,19 +205,6 @@ pub fn undo(store: &mut Store, undo: Vec<(Bytes, Option<Entry>)>) {
     }
 }
 
-fn value<'a>(store: &'a Store, key: &[u8]) -> Option<&'a Bytes> {
-    store.get(key).and_then(|e| e.value.as_ref())
-}
-
-fn set(store: &mut Store, key: &[u8], v: Option<Bytes>) {
-    match store.get_mut(key) {
-        Some(e) => e.value = v,
-        None => {
-            store.insert(key.to_vec(), Entry { value: v, version: 0 });
-        }
-    }
-}
-
 /// Parses a value as Redis does for INCRBY: a signed 64-bit decimal, no spaces or `+`.
 pub fn parse_int(v: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(v).ok()?;
@@ -206,38 +214,44 @@ pub fn parse_int(v: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
-fn apply(store: &mut Store, op: &Op) -> OpOutput {
-    let k = op.key.as_slice();
-    match &op.kind {
-        OpKind::Get => value(store, k).map_or(OpOutput::Nil, |v| OpOutput::Bulk(v.clone())),
-        OpKind::Exists => OpOutput::Int(i64::from(value(store, k).is_some())),
-        OpKind::Strlen => OpOutput::Int(value(store, k).map_or(0, |v| v.len() as i64)),
+/// A reading operation on a key's value.
+fn read(value: Option<&Bytes>, kind: &OpKind) -> OpOutput {
+    match kind {
+        OpKind::Get => value.map_or(OpOutput::Nil, |v| OpOutput::Bulk(v.clone())),
+        OpKind::Exists => OpOutput::Int(i64::from(value.is_some())),
+        OpKind::Strlen => OpOutput::Int(value.map_or(0, |v| v.len() as i64)),
+        _ => unreachable!("{kind:?} writes"),
+    }
+}
+
+/// A writing operation on a key's value (none: missing or deleted).
+fn write(value: &mut Option<Bytes>, kind: &OpKind) -> OpOutput {
+    match kind {
+        OpKind::Get | OpKind::Exists | OpKind::Strlen => read(value.as_ref(), kind),
         OpKind::Set(v) => {
             if v.len() > VALUE_BYTES_MAX {
                 return OpOutput::Error(OpError::TooLarge);
             }
-            set(store, k, Some(v.clone()));
+            *value = Some(v.clone());
             OpOutput::Ok
         }
         OpKind::SetNx(v) => {
-            if value(store, k).is_some() {
+            if value.is_some() {
                 return OpOutput::Int(0);
             }
             if v.len() > VALUE_BYTES_MAX {
                 return OpOutput::Error(OpError::TooLarge);
             }
-            set(store, k, Some(v.clone()));
+            *value = Some(v.clone());
             OpOutput::Int(1)
         }
         OpKind::Del => {
-            let had = value(store, k).is_some();
-            if had {
-                set(store, k, None);
-            }
+            let had = value.is_some();
+            *value = None;
             OpOutput::Int(i64::from(had))
         }
         OpKind::IncrBy(by) => {
-            let cur = match value(store, k) {
+            let cur = match value {
                 None => 0,
                 Some(v) => match parse_int(v) {
                     Some(n) => n,
@@ -246,22 +260,20 @@ fn apply(store: &mut Store, op: &Op) -> OpOutput {
             };
             match cur.checked_add(*by) {
                 Some(n) => {
-                    set(store, k, Some(n.to_string().into_bytes()));
+                    *value = Some(n.to_string().into_bytes());
                     OpOutput::Int(n)
                 }
                 None => OpOutput::Error(OpError::Overflow),
             }
         }
         OpKind::Append(tail) => {
-            let len = value(store, k).map_or(0, Vec::len);
+            let len = value.as_ref().map_or(0, Vec::len);
             if len + tail.len() > VALUE_BYTES_MAX {
                 return OpOutput::Error(OpError::TooLarge);
             }
-            let mut v = value(store, k).cloned().unwrap_or_default();
+            let v = value.get_or_insert_with(Vec::new);
             v.extend_from_slice(tail);
-            let n = v.len() as i64;
-            set(store, k, Some(v));
-            OpOutput::Int(n)
+            OpOutput::Int(v.len() as i64)
         }
     }
 }
@@ -323,6 +335,12 @@ mod tests {
         assert_eq!(e.versions, vec![0, 1]);
         undo(&mut s, e.undo);
         assert_eq!(s, before);
+        // The committed path runs the same, without an undo record.
+        let ops = [op("n", OpKind::IncrBy(5)), op("a", OpKind::Get), op("z", OpKind::Del), op("n", OpKind::Get)];
+        let (mut spec, mut fin) = (s.clone(), s.clone());
+        let (e, f) = (execute(&mut spec, &ops), execute_final(&mut fin, &ops));
+        assert_eq!((&e.outputs, &e.versions, spec), (&f.outputs, &f.versions, fin));
+        assert!(f.undo.is_empty() && e.undo.len() == 2);
     }
 
     #[test]

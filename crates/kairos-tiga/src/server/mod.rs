@@ -58,7 +58,7 @@
 //! agree on order, while every replica of a fast quorum has released the same conflicting
 //! transactions at the same timestamps before T.
 
-use crate::cow_map::CowMap;
+use crate::cow_map::{Bucket, CowMap};
 use crate::msg::{
     Agreement, Key, LogEntry, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId,
 };
@@ -143,6 +143,9 @@ struct Snapshot {
 
 pub type Hash = [u8; 20];
 
+/// Transactions by id, hashed with a fixed seed (deterministic, like everything here).
+type TxnMap = std::collections::HashMap<TxnId, Txn, foldhash::fast::FixedState>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Status {
     /// In the priority queue at `ts`.
@@ -206,6 +209,23 @@ impl Txn {
     }
 }
 
+impl KeyStamp {
+    fn stamp(&mut self, ts: Ts, read: bool, written: bool) {
+        if read {
+            self.read_ts = self.read_ts.max(ts);
+        }
+        if written {
+            self.write_ts = self.write_ts.max(ts);
+        }
+    }
+
+    fn toggle(&mut self, h: &Hash) {
+        for (a, b) in self.hash.iter_mut().zip(h) {
+            *a ^= b;
+        }
+    }
+}
+
 /// A key's stamps: the timestamps of the last transactions that read it and that wrote it, and
 /// its log hash (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,43 +255,48 @@ impl KeyMaps {
         self.0.is_empty()
     }
 
-    /// Takes `piece` at `ts` into the maps: its read and write timestamps and its hash.
+    /// Takes `piece` at `ts` into the maps: its read and write timestamps and its hash, one
+    /// lookup per key.
     fn add(&mut self, piece: &Piece, ts: Ts) {
-        self.stamp(piece, ts);
-        self.xor_hash(piece, ts);
+        let h = Server::entry_hash(ts, piece.txn);
+        self.each_key(piece, |e, read, written| {
+            e.stamp(ts, read, written);
+            e.toggle(&h);
+        });
     }
 
     /// Raises the read timestamps of `piece`'s reads and the write timestamps of its writes
     /// to `ts` (they never go down).
     fn stamp(&mut self, piece: &Piece, ts: Ts) {
-        for k in &piece.reads {
-            let e = self.0.get_or_insert_with(*k, KeyStamp::default);
-            e.read_ts = e.read_ts.max(ts);
-        }
-        for k in &piece.writes {
-            let e = self.0.get_or_insert_with(*k, KeyStamp::default);
-            e.write_ts = e.write_ts.max(ts);
-        }
+        self.each_key(piece, |e, read, written| e.stamp(ts, read, written));
     }
 
     /// Toggles `SHA-1(ts ‖ id)` of `piece` in the hash of each of its keys (adding and
     /// removing are the same XOR).
     fn xor_hash(&mut self, piece: &Piece, ts: Ts) {
         let h = Server::entry_hash(ts, piece.txn);
-        for k in Server::keys(piece) {
-            let acc = &mut self.0.get_or_insert_with(*k, KeyStamp::default).hash;
-            for (a, b) in acc.iter_mut().zip(h) {
-                *a ^= b;
-            }
+        self.each_key(piece, |e, _, _| e.toggle(&h));
+    }
+
+    /// Calls `f` with the stamps of each of `piece`'s keys (inserted if absent), whether the
+    /// piece reads it and whether it writes it.
+    fn each_key(&mut self, piece: &Piece, mut f: impl FnMut(&mut KeyStamp, bool, bool)) {
+        for k in &piece.reads {
+            f(self.0.get_or_insert_with(*k, KeyStamp::default), true, piece.writes.contains(k));
+        }
+        for k in piece.writes.iter().filter(|k| !piece.reads.contains(k)) {
+            f(self.0.get_or_insert_with(*k, KeyStamp::default), false, true);
         }
     }
 
     /// The timestamp of the last transaction `piece` conflicts with: the last write of any of
     /// its keys, the last read of any key it writes.
     fn conflict_ts(&self, piece: &Piece) -> Ts {
-        let w = piece.reads.iter().chain(&piece.writes).map(|k| self.get(k).write_ts).max().unwrap_or(Ts::ZERO);
-        let r = piece.writes.iter().map(|k| self.get(k).read_ts).max().unwrap_or(Ts::ZERO);
-        w.max(r)
+        Server::keys(piece)
+            .filter_map(|k| self.0.get(k).map(|e| (k, e)))
+            .map(|(k, e)| if piece.writes.contains(k) { e.write_ts.max(e.read_ts) } else { e.write_ts })
+            .max()
+            .unwrap_or(Ts::ZERO)
     }
 }
 
@@ -280,8 +305,8 @@ impl KeyMaps {
 /// as long as copying it would (100 ms at 90,000 keys), which is what [`CowMap`] avoids.
 #[derive(Default)]
 struct Retired {
-    stores: Vec<Arc<BTreeMap<Bytes, Entry>>>,
-    stamps: Vec<Arc<BTreeMap<Key, KeyStamp>>>,
+    stores: Vec<Arc<Bucket<Bytes, Entry>>>,
+    stamps: Vec<Arc<Bucket<Key, KeyStamp>>>,
     segments: Vec<Arc<Recent>>,
 }
 
@@ -410,7 +435,10 @@ pub struct Server {
     view_managers: Vec<NodeId>,
     /// The view change under way (see [`view_change`]).
     vc: view_change::Progress,
-    txns: BTreeMap<TxnId, Txn>,
+    /// Every transaction this server knows and has not forgotten: a hash map, since it holds
+    /// the last few seconds' (up to ~100,000) and is looked up several times per message; no
+    /// output depends on its iteration order.
+    txns: TxnMap,
     /// Queued transactions, released incrementally (see [`crate::release_queue`]).
     pq: ReleaseQueue,
     /// rMap, wMap and the log hashes of every transaction released or in the log.
@@ -491,7 +519,7 @@ impl Server {
             voter: true,
             view_managers: Vec::new(),
             vc: view_change::Progress::default(),
-            txns: BTreeMap::new(),
+            txns: TxnMap::default(),
             pq: ReleaseQueue::default(),
             maps: KeyMaps::default(),
             store: Store::new(),
@@ -592,7 +620,11 @@ impl Server {
     }
 
     fn validate(&self, piece: &Piece) -> bool {
-        let unique = |keys: &[Key]| keys.iter().collect::<BTreeSet<_>>().len() == keys.len();
+        // Pairwise for the few keys of a usual piece (a set costs an allocation per piece).
+        let unique = |keys: &[Key]| match keys.len() {
+            0..=32 => keys.iter().enumerate().all(|(i, k)| !keys[..i].contains(k)),
+            n => keys.iter().collect::<BTreeSet<_>>().len() == n,
+        };
         piece.shard == self.shard
             && piece.shards.contains(&self.shard)
             // Strictly increasing: no duplicates, so at most shard_count entries.
@@ -761,8 +793,7 @@ impl Server {
         let piece = t.piece.clone();
         let ts = t.ts;
         self.stats.released += 1;
-        self.maps.stamp(&piece, ts);
-        self.xor_hash(&piece, ts);
+        self.maps.add(&piece, ts);
         let leader = self.is_leader();
         let multi_shard = piece.shards.len() > 1;
         let t = self.txns.get_mut(&id).expect("released transaction exists");
@@ -1160,7 +1191,7 @@ impl Server {
             let piece = &entry.piece;
             self.committed_maps.add(piece, entry.ts);
             let state = if leader { &mut self.committed } else { &mut self.store };
-            let ops::Execution { outputs, versions, .. } = ops::execute(state, &piece.ops);
+            let ops::Execution { outputs, versions, .. } = ops::execute_final(state, &piece.ops);
             // What the execution returned, for a while: a new leader answers a coordinator's
             // resend of a transaction its log had already executed from it.
             let result = PieceResult { outputs, versions };
@@ -1451,24 +1482,23 @@ impl Server {
                 ctx.send(waiter.coordinator(), reply);
             }
         }
+        // The maps take the entry at the leader's timestamp: its hash replaces the one released
+        // here at another timestamp, and joins those of the keys if it was not released.
         match self.txns.get(&id).map(|t| (t.status, t.ts)) {
+            Some((Status::Released, old)) if old == ts => self.maps.stamp(&entry.piece, ts),
             Some((Status::Released, old)) => {
-                if old != ts {
-                    ctx.metric("tiga.follower_ts_fixed", 1);
-                    let piece = entry.piece.clone();
-                    self.xor_hash(&piece, old);
-                    self.xor_hash(&piece, ts);
-                }
+                ctx.metric("tiga.follower_ts_fixed", 1);
+                self.xor_hash(&entry.piece, old);
+                self.maps.add(&entry.piece, ts);
             }
             Some((Status::Queued, old)) => {
                 self.pq.remove((old, id), Self::keys(&entry.piece));
-                self.xor_hash(&entry.piece, ts);
+                self.maps.add(&entry.piece, ts);
             }
-            Some((Status::Held, _)) | None => self.xor_hash(&entry.piece, ts),
+            Some((Status::Held, _)) | None => self.maps.add(&entry.piece, ts),
             // Final: already adopted. Abandoned is a leader's state (never on a follower).
-            Some((Status::Final | Status::Abandoned, _)) => {}
+            Some((Status::Final | Status::Abandoned, _)) => self.maps.stamp(&entry.piece, ts),
         }
-        self.maps.stamp(&entry.piece, ts);
         let owd_ns = self.txns.get(&id).map_or(0, |t| t.owd_ns);
         let reply = TigaMsg::Reply(ServerReply {
             view: self.view.number,
@@ -1595,8 +1625,7 @@ impl Server {
     /// executed prefix's maps hold already).
     fn index_entry(&mut self, entry: LogEntry, maps: bool) {
         if maps {
-            self.xor_hash(&entry.piece, entry.ts);
-            self.maps.stamp(&entry.piece, entry.ts);
+            self.maps.add(&entry.piece, entry.ts);
         }
         let mut t = Txn::new(entry.piece.clone(), entry.ts, Status::Final, 0);
         // A resend is answered: the entry is in this replica's log (a leader replaces this
