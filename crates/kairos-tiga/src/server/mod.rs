@@ -209,7 +209,17 @@ impl Txn {
     }
 }
 
+/// A key's stamps: the timestamps of the last transactions that read it and that wrote it, and
+/// its log hash (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStamp {
+    pub read_ts: Ts,
+    pub write_ts: Ts,
+    pub hash: Hash,
+}
+
 impl KeyStamp {
+    /// Raises the read and/or write timestamp to `ts` (they never go down).
     fn stamp(&mut self, ts: Ts, read: bool, written: bool) {
         if read {
             self.read_ts = self.read_ts.max(ts);
@@ -219,20 +229,13 @@ impl KeyStamp {
         }
     }
 
+    /// XORs a transaction's `SHA-1(ts ‖ id)` into the log hash (adding and removing it are
+    /// the same toggle).
     fn toggle(&mut self, h: &Hash) {
         for (a, b) in self.hash.iter_mut().zip(h) {
             *a ^= b;
         }
     }
-}
-
-/// A key's stamps: the timestamps of the last transactions that read it and that wrote it, and
-/// its log hash (the XOR of `SHA-1(ts ‖ id)` of the transactions touching it).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyStamp {
-    pub read_ts: Ts,
-    pub write_ts: Ts,
-    pub hash: Hash,
 }
 
 /// The [`KeyStamp`] of every key touched (rMap, wMap and the log hashes in one map: one lookup
