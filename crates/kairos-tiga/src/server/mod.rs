@@ -143,8 +143,12 @@ struct Snapshot {
 
 pub type Hash = [u8; 20];
 
-/// Transactions by id, hashed with a fixed seed (deterministic, like everything here).
-type TxnMap = std::collections::HashMap<TxnId, Txn, foldhash::fast::FixedState>;
+/// A hash map with a fixed seed (deterministic, like everything here), for the maps looked up
+/// per transaction whose iteration order reaches no output.
+type FixedMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
+
+/// Transactions by id.
+type TxnMap = FixedMap<TxnId, Txn>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Status {
@@ -448,8 +452,8 @@ pub struct Server {
     maps: KeyMaps,
     store: Store,
     log: Log,
-    /// Leader: keys held by a speculative (not yet agreed) transaction.
-    locked: BTreeMap<Key, TxnId>,
+    /// Leader: keys held by a speculative (not yet agreed) transaction (never iterated).
+    locked: FixedMap<Key, TxnId>,
     /// Leader: each replica's acknowledged sync-point and the next position to send it.
     sync_point: Vec<u64>,
     next_send: Vec<u64>,
@@ -527,7 +531,7 @@ impl Server {
             maps: KeyMaps::default(),
             store: Store::new(),
             log: Log::default(),
-            locked: BTreeMap::new(),
+            locked: FixedMap::default(),
             sync_point: vec![0; n],
             next_send: vec![0; n],
             ack_progress_at: vec![LocalTime::ZERO; n],

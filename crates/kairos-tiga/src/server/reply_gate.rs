@@ -21,8 +21,9 @@
 //! new log (rule (b)) and be re-executed without T1, which would change the value T4 read.
 //! So per key we keep the unlogged multi-shard transactions its current value depends on.
 
+use super::FixedMap as Map;
 use crate::msg::{Key, Piece, TigaMsg, Ts, TxnId};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// A multi-shard transaction released here and not yet in the log.
 #[derive(Debug)]
@@ -38,12 +39,12 @@ struct Unlogged {
 #[derive(Debug, Default)]
 pub(super) struct ReplyGate {
     /// Per key, the unlogged multi-shard transactions its current (released) value depends on.
-    taint: BTreeMap<Key, Vec<TxnId>>,
-    unlogged: BTreeMap<TxnId, Unlogged>,
+    taint: Map<Key, Vec<TxnId>>,
+    unlogged: Map<TxnId, Unlogged>,
     /// `unlogged` by release timestamp, to forget those that never reach the log.
     by_ts: BTreeSet<(Ts, TxnId)>,
     /// Fast replies waiting, with how many unlogged transactions each still waits for.
-    held: BTreeMap<TxnId, (TigaMsg, usize)>,
+    held: Map<TxnId, (TigaMsg, usize)>,
 }
 
 impl ReplyGate {
