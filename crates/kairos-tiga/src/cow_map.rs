@@ -12,7 +12,7 @@
 //! A key is hashed once per lookup: the hash picks the bucket (by a remix of it, so that the
 //! keys of one bucket still differ in the bits the table probes by) and then the slot in the
 //! bucket's table ([`hashbrown::HashTable`]). Buckets were ordered maps (`BTreeMap`) until a
-//! profile of a Tiga leader found a fifth of its time in their searches, each comparison of
+//! profile of Tiga's servers found a fifth of their time in their searches, each comparison of
 //! byte keys a pointer chase: a lookup is now one hash and, most often, one comparison.
 //!
 //! Why not a persistent map crate (`imbl::OrdMap`): it was tried, and every lookup and insert
@@ -61,9 +61,9 @@ impl BucketKey for u64 {
     }
 }
 
-/// The bucket of a key of hash `hash`: the top bits of a multiplicative remix, so that the keys
-/// of one bucket share no bits of the hash itself (the table probes by its low bits and tags
-/// slots with its top 7).
+/// The bucket of a key of hash `hash`: the top bits of a multiplicative remix of it, so that
+/// the bucket fixes none of the hash's own bits, which the table probes by (its low bits) and
+/// tags slots with (its top 7).
 fn bucket_of(hash: u64) -> usize {
     (hash.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (BUCKETS - 1)
 }
@@ -123,6 +123,7 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
     {
         let hash = k.bucket_hash();
         let bucket = self.buckets[bucket_of(hash)].as_mut()?;
+        // Found first, so that a miss does not copy a shared bucket.
         bucket.find(hash, |(e, _)| e.borrow() == k)?;
         Arc::make_mut(bucket).find_mut(hash, |(e, _)| e.borrow() == k).map(|(_, v)| v)
     }
@@ -178,6 +179,7 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
     {
         let hash = k.bucket_hash();
         let bucket = self.buckets[bucket_of(hash)].as_mut()?;
+        // Found first, so that a miss does not copy a shared bucket.
         bucket.find(hash, |(e, _)| e.borrow() == k)?;
         let found = Arc::make_mut(bucket).find_entry(hash, |(e, _)| e.borrow() == k).ok()?;
         self.len -= 1;
