@@ -217,17 +217,25 @@ impl Server {
     }
 
     /// Whether `keys` are a valid piece for this shard, and `shards` a valid set holding it.
+    /// The set of every shard: a transaction's shard set must lie within it.
+    fn all_shards(&self) -> ShardSet {
+        if self.topology.shard_count() >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.topology.shard_count()) - 1
+        }
+    }
+
     fn valid_piece(&self, shards: ShardSet, keys: &[Key]) -> bool {
-        let all = if self.topology.shard_count() >= 64 { u64::MAX } else { (1u64 << self.topology.shard_count()) - 1 };
         shards & self.my_bit() != 0
-            && shards & !all == 0
+            && shards & !self.all_shards() == 0
             && !keys.is_empty()
             && keys.len() <= self.config.keys_max
             && keys.iter().all(|k| self.topology.shard_of_key(*k) == self.shard)
     }
 
     fn valid_deps(&self, deps: &[Dep]) -> bool {
-        let all = if self.topology.shard_count() >= 64 { u64::MAX } else { (1u64 << self.topology.shard_count()) - 1 };
+        let all = self.all_shards();
         deps.len() <= self.config.deps_max && deps.iter().all(|d| d.shards != 0 && d.shards & !all == 0)
     }
 
