@@ -15,6 +15,7 @@ use kairos_core::history::HistoryRecord;
 use kairos_core::{Message, NodeId, SimTime};
 use kairos_sim::{Sim, SimStats, WorldCheck};
 use kairos_txn::calvin::{CalvinMsg, CalvinPlus};
+use kairos_txn::detock::Detock;
 use kairos_txn::janus::{Janus, JanusMsg};
 use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
@@ -39,6 +40,7 @@ pub enum Protocol {
     Tapir,
     Janus,
     CalvinPlus,
+    Detock,
     /// NCC as the Tiga paper ran it: NCC+'s code with one server per shard, where the shard's
     /// leader would be ([`Bench::unreplicated`]; no fault tolerance).
     Ncc,
@@ -46,13 +48,14 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    pub const ALL: [Protocol; 8] = [
+    pub const ALL: [Protocol; 9] = [
         Protocol::Tiga,
         Protocol::TwoPlPaxos,
         Protocol::OccPaxos,
         Protocol::Tapir,
         Protocol::Janus,
         Protocol::CalvinPlus,
+        Protocol::Detock,
         Protocol::Ncc,
         Protocol::NccPaxos,
     ];
@@ -66,6 +69,7 @@ impl Protocol {
             Protocol::Tapir => "tapir",
             Protocol::Janus => "janus",
             Protocol::CalvinPlus => "calvin+",
+            Protocol::Detock => "detock",
             Protocol::Ncc => "ncc",
             Protocol::NccPaxos => "ncc+",
         }
@@ -222,6 +226,12 @@ impl PeerProtocol for CalvinPlus {
     }
 }
 
+/// Detock has one executor per shard (its home), so there is no agreement between replicas
+/// to check as the run goes: the history checker judges its order.
+impl PeerProtocol for Detock {
+    const PROTOCOL: Protocol = Protocol::Detock;
+}
+
 impl PeerProtocol for Janus {
     const PROTOCOL: Protocol = Protocol::Janus;
     fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<JanusMsg>)> {
@@ -336,6 +346,7 @@ impl Bench {
             Protocol::Tapir => self.run_peer::<Tapir>(&Default::default(), progress),
             Protocol::Janus => self.run_peer::<Janus>(&Default::default(), progress),
             Protocol::CalvinPlus => self.run_peer::<CalvinPlus>(&Default::default(), progress),
+            Protocol::Detock => self.run_peer::<Detock>(&Default::default(), progress),
             Protocol::Ncc => {
                 let mut outcome = self.unreplicated().run_peer::<NccPaxos>(&Default::default(), progress)?;
                 outcome.protocol = Protocol::Ncc;

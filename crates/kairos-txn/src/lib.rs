@@ -21,8 +21,11 @@
 //!   path when they agree, execution by strongly connected components in a shared order).
 //! - [`calvin`]: Calvin+ (Calvin's deterministic epochs, each shard's epoch log replicated by
 //!   Nezha-style deadline-ordered multicast).
+//! - [`detock`]: Detock (a log per home, replicated across regions and exchanged between
+//!   homes; cycles between the logs resolved alike by every executor).
 
 pub mod calvin;
+pub mod detock;
 pub mod janus;
 pub mod ncc;
 pub mod occ;

@@ -55,7 +55,7 @@ pub struct DemoArgs {
 pub enum BenchCommand {
     /// Tiga on MicroBench in the paper's simulated deployment (3 shards × 3 replicas in sc / fi / br, 8 coordinators).
     Tiga(TigaBenchArgs),
-    /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir, Calvin+) on identical MicroBench work, side by side.
+    /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir, Janus, Calvin+, Detock, NCC, NCC+) on identical MicroBench work, side by side.
     Micro(MicroBenchArgs),
     /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
     Causal(CausalBenchArgs),
@@ -219,7 +219,7 @@ saturation is found by a short doubling sweep.",
 kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
 )]
 pub struct MicroBenchArgs {
-    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, ncc (one server
+    /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, detock, ncc (one server
     /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos); `all` names them all.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub protocols: Vec<String>,
@@ -440,6 +440,9 @@ pub enum SimCommand {
     /// crashes: Calvin+ has no recovery; see `kairos_txn::calvin`).
     #[command(name = "calvin+")]
     CalvinPlus(CampaignArgs),
+    /// Detock under random message faults, partitions and clock steps on its servers (no
+    /// crashes: Detock here, as in the Tiga paper's code, has no recovery; see `kairos_txn::detock`).
+    Detock(CampaignArgs),
     /// The causal replica set under random faults on its members.
     Causal(CampaignArgs),
     /// SWARM-KV on simulated memory nodes: random deployments, memory-node and client crashes,
@@ -466,6 +469,7 @@ pub enum CampaignProtocol {
     Tapir,
     Janus,
     CalvinPlus,
+    Detock,
     Causal,
     SwarmKv,
     DmAbd,
@@ -484,6 +488,7 @@ impl CampaignProtocol {
             CampaignProtocol::Tapir => "tapir",
             CampaignProtocol::Janus => "janus",
             CampaignProtocol::CalvinPlus => "calvin+",
+            CampaignProtocol::Detock => "detock",
             CampaignProtocol::Causal => "causal",
             CampaignProtocol::SwarmKv => "swarm-kv",
             CampaignProtocol::DmAbd => "dm-abd",

@@ -1,5 +1,5 @@
 //! Fault campaigns as a user runs them: `kairos sim <protocol> --seeds …` for every protocol
-//! (the register, Tiga, 2PL+Paxos, OCC+Paxos, Tapir, Janus, Calvin+, the causal replica set, SWARM-KV, DM-ABD,
+//! (the register, Tiga, 2PL+Paxos, OCC+Paxos, NCC, NCC+, Tapir, Janus, Calvin+, Detock, the causal replica set, SWARM-KV, DM-ABD,
 //! FUSEE), 40 seeds each
 //! in CI (more behind `kairos sim` itself): every seed safe (invariants at every
 //! event, then the history checker) and live after the faults are repaired.
@@ -124,6 +124,15 @@ fn calvin_plus_survives_40_fault_plans_without_crashes() {
     let summary = campaign("calvin+", "1..41");
     assert_eq!(summary["seeds_run"], 40);
     // Calvin+ has no recovery: its plans never crash a server, whatever --faults names.
+    let kinds = summary["fault_kinds"].as_array().unwrap();
+    assert!(kinds.iter().all(|k| k != "crash" && k != "torn" && k != "disk-loss"), "{kinds:?}");
+}
+
+#[test]
+fn detock_survives_40_fault_plans_without_crashes() {
+    let summary = campaign("detock", "1..41");
+    assert_eq!(summary["seeds_run"], 40);
+    // Detock has no recovery: its plans never crash a server, whatever --faults names.
     let kinds = summary["fault_kinds"].as_array().unwrap();
     assert!(kinds.iter().all(|k| k != "crash" && k != "torn" && k != "disk-loss"), "{kinds:?}");
 }

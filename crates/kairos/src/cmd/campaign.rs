@@ -23,6 +23,7 @@ use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
 use kairos_tiga::Topology;
 use kairos_txn::calvin::{CalvinConfig, CalvinPlus};
+use kairos_txn::detock::{Detock, DetockConfig};
 use kairos_txn::janus::{Janus, JanusConfig};
 use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
@@ -196,11 +197,12 @@ fn run_seed(
         CampaignProtocol::OccPaxos => peer!(OccPaxos, ClassicConfig::default()),
         CampaignProtocol::NccPaxos => peer!(NccPaxos, ClassicConfig::default()),
         CampaignProtocol::Tapir => peer!(Tapir, TapirConfig::default()),
-        // Calvin+ and Janus have no recovery (a restarted server comes back empty), and NCC
+        // Calvin+, Detock and Janus have no recovery (a restarted server comes back empty), and NCC
         // has one server per shard (a crash loses what it acknowledged): every fault but
         // crashes.
         CampaignProtocol::CalvinPlus => peer_without_crashes!(bench.build::<CalvinPlus>(&CalvinConfig::default())),
         CampaignProtocol::Janus => peer_without_crashes!(bench.build::<Janus>(&JanusConfig::default())),
+        CampaignProtocol::Detock => peer_without_crashes!(bench.build::<Detock>(&DetockConfig::default())),
         CampaignProtocol::Ncc => {
             peer_without_crashes!(bench.unreplicated().build::<NccPaxos>(&ClassicConfig::default()))
         }
@@ -418,6 +420,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
     let no_recovery = match protocol {
         CampaignProtocol::CalvinPlus => Some("Calvin+ has no recovery"),
+        CampaignProtocol::Detock => Some("Detock has no recovery (nor has the Tiga paper's code)"),
         CampaignProtocol::Janus => Some("Janus has no recovery (nor has its authors' code)"),
         CampaignProtocol::Ncc => Some("NCC has one server per shard and no fault tolerance"),
         _ => None,

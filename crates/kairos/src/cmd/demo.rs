@@ -50,7 +50,9 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
 
     println!("━━ 2. Tiga against its peers, on identical work ━━");
     println!("The same deployment, MicroBench, clocks and seed for Tiga, 2PL+Paxos, OCC+Paxos, Tapir, Janus,");
-    println!("Calvin+, NCC (one server per shard, as the Tiga paper ran it) and NCC+ (NCC over Multi-Paxos), at");
+    println!(
+        "Calvin+, Detock, NCC (one server per shard, as the Tiga paper ran it) and NCC+ (NCC over Multi-Paxos), at"
+    );
     println!("2,000 txn/s for 2 virtual seconds (fixed 5 µs per handler), every history checked strictly");
     println!("serializable.");
     println!("Maximum throughput and the skew sweep: `kairos bench micro`.\n");

@@ -440,6 +440,7 @@ fn paper_max_txn_per_s(p: Protocol) -> Option<f64> {
         Protocol::Tapir => Some(44_200.0),
         Protocol::Janus => Some(77_800.0),
         Protocol::CalvinPlus => Some(119_600.0),
+        Protocol::Detock => Some(34_500.0),
         Protocol::Ncc => Some(47_400.0),
         Protocol::NccPaxos => None,
     }

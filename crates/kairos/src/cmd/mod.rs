@@ -41,6 +41,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Sim(SimCommand::Tapir(a)) => campaign::run(CampaignProtocol::Tapir, a),
         Command::Sim(SimCommand::Janus(a)) => campaign::run(CampaignProtocol::Janus, a),
         Command::Sim(SimCommand::CalvinPlus(a)) => campaign::run(CampaignProtocol::CalvinPlus, a),
+        Command::Sim(SimCommand::Detock(a)) => campaign::run(CampaignProtocol::Detock, a),
         Command::Sim(SimCommand::Causal(a)) => campaign::run(CampaignProtocol::Causal, a),
         Command::Sim(SimCommand::SwarmKv(a)) => campaign::run(CampaignProtocol::SwarmKv, a),
         Command::Sim(SimCommand::DmAbd(a)) => campaign::run(CampaignProtocol::DmAbd, a),

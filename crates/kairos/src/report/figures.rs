@@ -215,8 +215,8 @@ fn point_f64(p: &serde_json::Value, path: &[&str]) -> Option<f64> {
 
 fn tiga_throughput_latency(micro: &[&RunResult]) -> Figure {
     let paper = "Paper (MicroBench, skew 0.5, max 10³ txn/s): Tiga 157.3, 2PL+Paxos 22.9, OCC+Paxos 21.8, Tapir 44.2, \
-                 Janus 77.8, Calvin+ 119.6, NCC 47.4 (unreplicated; NCC+ is not in the table) — Tiga 6.9×, 7.2×, 3.6×, \
-                 2.0×, 1.3×, 3.3× \
+                 Janus 77.8, Calvin+ 119.6, Detock 34.5, NCC 47.4 (unreplicated; NCC+ is not in the table) — Tiga 6.9×, 7.2×, \
+                 3.6×, 2.0×, 1.3×, 4.6×, 3.3× \
                  (1.3–7.2× over all baselines).";
     let title = "Throughput–latency curves (saturation sweeps)";
     if micro.is_empty() {
