@@ -96,7 +96,7 @@ struct Home {
     read_at: Vec<LocalTime>,
     /// Batches received ahead of their turn.
     held: BTreeMap<(ShardId, u64), Arc<Batch>>,
-    /// The last transaction logged on each key (in its shard's log).
+    /// The last transaction logged on each key (in its shard's log), while it is unexecuted.
     last_on_key: BTreeMap<Key, TxnId>,
     vertices: BTreeMap<TxnId, Vertex>,
     /// Incomplete transaction → the complete ones waiting for it.
@@ -165,6 +165,12 @@ impl Server {
     /// Transactions in the executor's graph not yet executed (0 at a follower).
     pub fn unexecuted(&self) -> usize {
         self.home.as_ref().map_or(0, |h| h.vertices.len())
+    }
+
+    /// Keys whose last logged transaction has not run here (0 at a follower): what the
+    /// executor remembers beyond its graph.
+    pub fn keys_tracked(&self) -> usize {
+        self.home.as_ref().map_or(0, |h| h.last_on_key.len())
     }
 
     fn shards_of_keys(&self, keys: &[Key]) -> ShardSet {
@@ -434,6 +440,13 @@ impl Server {
         let (shard, keep) = (self.shard, self.config.results_keep);
         let Some(h) = self.home.as_mut() else { return };
         let Some(v) = h.vertices.remove(&txn) else { return };
+        // Every home executes every transaction it read, so a key whose last transaction ran
+        // needs no entry: the next one on it has nothing to wait for.
+        for k in &v.keys {
+            if h.last_on_key.get(k) == Some(&txn) {
+                h.last_on_key.remove(k);
+            }
+        }
         if v.shards & (1 << shard) == 0 {
             return;
         }
