@@ -423,8 +423,8 @@ mod tests {
             assert_eq!(p.name().parse::<Protocol>(), Ok(p));
         }
         assert_eq!(" TAPIR ".parse::<Protocol>(), Ok(Protocol::Tapir));
-        let e = "detock".parse::<Protocol>().unwrap_err().to_string();
-        assert!(e.contains("detock") && e.contains("2pl-paxos") && e.contains("janus"), "{e}");
+        let e = "slog".parse::<Protocol>().unwrap_err().to_string();
+        assert!(e.contains("slog") && e.contains("2pl-paxos") && e.contains("detock"), "{e}");
     }
 
     #[test]
