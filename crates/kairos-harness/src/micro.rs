@@ -235,7 +235,7 @@ impl PeerProtocol for Detock {
 impl PeerProtocol for Janus {
     const PROTOCOL: Protocol = Protocol::Janus;
     fn world_checks(topology: &Topology) -> Vec<(u64, WorldCheck<JanusMsg>)> {
-        // Every 256 events: the check looks at each replica's last 32 writes.
+        // Every 256 events: the check looks at each replica's last `RECENT_WRITES` writes.
         vec![(256, crate::janus_agreement::key_orders_agree(topology.clone()))]
     }
 }

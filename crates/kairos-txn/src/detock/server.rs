@@ -46,6 +46,9 @@ kairos_core::timers! {
 /// Batches sent again, or asked for, per repair round and peer, at most.
 const REPAIR_BATCH: u64 = 16;
 
+/// Keys per transaction at most (the check for repeated keys is quadratic).
+pub const KEYS_MAX: usize = 256;
+
 /// A transaction in the executor's graph (removed once executed here).
 #[derive(Clone, Debug)]
 struct Vertex {
@@ -100,7 +103,7 @@ struct Home {
     last_on_key: BTreeMap<Key, TxnId>,
     vertices: BTreeMap<TxnId, Vertex>,
     /// Incomplete transaction → the complete ones waiting for it.
-    waiters: BTreeMap<TxnId, Vec<TxnId>>,
+    waiters: BTreeMap<TxnId, BTreeSet<TxnId>>,
     store: Store,
     /// Values read by executed transactions of this shard, kept for resubmissions.
     results: BTreeMap<TxnId, Vec<(Key, Value)>>,
@@ -187,10 +190,11 @@ impl Server {
         peers.iter().enumerate().filter(|(r, _)| *r as u32 != self.replica).map(|(r, n)| (r as u32, *n)).collect()
     }
 
-    /// Whether `keys` is a transaction this deployment can run: distinct keys, at least one,
-    /// on at most 64 shards (a shard set is a bit mask).
+    /// Whether `keys` is a transaction this deployment can run: distinct keys, from one to
+    /// [`KEYS_MAX`], on at most 64 shards (a shard set is a bit mask).
     fn valid_keys(&self, keys: &[Key]) -> bool {
         !keys.is_empty()
+            && keys.len() <= KEYS_MAX
             && self.topology.shard_count() <= 64
             && keys.iter().enumerate().all(|(i, k)| !keys[..i].contains(k))
     }
@@ -198,8 +202,8 @@ impl Server {
     // ----- The log -----
 
     fn on_submit(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, txn: TxnId, keys: Vec<Key>) {
-        let involved = self.shards_of_keys(&keys) & (1 << self.shard) != 0;
-        if !self.valid_keys(&keys) || !involved || from != txn.coordinator() {
+        // (Valid keys first: a shard set holds at most 64 shards.)
+        if !self.valid_keys(&keys) || self.shards_of_keys(&keys) & (1 << self.shard) == 0 || from != txn.coordinator() {
             ctx.metric("detock.submit_refused", 1);
             return;
         }
@@ -342,11 +346,11 @@ impl Server {
     fn read_batch(&mut self, ctx: &mut Ctx<'_, DetockMsg>, batch: &Batch, complete: &mut Vec<TxnId>) {
         let s = batch.shard;
         for t in &batch.txns {
-            let shards = self.shards_of_keys(&t.keys);
-            if shards & (1 << s) == 0 || !self.valid_keys(&t.keys) {
+            if !self.valid_keys(&t.keys) || self.shards_of_keys(&t.keys) & (1 << s) == 0 {
                 ctx.metric("detock.malformed_entries", 1);
                 continue;
             }
+            let shards = self.shards_of_keys(&t.keys);
             let mine = shards & (1 << self.shard) != 0;
             if self.config.unsafe_skip_foreign_txns && !mine {
                 // The injected bug (the Tiga artifact's filter): a home never sees the edges
@@ -420,10 +424,7 @@ impl Server {
             if let Some(v) = h.vertices.get_mut(&t) {
                 v.blocked_on = Some(u);
             }
-            let w = h.waiters.entry(u.txn).or_default();
-            if !w.contains(&t) {
-                w.push(t);
-            }
+            h.waiters.entry(u.txn).or_default().insert(t);
         }
         for component in outcome.run {
             if component.len() > 1 {

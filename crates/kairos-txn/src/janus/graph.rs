@@ -9,7 +9,7 @@
 //! server derives the same order for any two transactions that conflict (module docs of
 //! [`super`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kairos_workload::txn::TxnId;
 
@@ -56,6 +56,9 @@ pub fn plan<'a>(roots: &[TxnId], known: impl Fn(TxnId) -> Known<'a>) -> Plan {
     let mut out = Plan::default();
     let mut marks: BTreeMap<TxnId, Mark> = BTreeMap::new();
     let mut stack: Vec<TxnId> = Vec::new();
+    // `out.waiting`'s members, to list each once without a linear search (a hot key's
+    // uncommitted accessors can be many).
+    let mut waiting_seen: BTreeSet<TxnId> = BTreeSet::new();
     // (vertex, its dependencies, next dependency to visit)
     let mut frames: Vec<(TxnId, &'a [Dep], usize)> = Vec::new();
     for &root in roots {
@@ -92,7 +95,7 @@ pub fn plan<'a>(roots: &[TxnId], known: impl Fn(TxnId) -> Known<'a>) -> Plan {
                     None => match known(d.txn) {
                         Known::Executed => None,
                         Known::Waiting => {
-                            if !out.waiting.contains(&d) {
+                            if waiting_seen.insert(d.txn) {
                                 out.waiting.push(d);
                             }
                             Some(d)
