@@ -20,3 +20,73 @@ pub trait Peer: 'static {
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
 }
+
+/// Test support the peers' modules share.
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_workload::txn::Key;
+    use kairos_workload::Topology;
+    use rand::{Rng as _, SeedableRng};
+
+    /// 3 shards × 3 replicas on nodes 0–8 (the coordinator of [`no_message_or_timer_panics`]
+    /// is node 9).
+    pub fn three_by_three() -> Topology {
+        Topology { shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(), leader: vec![0; 3] }
+    }
+
+    /// What [`no_message_or_timer_panics`] needs to know of a protocol.
+    pub struct Garbage<M, C> {
+        pub random_msg: fn(&mut Rng) -> M,
+        /// Starts a transaction on these keys at the coordinator.
+        pub invoke: fn(&mut C, &mut Ctx<'_, M>, Vec<Key>) -> bool,
+        /// The first id of each kind of the coordinator's timers (a few ids of each are fired).
+        pub coordinator_timer_bases: &'static [u64],
+        /// The servers' timer ids are below this.
+        pub server_timers: u64,
+        /// The sender a server sees for a message, given a random one (a protocol may pick the
+        /// rightful sender now and then, so that its rounds get through).
+        pub sender: fn(&M, NodeId, &mut Rng) -> NodeId,
+    }
+
+    /// Feeds 20,000 random messages (from random senders), timers and new transactions to the
+    /// servers of [`three_by_three`] and a coordinator, checking every role's invariants after
+    /// each: no message a peer could send makes a role panic or breaks its invariants.
+    pub fn no_message_or_timer_panics<M: Clone, S: Process<Msg = M>, C: Process<Msg = M>>(
+        servers: &mut [S],
+        coordinator: &mut C,
+        g: &Garbage<M, C>,
+    ) {
+        let (mut rng, mut role_rng) = (Rng::seed_from_u64(7), Rng::seed_from_u64(8));
+        let mut effects = Vec::new();
+        let me = NodeId(9);
+        coordinator.on_start(&mut Ctx::new(me, LocalTime::ZERO, &mut role_rng, &mut effects));
+        for (i, s) in servers.iter_mut().enumerate() {
+            s.on_start(&mut Ctx::new(NodeId(i as u32), LocalTime::ZERO, &mut role_rng, &mut effects));
+        }
+        for i in 0..20_000u64 {
+            let now = LocalTime(i * 1_000_000);
+            let from = NodeId(rng.random_range(0..12));
+            let msg = (g.random_msg)(&mut rng);
+            let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
+            if i % 50 == 0 {
+                (g.invoke)(coordinator, &mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
+            }
+            if i % 7 == 0 {
+                let base = g.coordinator_timer_bases[rng.random_range(0..g.coordinator_timer_bases.len())];
+                coordinator.on_timer(&mut ctx, TimerId(base + rng.random_range(0..4)));
+            }
+            coordinator.on_message(&mut ctx, from, msg.clone());
+            let r = rng.random_range(0..servers.len());
+            let mut ctx = Ctx::new(NodeId(r as u32), now, &mut role_rng, &mut effects);
+            if i % 5 == 0 {
+                servers[r].on_timer(&mut ctx, TimerId(rng.random_range(0..g.server_timers)));
+            }
+            let from = (g.sender)(&msg, from, &mut rng);
+            servers[r].on_message(&mut ctx, from, msg);
+            servers[r].invariants().unwrap();
+            coordinator.invariants().unwrap();
+            effects.clear();
+        }
+    }
+}

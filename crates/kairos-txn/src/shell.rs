@@ -91,6 +91,35 @@ impl Timer for ShellTimer {
         }
     }
 }
+
+/// The timers of a coordinator that keeps one timer per transaction (Janus, Detock): the
+/// shell's, or one transaction's overdue round. Its own ids run from 2^32 to 2^33, between the
+/// shell's.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum TxnTimer {
+    Shell(ShellTimer),
+    /// A transaction's (its sequence number) current round is overdue.
+    Txn(u32),
+}
+
+/// The first id of [`TxnTimer::Txn`].
+const TXN_TIMER_BASE: u64 = 1 << 32;
+
+impl Timer for TxnTimer {
+    fn id(self) -> TimerId {
+        match self {
+            TxnTimer::Shell(t) => t.id(),
+            TxnTimer::Txn(seq) => TimerId(TXN_TIMER_BASE + u64::from(seq)),
+        }
+    }
+    fn from_id(id: TimerId) -> Option<Self> {
+        match id.0.checked_sub(TXN_TIMER_BASE).and_then(|n| u32::try_from(n).ok()) {
+            Some(seq) => Some(TxnTimer::Txn(seq)),
+            None => ShellTimer::from_id(id).map(TxnTimer::Shell),
+        }
+    }
+}
+
 /// The clock unit of transaction sequence numbers (module docs).
 pub const ID_UNIT: Duration = Duration::from_micros(4);
 /// How many sequence numbers a coordinator may issue ahead of its clock (module docs).

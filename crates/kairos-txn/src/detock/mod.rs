@@ -241,11 +241,12 @@ pub fn analytic_median(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use crate::peer::fuzz::{no_message_or_timer_panics, three_by_three, Garbage};
+    use kairos_core::{NodeId, Rng};
     use kairos_workload::txn::TxnId;
     use kairos_workload::{FixedKeys, OpenLoop};
     use msg::{Batch, LoggedTxn};
-    use rand::{Rng as _, SeedableRng};
+    use rand::Rng as _;
     use std::sync::Arc;
 
     fn random_msg(rng: &mut Rng) -> DetockMsg {
@@ -267,45 +268,19 @@ mod tests {
     /// No message a peer could send makes a role panic or breaks its invariants.
     #[test]
     fn random_messages_and_timers_never_panic() {
-        let topology = Topology {
-            shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(),
-            leader: vec![0; 3],
-        };
-        let config = DetockConfig::default();
+        let (topology, config) = (three_by_three(), DetockConfig::default());
         let mut servers: Vec<Server> = (0..9).map(|i| Server::new(&topology, &config, i / 3, i % 3)).collect();
         let shell =
             TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2, 3]])), OpenLoop::default(), Default::default(), 0);
         let mut coordinator = Coordinator::new(&topology, &config, shell);
-        let (mut rng, mut role_rng) = (Rng::seed_from_u64(7), Rng::seed_from_u64(8));
-        let mut effects = Vec::new();
-        let me = NodeId(9);
-        coordinator.on_start(&mut Ctx::new(me, LocalTime::ZERO, &mut role_rng, &mut effects));
-        for (i, s) in servers.iter_mut().enumerate() {
-            s.on_start(&mut Ctx::new(NodeId(i as u32), LocalTime::ZERO, &mut role_rng, &mut effects));
-        }
-        for i in 0..20_000u64 {
-            let now = LocalTime(i * 1_000_000);
-            let from = NodeId(rng.random_range(0..12));
-            let msg = random_msg(&mut rng);
-            let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
-            if i % 50 == 0 {
-                coordinator.invoke(&mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
-            }
-            if i % 7 == 0 {
-                let base = [1 << 32, 0, 1, 1 << 40][rng.random_range(0..4)];
-                coordinator.on_timer(&mut ctx, TimerId(base + rng.random_range(0..4)));
-            }
-            coordinator.on_message(&mut ctx, from, msg.clone());
-            let r = rng.random_range(0..9);
-            let mut ctx = Ctx::new(NodeId(r as u32), now, &mut role_rng, &mut effects);
-            if i % 5 == 0 {
-                servers[r].on_timer(&mut ctx, TimerId(rng.random_range(0..4)));
-            }
-            servers[r].on_message(&mut ctx, from, msg);
-            servers[r].invariants().unwrap();
-            coordinator.invariants().unwrap();
-            effects.clear();
-        }
+        let garbage = Garbage {
+            random_msg,
+            invoke: Coordinator::invoke,
+            coordinator_timer_bases: &[1 << 32, 0, 1, 1 << 40],
+            server_timers: 4,
+            sender: |_, from, _| from,
+        };
+        no_message_or_timer_panics(&mut servers, &mut coordinator, &garbage);
         assert!(servers.iter().map(|s| s.stats().txns_logged).sum::<u64>() > 0);
     }
 

@@ -16,32 +16,11 @@ use kairos_workload::Topology;
 
 use super::msg::{Dep, JanusMsg, ShardSet};
 use super::JanusConfig;
-use crate::shell::{Attempt, ShellTimer, TxnShell};
+use crate::shell::{Attempt, TxnShell};
 
-/// A Janus coordinator's timers.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum CoordinatorTimer {
-    Shell(ShellTimer),
-    /// A transaction's (its sequence number) current round is overdue: go slow or resend.
-    Txn(u32),
-}
-
-const TXN_TIMER_BASE: u64 = 1 << 32;
-
-impl Timer for CoordinatorTimer {
-    fn id(self) -> TimerId {
-        match self {
-            CoordinatorTimer::Shell(t) => t.id(),
-            CoordinatorTimer::Txn(seq) => TimerId(TXN_TIMER_BASE + u64::from(seq)),
-        }
-    }
-    fn from_id(id: TimerId) -> Option<Self> {
-        match id.0.checked_sub(TXN_TIMER_BASE).and_then(|n| u32::try_from(n).ok()) {
-            Some(seq) => Some(CoordinatorTimer::Txn(seq)),
-            None => ShellTimer::from_id(id).map(CoordinatorTimer::Shell),
-        }
-    }
-}
+/// A Janus coordinator's timers: the shell's, and one per transaction (its round is
+/// overdue).
+pub use crate::shell::TxnTimer as CoordinatorTimer;
 
 #[derive(Clone, Debug)]
 enum Phase {

@@ -173,11 +173,12 @@ pub fn analytic_latency(region: &str, server_regions: &[&str], placement: Placem
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use crate::peer::fuzz::{no_message_or_timer_panics, three_by_three, Garbage};
+    use kairos_core::{NodeId, Rng};
     use kairos_workload::txn::TxnId;
     use kairos_workload::{FixedKeys, OpenLoop};
     use msg::Dep;
-    use rand::{Rng as _, SeedableRng};
+    use rand::Rng as _;
 
     fn random_msg(rng: &mut Rng) -> JanusMsg {
         let txn = TxnId::new(NodeId(rng.random_range(8..12)), rng.random_range(0..6));
@@ -206,54 +207,27 @@ mod tests {
     /// No message a peer could send makes a role panic or breaks its invariants.
     #[test]
     fn random_messages_and_timers_never_panic() {
-        let topology = Topology {
-            shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(),
-            leader: vec![0; 3],
-        };
-        let config = JanusConfig::default();
+        let (topology, config) = (three_by_three(), JanusConfig::default());
         let mut servers: Vec<Server> = (0..9).map(|i| Server::new(&topology, &config, i / 3, i % 3)).collect();
         let shell =
             TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2, 3]])), OpenLoop::default(), Default::default(), 0);
         let mut coordinator = Coordinator::new(&topology, &config, shell);
-        let (mut rng, mut role_rng) = (Rng::seed_from_u64(7), Rng::seed_from_u64(8));
-        let mut effects = Vec::new();
-        let me = NodeId(9);
-        coordinator.on_start(&mut Ctx::new(me, LocalTime::ZERO, &mut role_rng, &mut effects));
-        for (i, s) in servers.iter_mut().enumerate() {
-            s.on_start(&mut Ctx::new(NodeId(i as u32), LocalTime::ZERO, &mut role_rng, &mut effects));
-        }
-        for i in 0..20_000u64 {
-            let now = LocalTime(i * 1_000_000);
-            let from = NodeId(rng.random_range(0..12));
-            let msg = random_msg(&mut rng);
-            let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
-            if i % 50 == 0 {
-                coordinator.invoke(&mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);
-            }
-            if i % 7 == 0 {
-                let base = [1 << 32, 0, 1 << 40][rng.random_range(0..3)];
-                coordinator.on_timer(&mut ctx, TimerId(base + rng.random_range(0..4)));
-            }
-            coordinator.on_message(&mut ctx, from, msg.clone());
-            let r = rng.random_range(0..9);
-            let mut ctx = Ctx::new(NodeId(r as u32), now, &mut role_rng, &mut effects);
-            if i % 5 == 0 {
-                servers[r].on_timer(&mut ctx, TimerId(rng.random_range(0..3)));
-            }
+        let garbage = Garbage {
+            random_msg,
+            invoke: Coordinator::invoke,
+            coordinator_timer_bases: &[1 << 32, 0, 1 << 40],
+            server_timers: 3,
             // From the transaction's coordinator half of the time, so that rounds get through.
-            let from = match &msg {
+            sender: |msg, from, rng| match msg {
                 JanusMsg::PreAccept { txn, .. } | JanusMsg::Accept { txn, .. } | JanusMsg::Commit { txn, .. }
                     if rng.random_bool(0.5) =>
                 {
                     txn.coordinator()
                 }
                 _ => from,
-            };
-            servers[r].on_message(&mut ctx, from, msg);
-            servers[r].invariants().unwrap();
-            coordinator.invariants().unwrap();
-            effects.clear();
-        }
+            },
+        };
+        no_message_or_timer_panics(&mut servers, &mut coordinator, &garbage);
         assert!(servers.iter().map(|s| s.stats().pre_accepts).sum::<u64>() > 0);
         assert!(servers.iter().map(|s| s.stats().commits).sum::<u64>() > 0);
     }
