@@ -284,6 +284,38 @@ mod tests {
         assert!(servers.iter().map(|s| s.stats().txns_logged).sum::<u64>() > 0);
     }
 
+    /// A home forgets what it logged only once it ran it: a transaction whose batch is still
+    /// unreplicated after the forgetting horizon (followers cut off) must not be logged a
+    /// second time when another home's log shows it (a second entry would never complete,
+    /// and everything after it on its keys would wait forever).
+    #[test]
+    fn a_home_does_not_log_twice_what_it_has_not_run() {
+        use kairos_core::{Ctx, LocalTime, Process, Timer as _};
+        use rand::SeedableRng as _;
+        let (topology, config) = (three_by_three(), DetockConfig::default());
+        // The home of shard 0 is node 0; of shard 1, node 4.
+        let mut home = Server::new(&topology, &config, 0, 0);
+        let (mut rng, mut effects) = (Rng::seed_from_u64(1), Vec::new());
+        // A context at second `s` (a macro: the context borrows the generator and effects).
+        macro_rules! at {
+            ($s:expr) => {
+                Ctx::new(NodeId(0), LocalTime($s * 1_000_000_000), &mut rng, &mut effects)
+            };
+        }
+        let coordinator = NodeId(9);
+        let (t1, t2) = (TxnId::new(coordinator, 1), TxnId::new(coordinator, 2));
+        home.on_start(&mut at!(0));
+        home.on_message(&mut at!(0), coordinator, DetockMsg::Submit { txn: t1, keys: vec![0, 1] });
+        home.on_timer(&mut at!(0), server::ServerTimer::BatchTick.id());
+        // No follower acknowledges. Long after the horizon another submission is logged…
+        home.on_message(&mut at!(60), coordinator, DetockMsg::Submit { txn: t2, keys: vec![3] });
+        // …and shard 1's home shows t1 in its log.
+        let entry = LoggedTxn { txn: t1, keys: vec![0, 1] };
+        let sync = Arc::new(Batch { shard: 1, number: 1, txns: vec![entry] });
+        home.on_message(&mut at!(60), NodeId(4), DetockMsg::LogSync(sync));
+        assert_eq!((home.stats().txns_logged, home.stats().txns_adopted), (2, 0), "{:?}", home.stats());
+    }
+
     #[test]
     fn the_analytic_latency_follows_the_matrix() {
         let servers = ["sc", "fi", "br"];

@@ -86,8 +86,8 @@ struct Home {
     committed_upto: u64,
     /// Committed batches kept for executors that ask again (the last `log_keep`).
     committed: BTreeMap<u64, Arc<Batch>>,
-    /// Transactions this home logged, and when (to log each once).
-    logged: BTreeMap<TxnId, LocalTime>,
+    /// Transactions this home logged (to log each once), and whether each ran here.
+    logged: BTreeMap<TxnId, bool>,
     logged_order: VecDeque<(TxnId, LocalTime)>,
     /// Per coordinator, the highest sequence number forgotten: an older submission (a replayed
     /// message) is refused rather than logged again.
@@ -232,13 +232,14 @@ impl Server {
             return false;
         }
         h.batch.push(LoggedTxn { txn, keys });
-        h.logged.insert(txn, now);
+        h.logged.insert(txn, false);
         h.logged_order.push_back((txn, now));
         self.stats.txns_logged += 1;
-        // Forget transactions logged longer ago than any resubmission comes, once executed
-        // here (an unexecuted one, and those after it, stay).
+        // Forget transactions logged longer ago than any resubmission comes, once they ran
+        // here (one that has not, and those after it, stay: its entry may still be on its way
+        // to the executors, and another home's entry of it must not make this home log it again).
         while let Some(&(old, at)) = h.logged_order.front() {
-            if now.saturating_since(at) <= horizon || h.vertices.contains_key(&old) {
+            if now.saturating_since(at) <= horizon || h.logged.get(&old) == Some(&false) {
                 break;
             }
             h.logged_order.pop_front();
@@ -462,6 +463,9 @@ impl Server {
             reads.push((k, old.value));
         }
         ctx.metric("detock.executed", 1);
+        if let Some(ran) = h.logged.get_mut(&txn) {
+            *ran = true;
+        }
         ctx.send(txn.coordinator(), DetockMsg::Reply { txn, shard, reads: reads.clone() });
         h.results.insert(txn, reads);
         h.results_order.push_back(txn);
