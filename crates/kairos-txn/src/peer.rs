@@ -26,8 +26,11 @@ pub trait Peer: 'static {
 pub(crate) mod fuzz {
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
     use kairos_workload::txn::Key;
-    use kairos_workload::Topology;
+    use kairos_workload::{FixedKeys, OpenLoop, Topology};
     use rand::{Rng as _, SeedableRng};
+
+    use super::Peer;
+    use crate::shell::TxnShell;
 
     /// 3 shards × 3 replicas on nodes 0–8 (the coordinator of [`no_message_or_timer_panics`]
     /// is node 9).
@@ -50,13 +53,21 @@ pub(crate) mod fuzz {
     }
 
     /// Feeds 20,000 random messages (from random senders), timers and new transactions to the
-    /// servers of [`three_by_three`] and a coordinator, checking every role's invariants after
-    /// each: no message a peer could send makes a role panic or breaks its invariants.
-    pub fn no_message_or_timer_panics<M: Clone, S: Process<Msg = M>, C: Process<Msg = M>>(
-        servers: &mut [S],
-        coordinator: &mut C,
-        g: &Garbage<M, C>,
-    ) {
+    /// servers of [`three_by_three`] and a coordinator of peer `P`, checking every role's
+    /// invariants after each: no message a peer could send makes a role panic or breaks its
+    /// invariants. Returns the servers, for the caller to check that something got through.
+    pub fn no_message_or_timer_panics<P: Peer>(
+        config: &P::Config,
+        g: &Garbage<P::Msg, P::Coordinator>,
+    ) -> Vec<P::Server>
+    where
+        P::Msg: Clone,
+    {
+        let topology = three_by_three();
+        let mut servers: Vec<P::Server> = (0..9).map(|i| P::server(&topology, config, i / 3, i % 3)).collect();
+        let shell =
+            TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2, 3]])), OpenLoop::default(), Default::default(), 0);
+        let coordinator = &mut P::coordinator(&topology, config, shell);
         let (mut rng, mut role_rng) = (Rng::seed_from_u64(7), Rng::seed_from_u64(8));
         let mut effects = Vec::new();
         let me = NodeId(9);
@@ -88,5 +99,6 @@ pub(crate) mod fuzz {
             coordinator.invariants().unwrap();
             effects.clear();
         }
+        servers
     }
 }

@@ -173,10 +173,9 @@ pub fn analytic_latency(region: &str, server_regions: &[&str], placement: Placem
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer::fuzz::{no_message_or_timer_panics, three_by_three, Garbage};
+    use crate::peer::fuzz::{no_message_or_timer_panics, Garbage};
     use kairos_core::{NodeId, Rng};
     use kairos_workload::txn::TxnId;
-    use kairos_workload::{FixedKeys, OpenLoop};
     use msg::Dep;
     use rand::Rng as _;
 
@@ -207,11 +206,6 @@ mod tests {
     /// No message a peer could send makes a role panic or breaks its invariants.
     #[test]
     fn random_messages_and_timers_never_panic() {
-        let (topology, config) = (three_by_three(), JanusConfig::default());
-        let mut servers: Vec<Server> = (0..9).map(|i| Server::new(&topology, &config, i / 3, i % 3)).collect();
-        let shell =
-            TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2, 3]])), OpenLoop::default(), Default::default(), 0);
-        let mut coordinator = Coordinator::new(&topology, &config, shell);
         let garbage = Garbage {
             random_msg,
             invoke: Coordinator::invoke,
@@ -227,7 +221,7 @@ mod tests {
                 _ => from,
             },
         };
-        no_message_or_timer_panics(&mut servers, &mut coordinator, &garbage);
+        let servers = no_message_or_timer_panics::<Janus>(&JanusConfig::default(), &garbage);
         assert!(servers.iter().map(|s| s.stats().pre_accepts).sum::<u64>() > 0);
         assert!(servers.iter().map(|s| s.stats().commits).sum::<u64>() > 0);
     }
