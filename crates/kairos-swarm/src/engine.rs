@@ -8,6 +8,7 @@ use crate::hedge::RttFloor;
 use crate::index::{self, IndexCache};
 use crate::layout::Layout;
 use crate::meta;
+use crate::node_words::NodeWords;
 use crate::pool::Pool;
 use crate::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome};
 use kairos_core::LocalTime;
@@ -18,6 +19,9 @@ use std::time::Duration;
 /// Directory claims a create tries before it fails with [`KvError::IndexFull`] (a claim is
 /// lost only to a concurrent insert into the same entry of the same window).
 pub const DIR_CLAIMS_MAX: u32 = 8;
+
+/// Finished operations a client keeps to reuse their buffers.
+const SPARE_OPS_MAX: usize = 64;
 
 /// Every replied node's directory window, read by the verb at `shape.window`.
 pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
@@ -191,7 +195,7 @@ pub(crate) struct Op {
     /// A read: the highest tuple seen since it (re)started — it never goes down (see
     /// [`crate::safe_guess`]) — and the nodes whose words showed it in the latest iteration.
     pub read_max: u64,
-    pub max_from: std::collections::BTreeSet<MemNodeId>,
+    pub max_from: NodeSet,
     pub iterations: u32,
     pub observed: NodeMap<Vec<u64>>,
     pub target: u64,
@@ -200,7 +204,7 @@ pub(crate) struct Op {
     pub locks: NodeMap<u64>,
     pub lock_for: u64,
     /// A stale write: nodes known to hold another writer's tuple above the guess.
-    pub above: std::collections::BTreeSet<MemNodeId>,
+    pub above: NodeSet,
     /// The tuple's timestamp is above everything read after the op began: no staleness check.
     pub fresh: bool,
     /// A created key's directory entry, the nodes that hold it, the claims tried, and the
@@ -214,6 +218,133 @@ pub(crate) struct Op {
     pub spare: Vec<(MemNodeId, Vec<Verb>, Shape)>,
     pub round_started: LocalTime,
     pub done: bool,
+}
+
+impl Op {
+    fn new(id: OpId, op: KvOp, now: LocalTime) -> Op {
+        Op {
+            id,
+            op,
+            slot: None,
+            started: now,
+            rtt: 0,
+            round: 0,
+            stage: Stage::Queued,
+            nodes: Vec::new(),
+            need: 0,
+            replies: NodeMap::new(),
+            failed: 0,
+            failed_nodes: Vec::new(),
+            shapes: NodeMap::new(),
+            tuple: 0,
+            buf: None,
+            seen: BTreeMap::new(),
+            prev_max: 0,
+            read_max: 0,
+            max_from: NodeSet::default(),
+            iterations: 0,
+            observed: NodeMap::new(),
+            target: 0,
+            value: None,
+            locks: NodeMap::new(),
+            lock_for: 0,
+            above: NodeSet::default(),
+            fresh: false,
+            dir_word: 0,
+            dir_holders: std::collections::BTreeSet::new(),
+            dir_claims: 0,
+            dir_stash: None,
+            spare: Vec::new(),
+            round_started: now,
+            done: false,
+        }
+    }
+
+    /// Makes a finished operation a new one, keeping its buffers' capacity (an operation
+    /// would otherwise allocate a dozen small buffers and free them again). The same state as
+    /// [`Op::new`]: the destructuring names every field, so a new one cannot be forgotten.
+    fn reuse(&mut self, new_id: OpId, kv: KvOp, now: LocalTime) {
+        let Op {
+            id,
+            op,
+            slot,
+            started,
+            rtt,
+            round,
+            stage,
+            nodes,
+            need,
+            replies,
+            failed,
+            failed_nodes,
+            shapes,
+            tuple,
+            buf,
+            seen,
+            prev_max,
+            read_max,
+            max_from,
+            iterations,
+            observed,
+            target,
+            value,
+            locks,
+            lock_for,
+            above,
+            fresh,
+            dir_word,
+            dir_holders,
+            dir_claims,
+            dir_stash,
+            spare,
+            round_started,
+            done,
+        } = self;
+        (*id, *op, *slot, *started, *rtt, *round, *stage) = (new_id, kv, None, now, 0, 0, Stage::Queued);
+        (*need, *failed, *tuple, *buf, *prev_max, *read_max, *iterations) = (0, 0, 0, None, 0, 0, 0);
+        (*target, *value, *lock_for, *fresh, *dir_word, *dir_claims, *dir_stash) = (0, None, 0, false, 0, 0, None);
+        (*round_started, *done) = (now, false);
+        nodes.clear();
+        replies.clear();
+        failed_nodes.clear();
+        shapes.clear();
+        seen.clear();
+        max_from.clear();
+        observed.clear();
+        locks.clear();
+        above.clear();
+        dir_holders.clear();
+        spare.clear();
+    }
+}
+
+/// A few memory nodes, in node order: a sorted vector (an operation's sets hold at most its
+/// replicas, and a `BTreeSet` allocates on its first insert after every `clear`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodeSet(Vec<MemNodeId>);
+
+impl NodeSet {
+    pub fn insert(&mut self, node: MemNodeId) -> bool {
+        match self.0.binary_search(&node) {
+            Ok(_) => false,
+            Err(i) => {
+                self.0.insert(i, node);
+                true
+            }
+        }
+    }
+    pub fn contains(&self, node: &MemNodeId) -> bool {
+        self.0.binary_search(node).is_ok()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &MemNodeId> {
+        self.0.iter()
+    }
 }
 
 struct ChainInfo {
@@ -234,20 +365,29 @@ pub struct Client {
     pub(crate) members: Membership,
     pub(crate) index: IndexCache,
     pub(crate) pool: Pool,
-    ops: BTreeMap<OpId, Op>,
-    chains: BTreeMap<ChainTag, ChainInfo>,
+    /// Boxed: an operation is several hundred bytes, and it leaves the map and comes back on
+    /// every reply (see [`Client::with_op`]).
+    ops: BTreeMap<OpId, Box<Op>>,
+    /// Finished operations kept for [`Op::reuse`] (at most [`SPARE_OPS_MAX`]); boxed like
+    /// `ops`, so that moving one between the two is a pointer copy.
+    #[allow(clippy::vec_box)]
+    spare_ops: Vec<Box<Op>>,
+    /// Chains in flight (hashed: one insert and one removal per chain; iterated only in tag
+    /// order, after sorting).
+    chains: HashMap<ChainTag, ChainInfo, index::FixedHash>,
     next_tag: ChainTag,
     /// This writer's metadata word per (slot, node), as last seen (hashed: looked up on every
     /// write; never iterated).
-    pub(crate) my_words: HashMap<(u64, MemNodeId), u64, index::FixedHash>,
+    pub(crate) my_words: NodeWords<u64>,
     /// The lock word of this writer's buffers per (buffer, node), as last read (a stale write
     /// CASes it from there; see [`crate::safe_guess`]).
-    pub(crate) my_locks: HashMap<(u32, MemNodeId), u64, index::FixedHash>,
+    pub(crate) my_locks: NodeWords<u32>,
     /// Operations per key, the running one first (one operation per key at a time per client).
     key_queue: index::KeyMap<VecDeque<OpId>>,
     pub(crate) ts_adjust: u64,
     pub(crate) last_ts: u64,
-    pub(crate) counters: BTreeMap<&'static str, u64>,
+    /// Named counters (hashed: bumped several times per operation; sorted when reported).
+    pub(crate) counters: HashMap<&'static str, u64, index::FixedHash>,
     suspected_at: BTreeMap<MemNodeId, LocalTime>,
     /// FUSEE: the primary index slot's value per slot, as last seen (its adaptive cache).
     pub(crate) fusee_seen: BTreeMap<u64, u64>,
@@ -265,14 +405,15 @@ impl Client {
             index: IndexCache::default(),
             pool,
             ops: BTreeMap::new(),
-            chains: BTreeMap::new(),
+            spare_ops: Vec::new(),
+            chains: HashMap::default(),
             next_tag: 1,
-            my_words: HashMap::default(),
-            my_locks: HashMap::default(),
+            my_words: NodeWords::default(),
+            my_locks: NodeWords::default(),
             key_queue: index::KeyMap::default(),
             ts_adjust: 0,
             last_ts: 0,
-            counters: BTreeMap::new(),
+            counters: HashMap::default(),
             suspected_at: BTreeMap::new(),
             fusee_seen: BTreeMap::new(),
             rtt_floor: RttFloor::default(),
@@ -295,7 +436,7 @@ impl Client {
         for &(slot, tuple) in load.tuples.get(w).map(|v| v.as_slice()).unwrap_or(&[]) {
             self.pool.absorb(slot, meta::buf(tuple));
             for node in self.cfg.layout.replicas_of(slot) {
-                self.my_words.insert((slot, node), tuple);
+                self.set_my_word(slot, node, tuple);
             }
             self.last_ts = self.last_ts.max(meta::ts(tuple));
         }
@@ -383,9 +524,10 @@ impl Client {
     /// One chain per live replica of `slot` reading its metadata words, and on the primary
     /// also the in-place copy when `with_inplace` (the read round of SWARM-KV and DM-ABD).
     pub(crate) fn meta_read_chains(&self, slot: u64, with_inplace: bool) -> Vec<(MemNodeId, Vec<Verb>, Shape)> {
-        let primary = self.primary(slot);
+        let alive = self.alive_replicas(slot);
+        let primary = alive.first().copied();
         let l = &self.cfg.layout;
-        self.alive_replicas(slot)
+        alive
             .into_iter()
             .map(|node| {
                 let mut verbs = vec![Verb::Read { addr: l.meta_words(slot), len: l.meta_words_bytes() }];
@@ -399,7 +541,16 @@ impl Client {
             .collect()
     }
     pub(crate) fn my_word(&self, slot: u64, node: MemNodeId) -> u64 {
-        self.my_words.get(&(slot, node)).copied().unwrap_or(0)
+        self.my_words.get(slot, self.rank(slot, node)).unwrap_or(0)
+    }
+    fn set_my_word(&mut self, slot: u64, node: MemNodeId, word: u64) {
+        self.my_words.set(slot, self.rank(slot, node), word);
+    }
+    /// `node`'s place among `slot`'s replicas (they are consecutive from `slot % nodes`), so
+    /// that a key's replicas are the first lanes of its [`NodeWords`] entry.
+    fn rank(&self, slot: u64, node: MemNodeId) -> u32 {
+        let m = u64::from(self.cfg.layout.config.memory_nodes.max(1));
+        ((u64::from(node) + m - slot % m) % m) as u32
     }
 
     // ----- rounds -----
@@ -536,7 +687,7 @@ impl Client {
         if let Some((_, slot, _, new)) = cas_my {
             // Chains on one connection run in order: predict that this CAS succeeds; a failure
             // reply corrects the prediction.
-            self.my_words.insert((slot, node), new);
+            self.set_my_word(slot, node, new);
         }
         self.chains.insert(tag, ChainInfo { op, round, node, issued: now, deadline, cas_my, own_lock: None });
         self.bump("chains");
@@ -571,9 +722,7 @@ impl Client {
             Some(next) => {
                 if let Some(mut next_op) = self.ops.remove(&next) {
                     self.start(&mut next_op, now, out);
-                    if !next_op.done {
-                        self.ops.insert(next, next_op);
-                    }
+                    self.keep_or_recycle(next_op);
                 }
             }
             None => {
@@ -830,9 +979,16 @@ impl Client {
     ) {
         if let Some(mut op) = self.ops.remove(&id) {
             f(self, &mut op, now, out);
-            if !op.done {
-                self.ops.insert(id, op);
-            }
+            self.keep_or_recycle(op);
+        }
+    }
+
+    /// Files an operation under its id while it runs; keeps a finished one for reuse.
+    fn keep_or_recycle(&mut self, op: Box<Op>) {
+        if !op.done {
+            self.ops.insert(op.id, op);
+        } else if self.spare_ops.len() < SPARE_OPS_MAX {
+            self.spare_ops.push(op);
         }
     }
 
@@ -883,50 +1039,19 @@ impl KvClient for Client {
             return;
         }
         let key = kv.key().to_vec();
-        let mut op = Op {
-            id: op_id,
-            op: kv,
-            slot: None,
-            started: now,
-            rtt: 0,
-            round: 0,
-            stage: Stage::Queued,
-            nodes: Vec::new(),
-            need: 0,
-            replies: NodeMap::new(),
-            failed: 0,
-            failed_nodes: Vec::new(),
-            shapes: NodeMap::new(),
-            tuple: 0,
-            buf: None,
-            seen: BTreeMap::new(),
-            prev_max: 0,
-            read_max: 0,
-            max_from: std::collections::BTreeSet::new(),
-            iterations: 0,
-            observed: NodeMap::new(),
-            target: 0,
-            value: None,
-            locks: NodeMap::new(),
-            lock_for: 0,
-            above: std::collections::BTreeSet::new(),
-            fresh: false,
-            dir_word: 0,
-            dir_holders: std::collections::BTreeSet::new(),
-            dir_claims: 0,
-            dir_stash: None,
-            spare: Vec::new(),
-            round_started: now,
-            done: false,
+        let mut op = match self.spare_ops.pop() {
+            Some(mut op) => {
+                op.reuse(op_id, kv, now);
+                op
+            }
+            None => Box::new(Op::new(op_id, kv, now)),
         };
         let q = self.key_queue.entry(key).or_default();
         q.push_back(op_id);
         if q.len() == 1 {
             self.start(&mut op, now, out);
         }
-        if !op.done {
-            self.ops.insert(op_id, op);
-        }
+        self.keep_or_recycle(op);
     }
 
     fn on_reply(
@@ -940,14 +1065,14 @@ impl KvClient for Client {
         if let (Some((i, slot, expected, _)), Ok(outs)) = (info.cas_my, &reply) {
             if let Some(VerbOutcome::Cas { previous }) = outs.get(i) {
                 if *previous != expected {
-                    self.my_words.insert((slot, info.node), *previous);
+                    self.set_my_word(slot, info.node, *previous);
                 }
             }
         }
         if let (Some((buf, i)), Ok(outs)) = (info.own_lock, &reply) {
             if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-                if let Some(w) = meta::words(bytes).first() {
-                    self.my_locks.insert((buf, info.node), *w);
+                if let Some(w) = meta::first_word(bytes) {
+                    self.my_locks.set(buf, info.node, w);
                 }
             }
         }
@@ -983,8 +1108,9 @@ impl KvClient for Client {
         // FUSEE's rounds need every replica and it has no failover (see `crate::fusee`): its
         // operations wait for slow chains until their own deadline.
         let expires = self.cfg.protocol != Protocol::Fusee;
-        let expired: Vec<ChainTag> =
+        let mut expired: Vec<ChainTag> =
             self.chains.iter().filter(|(_, c)| expires && c.deadline <= now).map(|(t, _)| *t).collect();
+        expired.sort_unstable();
         for tag in expired {
             let Some(info) = self.chains.remove(&tag) else { continue };
             self.suspect(info.node, now);
@@ -1049,6 +1175,7 @@ impl KvClient for Client {
         v.push(("buffers_in_use", u64::from(self.pool.in_use())));
         v.push(("buffers_in_use_max", u64::from(self.pool.in_use_max())));
         v.push(("buffers_touched", u64::from(self.pool.touched())));
+        v.sort_unstable();
         v
     }
 }

@@ -143,7 +143,7 @@ pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbo
 fn primary_word(c: &Client, op: &Op) -> Option<u64> {
     let p = primary(c, op.slot.unwrap_or(0));
     match op.replies.get(&p)?.get(op.shapes.get(&p)?.words?)? {
-        VerbOutcome::Read(b) => meta::words(b).first().copied(),
+        VerbOutcome::Read(b) => meta::first_word(b),
         _ => None,
     }
 }

@@ -14,6 +14,7 @@
 //! | [`meta`] | In-n-Out's metadata and lock words, hashed copies (xxHash3 over tuple + value) |
 //! | [`index`] | the replica-location index (shared directory + client cache), the bulk loader |
 //! | [`pool`] | memory recycling of out-of-place buffers |
+//! | [`node_words`] | the client's own metadata and lock words per (key, node), a key's nodes in one entry |
 //! | [`engine`] | [`engine::Client`]: rounds of chains, timeouts, membership, per-key ordering |
 //! | [`hedge`] | majority-first read rounds that widen to every replica when one is slow or fails |
 //! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
@@ -81,6 +82,7 @@ pub mod hedge;
 pub mod index;
 pub mod layout;
 pub mod meta;
+pub mod node_words;
 pub mod pool;
 pub mod raw;
 pub mod safe_guess;

@@ -84,6 +84,11 @@ pub fn decode_copy(bytes: &[u8], value_max: usize) -> Option<(u64, Vec<u8>)> {
     (tuple != 0 && hash(tuple, value) == h).then(|| (tuple, value.to_vec()))
 }
 
+/// The first 8-byte little-endian word of a read, if it is that long.
+pub fn first_word(bytes: &[u8]) -> Option<u64> {
+    bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
 /// 8-byte little-endian words from a read (trailing bytes ignored).
 pub fn words(bytes: &[u8]) -> Vec<u64> {
     bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()

@@ -22,8 +22,9 @@
 //! is higher and on a majority; the pinned write's chains, earlier on every connection, can
 //! land only before it) or the key is deleted.
 
+use crate::index::FixedHash;
 use kairos_core::LocalTime;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
@@ -35,7 +36,8 @@ pub struct Pool {
     /// Retired buffers in retirement order, with the time they were retired.
     retired: VecDeque<(LocalTime, u32)>,
     /// Current buffer per slot.
-    current: BTreeMap<u64, u32>,
+    /// Hashed (looked up on every write, never iterated).
+    current: HashMap<u64, u32, FixedHash>,
     /// Buffers of writes with an unknown outcome, per slot (see the module docs).
     pinned: BTreeMap<u64, Vec<u32>>,
     /// Allocated for an operation in flight.
@@ -50,7 +52,7 @@ impl Pool {
             grace,
             next_fresh: 0,
             retired: VecDeque::new(),
-            current: BTreeMap::new(),
+            current: HashMap::default(),
             pinned: BTreeMap::new(),
             in_flight: 0,
             in_use_max: 0,

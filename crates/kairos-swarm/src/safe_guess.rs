@@ -363,7 +363,7 @@ fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 covered = true;
             }
         }
-        let expected = op.locks.get(&node).or_else(|| c.my_locks.get(&(buf, node))).copied().unwrap_or(0);
+        let expected = op.locks.get(&node).copied().or_else(|| c.my_locks.get(buf, node)).unwrap_or(0);
         // Lock only where a tuple above T is (or is being made) present; elsewhere just probe.
         let new = if covered && lock_open_for(expected, op.tuple) { mine } else { expected };
         shape.lock_cas = Some((verbs.len(), expected, new));
@@ -430,8 +430,8 @@ fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
     for (node, outs) in &op.replies {
         let Some(i) = op.shapes.get(node).and_then(|s| s.lock) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-            if let Some(w) = meta::words(bytes).first() {
-                m.insert(*node, *w);
+            if let Some(w) = meta::first_word(bytes) {
+                m.insert(*node, w);
             }
         }
     }
@@ -516,7 +516,7 @@ fn find_value(c: &mut Client, op: &Op, target: u64) -> Option<Vec<u8>> {
                     }
                     Some(_) => {}
                     None => {
-                        if meta::words(bytes).first().is_some_and(|w| meta::id(*w) == meta::id(target)) {
+                        if meta::first_word(bytes).is_some_and(|w| meta::id(w) == meta::id(target)) {
                             torn += 1;
                         }
                     }
