@@ -120,8 +120,8 @@ fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         chains.push((node, verbs, shape));
     }
     let need = c.majority();
-    // Majority-first like every DM-ABD and SWARM-KV round but a later read iteration (see
-    // `crate::hedge`): the write-back is complete once a majority holds the tuple.
+    // Majority-first like DM-ABD's other rounds (see `crate::hedge`): the write-back is
+    // complete once a majority holds the tuple.
     c.send_round_majority_first(op, Stage::AbdBack, chains, need, now, out);
 }
 

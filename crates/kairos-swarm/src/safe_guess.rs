@@ -152,8 +152,9 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         .collect();
     let need = c.majority();
     if op.rtt == 0 {
-        // The first try goes to a majority first, as reads do (see `crate::hedge`): a write is
-        // complete once a majority holds its tuple, whichever majority.
+        // The first try of a write that began with it (not an insert after its lookup) goes to
+        // a majority first, as reads do (see `crate::hedge`): a write is complete once a
+        // majority holds its tuple, whichever majority.
         c.send_round_majority_first(op, Stage::Write, chains, need, now, out);
     } else {
         // A retry or a rewrite (contention) asks every replica: one failed CAS — a reader
