@@ -37,7 +37,7 @@
 //!   is not queueing: NCC's coordinators next to their servers commit in 0.5 ms, and the few
 //!   transactions that wait a wide-area trip for a remote writer's decision took the limit
 //!   down to the handful in flight, where the next few waits shed load the servers could
-//!   take (a fifth of it at 26,000–52,000 txn/s offered).
+//!   take (13–22 % of it at 26,000–52,000 txn/s offered).
 //! - A give-up (no reply at all) halves the limit.
 //! - Transactions invoked before the first commit ran on initial estimates and are ignored.
 //!
@@ -407,7 +407,7 @@ mod tests {
     /// protocol waits above the 40 ms target. A step then went down from the one or two
     /// transactions in flight to the minimum of 4, and the limit never grew back (it grows only
     /// while half of it is in use), so the next few waits shed arrivals the servers could take
-    /// (a fifth of NCC's load at 26,000–52,000 txn/s). A step never goes below what carries the
+    /// (13–22 % of NCC's load at 26,000–52,000 txn/s). A step never goes below what carries the
     /// finishes of the last window at the target latency.
     #[test]
     fn a_sub_millisecond_floor_with_a_tail_of_protocol_waits_keeps_what_carries_the_load() {
