@@ -102,8 +102,10 @@ pub enum TxnTimer {
     Txn(u32),
 }
 
-/// The first id of [`TxnTimer::Txn`].
-const TXN_TIMER_BASE: u64 = 1 << 32;
+/// The first id of a coordinator's per-transaction timer ([`TxnTimer::Txn`], and those of
+/// Calvin+'s and Tapir's own timer types): between the shell's arrival (0) and backoff (2^40)
+/// timers.
+pub const TXN_TIMER_BASE: u64 = 1 << 32;
 
 impl Timer for TxnTimer {
     fn id(self) -> TimerId {

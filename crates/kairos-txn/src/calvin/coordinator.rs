@@ -13,7 +13,7 @@ use kairos_workload::Topology;
 
 use super::msg::CalvinMsg;
 use super::{designated, CalvinConfig};
-use crate::shell::{Attempt, ShellTimer, TxnShell};
+use crate::shell::{Attempt, ShellTimer, TxnShell, TXN_TIMER_BASE};
 
 /// A Calvin+ coordinator's timers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,8 +24,6 @@ pub enum CoordinatorTimer {
     /// A transaction's (its sequence number) reply is overdue: resubmit it.
     Txn(u32),
 }
-
-const TXN_TIMER_BASE: u64 = 1 << 32;
 
 impl Timer for CoordinatorTimer {
     fn id(self) -> TimerId {

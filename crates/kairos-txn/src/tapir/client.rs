@@ -28,7 +28,7 @@ use kairos_workload::Topology;
 use super::ir::{Confirms, ConsensusQuorum};
 use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
 use super::TapirConfig;
-use crate::shell::{Attempt, ShellTimer, TxnShell};
+use crate::shell::{Attempt, ShellTimer, TxnShell, TXN_TIMER_BASE};
 
 /// A Tapir client's timers.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -43,7 +43,6 @@ pub enum ClientTimer {
     Finish(u32),
 }
 
-const TXN_TIMER_BASE: u64 = 1 << 32;
 const FINISH_TIMER_BASE: u64 = 2 << 32;
 
 impl Timer for ClientTimer {
