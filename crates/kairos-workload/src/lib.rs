@@ -13,8 +13,10 @@
 //! - [`admission`]: the adaptive in-flight limit that refuses open-loop arrivals the servers
 //!   cannot take ([`AdmissionLimit`]), so that throughput does not collapse past saturation.
 //! - [`history`]: how an increment transaction is recorded for the history checkers.
-//! - [`tpcc`]: the TPC-C transaction mix (types, session kinds and weights, 44/44/4/4/4) and
-//!   the documents of a scaled-down TPC-C database.
+//! - [`tpcc`]: the TPC-C transaction mix (types, session kinds and weights, 44/44/4/4/4), the
+//!   documents of the causal evaluation's scaled-down database, and the Tiga paper's
+//!   transactional TPC-C: warehouses' tables, conflict keys, one-shot pieces and pre-reads, and
+//!   the consistency conditions.
 //! - [`ycsb`]: YCSB A and B over a fixed key set with scrambled Zipf 0.99 (the SWARM paper's
 //!   workloads), and the key and value bytes whose value ids a key-value history records.
 //!

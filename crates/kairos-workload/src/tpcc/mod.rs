@@ -1,17 +1,38 @@
-//! The TPC-C transaction mix, as the MongoDB paper's causal evaluation runs it (and as the Tiga
-//! paper's TPC-C workload names it): the five transaction types, the session kinds and their
-//! weights (read-write sessions run new-order / payment / delivery, read-only ones
-//! order-status / stock-level, or every session the full 44/44/4/4/4 mix), and the documents
-//! (keys) of a scaled-down TPC-C database: 10 districts per warehouse as in TPC-C, customers and
-//! items as parameters. How a protocol turns a transaction into its own operations lives with
-//! the protocol (`kairos_causal::tpcc`: short sequences of list-append session operations).
+//! TPC-C: the transaction mix shared by every system, and the transactional database the Tiga
+//! paper's TPC-C runs on.
 //!
-//! ## Documents (keys)
+//! - This module: the five transaction types, the session kinds and their weights (read-write
+//!   sessions run new-order / payment / delivery, read-only ones order-status / stock-level, or
+//!   every session the full 44/44/4/4/4 mix), and the documents (keys) of the scaled-down
+//!   database the MongoDB paper's causal evaluation runs (`kairos_causal::tpcc` turns a
+//!   transaction into short sequences of list-append session operations).
+//! - The transactional TPC-C of the Tiga paper, for Tiga and every peer alike: its size and mix
+//!   ([`scale`]), its conflict keys ([`keys`]), one warehouse's tables populated from the seed
+//!   ([`db`]), the transactions' inputs and the terminal that draws them ([`input`]), how a
+//!   transaction runs as one-shot pieces, one per warehouse, with the by-name pre-read that
+//!   makes payment and order-status multi-shot ([`piece`]), and the consistency conditions
+//!   checked at the end of a run ([`consistency`]).
+//!
+//! ## Documents (keys) of the session workload
 //! * warehouse `w`: `W_YTD` — payments against the warehouse (its year-to-date);
 //! * district `(w, d)`: `D_ORDERS` — the district's orders (its `next_o_id`);
 //! * customer `(w, d, c)`: `C_ORDERS` — the customer's orders; `C_HISTORY` — payments and
 //!   deliveries (the balance);
 //! * stock `(w, i)`: `S_STOCK` — quantity updates of item `i`.
+
+pub mod consistency;
+pub mod db;
+pub mod input;
+pub mod keys;
+pub mod piece;
+pub mod scale;
+
+pub use consistency::ConsistencyReport;
+pub use db::WarehouseDb;
+pub use input::{CustomerRef, TpccTerminal, TpccTxn};
+pub use keys::ConflictKey;
+pub use piece::{Piece, PieceError, PieceResult, StepOutput};
+pub use scale::{TpccError, TpccMix, TpccScale};
 
 use rand::Rng;
 

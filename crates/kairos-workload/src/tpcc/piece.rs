@@ -1,0 +1,506 @@
+//! How a TPC-C transaction runs as a one-shot transaction: split into one [`Piece`] per
+//! warehouse it touches, each a stored procedure that warehouse's shard runs on its
+//! [`WarehouseDb`] with [`execute`], given the [conflict keys](super::keys) it declares
+//! ([`Piece::keys`]) before anything runs.
+//!
+//! # One-shot, multi-shot
+//! As in the Tiga paper, new-order, delivery and stock-level are one-shot: what they read
+//! decides only rows of the warehouse that reads it (new-order's order id comes from its
+//! district and names rows of that district; delivery's customers are those of its districts'
+//! oldest orders; stock-level reads its own warehouse's stock), and those rows lie under keys
+//! the piece declares. Payment and order-status by last name (60 % of them) are multi-shot:
+//! a **pre-read** at the shard leader of the customer's warehouse ([`look_up_customer`]) finds
+//! the customer id, then the transaction runs one-shot with that id. TPC-C never adds a
+//! customer or changes a name, so a lookup cannot go stale and the one-shot part has nothing
+//! to validate (had names been writable, it would have to check the name again and abort on
+//! change; one-shot protocols could then not apply that abort to the other warehouse's piece
+//! of a remote payment).
+//!
+//! # What a piece may read without declaring it
+//! The warehouse's and districts' tax rates, item prices and customers' discounts never
+//! change. Stock-level reads the stock rows of the items of its district's last 20 orders,
+//! which it cannot name beforehand; TPC-C (clause 3.4.0.1) lets stock-level read them at a
+//! weaker isolation level (committed data only), which every protocol here gives, so those
+//! reads are neither declared nor recorded in the history.
+//!
+//! # Bad input
+//! A piece that names a district, customer or item the warehouse does not have, or a quantity,
+//! carrier or amount outside TPC-C's ranges, is refused with a [`PieceError`] before any row
+//! changes, on every replica alike.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::db::WarehouseDb;
+use super::input::{CustomerRef, NewOrderLine, TpccTxn};
+use super::keys::ConflictKey;
+use super::scale::TpccScale;
+
+/// Orders a stock-level transaction looks back over (TPC-C: 20).
+pub const STOCK_LEVEL_ORDERS: u32 = 20;
+/// Largest payment, cents (TPC-C: 5,000.00).
+pub const PAYMENT_CENTS_MAX: i64 = 500_000;
+/// Largest quantity of a new-order line (TPC-C: 10).
+pub const LINE_QUANTITY_MAX: u32 = 10;
+
+#[derive(Debug, Error, PartialEq, Eq, Clone, Serialize, Deserialize)]
+pub enum PieceError {
+    #[error("a piece for warehouse {piece} reached warehouse {db}")]
+    WrongWarehouse { piece: u32, db: u32 },
+    #[error("warehouse {w} has no {what} {id}")]
+    NoSuch { w: u32, what: &'static str, id: u32 },
+    #[error("{what} {got} is outside TPC-C's range")]
+    OutOfRange { what: &'static str, got: i64 },
+    #[error("the customer is named by last name: pre-read its id first")]
+    Unresolved,
+}
+
+/// Whether a piece only reads a key or also writes it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// One step of a piece, run by the warehouse the piece is for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Step {
+    /// New-order at its home warehouse: take the district's next order id and insert the
+    /// order, its new-order row and its lines (amounts from the item prices).
+    NewOrder {
+        d: u32,
+        customer: u32,
+        lines: Vec<NewOrderLine>,
+        date: u64,
+    },
+    /// New-order's stock update for one of its lines, at the supplying warehouse.
+    Stock {
+        item: u32,
+        quantity: u32,
+        remote: bool,
+    },
+    /// Payment at its home warehouse: the warehouse's and district's year-to-date and the
+    /// history row.
+    PaymentAt {
+        d: u32,
+        customer_w: u32,
+        customer_d: u32,
+        customer: u32,
+        amount_cents: i64,
+        date: u64,
+    },
+    /// Payment at the customer's warehouse: the customer's balance.
+    PaymentBy {
+        d: u32,
+        customer: u32,
+        amount_cents: i64,
+    },
+    OrderStatus {
+        d: u32,
+        customer: u32,
+    },
+    /// Deliver the oldest undelivered order of every district.
+    Delivery {
+        carrier: u32,
+        date: u64,
+    },
+    StockLevel {
+        d: u32,
+        threshold: u32,
+    },
+}
+
+/// What a step returns to the client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StepOutput {
+    NewOrder { order: u32, total_cents: i64 },
+    Stock { quantity: u32 },
+    PaymentAt,
+    PaymentBy { balance_cents: i64 },
+    OrderStatus { balance_cents: i64, order: u32, carrier: Option<u32>, lines: u32 },
+    Delivery { delivered: u32 },
+    StockLevel { low: u32 },
+}
+
+/// What one warehouse runs of a transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piece {
+    pub w: u32,
+    pub steps: Vec<Step>,
+}
+
+/// A key a piece declared, the version it found and the version it left (if it wrote it): what
+/// a history records of the piece.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyAccess {
+    pub key: ConflictKey,
+    pub read: u64,
+    pub wrote: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceResult {
+    pub outputs: Vec<StepOutput>,
+    /// In key order.
+    pub accesses: Vec<KeyAccess>,
+}
+
+/// The pre-read of a multi-shot transaction: the id of the customer of district `d` a by-name
+/// lookup picks (TPC-C 2.5.2.2), run at the leader of the customer's warehouse's shard.
+pub fn look_up_customer(db: &WarehouseDb, d: u32, last_name: u32) -> Option<u32> {
+    db.districts.get(d as usize)?.customer_by_last_name(last_name)
+}
+
+/// The pieces of a transaction whose customer is named by id (resolve a by-name one with
+/// [`look_up_customer`] and [`TpccTxn::resolved`] first), in warehouse order.
+pub fn split(txn: &TpccTxn) -> Result<Vec<Piece>, PieceError> {
+    let mut pieces: Vec<Piece> = Vec::new();
+    let mut add = |w: u32, step: Step| match pieces.iter_mut().find(|p| p.w == w) {
+        Some(p) => p.steps.push(step),
+        None => pieces.push(Piece { w, steps: vec![step] }),
+    };
+    let by_id = |c: &CustomerRef| match *c {
+        CustomerRef::Id(id) => Ok(id),
+        CustomerRef::LastName(_) => Err(PieceError::Unresolved),
+    };
+    match txn {
+        TpccTxn::NewOrder { w, d, customer, lines, date } => {
+            add(*w, Step::NewOrder { d: *d, customer: *customer, lines: lines.clone(), date: *date });
+            for l in lines {
+                add(l.supply_w, Step::Stock { item: l.item, quantity: l.quantity, remote: l.supply_w != *w });
+            }
+        }
+        TpccTxn::Payment { w, d, customer_w, customer_d, customer, amount_cents, date } => {
+            let customer = by_id(customer)?;
+            let (customer_w, customer_d, amount_cents) = (*customer_w, *customer_d, *amount_cents);
+            add(*w, Step::PaymentAt { d: *d, customer_w, customer_d, customer, amount_cents, date: *date });
+            add(customer_w, Step::PaymentBy { d: customer_d, customer, amount_cents });
+        }
+        TpccTxn::OrderStatus { w, d, customer } => add(*w, Step::OrderStatus { d: *d, customer: by_id(customer)? }),
+        TpccTxn::Delivery { w, carrier, date } => add(*w, Step::Delivery { carrier: *carrier, date: *date }),
+        TpccTxn::StockLevel { w, d, threshold } => add(*w, Step::StockLevel { d: *d, threshold: *threshold }),
+    }
+    pieces.sort_by_key(|p| p.w);
+    Ok(pieces)
+}
+
+impl Piece {
+    /// The conflict keys the piece declares, in key order, each once (written if any step
+    /// writes it).
+    pub fn keys(&self, scale: &TpccScale) -> Vec<(ConflictKey, Access)> {
+        let w = self.w;
+        let district = |d: u32| ConflictKey::District { w, d };
+        let mut keys: Vec<(ConflictKey, Access)> = Vec::new();
+        for step in &self.steps {
+            match *step {
+                Step::NewOrder { d, .. } | Step::PaymentBy { d, .. } => keys.push((district(d), Access::Write)),
+                Step::Stock { item, .. } => keys.push((ConflictKey::Stock { w, i: item }, Access::Write)),
+                Step::PaymentAt { d, .. } => {
+                    keys.push((ConflictKey::Warehouse { w }, Access::Write));
+                    keys.push((district(d), Access::Write));
+                }
+                Step::OrderStatus { d, .. } | Step::StockLevel { d, .. } => keys.push((district(d), Access::Read)),
+                Step::Delivery { .. } => {
+                    keys.extend((0..scale.districts_per_warehouse).map(|d| (district(d), Access::Write)))
+                }
+            }
+        }
+        // Write sorts after Read: keep the last of each key's run.
+        keys.sort_unstable();
+        let mut out: Vec<(ConflictKey, Access)> = Vec::with_capacity(keys.len());
+        for (k, a) in keys {
+            match out.last_mut() {
+                Some(last) if last.0 == k => last.1 = a,
+                _ => out.push((k, a)),
+            }
+        }
+        out
+    }
+}
+
+fn check(db: &WarehouseDb, piece: &Piece) -> Result<(), PieceError> {
+    let w = db.w;
+    if piece.w != w {
+        return Err(PieceError::WrongWarehouse { piece: piece.w, db: w });
+    }
+    let no = |what, id| PieceError::NoSuch { w, what, id };
+    let district = |d: u32| db.districts.get(d as usize).ok_or_else(|| no("district", d));
+    let customer = |d: u32, c: u32| district(d)?.customers.get(c as usize).map(|_| ()).ok_or_else(|| no("customer", c));
+    let item = |i: u32| if (i as usize) < db.stock.len() { Ok(()) } else { Err(no("item", i)) };
+    let range = |what, got: i64, lo: i64, hi: i64| {
+        if (lo..=hi).contains(&got) {
+            Ok(())
+        } else {
+            Err(PieceError::OutOfRange { what, got })
+        }
+    };
+    for step in &piece.steps {
+        match step {
+            Step::NewOrder { d, customer: c, lines, .. } => {
+                customer(*d, *c)?;
+                range("order lines", lines.len() as i64, 1, 15)?;
+                for l in lines {
+                    item(l.item)?;
+                    range("quantity", l.quantity.into(), 1, LINE_QUANTITY_MAX.into())?;
+                }
+            }
+            Step::Stock { item: i, quantity, .. } => {
+                item(*i)?;
+                range("quantity", i64::from(*quantity), 1, LINE_QUANTITY_MAX.into())?;
+            }
+            Step::PaymentAt { d, amount_cents, .. } => {
+                district(*d)?;
+                range("payment (cents)", *amount_cents, 1, PAYMENT_CENTS_MAX)?;
+            }
+            Step::PaymentBy { d, customer: c, amount_cents } => {
+                customer(*d, *c)?;
+                range("payment (cents)", *amount_cents, 1, PAYMENT_CENTS_MAX)?;
+            }
+            Step::OrderStatus { d, customer: c } => customer(*d, *c)?,
+            Step::Delivery { carrier, .. } => range("carrier", i64::from(*carrier), 1, 10)?,
+            Step::StockLevel { d, .. } => district(*d).map(|_| ())?,
+        }
+    }
+    Ok(())
+}
+
+/// Runs a piece on its warehouse: checks every step first (a refused piece changes nothing),
+/// then runs the steps in order and counts one write on every key it declared written.
+pub fn execute(db: &mut WarehouseDb, scale: &TpccScale, piece: &Piece) -> Result<PieceResult, PieceError> {
+    check(db, piece)?;
+    let keys = piece.keys(scale);
+    let mut accesses: Vec<KeyAccess> =
+        keys.iter().map(|&(key, _)| KeyAccess { key, read: db.version(key), wrote: None }).collect();
+    let outputs = piece.steps.iter().map(|s| run(db, piece.w, s)).collect();
+    for (a, (_, access)) in accesses.iter_mut().zip(&keys) {
+        if *access == Access::Write {
+            a.wrote = Some(db.bump(a.key));
+        }
+    }
+    Ok(PieceResult { outputs, accesses })
+}
+
+/// `amount × (1 − discount) × (1 + taxes)`, rates in basis points, rounded down to a cent.
+fn with_discount_and_taxes(amount_cents: i64, discount_bp: u32, taxes_bp: u32) -> i64 {
+    let total = i128::from(amount_cents) * i128::from(10_000 - discount_bp.min(10_000)) * i128::from(10_000 + taxes_bp)
+        / 100_000_000;
+    total as i64
+}
+
+fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
+    match *step {
+        Step::NewOrder { d, customer, ref lines, date } => {
+            let prices = &db.item_price_cents;
+            let order_lines: Vec<super::db::OrderLine> = lines
+                .iter()
+                .map(|l| super::db::OrderLine {
+                    item: l.item,
+                    supply_w: l.supply_w,
+                    quantity: l.quantity,
+                    amount_cents: i64::from(l.quantity) * i64::from(prices[l.item as usize]),
+                    delivery_date: None,
+                })
+                .collect();
+            let sum: i64 = order_lines.iter().map(|l| l.amount_cents).sum();
+            let warehouse_tax = db.tax_bp;
+            let dist = &mut db.districts[d as usize];
+            let order = dist.next_order;
+            dist.next_order += 1;
+            dist.orders.push(super::db::Order {
+                customer,
+                entry_date: date,
+                carrier: None,
+                all_local: lines.iter().all(|l| l.supply_w == w),
+                lines: order_lines,
+            });
+            dist.new_orders.push_back(order);
+            let c = &mut dist.customers[customer as usize];
+            c.last_order = order;
+            StepOutput::NewOrder {
+                order,
+                total_cents: with_discount_and_taxes(sum, c.discount_bp, warehouse_tax + dist.tax_bp),
+            }
+        }
+        Step::Stock { item, quantity, remote } => {
+            let s = &mut db.stock[item as usize];
+            s.quantity = if s.quantity >= quantity + 10 { s.quantity - quantity } else { s.quantity + 91 - quantity };
+            s.ytd += u64::from(quantity);
+            s.order_cnt += 1;
+            s.remote_cnt += u32::from(remote);
+            StepOutput::Stock { quantity: s.quantity }
+        }
+        Step::PaymentAt { d, customer_w, customer_d, customer, amount_cents, date } => {
+            db.ytd_cents += amount_cents;
+            let dist = &mut db.districts[d as usize];
+            dist.ytd_cents += amount_cents;
+            dist.history.push(super::db::HistoryRow { customer_w, customer_d, customer, amount_cents, date });
+            StepOutput::PaymentAt
+        }
+        Step::PaymentBy { d, customer, amount_cents } => {
+            let c = &mut db.districts[d as usize].customers[customer as usize];
+            c.balance_cents -= amount_cents;
+            c.ytd_payment_cents += amount_cents;
+            c.payment_cnt += 1;
+            StepOutput::PaymentBy { balance_cents: c.balance_cents }
+        }
+        Step::OrderStatus { d, customer } => {
+            let dist = &db.districts[d as usize];
+            let c = &dist.customers[customer as usize];
+            let order = c.last_order;
+            let (carrier, lines) = match order.checked_sub(1).and_then(|o| dist.orders.get(o as usize)) {
+                Some(o) => (o.carrier, o.lines.len() as u32),
+                None => (None, 0),
+            };
+            StepOutput::OrderStatus { balance_cents: c.balance_cents, order, carrier, lines }
+        }
+        Step::Delivery { carrier, date } => {
+            let mut delivered = 0;
+            for dist in &mut db.districts {
+                let Some(o) = dist.new_orders.pop_front() else { continue };
+                let order = &mut dist.orders[o as usize - 1];
+                order.carrier = Some(carrier);
+                let mut sum = 0;
+                for l in &mut order.lines {
+                    l.delivery_date = Some(date);
+                    sum += l.amount_cents;
+                }
+                let c = &mut dist.customers[order.customer as usize];
+                c.balance_cents += sum;
+                c.delivery_cnt += 1;
+                delivered += 1;
+            }
+            StepOutput::Delivery { delivered }
+        }
+        Step::StockLevel { d, threshold } => {
+            let dist = &db.districts[d as usize];
+            let from = dist.next_order.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+            let mut items: Vec<u32> = (from..dist.next_order)
+                .flat_map(|o| dist.orders[o as usize - 1].lines.iter().map(|l| l.item))
+                .collect();
+            items.sort_unstable();
+            items.dedup();
+            let low = items.iter().filter(|&&i| db.stock[i as usize].quantity < threshold).count() as u32;
+            StepOutput::StockLevel { low }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> TpccScale {
+        TpccScale {
+            warehouses: 2,
+            customers_per_district: 30,
+            initial_orders_per_district: 30,
+            items: 100,
+            ..TpccScale::default()
+        }
+    }
+
+    #[test]
+    fn a_remote_payment_splits_in_two_and_a_local_one_writes_its_district_once() {
+        let txn = |cw| TpccTxn::Payment {
+            w: 0,
+            d: 1,
+            customer_w: cw,
+            customer_d: 1,
+            customer: CustomerRef::Id(3),
+            amount_cents: 500,
+            date: 9,
+        };
+        let remote = split(&txn(1)).unwrap();
+        assert_eq!(remote.iter().map(|p| p.w).collect::<Vec<_>>(), [0, 1]);
+        let local = split(&txn(0)).unwrap();
+        assert_eq!(local.len(), 1);
+        let keys = local[0].keys(&small());
+        assert_eq!(
+            keys,
+            [(ConflictKey::Warehouse { w: 0 }, Access::Write), (ConflictKey::District { w: 0, d: 1 }, Access::Write)]
+        );
+        let mut db = WarehouseDb::populate(&small(), 1, 0);
+        let before = db.districts[1].customers[3].balance_cents;
+        let r = execute(&mut db, &small(), &local[0]).unwrap();
+        assert_eq!(r.accesses.iter().map(|a| (a.read, a.wrote)).collect::<Vec<_>>(), [(0, Some(1)), (0, Some(1))]);
+        assert_eq!(db.districts[1].customers[3].balance_cents, before - 500);
+        let by_name = TpccTxn::Payment {
+            w: 0,
+            d: 1,
+            customer_w: 0,
+            customer_d: 1,
+            customer: CustomerRef::LastName(2),
+            amount_cents: 5,
+            date: 0,
+        };
+        assert_eq!(split(&by_name), Err(PieceError::Unresolved));
+    }
+
+    #[test]
+    fn new_order_takes_the_next_id_and_delivery_delivers_the_oldest() {
+        let scale = small();
+        let mut db = WarehouseDb::populate(&scale, 1, 0);
+        let lines = vec![
+            NewOrderLine { item: 4, supply_w: 0, quantity: 3 },
+            NewOrderLine { item: 5, supply_w: 1, quantity: 2 },
+        ];
+        let pieces = split(&TpccTxn::NewOrder { w: 0, d: 2, customer: 7, lines, date: 11 }).unwrap();
+        assert_eq!(pieces.iter().map(|p| (p.w, p.steps.len())).collect::<Vec<_>>(), [(0, 2), (1, 1)]);
+        let r = execute(&mut db, &scale, &pieces[0]).unwrap();
+        assert!(matches!(r.outputs[0], StepOutput::NewOrder { order: 31, .. }));
+        let order = &db.districts[2].orders[30];
+        assert!(!order.all_local && order.lines[0].amount_cents == 3 * i64::from(db.item_price_cents[4]));
+        assert_eq!(db.districts[2].customers[7].last_order, 31);
+        assert_eq!(db.stock[4].order_cnt, 1);
+        assert_eq!(db.stock[5].order_cnt, 0, "line 2 is supplied by warehouse 1");
+        let oldest = db.districts[2].new_orders[0];
+        let r =
+            execute(&mut db, &scale, &split(&TpccTxn::Delivery { w: 0, carrier: 3, date: 12 }).unwrap()[0]).unwrap();
+        assert_eq!(r.outputs, [StepOutput::Delivery { delivered: 10 }]);
+        assert_eq!(r.accesses.len(), 10);
+        assert_eq!(db.districts[2].orders[oldest as usize - 1].carrier, Some(3));
+    }
+
+    #[test]
+    fn bad_pieces_are_refused_and_change_nothing() {
+        let scale = small();
+        let mut db = WarehouseDb::populate(&scale, 1, 0);
+        let before = db.clone();
+        let bad = [
+            Piece { w: 1, steps: vec![Step::Delivery { carrier: 1, date: 0 }] },
+            Piece {
+                w: 0,
+                steps: vec![Step::Delivery { carrier: 1, date: 0 }, Step::OrderStatus { d: 10, customer: 0 }],
+            },
+            Piece { w: 0, steps: vec![Step::PaymentBy { d: 0, customer: 30, amount_cents: 5 }] },
+            Piece { w: 0, steps: vec![Step::Stock { item: 100, quantity: 1, remote: false }] },
+            Piece { w: 0, steps: vec![Step::Stock { item: 1, quantity: 0, remote: false }] },
+            Piece {
+                w: 0,
+                steps: vec![Step::PaymentAt {
+                    d: 0,
+                    customer_w: 0,
+                    customer_d: 0,
+                    customer: 0,
+                    amount_cents: -5,
+                    date: 0,
+                }],
+            },
+            Piece { w: 0, steps: vec![Step::NewOrder { d: 0, customer: 0, lines: vec![], date: 0 }] },
+        ];
+        for p in &bad {
+            assert!(execute(&mut db, &scale, p).is_err(), "{p:?}");
+        }
+        assert_eq!(db, before);
+    }
+
+    #[test]
+    fn look_ups_find_a_customer_with_the_name() {
+        let db = WarehouseDb::populate(&small(), 1, 0);
+        for n in 0..small().last_names() {
+            let c = look_up_customer(&db, 4, n).unwrap();
+            assert_eq!(db.districts[4].customers[c as usize].last_name, n);
+        }
+        assert_eq!(look_up_customer(&db, 10, 0), None);
+    }
+}
