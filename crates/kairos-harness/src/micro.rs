@@ -21,10 +21,15 @@ use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
 use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
+use kairos_txn::store::Store;
 use kairos_txn::tapir::{Tapir, TapirMsg};
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::TxnMsg;
-use kairos_workload::Topology;
+use kairos_workload::tpcc::{
+    consistency, ConsistencyReport, TpccMix, TpccScale, TpccSource, TpccTerminal, WarehouseDb,
+};
+use kairos_workload::{Topology, TxnSource};
+use rand::SeedableRng;
 
 use crate::tapir_agreement::decisions_agree;
 use crate::tiga::Deployment as TigaDeployment;
@@ -59,6 +64,20 @@ impl Protocol {
         Protocol::Ncc,
         Protocol::NccPaxos,
     ];
+
+    /// Whether the protocol runs TPC-C (its servers run a transaction's pieces).
+    pub fn runs_tpcc(self) -> bool {
+        match self {
+            Protocol::Tiga => false,
+            Protocol::TwoPlPaxos => TwoPlPaxos::RUNS_PIECES,
+            Protocol::OccPaxos => OccPaxos::RUNS_PIECES,
+            Protocol::Tapir => Tapir::RUNS_PIECES,
+            Protocol::Janus => Janus::RUNS_PIECES,
+            Protocol::CalvinPlus => CalvinPlus::RUNS_PIECES,
+            Protocol::Detock => Detock::RUNS_PIECES,
+            Protocol::Ncc | Protocol::NccPaxos => NccPaxos::RUNS_PIECES,
+        }
+    }
 
     /// The name on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -104,6 +123,37 @@ pub struct Bench {
     pub drain: Duration,
     /// Admission and retry policy of the peers' coordinators.
     pub shell: ShellConfig,
+    /// Run TPC-C instead of MicroBench (`base.skew` and `base.keys_per_shard` then play no
+    /// part).
+    pub tpcc: Option<TpccBench>,
+}
+
+/// The TPC-C database and mix of a [`Bench`] run. Warehouse `w` lives on shard `w mod
+/// shards`, so the shards must divide the warehouses (the paper: one warehouse per shard).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TpccBench {
+    pub scale: TpccScale,
+    pub mix: TpccMix,
+}
+
+/// What the end of a TPC-C run found in the servers' databases.
+#[derive(Clone, Debug, Default)]
+pub struct TpccOutcome {
+    /// TPC-C's consistency conditions over one live replica of each shard.
+    pub consistency: ConsistencyReport,
+    /// Live replicas whose warehouses differ from their shard's first live replica's (by
+    /// warehouse), described.
+    pub replicas_differ: Vec<String>,
+    /// Pieces the servers refused as bad input (none from Kairos's own coordinators).
+    pub pieces_refused: u64,
+}
+
+impl TpccOutcome {
+    /// The conditions hold, every live replica of a shard holds the same rows, and no piece
+    /// was refused.
+    pub fn holds(&self) -> bool {
+        self.consistency.holds() && self.replicas_differ.is_empty() && self.pieces_refused == 0
+    }
 }
 
 impl Default for Bench {
@@ -114,6 +164,7 @@ impl Default for Bench {
             // Tiga's own drain (its coordinators' give-up time + 1 s), so both drain alike.
             drain: tiga.retry_timeout * tiga.max_sends + Duration::from_secs(1),
             shell: ShellConfig::default(),
+            tpcc: None,
         }
     }
 }
@@ -134,6 +185,8 @@ pub struct RunOutcome {
     /// The part of `busiest_server` charged for its messages (measured-CPU model).
     pub busiest_server_wire: Duration,
     pub wall: Duration,
+    /// TPC-C runs: the end-of-run checks of the servers' databases.
+    pub tpcc: Option<TpccOutcome>,
 }
 
 impl RunOutcome {
@@ -278,13 +331,38 @@ impl Bench {
     pub fn build<P: PeerProtocol>(&self, config: &P::Config) -> Result<PeerWorld<P::Msg>, DeployError> {
         let (c, s) = (config.clone(), config.clone());
         let shell = self.shell.clone();
+        let tpcc = self.tpcc;
+        if let Some(t) = &tpcc {
+            if !P::RUNS_PIECES {
+                return Err(DeployError::Shape(format!(
+                    "{} does not run TPC-C yet; run it with --protocols {}",
+                    P::PROTOCOL,
+                    Protocol::ALL.iter().filter(|p| p.runs_tpcc()).map(|p| p.name()).collect::<Vec<_>>().join(",")
+                )));
+            }
+            t.scale.validate(self.base.shards).map_err(|e| DeployError::Shape(e.to_string()))?;
+            t.mix.validate().map_err(|e| DeployError::Shape(e.to_string()))?;
+        }
+        let (seed, shards) = (self.base.seed, self.base.shards);
+        // Every terminal of the run draws TPC-C's NURand constants alike, from the seed.
+        let terminal =
+            tpcc.map(|t| TpccTerminal::new(t.scale, t.mix, &mut kairos_core::Rng::seed_from_u64(seed ^ 0x7470_6363)));
         let (sim, topology, process_regions) = self.base.build_with(
             self.shell.inflight_max as u64,
             // A restarted server is built the same way and recovers from what it made durable.
-            move |t, shard, replica| Box::new(P::server(t, &s, shard, replica)),
+            move |t, shard, replica| {
+                let mut server = P::server(t, &s, shard, replica);
+                if let (Some(tpcc), Some(store)) = (&tpcc, P::store_mut(&mut server)) {
+                    *store = Store::tpcc(&tpcc.scale, seed, shard, shards);
+                }
+                Box::new(server)
+            },
             // A restarted coordinator recovers its shell's incarnation (fresh Jepsen processes).
             move |slot| {
-                let source = Box::new(slot.workload.clone());
+                let source: Box<dyn TxnSource> = match &terminal {
+                    Some(terminal) => Box::new(TpccSource { terminal: terminal.clone() }),
+                    None => Box::new(slot.workload.clone()),
+                };
                 let config = ShellConfig { shard_count: slot.topology.shard_count(), ..shell.clone() };
                 let shell = TxnShell::new(source, slot.load.clone(), config, slot.process_base);
                 Box::new(P::coordinator(&slot.topology, &c, shell))
@@ -323,6 +401,7 @@ impl Bench {
                 (region.clone(), sim.role::<P::Coordinator>(node).map(P::coordinator_stats).unwrap_or_default())
             })
             .collect();
+        let tpcc = self.tpcc.map(|t| tpcc_outcome::<P>(&sim, &topology, &t.scale));
         Ok(RunOutcome {
             protocol: P::PROTOCOL,
             history: sim.take_history(),
@@ -334,6 +413,7 @@ impl Bench {
             busiest_server,
             busiest_server_wire,
             wall: started.elapsed(),
+            tpcc,
         })
     }
 
@@ -367,6 +447,9 @@ impl Bench {
 
     /// Runs Tiga on this bench through its own deployment.
     pub fn run_tiga(&self, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
+        if self.tpcc.is_some() {
+            return Err(DeployError::Shape("tiga does not run TPC-C yet".into()));
+        }
         let o = self.tiga().run(progress)?;
         let coordinators = o
             .coordinators
@@ -399,8 +482,37 @@ impl Bench {
             busiest_server: o.busiest_server,
             busiest_server_wire: o.busiest_server_wire,
             wall: o.wall,
+            tpcc: None,
         })
     }
+}
+
+/// The end-of-run checks of a TPC-C run's databases (see [`TpccOutcome`]).
+fn tpcc_outcome<P: PeerProtocol>(sim: &Sim<P::Msg>, topology: &Topology, scale: &TpccScale) -> TpccOutcome {
+    let mut outcome = TpccOutcome::default();
+    let mut one_per_shard: Vec<&WarehouseDb> = Vec::new();
+    for (shard, replicas) in topology.shards.iter().enumerate() {
+        let stores: Vec<(NodeId, &Store)> = replicas
+            .iter()
+            .filter(|n| sim.is_up(**n))
+            .filter_map(|n| sim.role::<P::Server>(*n).and_then(P::store).map(|s| (*n, s)))
+            .collect();
+        outcome.pieces_refused += stores.iter().map(|(_, s)| s.pieces_refused()).sum::<u64>();
+        let Some((first_node, first)) = stores.first() else { continue };
+        for (node, store) in &stores[1..] {
+            for (a, b) in first.warehouses().iter().zip(store.warehouses()) {
+                if a != b {
+                    outcome
+                        .replicas_differ
+                        .push(format!("shard {shard}: warehouse {} differs between {first_node} and {node}", a.w));
+                }
+            }
+        }
+        one_per_shard.extend(first.warehouses());
+    }
+    one_per_shard.sort_by_key(|db| db.w);
+    outcome.consistency = consistency::check(scale, &one_per_shard);
+    outcome
 }
 
 /// Runs `sim` to `end` in 100 slices, reporting progress after each.

@@ -71,6 +71,7 @@
 
 use crate::peer::Peer;
 use crate::shell::{TxnShell, TxnStats};
+use crate::store::Store;
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
 pub use crate::twopc::ClassicConfig;
@@ -98,5 +99,13 @@ impl Peer for NccPaxos {
 
     fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
         c.txn_stats()
+    }
+
+    fn store(server: &TxnServer) -> Option<&Store> {
+        Some(server.store())
+    }
+
+    fn store_mut(server: &mut TxnServer) -> Option<&mut Store> {
+        Some(server.store_mut())
     }
 }

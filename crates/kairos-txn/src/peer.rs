@@ -7,6 +7,7 @@ use kairos_workload::txn::ShardId;
 use kairos_workload::Topology;
 
 use crate::shell::{TxnShell, TxnStats};
+use crate::store::Store;
 
 /// How a peer protocol plugs into the deployment.
 pub trait Peer: 'static {
@@ -19,6 +20,14 @@ pub trait Peer: 'static {
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
     /// The coordinator's counters (usually its shell's).
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
+    /// Whether the servers run a transaction's pieces ([`Store::run_pieces`]) where they write
+    /// its keys, so that the protocol can run TPC-C (a deployment refuses TPC-C otherwise).
+    const RUNS_PIECES: bool = false;
+    /// A server's store, if it keeps one (a Detock follower only logs): a TPC-C deployment
+    /// puts the shard's warehouses in it before the server starts, and checks their
+    /// consistency at the end of the run.
+    fn store(server: &Self::Server) -> Option<&Store>;
+    fn store_mut(server: &mut Self::Server) -> Option<&mut Store>;
 }
 
 /// Test support the peers' modules share.

@@ -60,8 +60,8 @@ use std::time::Duration;
 use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, Timer, TimerId};
 use kairos_workload::history::{increment_completion, increment_invocation, ProcessSlots};
 use kairos_workload::txn::{Key, TxnId, Value};
-use kairos_workload::TxnSource;
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
+use kairos_workload::{Pieces, TxnSource, TxnWork};
 use rand::Rng as _;
 
 /// The shell's timers (a coordinator embeds them in its own timer type: their ids are 0 and
@@ -220,6 +220,9 @@ pub struct Attempt {
     pub txn: TxnId,
     /// The keys to increment, in the transaction's order.
     pub keys: Vec<Key>,
+    /// What the shards run besides (TPC-C's pieces; none for MicroBench): run a shard's in the
+    /// step that writes the transaction's keys there ([`crate::store::Store::run_pieces`]).
+    pub pieces: Pieces,
     /// 1 for the first try.
     pub attempt: u32,
 }
@@ -227,6 +230,7 @@ pub struct Attempt {
 #[derive(Clone, Debug)]
 struct Pending {
     keys: Vec<Key>,
+    pieces: Pieces,
     slot: u64,
     invoked_at: LocalTime,
     attempt: u32,
@@ -376,12 +380,18 @@ impl TxnShell {
         p.attempt += 1;
         self.stats.attempts += 1;
         ctx.metric("txn.attempts", 1);
-        Some(Attempt { txn, keys: p.keys.clone(), attempt: p.attempt })
+        Some(Attempt { txn, keys: p.keys.clone(), pieces: p.pieces.clone(), attempt: p.attempt })
     }
 
     /// Invokes a transaction on `keys` now (outside the open loop, e.g. from a test), or
     /// `None` if it is refused (no keys, too many in flight, ids too far ahead of the clock).
     pub fn invoke<M>(&mut self, ctx: &mut Ctx<'_, M>, keys: Vec<Key>) -> Option<Attempt> {
+        self.invoke_work(ctx, TxnWork { keys, pieces: Pieces::default() })
+    }
+
+    /// Invokes a transaction that runs `work` (see [`TxnShell::invoke`]).
+    pub fn invoke_work<M>(&mut self, ctx: &mut Ctx<'_, M>, work: TxnWork) -> Option<Attempt> {
+        let TxnWork { keys, pieces } = work;
         if keys.is_empty() {
             return None;
         }
@@ -401,12 +411,15 @@ impl TxnShell {
         let slot = self.slots.take()?;
         let invoke = increment_invocation(&keys);
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
-        self.pending.insert(txn, Pending { keys: keys.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke });
+        self.pending.insert(
+            txn,
+            Pending { keys: keys.clone(), pieces: pieces.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke },
+        );
         self.stats.invoked += 1;
         self.stats.attempts += 1;
         ctx.metric("txn.invoked", 1);
         ctx.metric("txn.attempts", 1);
-        Some(Attempt { txn, keys, attempt: 1 })
+        Some(Attempt { txn, keys, pieces, attempt: 1 })
     }
 
     /// The shell's invariant, for its coordinator's [`kairos_core::Process::invariants`]: one
@@ -507,8 +520,9 @@ impl TxnShell {
             ctx.metric("txn.admission_dropped", 1);
             None
         } else {
-            let keys = self.workload.next_keys(ctx.rng());
-            self.invoke(ctx, keys)
+            let now = ctx.now().as_nanos();
+            let work = self.workload.next_txn(ctx.rng(), now);
+            self.invoke_work(ctx, work)
         };
         self.schedule_arrival(ctx);
         attempt

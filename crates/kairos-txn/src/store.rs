@@ -4,7 +4,13 @@
 //!
 //! Only the latest version is kept: 2PL reads under locks, OCC and Tapir validate the version
 //! they read against the latest, so none of them reads an older snapshot.
+//!
+//! In a TPC-C deployment the store also holds the shard's warehouses (those `w` with
+//! `w mod shards = shard`), and a protocol runs a transaction's [pieces](kairos_workload::tpcc)
+//! for them ([`Store::run_pieces`]) in the same step as it writes the transaction's keys, so
+//! the rows change exactly when and where the keys' counters do.
 
+use kairos_workload::tpcc::{piece, Piece, TpccScale, WarehouseDb};
 use kairos_workload::txn::{Key, Value};
 use std::collections::BTreeMap;
 
@@ -19,9 +25,53 @@ pub struct Versioned {
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Store {
     keys: BTreeMap<Key, Versioned>,
+    /// The TPC-C database's scale, and the shard's warehouses in warehouse order (none
+    /// outside TPC-C).
+    scale: Option<TpccScale>,
+    warehouses: Vec<WarehouseDb>,
+    /// Pieces refused as bad input ([`kairos_workload::tpcc::PieceError`]): none in a run
+    /// whose coordinators are Kairos's own.
+    pieces_refused: u64,
 }
 
 impl Store {
+    /// The store of `shard` (of `shards`) in a TPC-C deployment: its warehouses populated from
+    /// `seed`.
+    pub fn tpcc(scale: &TpccScale, seed: u64, shard: u32, shards: u32) -> Store {
+        let warehouses = (0..scale.warehouses)
+            .filter(|w| w % shards.max(1) == shard)
+            .map(|w| WarehouseDb::populate(scale, seed, w))
+            .collect();
+        Store { scale: Some(*scale), warehouses, ..Store::default() }
+    }
+
+    /// Runs those of `pieces` that are for this store's warehouses (a transaction's pieces for
+    /// other shards are skipped), for a transaction that declared `keys`. A piece that touches
+    /// a key the transaction did not declare, or is refused as bad input, changes nothing and
+    /// is counted.
+    pub fn run_pieces(&mut self, pieces: &[Piece], keys: &[Key]) {
+        let Some(scale) = self.scale else {
+            self.pieces_refused += pieces.len() as u64;
+            return;
+        };
+        for p in pieces {
+            let Some(db) = self.warehouses.iter_mut().find(|db| db.w == p.w) else { continue };
+            let declared = p.keys(&scale).iter().all(|(k, _)| keys.contains(&k.encode(&scale)));
+            if !declared || piece::execute(db, p).is_err() {
+                self.pieces_refused += 1;
+            }
+        }
+    }
+
+    /// The shard's TPC-C warehouses, in warehouse order.
+    pub fn warehouses(&self) -> &[WarehouseDb] {
+        &self.warehouses
+    }
+
+    pub fn pieces_refused(&self) -> u64 {
+        self.pieces_refused
+    }
+
     pub fn get(&self, key: Key) -> Versioned {
         self.keys.get(&key).copied().unwrap_or_default()
     }

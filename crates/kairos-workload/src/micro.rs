@@ -21,6 +21,25 @@ use crate::txn::Key;
 /// A source of transactions: the keys the next transaction touches, in its order.
 pub trait TxnSource: Send {
     fn next_keys(&mut self, rng: &mut Rng) -> Vec<Key>;
+
+    /// The next transaction in full, drawn at the coordinator's clock reading `date_ns`: its
+    /// keys and, for a workload richer than increments (TPC-C), the pieces the shards run.
+    fn next_txn(&mut self, rng: &mut Rng, date_ns: u64) -> TxnWork {
+        let _ = date_ns;
+        TxnWork { keys: self.next_keys(rng), pieces: Pieces::default() }
+    }
+}
+
+/// A TPC-C transaction's pieces, one per warehouse it touches (none for MicroBench).
+pub type Pieces = std::sync::Arc<[crate::tpcc::Piece]>;
+
+/// What a transaction does. Every protocol reads and increments the counter of each of
+/// `keys` (MicroBench's whole transaction; TPC-C's conflict keys, whose counters the history
+/// records) and, in the same step, runs the `pieces` of the warehouses it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TxnWork {
+    pub keys: Vec<Key>,
+    pub pieces: Pieces,
 }
 
 /// A workload that cannot be built as asked.

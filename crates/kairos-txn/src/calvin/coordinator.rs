@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 
 use super::msg::CalvinMsg;
 use super::{designated, CalvinConfig};
@@ -47,6 +47,7 @@ impl Timer for CoordinatorTimer {
 #[derive(Clone, Debug)]
 struct Pending {
     keys: Vec<Key>,
+    pieces: Pieces,
     /// The sequencer of the first submission: resubmissions go there too, since only it
     /// knows whether it already batched the transaction (another would batch it again).
     sequencer: NodeId,
@@ -120,7 +121,7 @@ impl Coordinator {
             }
         }
         let Some(sequencer) = self.target() else { return };
-        self.txns.insert(a.txn, Pending { keys, sequencer, sends: 0 });
+        self.txns.insert(a.txn, Pending { keys, pieces: a.pieces, sequencer, sends: 0 });
         self.send(ctx, a.txn);
     }
 
@@ -131,7 +132,7 @@ impl Coordinator {
         if p.sends > 1 {
             ctx.metric("calvin.resubmits", 1);
         }
-        ctx.send(to, CalvinMsg::Submit { txn, keys: p.keys.clone() });
+        ctx.send(to, CalvinMsg::Submit { txn, keys: p.keys.clone(), pieces: p.pieces.clone() });
         ctx.set_timer(CoordinatorTimer::Txn(txn.seq()), self.config.resubmit_after);
     }
 

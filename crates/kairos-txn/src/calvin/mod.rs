@@ -72,6 +72,7 @@ pub mod coordinator;
 pub mod msg;
 pub mod server;
 
+use crate::store::Store;
 use std::time::Duration;
 
 use kairos_core::LatencyMatrix;
@@ -166,6 +167,16 @@ impl Peer for CalvinPlus {
     fn coordinator_stats(c: &Coordinator) -> TxnStats {
         c.shell().stats()
     }
+
+    fn store(server: &Server) -> Option<&Store> {
+        Some(server.store())
+    }
+
+    fn store_mut(server: &mut Server) -> Option<&mut Store> {
+        Some(server.store_mut())
+    }
+
+    const RUNS_PIECES: bool = true;
 }
 
 /// Calvin+'s commit latency without loss or queueing for a coordinator in `region`, a
@@ -248,12 +259,12 @@ mod tests {
                 epoch,
                 sent_ns: rng_free(epoch),
                 deadline_ns: rng_free(epoch) + 1_000,
-                txns: vec![BatchedTxn { txn, keys: keys.clone() }],
+                txns: vec![BatchedTxn { txn, keys: keys.clone(), pieces: Default::default() }],
             })
         };
         let reads: Vec<(u64, u64)> = keys.iter().map(|k| (*k, *k)).collect();
         match rng.random_range(0..11) {
-            0 => CalvinMsg::Submit { txn, keys },
+            0 => CalvinMsg::Submit { txn, keys, pieces: Default::default() },
             1 => CalvinMsg::Reply { txn, reads, fast: true },
             2 => CalvinMsg::Ping { nonce: epoch },
             3 => CalvinMsg::Pong { nonce: epoch },

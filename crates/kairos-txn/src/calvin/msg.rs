@@ -5,13 +5,15 @@
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
+use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
 
-/// A transaction as a sequencer batched it: its id and its (distinct) keys.
+/// A transaction as a sequencer batched it: its id, its (distinct) keys and its pieces (TPC-C).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchedTxn {
     pub txn: TxnId,
     pub keys: Vec<Key>,
+    pub pieces: Pieces,
 }
 
 /// One epoch of one shard's sequencer: every transaction it batched in one epoch interval, in
@@ -43,6 +45,7 @@ pub enum CalvinMsg {
     Submit {
         txn: TxnId,
         keys: Vec<Key>,
+        pieces: Pieces,
     },
     /// Sequencer → coordinator: `txn` executed; the value read (before the increment) of each
     /// of its keys. `fast`: its epoch committed on the fast path.

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::msg::{BatchedTxn, CalvinMsg, EpochBody, ReplyKind};
@@ -173,6 +173,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The shard store, to give it a TPC-C shard's warehouses before the server starts.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     pub fn new(topology: &Topology, config: &CalvinConfig, shard: ShardId, replica: u32) -> Self {
         let n = topology.replicas_per_shard();
         let sequencer = (designated(shard, n) == replica).then(|| Sequencer {
@@ -271,7 +276,7 @@ impl Server {
 
     // ----- Sequencer -----
 
-    fn on_submit(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, from: NodeId, txn: TxnId, keys: Vec<Key>) {
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, from: NodeId, txn: TxnId, keys: Vec<Key>, pieces: Pieces) {
         let horizon = self.config.resubmit_after * (self.config.max_sends + 1);
         let now = ctx.now();
         let Some(seq) = self.sequencer.as_mut() else {
@@ -294,7 +299,7 @@ impl Server {
             ctx.metric("calvin.submit_refused", 1);
             return;
         }
-        seq.batch.push(BatchedTxn { txn, keys });
+        seq.batch.push(BatchedTxn { txn, keys, pieces });
         seq.known.insert(txn, Known::Waiting { coordinator: from });
         seq.known_order.push_back((txn, now));
         // Forget finished transactions submitted longer ago than any resubmission comes
@@ -623,6 +628,7 @@ impl Server {
                 kv.push((k, v));
             }
             if !kv.is_empty() {
+                self.store.run_pieces(&t.pieces, &t.keys);
                 self.stats.txns_executed += 1;
                 reads.push((t.txn, kv));
             }
@@ -778,7 +784,7 @@ impl Process for Server {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, from: NodeId, msg: CalvinMsg) {
         match msg {
-            CalvinMsg::Submit { txn, keys } => self.on_submit(ctx, from, txn, keys),
+            CalvinMsg::Submit { txn, keys, pieces } => self.on_submit(ctx, from, txn, keys, pieces),
             CalvinMsg::Ping { nonce } => {
                 if self.sequencer.is_some() {
                     ctx.send(from, CalvinMsg::Pong { nonce });

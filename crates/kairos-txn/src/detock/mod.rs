@@ -77,6 +77,7 @@ pub mod coordinator;
 pub mod msg;
 pub mod server;
 
+use crate::store::Store;
 use std::time::Duration;
 
 use kairos_core::LatencyMatrix;
@@ -162,6 +163,14 @@ impl Peer for Detock {
 
     fn coordinator_stats(c: &Coordinator) -> TxnStats {
         c.shell().stats()
+    }
+
+    fn store(server: &Server) -> Option<&Store> {
+        server.store()
+    }
+
+    fn store_mut(server: &mut Server) -> Option<&mut Store> {
+        server.store_mut()
     }
 }
 

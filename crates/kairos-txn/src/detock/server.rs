@@ -165,6 +165,12 @@ impl Server {
         self.home.as_ref().map(|h| &h.store)
     }
 
+    /// The shard store (the home's), to give it a TPC-C shard's warehouses before the server
+    /// starts.
+    pub fn store_mut(&mut self) -> Option<&mut Store> {
+        self.home.as_mut().map(|h| &mut h.store)
+    }
+
     /// Transactions in the executor's graph not yet executed (0 at a follower).
     pub fn unexecuted(&self) -> usize {
         self.home.as_ref().map_or(0, |h| h.vertices.len())

@@ -70,6 +70,7 @@ pub mod graph;
 pub mod msg;
 pub mod server;
 
+use crate::store::Store;
 use std::time::Duration;
 
 use kairos_core::LatencyMatrix;
@@ -144,6 +145,14 @@ impl Peer for Janus {
 
     fn coordinator_stats(c: &Coordinator) -> TxnStats {
         c.shell().stats()
+    }
+
+    fn store(server: &Server) -> Option<&Store> {
+        Some(server.store())
+    }
+
+    fn store_mut(server: &mut Server) -> Option<&mut Store> {
+        Some(server.store_mut())
     }
 }
 

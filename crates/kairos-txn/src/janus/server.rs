@@ -161,6 +161,11 @@ pub struct Server {
 }
 
 impl Server {
+    /// The shard store, to give it a TPC-C shard's warehouses before the server starts.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     pub fn new(topology: &Topology, config: &JanusConfig, shard: ShardId, replica: u32) -> Self {
         Server {
             topology: topology.clone(),

@@ -81,6 +81,7 @@ pub mod ir;
 pub mod msg;
 pub mod replica;
 
+use crate::store::Store;
 use std::time::Duration;
 
 use kairos_core::LatencyMatrix;
@@ -186,6 +187,14 @@ impl Peer for Tapir {
 
     fn coordinator_stats(c: &Coordinator) -> TxnStats {
         c.shell().stats()
+    }
+
+    fn store(server: &Replica) -> Option<&Store> {
+        Some(server.store())
+    }
+
+    fn store_mut(server: &mut Replica) -> Option<&mut Store> {
+        Some(server.store_mut())
     }
 }
 

@@ -142,6 +142,11 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// The shard store, to give it a TPC-C shard's warehouses before the server starts.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     pub fn new(topology: &Topology, config: &TapirConfig, shard: ShardId, replica: u32) -> Self {
         Replica {
             shard,

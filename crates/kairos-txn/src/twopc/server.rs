@@ -159,6 +159,11 @@ pub struct TxnServer {
 }
 
 impl TxnServer {
+    /// The shard store, to give it a TPC-C shard's warehouses before the server starts.
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
     /// Replica `replica` of `shard`. A restarted replica is built the same way; the host then
     /// hands it its durable Paxos state ([`Process::on_recover`]) and it rebuilds its store by
     /// applying the log again.

@@ -16,8 +16,9 @@ use std::collections::VecDeque;
 use rand::{Rng as _, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::input::CustomerRef;
 use super::keys::ConflictKey;
-use super::scale::{TpccScale, DISTRICTS_MAX};
+use super::scale::TpccScale;
 use kairos_core::Rng;
 
 /// Per-customer opening payment, cents (TPC-C: H_AMOUNT = 10.00, C_YTD_PAYMENT = 10.00,
@@ -61,11 +62,14 @@ pub struct Order {
     pub lines: Vec<OrderLine>,
 }
 
+/// A payment's history row. The customer may be named by last name: a payment by name at a
+/// remote customer's warehouse is resolved there, not at the warehouse that keeps this row
+/// (names never change, so the name always stands for the same customer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryRow {
     pub customer_w: u32,
     pub customer_d: u32,
-    pub customer: u32,
+    pub customer: CustomerRef,
     pub amount_cents: i64,
     pub date: u64,
 }
@@ -95,8 +99,7 @@ pub struct Stock {
     pub remote_cnt: u32,
 }
 
-/// One warehouse's tables, and the version of each of its conflict keys (module docs of
-/// [`super::keys`]): the number of transactions that wrote it, which a history records.
+/// One warehouse's tables.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarehouseDb {
     pub w: u32,
@@ -106,7 +109,6 @@ pub struct WarehouseDb {
     /// Item `i`'s price (the item table is read-only and the same in every warehouse).
     pub item_price_cents: Vec<u32>,
     pub stock: Vec<Stock>,
-    versions: Vec<u64>,
 }
 
 /// TPC-C's NURand(A, x, y) with the run constant `c` (clause 2.1.6), over `0..n`, with `A`
@@ -163,7 +165,7 @@ impl WarehouseDb {
                     .map(|c| HistoryRow {
                         customer_w: w,
                         customer_d: d,
-                        customer: c,
+                        customer: CustomerRef::Id(c),
                         amount_cents: OPENING_PAYMENT_CENTS,
                         date: 0,
                     })
@@ -192,28 +194,7 @@ impl WarehouseDb {
             stock: (0..scale.items)
                 .map(|_| Stock { quantity: rng.random_range(10..=100), ytd: 0, order_cnt: 0, remote_cnt: 0 })
                 .collect(),
-            versions: vec![0; 1 + DISTRICTS_MAX as usize + scale.items as usize],
         }
-    }
-
-    fn version_slot(&self, key: ConflictKey) -> usize {
-        match key {
-            ConflictKey::Warehouse { .. } => 0,
-            ConflictKey::District { d, .. } => 1 + d as usize,
-            ConflictKey::Stock { i, .. } => 1 + DISTRICTS_MAX as usize + i as usize,
-        }
-    }
-
-    /// The number of transactions that wrote `key` (a key of this warehouse).
-    pub fn version(&self, key: ConflictKey) -> u64 {
-        self.versions.get(self.version_slot(key)).copied().unwrap_or(0)
-    }
-
-    /// Counts one more transaction that wrote `key`; returns the new version.
-    pub(super) fn bump(&mut self, key: ConflictKey) -> u64 {
-        let slot = self.version_slot(key);
-        self.versions[slot] += 1;
-        self.versions[slot]
     }
 
     /// Whether `key` names a row of this warehouse at this scale.

@@ -10,8 +10,11 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::db::{nurand, NURAND_CUSTOMER, NURAND_ITEM, NURAND_LAST_NAME};
+use super::piece::split;
 use super::scale::{TpccMix, TpccScale};
 use super::TxnType;
+use crate::micro::{TxnSource, TxnWork};
+use crate::txn::Key;
 
 /// Share of payments made by a customer of another warehouse (TPC-C: 15 %).
 pub const REMOTE_PAYMENT_PERCENT: u32 = 15;
@@ -188,6 +191,28 @@ impl TpccTerminal {
             TxnType::Delivery => TpccTxn::Delivery { w, carrier: rng.random_range(1..=10), date },
             TxnType::StockLevel => TpccTxn::StockLevel { w, d, threshold: rng.random_range(10..=20) },
         }
+    }
+}
+
+/// A coordinator's TPC-C transactions as a [`TxnSource`]: each drawn by a [`TpccTerminal`] and
+/// split into its pieces, with the conflict keys of all of them as the transaction's keys.
+#[derive(Clone, Debug)]
+pub struct TpccSource {
+    pub terminal: TpccTerminal,
+}
+
+impl TxnSource for TpccSource {
+    fn next_keys(&mut self, rng: &mut kairos_core::Rng) -> Vec<Key> {
+        self.next_txn(rng, 0).keys
+    }
+
+    fn next_txn(&mut self, rng: &mut kairos_core::Rng, date_ns: u64) -> TxnWork {
+        let pieces = split(&self.terminal.next(rng, date_ns));
+        let scale = &self.terminal.scale;
+        let mut keys: Vec<Key> = pieces.iter().flat_map(|p| p.keys(scale)).map(|(k, _)| k.encode(scale)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        TxnWork { keys, pieces: pieces.into() }
     }
 }
 

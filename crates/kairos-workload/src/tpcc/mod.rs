@@ -29,9 +29,9 @@ pub mod scale;
 
 pub use consistency::ConsistencyReport;
 pub use db::WarehouseDb;
-pub use input::{CustomerRef, TpccTerminal, TpccTxn};
+pub use input::{CustomerRef, TpccSource, TpccTerminal, TpccTxn};
 pub use keys::ConflictKey;
-pub use piece::{Piece, PieceError, PieceResult, StepOutput};
+pub use piece::{Piece, PieceError, StepOutput};
 pub use scale::{TpccError, TpccMix, TpccScale};
 
 use rand::Rng;

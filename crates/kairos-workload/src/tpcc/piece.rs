@@ -4,17 +4,17 @@
 //! ([`Piece::keys`]) before anything runs.
 //!
 //! # One-shot, multi-shot
-//! As in the Tiga paper, new-order, delivery and stock-level are one-shot: what they read
+//! New-order, delivery and stock-level are one-shot, as in the Tiga paper: what they read
 //! decides only rows of the warehouse that reads it (new-order's order id comes from its
 //! district and names rows of that district; delivery's customers are those of its districts'
 //! oldest orders; stock-level reads its own warehouse's stock), and those rows lie under keys
-//! the piece declares. Payment and order-status by last name (60 % of them) are multi-shot:
-//! a **pre-read** at the shard leader of the customer's warehouse ([`look_up_customer`]) finds
-//! the customer id, then the transaction runs one-shot with that id. TPC-C never adds a
-//! customer or changes a name, so a lookup cannot go stale and the one-shot part has nothing
-//! to validate (had names been writable, it would have to check the name again and abort on
-//! change; one-shot protocols could then not apply that abort to the other warehouse's piece
-//! of a remote payment).
+//! the piece declares. The paper runs payment and order-status by last name (60 % of them) as
+//! multi-shot: a **pre-read** at the shard leader of the customer's warehouse
+//! ([`look_up_customer`]) finds the customer id, then the transaction runs one-shot with that
+//! id ([`TpccTxn::resolved`]). Here the keys do not depend on the id (a customer lies under its
+//! district's key), so a piece may also carry the name and resolve it where the customer
+//! lives; TPC-C never adds a customer or changes a name, so both ways pick the same customer
+//! and a lookup can never go stale (the one-shot part has nothing to validate).
 //!
 //! # What a piece may read without declaring it
 //! The warehouse's and districts' tax rates, item prices and customers' discounts never
@@ -51,8 +51,8 @@ pub enum PieceError {
     NoSuch { w: u32, what: &'static str, id: u32 },
     #[error("{what} {got} is outside TPC-C's range")]
     OutOfRange { what: &'static str, got: i64 },
-    #[error("the customer is named by last name: pre-read its id first")]
-    Unresolved,
+    #[error("district {w}/{d} has no customer named {last_name}")]
+    NoSuchName { w: u32, d: u32, last_name: u32 },
 }
 
 /// Whether a piece only reads a key or also writes it.
@@ -85,19 +85,19 @@ pub enum Step {
         d: u32,
         customer_w: u32,
         customer_d: u32,
-        customer: u32,
+        customer: CustomerRef,
         amount_cents: i64,
         date: u64,
     },
     /// Payment at the customer's warehouse: the customer's balance.
     PaymentBy {
         d: u32,
-        customer: u32,
+        customer: CustomerRef,
         amount_cents: i64,
     },
     OrderStatus {
         d: u32,
-        customer: u32,
+        customer: CustomerRef,
     },
     /// Deliver the oldest undelivered order of every district.
     Delivery {
@@ -129,39 +129,18 @@ pub struct Piece {
     pub steps: Vec<Step>,
 }
 
-/// A key a piece declared, the version it found and the version it left (if it wrote it): what
-/// a history records of the piece.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyAccess {
-    pub key: ConflictKey,
-    pub read: u64,
-    pub wrote: Option<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PieceResult {
-    pub outputs: Vec<StepOutput>,
-    /// In key order.
-    pub accesses: Vec<KeyAccess>,
-}
-
 /// The pre-read of a multi-shot transaction: the id of the customer of district `d` a by-name
 /// lookup picks (TPC-C 2.5.2.2), run at the leader of the customer's warehouse's shard.
 pub fn look_up_customer(db: &WarehouseDb, d: u32, last_name: u32) -> Option<u32> {
     db.districts.get(d as usize)?.customer_by_last_name(last_name)
 }
 
-/// The pieces of a transaction whose customer is named by id (resolve a by-name one with
-/// [`look_up_customer`] and [`TpccTxn::resolved`] first), in warehouse order.
-pub fn split(txn: &TpccTxn) -> Result<Vec<Piece>, PieceError> {
+/// The pieces of a transaction, in warehouse order.
+pub fn split(txn: &TpccTxn) -> Vec<Piece> {
     let mut pieces: Vec<Piece> = Vec::new();
     let mut add = |w: u32, step: Step| match pieces.iter_mut().find(|p| p.w == w) {
         Some(p) => p.steps.push(step),
         None => pieces.push(Piece { w, steps: vec![step] }),
-    };
-    let by_id = |c: &CustomerRef| match *c {
-        CustomerRef::Id(id) => Ok(id),
-        CustomerRef::LastName(_) => Err(PieceError::Unresolved),
     };
     match txn {
         TpccTxn::NewOrder { w, d, customer, lines, date } => {
@@ -171,17 +150,16 @@ pub fn split(txn: &TpccTxn) -> Result<Vec<Piece>, PieceError> {
             }
         }
         TpccTxn::Payment { w, d, customer_w, customer_d, customer, amount_cents, date } => {
-            let customer = by_id(customer)?;
-            let (customer_w, customer_d, amount_cents) = (*customer_w, *customer_d, *amount_cents);
+            let (customer, customer_w, customer_d, amount_cents) = (*customer, *customer_w, *customer_d, *amount_cents);
             add(*w, Step::PaymentAt { d: *d, customer_w, customer_d, customer, amount_cents, date: *date });
             add(customer_w, Step::PaymentBy { d: customer_d, customer, amount_cents });
         }
-        TpccTxn::OrderStatus { w, d, customer } => add(*w, Step::OrderStatus { d: *d, customer: by_id(customer)? }),
+        TpccTxn::OrderStatus { w, d, customer } => add(*w, Step::OrderStatus { d: *d, customer: *customer }),
         TpccTxn::Delivery { w, carrier, date } => add(*w, Step::Delivery { carrier: *carrier, date: *date }),
         TpccTxn::StockLevel { w, d, threshold } => add(*w, Step::StockLevel { d: *d, threshold: *threshold }),
     }
     pieces.sort_by_key(|p| p.w);
-    Ok(pieces)
+    pieces
 }
 
 impl Piece {
@@ -226,6 +204,7 @@ fn check(db: &WarehouseDb, piece: &Piece) -> Result<(), PieceError> {
     let no = |what, id| PieceError::NoSuch { w, what, id };
     let district = |d: u32| db.districts.get(d as usize).ok_or_else(|| no("district", d));
     let customer = |d: u32, c: u32| district(d)?.customers.get(c as usize).map(|_| ()).ok_or_else(|| no("customer", c));
+    let named = |d: u32, c: CustomerRef| resolve(db, d, c).map(|_| ());
     let item = |i: u32| if (i as usize) < db.stock.len() { Ok(()) } else { Err(no("item", i)) };
     let range = |what, got: i64, lo: i64, hi: i64| {
         if (lo..=hi).contains(&got) {
@@ -253,10 +232,10 @@ fn check(db: &WarehouseDb, piece: &Piece) -> Result<(), PieceError> {
                 range("payment (cents)", *amount_cents, 1, PAYMENT_CENTS_MAX)?;
             }
             Step::PaymentBy { d, customer: c, amount_cents } => {
-                customer(*d, *c)?;
+                named(*d, *c)?;
                 range("payment (cents)", *amount_cents, 1, PAYMENT_CENTS_MAX)?;
             }
-            Step::OrderStatus { d, customer: c } => customer(*d, *c)?,
+            Step::OrderStatus { d, customer: c } => named(*d, *c)?,
             Step::Delivery { carrier, .. } => range("carrier", i64::from(*carrier), 1, 10)?,
             Step::StockLevel { d, .. } => district(*d).map(|_| ())?,
         }
@@ -264,20 +243,24 @@ fn check(db: &WarehouseDb, piece: &Piece) -> Result<(), PieceError> {
     Ok(())
 }
 
-/// Runs a piece on its warehouse: checks every step first (a refused piece changes nothing),
-/// then runs the steps in order and counts one write on every key it declared written.
-pub fn execute(db: &mut WarehouseDb, scale: &TpccScale, piece: &Piece) -> Result<PieceResult, PieceError> {
-    check(db, piece)?;
-    let keys = piece.keys(scale);
-    let mut accesses: Vec<KeyAccess> =
-        keys.iter().map(|&(key, _)| KeyAccess { key, read: db.version(key), wrote: None }).collect();
-    let outputs = piece.steps.iter().map(|s| run(db, piece.w, s)).collect();
-    for (a, (_, access)) in accesses.iter_mut().zip(&keys) {
-        if *access == Access::Write {
-            a.wrote = Some(db.bump(a.key));
+/// The id of a customer of district `d` of this warehouse, named by id or by last name.
+fn resolve(db: &WarehouseDb, d: u32, customer: CustomerRef) -> Result<u32, PieceError> {
+    let w = db.w;
+    let district = db.districts.get(d as usize).ok_or(PieceError::NoSuch { w, what: "district", id: d })?;
+    match customer {
+        CustomerRef::Id(c) if (c as usize) < district.customers.len() => Ok(c),
+        CustomerRef::Id(c) => Err(PieceError::NoSuch { w, what: "customer", id: c }),
+        CustomerRef::LastName(n) => {
+            district.customer_by_last_name(n).ok_or(PieceError::NoSuchName { w, d, last_name: n })
         }
     }
-    Ok(PieceResult { outputs, accesses })
+}
+
+/// Runs a piece on its warehouse: checks every step first (a refused piece changes nothing),
+/// then runs the steps in order.
+pub fn execute(db: &mut WarehouseDb, piece: &Piece) -> Result<Vec<StepOutput>, PieceError> {
+    check(db, piece)?;
+    Ok(piece.steps.iter().map(|s| run(db, piece.w, s)).collect())
 }
 
 /// `amount × (1 − discount) × (1 + taxes)`, rates in basis points, rounded down to a cent.
@@ -337,6 +320,7 @@ fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
             StepOutput::PaymentAt
         }
         Step::PaymentBy { d, customer, amount_cents } => {
+            let customer = resolve(db, d, customer).expect("checked before running");
             let c = &mut db.districts[d as usize].customers[customer as usize];
             c.balance_cents -= amount_cents;
             c.ytd_payment_cents += amount_cents;
@@ -344,6 +328,7 @@ fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
             StepOutput::PaymentBy { balance_cents: c.balance_cents }
         }
         Step::OrderStatus { d, customer } => {
+            let customer = resolve(db, d, customer).expect("checked before running");
             let dist = &db.districts[d as usize];
             let c = &dist.customers[customer as usize];
             let order = c.last_order;
@@ -410,9 +395,9 @@ mod tests {
             amount_cents: 500,
             date: 9,
         };
-        let remote = split(&txn(1)).unwrap();
+        let remote = split(&txn(1));
         assert_eq!(remote.iter().map(|p| p.w).collect::<Vec<_>>(), [0, 1]);
-        let local = split(&txn(0)).unwrap();
+        let local = split(&txn(0));
         assert_eq!(local.len(), 1);
         let keys = local[0].keys(&small());
         assert_eq!(
@@ -421,19 +406,28 @@ mod tests {
         );
         let mut db = WarehouseDb::populate(&small(), 1, 0);
         let before = db.districts[1].customers[3].balance_cents;
-        let r = execute(&mut db, &small(), &local[0]).unwrap();
-        assert_eq!(r.accesses.iter().map(|a| (a.read, a.wrote)).collect::<Vec<_>>(), [(0, Some(1)), (0, Some(1))]);
+        let r = execute(&mut db, &local[0]).unwrap();
+        assert_eq!(r, [StepOutput::PaymentAt, StepOutput::PaymentBy { balance_cents: before - 500 }]);
         assert_eq!(db.districts[1].customers[3].balance_cents, before - 500);
-        let by_name = TpccTxn::Payment {
+        // By name: the customer's warehouse resolves it (names never change).
+        let by_name = |n| TpccTxn::Payment {
             w: 0,
             d: 1,
             customer_w: 0,
             customer_d: 1,
-            customer: CustomerRef::LastName(2),
+            customer: CustomerRef::LastName(n),
             amount_cents: 5,
             date: 0,
         };
-        assert_eq!(split(&by_name), Err(PieceError::Unresolved));
+        let named = look_up_customer(&db, 1, 2).unwrap();
+        let before = db.districts[1].customers[named as usize].balance_cents;
+        execute(&mut db, &split(&by_name(2))[0]).unwrap();
+        assert_eq!(db.districts[1].customers[named as usize].balance_cents, before - 5);
+        let unknown = small().last_names();
+        assert_eq!(
+            execute(&mut db, &split(&by_name(unknown))[0]),
+            Err(PieceError::NoSuchName { w: 0, d: 1, last_name: unknown })
+        );
     }
 
     #[test]
@@ -444,20 +438,19 @@ mod tests {
             NewOrderLine { item: 4, supply_w: 0, quantity: 3 },
             NewOrderLine { item: 5, supply_w: 1, quantity: 2 },
         ];
-        let pieces = split(&TpccTxn::NewOrder { w: 0, d: 2, customer: 7, lines, date: 11 }).unwrap();
+        let pieces = split(&TpccTxn::NewOrder { w: 0, d: 2, customer: 7, lines, date: 11 });
         assert_eq!(pieces.iter().map(|p| (p.w, p.steps.len())).collect::<Vec<_>>(), [(0, 2), (1, 1)]);
-        let r = execute(&mut db, &scale, &pieces[0]).unwrap();
-        assert!(matches!(r.outputs[0], StepOutput::NewOrder { order: 31, .. }));
+        let r = execute(&mut db, &pieces[0]).unwrap();
+        assert!(matches!(r[0], StepOutput::NewOrder { order: 31, .. }));
         let order = &db.districts[2].orders[30];
         assert!(!order.all_local && order.lines[0].amount_cents == 3 * i64::from(db.item_price_cents[4]));
         assert_eq!(db.districts[2].customers[7].last_order, 31);
         assert_eq!(db.stock[4].order_cnt, 1);
         assert_eq!(db.stock[5].order_cnt, 0, "line 2 is supplied by warehouse 1");
         let oldest = db.districts[2].new_orders[0];
-        let r =
-            execute(&mut db, &scale, &split(&TpccTxn::Delivery { w: 0, carrier: 3, date: 12 }).unwrap()[0]).unwrap();
-        assert_eq!(r.outputs, [StepOutput::Delivery { delivered: 10 }]);
-        assert_eq!(r.accesses.len(), 10);
+        let delivery = &split(&TpccTxn::Delivery { w: 0, carrier: 3, date: 12 })[0];
+        assert_eq!(delivery.keys(&scale).len(), 10);
+        assert_eq!(execute(&mut db, delivery).unwrap(), [StepOutput::Delivery { delivered: 10 }]);
         assert_eq!(db.districts[2].orders[oldest as usize - 1].carrier, Some(3));
     }
 
@@ -470,9 +463,12 @@ mod tests {
             Piece { w: 1, steps: vec![Step::Delivery { carrier: 1, date: 0 }] },
             Piece {
                 w: 0,
-                steps: vec![Step::Delivery { carrier: 1, date: 0 }, Step::OrderStatus { d: 10, customer: 0 }],
+                steps: vec![
+                    Step::Delivery { carrier: 1, date: 0 },
+                    Step::OrderStatus { d: 10, customer: CustomerRef::Id(0) },
+                ],
             },
-            Piece { w: 0, steps: vec![Step::PaymentBy { d: 0, customer: 30, amount_cents: 5 }] },
+            Piece { w: 0, steps: vec![Step::PaymentBy { d: 0, customer: CustomerRef::Id(30), amount_cents: 5 }] },
             Piece { w: 0, steps: vec![Step::Stock { item: 100, quantity: 1, remote: false }] },
             Piece { w: 0, steps: vec![Step::Stock { item: 1, quantity: 0, remote: false }] },
             Piece {
@@ -481,7 +477,7 @@ mod tests {
                     d: 0,
                     customer_w: 0,
                     customer_d: 0,
-                    customer: 0,
+                    customer: CustomerRef::Id(0),
                     amount_cents: -5,
                     date: 0,
                 }],
@@ -489,7 +485,7 @@ mod tests {
             Piece { w: 0, steps: vec![Step::NewOrder { d: 0, customer: 0, lines: vec![], date: 0 }] },
         ];
         for p in &bad {
-            assert!(execute(&mut db, &scale, p).is_err(), "{p:?}");
+            assert!(execute(&mut db, p).is_err(), "{p:?}");
         }
         assert_eq!(db, before);
     }

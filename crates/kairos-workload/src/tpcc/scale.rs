@@ -38,7 +38,7 @@ pub enum TpccError {
 }
 
 /// The size of the database (module docs: what is scaled).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TpccScale {
     pub warehouses: u32,
     /// TPC-C: 10.
@@ -108,7 +108,7 @@ impl TpccScale {
 }
 
 /// The shares of the transaction types, in percent (they sum to 100).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TpccMix {
     /// Indexed like [`TxnType::ALL`].
     pub percent: [u32; 5],
