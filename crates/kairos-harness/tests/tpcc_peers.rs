@@ -26,25 +26,43 @@ fn bench(load: f64, loss: f64) -> Bench {
     Bench { base, tpcc: Some(TpccBench { scale, ..TpccBench::default() }), ..Bench::default() }
 }
 
-#[test]
-fn calvin_plus_runs_tpcc_strictly_serializably_and_consistently_with_and_without_loss() {
+/// Runs `protocol` on TPC-C with and without message loss and checks everything.
+fn runs_tpcc_strictly_serializably_and_consistently(protocol: Protocol) {
     for loss in [0.0, 0.02] {
-        let out = bench(400.0, loss).run(Protocol::CalvinPlus, |_| {}).unwrap();
+        let out = bench(400.0, loss).run(protocol, |_| {}).unwrap();
         let report = check(&out.history, Model::StrictSerializable).unwrap();
         let t = out.totals();
         let tpcc = out.tpcc.as_ref().expect("a TPC-C run checks its databases");
-        eprintln!("loss {loss}: {t:?}\n{report}\n{tpcc:?}");
-        assert!(report.valid, "loss {loss}: {report}");
-        assert!(t.committed > 500 && t.committed == t.invoked, "{t:?}");
-        assert!(tpcc.holds(), "loss {loss}: {tpcc:?}");
+        eprintln!("{protocol}, loss {loss}: {t:?}\n{report}\n{tpcc:?}");
+        assert!(report.valid, "{protocol}, loss {loss}: {report}");
+        assert!(t.committed > 500 && t.committed == t.invoked, "{protocol}: {t:?}");
+        assert!(tpcc.holds(), "{protocol}, loss {loss}: {tpcc:?}");
         assert!(tpcc.consistency.checked > 6 * 10 * 30 * 3, "{tpcc:?}");
     }
 }
 
 #[test]
+fn calvin_plus_runs_tpcc() {
+    runs_tpcc_strictly_serializably_and_consistently(Protocol::CalvinPlus);
+}
+
+#[test]
+fn janus_runs_tpcc() {
+    runs_tpcc_strictly_serializably_and_consistently(Protocol::Janus);
+}
+
+#[test]
+fn detock_runs_tpcc() {
+    runs_tpcc_strictly_serializably_and_consistently(Protocol::Detock);
+}
+
+#[test]
 fn protocols_that_do_not_run_tpcc_yet_and_bad_databases_are_refused_clearly() {
     let err = bench(100.0, 0.0).run(Protocol::TwoPlPaxos, |_| {}).err().expect("2PL does not run TPC-C yet");
-    assert!(err.to_string().contains("2pl-paxos does not run TPC-C yet; run it with --protocols calvin+"), "{err}");
+    assert!(
+        err.to_string().contains("2pl-paxos does not run TPC-C yet; run it with --protocols janus,calvin+,detock"),
+        "{err}"
+    );
     assert!(bench(100.0, 0.0).run(Protocol::Tiga, |_| {}).is_err());
     let mut no_warehouses = bench(100.0, 0.0);
     no_warehouses.tpcc.as_mut().unwrap().scale.warehouses = 0;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 
 use super::msg::DetockMsg;
 use super::{home, DetockConfig};
@@ -25,6 +25,7 @@ type Reads = Vec<(Key, Value)>;
 #[derive(Clone, Debug)]
 struct Pending {
     keys: Vec<Key>,
+    pieces: Pieces,
     /// The involved shards' homes, and each one's answer once it came.
     homes: BTreeMap<ShardId, (NodeId, Option<Reads>)>,
     sends: u32,
@@ -77,7 +78,7 @@ impl Coordinator {
             self.shell.unknown(ctx, a.txn);
             return;
         }
-        self.txns.insert(a.txn, Pending { keys, homes, sends: 0 });
+        self.txns.insert(a.txn, Pending { keys, pieces: a.pieces, homes, sends: 0 });
         self.send(ctx, a.txn);
     }
 
@@ -90,7 +91,7 @@ impl Coordinator {
         }
         for (node, answer) in p.homes.values() {
             if answer.is_none() {
-                ctx.send(*node, DetockMsg::Submit { txn, keys: p.keys.clone() });
+                ctx.send(*node, DetockMsg::Submit { txn, keys: p.keys.clone(), pieces: p.pieces.clone() });
             }
         }
         ctx.set_timer(CoordinatorTimer::Txn(txn.seq()), self.config.resubmit_after);

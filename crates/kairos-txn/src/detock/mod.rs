@@ -172,6 +172,8 @@ impl Peer for Detock {
     fn store_mut(server: &mut Server) -> Option<&mut Store> {
         server.store_mut()
     }
+
+    const RUNS_PIECES: bool = true;
 }
 
 /// Detock's commit latency without loss, conflicts or queueing for a coordinator in `region`
@@ -262,9 +264,13 @@ mod tests {
         let keys: Vec<u64> = (0..rng.random_range(0..4)).map(|_| rng.random_range(0..9)).collect();
         let shard = rng.random_range(0..5);
         let number = rng.random_range(0..8);
-        let batch = Arc::new(Batch { shard, number, txns: vec![LoggedTxn { txn, keys: keys.clone() }] });
+        let batch = Arc::new(Batch {
+            shard,
+            number,
+            txns: vec![LoggedTxn { txn, keys: keys.clone(), pieces: Default::default() }],
+        });
         match rng.random_range(0..6) {
-            0 => DetockMsg::Submit { txn, keys },
+            0 => DetockMsg::Submit { txn, keys, pieces: Default::default() },
             1 => DetockMsg::Reply { txn, shard, reads: keys.iter().map(|k| (*k, *k)).collect() },
             2 => DetockMsg::Append(batch),
             3 => DetockMsg::AppendAck { shard, number },
@@ -308,12 +314,20 @@ mod tests {
         let coordinator = NodeId(9);
         let (t1, t2) = (TxnId::new(coordinator, 1), TxnId::new(coordinator, 2));
         home.on_start(&mut at!(0));
-        home.on_message(&mut at!(0), coordinator, DetockMsg::Submit { txn: t1, keys: vec![0, 1] });
+        home.on_message(
+            &mut at!(0),
+            coordinator,
+            DetockMsg::Submit { txn: t1, keys: vec![0, 1], pieces: Default::default() },
+        );
         home.on_timer(&mut at!(0), server::ServerTimer::BatchTick.id());
         // No follower acknowledges. Long after the horizon another submission is logged…
-        home.on_message(&mut at!(60), coordinator, DetockMsg::Submit { txn: t2, keys: vec![3] });
+        home.on_message(
+            &mut at!(60),
+            coordinator,
+            DetockMsg::Submit { txn: t2, keys: vec![3], pieces: Default::default() },
+        );
         // …and shard 1's home shows t1 in its log.
-        let entry = LoggedTxn { txn: t1, keys: vec![0, 1] };
+        let entry = LoggedTxn { txn: t1, keys: vec![0, 1], pieces: Default::default() };
         let sync = Arc::new(Batch { shard: 1, number: 1, txns: vec![entry] });
         home.on_message(&mut at!(60), NodeId(4), DetockMsg::LogSync(sync));
         assert_eq!((home.stats().txns_logged, home.stats().txns_adopted), (2, 0), "{:?}", home.stats());

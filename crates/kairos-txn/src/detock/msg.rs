@@ -5,14 +5,17 @@
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
+use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
 
-/// A transaction as a home logged it: its id and *all* its keys (every home that reads the
-/// entry learns the transaction's other shards from them, and can log it itself).
+/// A transaction as a home logged it: its id, *all* its keys (every home that reads the
+/// entry learns the transaction's other shards from them, and can log it itself) and all its
+/// pieces (TPC-C).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoggedTxn {
     pub txn: TxnId,
     pub keys: Vec<Key>,
+    pub pieces: Pieces,
 }
 
 /// One batch of a home's log: what it logged in one batch interval, in log order.
@@ -26,8 +29,9 @@ pub struct Batch {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DetockMsg {
-    /// Coordinator → the home of each involved shard: log this transaction (all its keys).
-    Submit { txn: TxnId, keys: Vec<Key> },
+    /// Coordinator → the home of each involved shard: log this transaction (all its keys and
+    /// pieces).
+    Submit { txn: TxnId, keys: Vec<Key>, pieces: Pieces },
     /// Home of `shard` → coordinator: `txn` executed there; the value each of its keys on
     /// `shard` held before the increment.
     Reply { txn: TxnId, shard: ShardId, reads: Vec<(Key, Value)> },

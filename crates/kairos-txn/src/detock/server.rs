@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 
 use super::msg::{Batch, DetockMsg, LoggedTxn};
 use super::{home, DetockConfig};
@@ -56,6 +56,7 @@ struct Vertex {
     /// The homes whose log held it so far.
     seen: ShardSet,
     keys: Vec<Key>,
+    pieces: Pieces,
     /// The previous transaction on each of its keys, in the log of that key's shard.
     deps: Vec<Dep>,
     /// An incomplete ancestor the last plan found (so that the next walk stops there).
@@ -207,7 +208,7 @@ impl Server {
 
     // ----- The log -----
 
-    fn on_submit(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, txn: TxnId, keys: Vec<Key>) {
+    fn on_submit(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, txn: TxnId, keys: Vec<Key>, pieces: Pieces) {
         // (Valid keys first: a shard set holds at most 64 shards.)
         if !self.valid_keys(&keys) || self.shards_of_keys(&keys) & (1 << self.shard) == 0 || from != txn.coordinator() {
             ctx.metric("detock.submit_refused", 1);
@@ -225,11 +226,11 @@ impl Server {
             ctx.metric("detock.stale_submits", 1);
             return;
         }
-        self.log(ctx, txn, keys);
+        self.log(ctx, txn, keys, pieces);
     }
 
     /// Appends `txn` to the current batch, unless the log is full (the coordinator resubmits).
-    fn log(&mut self, ctx: &mut Ctx<'_, DetockMsg>, txn: TxnId, keys: Vec<Key>) -> bool {
+    fn log(&mut self, ctx: &mut Ctx<'_, DetockMsg>, txn: TxnId, keys: Vec<Key>, pieces: Pieces) -> bool {
         let horizon = self.config.resubmit_after * (self.config.max_sends + 1);
         let now = ctx.now();
         let Some(h) = self.home.as_mut() else { return false };
@@ -237,7 +238,7 @@ impl Server {
             ctx.metric("detock.log_full", 1);
             return false;
         }
-        h.batch.push(LoggedTxn { txn, keys });
+        h.batch.push(LoggedTxn { txn, keys, pieces });
         h.logged.insert(txn, false);
         h.logged_order.push_back((txn, now));
         self.stats.txns_logged += 1;
@@ -389,6 +390,7 @@ impl Server {
                 shards,
                 seen: 0,
                 keys: t.keys.clone(),
+                pieces: t.pieces.clone(),
                 deps: Vec::new(),
                 blocked_on: None,
             });
@@ -403,7 +405,11 @@ impl Server {
             // Another home logged a transaction of this shard: log it here too, unless this
             // home did already (its entry is on the way), so that one lost submission cannot
             // leave it incomplete and everything after it on its keys waiting forever.
-            if mine && s != self.shard && !h.logged.contains_key(&t.txn) && self.log(ctx, t.txn, t.keys.clone()) {
+            if mine
+                && s != self.shard
+                && !h.logged.contains_key(&t.txn)
+                && self.log(ctx, t.txn, t.keys.clone(), t.pieces.clone())
+            {
                 self.stats.txns_adopted += 1;
                 ctx.metric("detock.adopted", 1);
             }
@@ -468,6 +474,7 @@ impl Server {
             h.store.put(k, old.value.wrapping_add(1), old.version + 1);
             reads.push((k, old.value));
         }
+        h.store.run_pieces(&v.pieces, &v.keys);
         ctx.metric("detock.executed", 1);
         if let Some(ran) = h.logged.get_mut(&txn) {
             *ran = true;
@@ -541,7 +548,7 @@ impl Process for Server {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, msg: DetockMsg) {
         match msg {
-            DetockMsg::Submit { txn, keys } => self.on_submit(ctx, from, txn, keys),
+            DetockMsg::Submit { txn, keys, pieces } => self.on_submit(ctx, from, txn, keys, pieces),
             // Log batches are accepted only from the home that wrote them.
             DetockMsg::Append(batch) if self.home_node(batch.shard) == Some(from) => self.on_append(ctx, from, batch),
             DetockMsg::AppendAck { shard, number } if shard == self.shard => {

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 
 use super::msg::{Dep, JanusMsg, ShardSet};
 use super::JanusConfig;
@@ -42,6 +42,8 @@ enum Phase {
 struct Pending {
     shards: ShardSet,
     keys: BTreeMap<ShardId, Vec<Key>>,
+    /// Its pieces (TPC-C) by shard.
+    pieces: BTreeMap<ShardId, Pieces>,
     phase: Phase,
     /// The replica of each shard that answered the pre-accept first.
     closest: BTreeMap<ShardId, u32>,
@@ -115,7 +117,15 @@ impl Coordinator {
             }
         }
         let shards = keys.keys().fold(0, |set, s| set | (1 << s));
-        let pending = Pending { shards, keys, phase: Phase::PreAccept(BTreeMap::new()), closest: BTreeMap::new() };
+        let pieces = keys
+            .keys()
+            .map(|&s| {
+                let here = a.pieces.iter().filter(|p| self.topology.shard_of_key(u64::from(p.w)) == s).cloned();
+                (s, here.collect::<Vec<_>>().into())
+            })
+            .collect();
+        let pending =
+            Pending { shards, keys, pieces, phase: Phase::PreAccept(BTreeMap::new()), closest: BTreeMap::new() };
         self.txns.insert(a.txn, pending);
         self.send_round(ctx, a.txn, false);
     }
@@ -127,6 +137,7 @@ impl Coordinator {
         let n = self.n() as u32;
         let mut out: Vec<(NodeId, JanusMsg)> = Vec::new();
         for (&shard, keys) in &p.keys {
+            let pieces = p.pieces.get(&shard).cloned().unwrap_or_default();
             for r in 0..n {
                 let Some(node) = self.replica_node(shard, r) else { continue };
                 let msg = match &p.phase {
@@ -134,7 +145,7 @@ impl Coordinator {
                         if replies.get(&shard).is_some_and(|m| m.contains_key(&r)) {
                             continue;
                         }
-                        JanusMsg::PreAccept { txn, shards: p.shards, keys: keys.clone() }
+                        JanusMsg::PreAccept { txn, shards: p.shards, keys: keys.clone(), pieces: pieces.clone() }
                     }
                     Phase::Accept { deps, oks } => {
                         if oks.get(&shard).is_some_and(|s| s.contains(&r)) {
@@ -147,7 +158,14 @@ impl Coordinator {
                             continue;
                         }
                         let reply = resend || p.closest.get(&shard).is_none_or(|c| *c == r);
-                        JanusMsg::Commit { txn, shards: p.shards, keys: keys.clone(), deps: deps.clone(), reply }
+                        JanusMsg::Commit {
+                            txn,
+                            shards: p.shards,
+                            keys: keys.clone(),
+                            pieces: pieces.clone(),
+                            deps: deps.clone(),
+                            reply,
+                        }
                     }
                 };
                 out.push((node, msg));

@@ -154,6 +154,8 @@ impl Peer for Janus {
     fn store_mut(server: &mut Server) -> Option<&mut Store> {
         Some(server.store_mut())
     }
+
+    const RUNS_PIECES: bool = true;
 }
 
 /// Janus's fast-path commit latency without conflicts or queueing for a coordinator in
@@ -201,14 +203,14 @@ mod tests {
         let (shard, replica) = (rng.random_range(0..4), rng.random_range(0..4));
         let reads: Vec<(u64, u64)> = keys.iter().map(|k| (*k, *k)).collect();
         match rng.random_range(0..8) {
-            0 => JanusMsg::PreAccept { txn, shards, keys },
+            0 => JanusMsg::PreAccept { txn, shards, keys, pieces: Default::default() },
             1 => JanusMsg::PreAcceptOk { txn, shard, replica, deps },
             2 => JanusMsg::Accept { txn, shards, deps },
             3 => JanusMsg::AcceptOk { txn, shard, replica },
-            4 => JanusMsg::Commit { txn, shards, keys, deps, reply: rng.random_bool(0.5) },
+            4 => JanusMsg::Commit { txn, shards, keys, pieces: Default::default(), deps, reply: rng.random_bool(0.5) },
             5 => JanusMsg::Executed { txn, shard, reads },
             6 => JanusMsg::Inquire { txn },
-            _ => JanusMsg::InquireReply(msg::Answer { txn, shards, deps, shard, keys }),
+            _ => JanusMsg::InquireReply(msg::Answer { txn, shards, deps, shard, keys, pieces: Default::default() }),
         }
     }
 

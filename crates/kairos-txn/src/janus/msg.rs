@@ -4,6 +4,7 @@
 //! whose commit it has not seen.
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
+use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
 
 /// A set of shards as a bit mask (bit s = shard s; at most 64 shards).
@@ -25,11 +26,13 @@ pub struct Dep {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JanusMsg {
     /// Coordinator → every replica of each involved shard: `txn` touches `shards`; `keys` are
-    /// its keys on the receiver's shard. Collect its dependencies there.
+    /// its keys on the receiver's shard, `pieces` what it runs there besides (TPC-C). Collect
+    /// its dependencies there.
     PreAccept {
         txn: TxnId,
         shards: ShardSet,
         keys: Vec<Key>,
+        pieces: Pieces,
     },
     /// Replica `replica` of `shard` → coordinator: the transactions `txn` depends on there.
     PreAcceptOk {
@@ -55,6 +58,7 @@ pub enum JanusMsg {
         txn: TxnId,
         shards: ShardSet,
         keys: Vec<Key>,
+        pieces: Pieces,
         deps: Vec<Dep>,
         reply: bool,
     },
@@ -83,4 +87,5 @@ pub struct Answer {
     pub deps: Vec<Dep>,
     pub shard: ShardId,
     pub keys: Vec<Key>,
+    pub pieces: Pieces,
 }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::graph::{plan, Known};
@@ -59,8 +59,10 @@ enum Status {
 #[derive(Clone, Debug)]
 struct Vertex {
     shards: ShardSet,
-    /// Its keys on this shard (empty for a transaction of other shards, or not yet known).
+    /// Its keys on this shard (empty for a transaction of other shards, or not yet known), and
+    /// what it runs here besides (TPC-C's pieces).
     keys: Vec<Key>,
+    pieces: Pieces,
     status: Status,
     /// Accepted or committed dependencies (the reported ones while pre-accepted).
     deps: Vec<Dep>,
@@ -77,10 +79,11 @@ struct Vertex {
 }
 
 impl Vertex {
-    fn new(shards: ShardSet, keys: Vec<Key>, status: Status, deps: Vec<Dep>) -> Self {
+    fn new(shards: ShardSet, keys: Vec<Key>, pieces: Pieces, status: Status, deps: Vec<Dep>) -> Self {
         Vertex {
             shards,
             keys,
+            pieces,
             status,
             deps,
             reported: None,
@@ -257,7 +260,14 @@ impl Server {
         }
     }
 
-    fn on_pre_accept(&mut self, ctx: &mut Ctx<'_, JanusMsg>, txn: TxnId, shards: ShardSet, mut keys: Vec<Key>) {
+    fn on_pre_accept(
+        &mut self,
+        ctx: &mut Ctx<'_, JanusMsg>,
+        txn: TxnId,
+        shards: ShardSet,
+        mut keys: Vec<Key>,
+        pieces: Pieces,
+    ) {
         keys.sort_unstable();
         keys.dedup();
         if !self.valid_piece(shards, &keys) {
@@ -288,8 +298,10 @@ impl Server {
         deps.sort_unstable();
         deps.dedup_by_key(|d| d.txn);
         deps.retain(|d| d.txn != txn);
-        let vertex =
-            Vertex { reported: Some(deps.clone()), ..Vertex::new(shards, keys, Status::PreAccepted, deps.clone()) };
+        let vertex = Vertex {
+            reported: Some(deps.clone()),
+            ..Vertex::new(shards, keys, pieces, Status::PreAccepted, deps.clone())
+        };
         self.vertices.insert(txn, vertex);
         self.uncommitted_queue.push_back((ctx.now(), txn));
         self.list(txn);
@@ -309,7 +321,7 @@ impl Server {
             let v = self
                 .vertices
                 .entry(txn)
-                .or_insert_with(|| Vertex::new(shards, Vec::new(), Status::Accepted, Vec::new()));
+                .or_insert_with(|| Vertex::new(shards, Vec::new(), Pieces::default(), Status::Accepted, Vec::new()));
             if v.status < Status::Committed {
                 v.status = Status::Accepted;
                 v.deps = deps;
@@ -318,15 +330,17 @@ impl Server {
         ctx.send(txn.coordinator(), JanusMsg::AcceptOk { txn, shard: self.shard, replica: self.replica });
     }
 
+    /// `here`: the keys and pieces of `txn` on this shard.
     fn on_commit(
         &mut self,
         ctx: &mut Ctx<'_, JanusMsg>,
         txn: TxnId,
         shards: ShardSet,
-        mut keys: Vec<Key>,
+        here: (Vec<Key>, Pieces),
         deps: Vec<Dep>,
         reply: bool,
     ) {
+        let (mut keys, pieces) = here;
         keys.sort_unstable();
         keys.dedup();
         if !self.valid_piece(shards, &keys) || !self.valid_deps(&deps) {
@@ -340,27 +354,30 @@ impl Server {
             return;
         }
         self.stats.commits += 1;
-        self.learn_commit(ctx, txn, shards, keys, deps);
+        self.learn_commit(ctx, txn, shards, keys, pieces, deps);
         if let Some(v) = self.vertices.get_mut(&txn) {
             v.reply |= reply;
         }
         self.try_execute(ctx, &[txn]);
     }
 
-    /// `txn` is committed with `deps` (from its coordinator or an inquiry); `keys`: its keys
-    /// on this shard, if known. Wakes what waited for it.
+    /// `txn` is committed with `deps` (from its coordinator or an inquiry); `keys` and
+    /// `pieces`: what it runs on this shard, if known. Wakes what waited for it.
     fn learn_commit(
         &mut self,
         ctx: &mut Ctx<'_, JanusMsg>,
         txn: TxnId,
         shards: ShardSet,
         keys: Vec<Key>,
+        pieces: Pieces,
         deps: Vec<Dep>,
     ) {
         let local = shards & self.my_bit() != 0;
         // A fresh record starts below committed, so that the commit below fills it in.
-        let v =
-            self.vertices.entry(txn).or_insert_with(|| Vertex::new(shards, Vec::new(), Status::Accepted, Vec::new()));
+        let v = self
+            .vertices
+            .entry(txn)
+            .or_insert_with(|| Vertex::new(shards, Vec::new(), Pieces::default(), Status::Accepted, Vec::new()));
         if v.status == Status::Executed {
             return;
         }
@@ -371,6 +388,7 @@ impl Server {
         }
         if local && v.keys.is_empty() {
             v.keys = keys;
+            v.pieces = pieces;
         }
         self.list(txn);
         if let Some(asking) = self.inquirers.remove(&txn) {
@@ -397,6 +415,7 @@ impl Server {
             deps: v.deps.clone(),
             shard: self.shard,
             keys: v.keys.clone(),
+            pieces: v.pieces.clone(),
         }))
     }
 
@@ -500,7 +519,7 @@ impl Server {
     }
 
     fn on_inquire_reply(&mut self, ctx: &mut Ctx<'_, JanusMsg>, from: NodeId, answer: Answer) {
-        let Answer { txn, shards, deps, shard, mut keys } = answer;
+        let Answer { txn, shards, deps, shard, mut keys, mut pieces } = answer;
         if self.topology.locate(from).map(|(s, _)| s) != Some(shard)
             || shards & (1 << shard) == 0
             || !self.valid_deps(&deps)
@@ -518,8 +537,9 @@ impl Server {
             }
         } else {
             keys.clear();
+            pieces = Pieces::default();
         }
-        self.learn_commit(ctx, txn, shards, keys, deps);
+        self.learn_commit(ctx, txn, shards, keys, pieces, deps);
         if local {
             self.try_execute(ctx, &[txn]);
         }
@@ -535,6 +555,7 @@ impl Server {
         let dep = Dep { txn, shards: v.shards };
         let local = v.shards & (1 << self.shard) != 0;
         let keys = v.keys.clone();
+        let pieces = v.pieces.clone();
         let mut reads = Vec::with_capacity(keys.len());
         for &k in &keys {
             self.version += 1;
@@ -555,6 +576,8 @@ impl Server {
                 a.last_executed = Some(dep);
             }
         }
+        self.store.run_pieces(&pieces, &keys);
+        let Some(v) = self.vertices.get_mut(&txn) else { return };
         let reply = v.reply;
         v.reads = reads.clone();
         self.executed.insert(txn);
@@ -632,14 +655,14 @@ impl Process for Server {
     fn on_message(&mut self, ctx: &mut Ctx<'_, JanusMsg>, from: NodeId, msg: JanusMsg) {
         match msg {
             // Only a transaction's own coordinator pre-accepts, accepts and commits it.
-            JanusMsg::PreAccept { txn, shards, keys } if from == txn.coordinator() => {
-                self.on_pre_accept(ctx, txn, shards, keys)
+            JanusMsg::PreAccept { txn, shards, keys, pieces } if from == txn.coordinator() => {
+                self.on_pre_accept(ctx, txn, shards, keys, pieces)
             }
             JanusMsg::Accept { txn, shards, deps } if from == txn.coordinator() => {
                 self.on_accept(ctx, txn, shards, deps)
             }
-            JanusMsg::Commit { txn, shards, keys, deps, reply } if from == txn.coordinator() => {
-                self.on_commit(ctx, txn, shards, keys, deps, reply)
+            JanusMsg::Commit { txn, shards, keys, pieces, deps, reply } if from == txn.coordinator() => {
+                self.on_commit(ctx, txn, shards, (keys, pieces), deps, reply)
             }
             JanusMsg::Inquire { txn } => self.on_inquire(ctx, from, txn),
             JanusMsg::InquireReply(answer) => self.on_inquire_reply(ctx, from, answer),
