@@ -108,4 +108,6 @@ impl Peer for NccPaxos {
     fn store_mut(server: &mut TxnServer) -> Option<&mut Store> {
         Some(server.store_mut())
     }
+
+    const RUNS_PIECES: bool = true;
 }

@@ -58,4 +58,6 @@ impl Peer for OccPaxos {
     fn store_mut(server: &mut TxnServer) -> Option<&mut Store> {
         Some(server.store_mut())
     }
+
+    const RUNS_PIECES: bool = true;
 }

@@ -29,6 +29,7 @@ pub struct Store {
     /// outside TPC-C).
     scale: Option<TpccScale>,
     warehouses: Vec<WarehouseDb>,
+    writes_applied: u64,
     /// Pieces refused as bad input ([`kairos_workload::tpcc::PieceError`]): none in a run
     /// whose coordinators are Kairos's own.
     pieces_refused: u64,
@@ -68,6 +69,20 @@ impl Store {
         &self.warehouses
     }
 
+    /// Writes installed so far ([`Store::put`]): of two replicas of a shard, the one that
+    /// applied more of the shard's order.
+    pub fn writes_applied(&self) -> u64 {
+        self.writes_applied
+    }
+
+    /// Whether both hold the same values and rows (replicas that applied the same order must;
+    /// versions are a protocol's own and may differ between replicas, e.g. Janus's).
+    pub fn same_data(&self, other: &Store) -> bool {
+        self.keys.len() == other.keys.len()
+            && self.keys.iter().zip(&other.keys).all(|((k, a), (l, b))| k == l && a.value == b.value)
+            && self.warehouses == other.warehouses
+    }
+
     pub fn pieces_refused(&self) -> u64 {
         self.pieces_refused
     }
@@ -84,6 +99,7 @@ impl Store {
             return false;
         }
         *slot = Versioned { value, version };
+        self.writes_applied += 1;
         true
     }
 

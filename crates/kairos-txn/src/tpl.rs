@@ -65,4 +65,6 @@ impl Peer for TwoPlPaxos {
     fn store_mut(server: &mut TxnServer) -> Option<&mut Store> {
         Some(server.store_mut())
     }
+
+    const RUNS_PIECES: bool = true;
 }

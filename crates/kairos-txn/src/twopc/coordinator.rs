@@ -18,7 +18,7 @@ use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, ShellTimer, TxnShell, TxnStats};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -59,6 +59,8 @@ enum Phase {
 #[derive(Clone, Debug, Default)]
 struct Part {
     keys: Vec<Key>,
+    /// The attempt's TPC-C pieces on this shard.
+    pieces: Pieces,
     values: Option<Vec<(Key, Value, u64)>>,
     voted: bool,
 }
@@ -184,6 +186,10 @@ impl TxnCoordinator {
                 part.keys.push(k);
             }
         }
+        for (shard, part) in parts.iter_mut() {
+            let here = a.pieces.iter().filter(|p| self.topology.shard_of_key(u64::from(p.w)) == *shard).cloned();
+            part.pieces = here.collect::<Vec<_>>().into();
+        }
         // NCC: the timestamp is this clock plus the largest predicted one-way delay to the
         // shards involved (each attempt takes a fresh one).
         let owd_ns = parts.keys().filter_map(|s| self.owd_ns.get(*s as usize)).copied().max().unwrap_or(0);
@@ -209,8 +215,9 @@ impl TxnCoordinator {
     }
 
     fn send_execute(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
-        let keys = run.parts[&shard].keys.clone();
-        ctx.send(self.leader(shard), TxnMsg::Execute { tk, ts: run.ts, keys });
+        let part = &run.parts[&shard];
+        let (keys, pieces) = (part.keys.clone(), part.pieces.clone());
+        ctx.send(self.leader(shard), TxnMsg::Execute { tk, ts: run.ts, keys, pieces });
     }
 
     /// NCC: shard `shard` executed attempt `tk` at its timestamp and prepared it; with every
@@ -256,7 +263,8 @@ impl TxnCoordinator {
     fn send_prepare(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
         let reads = run.parts[&shard].values.iter().flatten().map(|(k, _, ver)| (*k, *ver)).collect();
         let writes = run.writes.get(&shard).cloned().unwrap_or_default();
-        ctx.send(self.leader(shard), TxnMsg::Prepare { tk, reads, writes, one_phase: run.one_phase });
+        let pieces = run.parts[&shard].pieces.clone();
+        ctx.send(self.leader(shard), TxnMsg::Prepare { tk, reads, writes, pieces, one_phase: run.one_phase });
     }
 
     /// Whether the shard, not this coordinator, decides the current run of `tk`: a one-phase

@@ -90,6 +90,7 @@ pub mod server;
 use kairos_consensus::paxos::{PaxosConfig, PaxosMsg};
 use kairos_core::LatencyMatrix;
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
+use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -115,11 +116,13 @@ pub enum Cc {
 /// A shard's log entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Record {
-    /// The attempt is prepared here: it holds `keys` until decided, and writes `writes`.
+    /// The attempt is prepared here: it holds `keys` until decided, and writes `writes` (and
+    /// runs `pieces`, TPC-C's, when committed).
     Prepare {
         tk: TxnKey,
         keys: Vec<Key>,
         writes: Vec<(Key, Value)>,
+        pieces: Pieces,
         /// NCC: the attempt's timestamp, which its writes commit at (0 for 2PL and OCC).
         ts: u64,
     },
@@ -130,6 +133,7 @@ pub enum Record {
         tk: TxnKey,
         reads: Vec<(Key, u64)>,
         writes: Vec<(Key, Value)>,
+        pieces: Pieces,
     },
     Commit {
         tk: TxnKey,
@@ -169,13 +173,15 @@ pub enum TxnMsg {
         tk: TxnKey,
         shard: ShardId,
     },
-    /// Coordinator → leader: prepare `writes`; OCC validates the `(key, version)`s read. With
+    /// Coordinator → leader: prepare `writes` (and `pieces`, the attempt's TPC-C pieces on
+    /// this shard, run when it commits); OCC validates the `(key, version)`s read. With
     /// `one_phase` (the attempt touches this shard only) the leader commits or aborts it alone
     /// and its `Vote` is the outcome.
     Prepare {
         tk: TxnKey,
         reads: Vec<(Key, u64)>,
         writes: Vec<(Key, Value)>,
+        pieces: Pieces,
         one_phase: bool,
     },
     Vote {
@@ -189,6 +195,7 @@ pub enum TxnMsg {
         tk: TxnKey,
         ts: u64,
         keys: Vec<Key>,
+        pieces: Pieces,
     },
     /// NCC, leader → coordinator: executed at the attempt's timestamp and its prepare record is
     /// durable (the *yes*; a *no* is `Refused` or `Vote { yes: false }`). `values`: the values
@@ -331,14 +338,27 @@ mod tests {
                 tk: tk0,
                 reads: vec![(u64::MAX, u64::MAX)],
                 writes: vec![(0, u64::MAX)],
+                pieces: Default::default(),
                 one_phase: false,
             },
-            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)], one_phase: false },
-            TxnMsg::Prepare { tk: tk0, reads: vec![(1, 0)], writes: vec![(1, 1)], one_phase: true },
-            TxnMsg::Prepare { tk, reads: vec![(u64::MAX, 3)], writes: vec![], one_phase: true },
+            TxnMsg::Prepare { tk, reads: vec![], writes: vec![(2, 1)], pieces: Default::default(), one_phase: false },
+            TxnMsg::Prepare {
+                tk: tk0,
+                reads: vec![(1, 0)],
+                writes: vec![(1, 1)],
+                pieces: Default::default(),
+                one_phase: true,
+            },
+            TxnMsg::Prepare {
+                tk,
+                reads: vec![(u64::MAX, 3)],
+                writes: vec![],
+                pieces: Default::default(),
+                one_phase: true,
+            },
             TxnMsg::Decide { tk: tk0, commit: true },
-            TxnMsg::Execute { tk: tk0, ts: u64::MAX, keys: vec![0, 0, 1] },
-            TxnMsg::Execute { tk, ts: 0, keys: vec![] },
+            TxnMsg::Execute { tk: tk0, ts: u64::MAX, keys: vec![0, 0, 1], pieces: Default::default() },
+            TxnMsg::Execute { tk, ts: 0, keys: vec![], pieces: Default::default() },
             TxnMsg::Executed { tk: tk0, shard: 0, values: vec![(1, 1)], arrival_ns: u64::MAX },
             TxnMsg::Executed { tk, shard: u32::MAX, values: vec![], arrival_ns: 0 },
             TxnMsg::Decide { tk, commit: false },
@@ -446,7 +466,16 @@ mod tests {
         let out = deliver(&mut s, TxnMsg::Decide { tk: old, commit: false });
         assert!(out.iter().any(|(to, m)| *to == NodeId(12) && matches!(m, TxnMsg::ReadReply { .. })));
         assert!(out.iter().any(|(to, m)| *to == NodeId(11) && matches!(m, TxnMsg::DecideAck { .. })));
-        let out = deliver(&mut s, TxnMsg::Prepare { tk: young, reads: vec![], writes: vec![(7, 1)], one_phase: false });
+        let out = deliver(
+            &mut s,
+            TxnMsg::Prepare {
+                tk: young,
+                reads: vec![],
+                writes: vec![(7, 1)],
+                pieces: Default::default(),
+                one_phase: false,
+            },
+        );
         assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
         assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
     }
@@ -510,11 +539,20 @@ mod tests {
             let mut s = one_shard_leader(cc);
             let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
             // 2PL: no locks; OCC: a stale version. Either way a no vote decided alone.
-            let out =
-                deliver(&mut s, TxnMsg::Prepare { tk: x, reads: vec![(3, 9)], writes: vec![(3, 5)], one_phase: false });
+            let out = deliver(
+                &mut s,
+                TxnMsg::Prepare {
+                    tk: x,
+                    reads: vec![(3, 9)],
+                    writes: vec![(3, 5)],
+                    pieces: Default::default(),
+                    one_phase: false,
+                },
+            );
             assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
             // The vote was lost; a new leader locked, prepared and committed the attempt.
-            let prepare = Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)], ts: 0 };
+            let prepare =
+                Record::Prepare { tk: x, keys: vec![3], writes: vec![(3, 5)], ts: 0, pieces: Default::default() };
             deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare, Record::Commit { tk: x }]));
             assert_eq!(s.paxos().applied(), 2);
             assert_eq!((s.store().get(3).value, s.store().get(3).version), (5, 2), "{cc:?}: the commit applies");
@@ -533,7 +571,13 @@ mod tests {
         assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
         let mut rng = Rng::seed_from_u64(3);
         let mut fx = Vec::new();
-        let stale = TxnMsg::Prepare { tk: x, reads: vec![(7, 4)], writes: vec![(7, 12)], one_phase: false };
+        let stale = TxnMsg::Prepare {
+            tk: x,
+            reads: vec![(7, 4)],
+            writes: vec![(7, 12)],
+            pieces: Default::default(),
+            one_phase: false,
+        };
         s.on_message(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut fx), NodeId(10), stale);
         let out = sends(fx);
         assert_eq!(accepts_with_entries(&out), 0, "nothing proposed: {out:?}");
@@ -547,7 +591,13 @@ mod tests {
             0,
             10,
             LocalTime::ZERO,
-            TxnMsg::Prepare { tk: y, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false },
+            TxnMsg::Prepare {
+                tk: y,
+                reads: vec![(7, 0)],
+                writes: vec![(7, 1)],
+                pieces: Default::default(),
+                one_phase: false,
+            },
         );
         assert_eq!(accepts_with_entries(&out), 2, "{out:?}");
     }
@@ -568,10 +618,17 @@ mod tests {
                 0,
                 10,
                 LocalTime::ZERO,
-                TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false },
+                TxnMsg::Prepare {
+                    tk: x,
+                    reads: vec![(7, 0)],
+                    writes: vec![(7, 1)],
+                    pieces: Default::default(),
+                    one_phase: false,
+                },
             );
             assert_eq!(accepts_with_entries(&out), 2, "the prepare record is proposed: {out:?}");
-            let prepare = Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)], ts: 0 };
+            let prepare =
+                Record::Prepare { tk: x, keys: vec![7], writes: vec![(7, 1)], ts: 0, pieces: Default::default() };
             let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, accept_from_new_leader(vec![prepare]));
             assert_eq!(s.prepared_count(), 1, "the record is applied");
             assert!(!s.paxos().is_leader());
@@ -585,7 +642,13 @@ mod tests {
     fn a_prepare_resent_while_an_abort_is_logged_gets_a_no() {
         let mut s = one_shard_leader(Cc::Optimistic);
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
-        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: false };
+        let prepare = TxnMsg::Prepare {
+            tk: x,
+            reads: vec![(7, 0)],
+            writes: vec![(7, 1)],
+            pieces: Default::default(),
+            one_phase: false,
+        };
         deliver(&mut s, prepare.clone());
         let ack = PaxosMsg::Accepted { ballot: Ballot { round: 0, replica: 0 }, prefix: 1, gap: false, incarnation: 0 };
         let out = deliver_at(&mut s, 0, 1, LocalTime::ZERO, TxnMsg::Paxos(ack));
@@ -645,7 +708,13 @@ mod tests {
             if cc == Cc::Locking {
                 deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
             }
-            let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: true };
+            let prepare = TxnMsg::Prepare {
+                tk: x,
+                reads: vec![(7, 0)],
+                writes: vec![(7, 1)],
+                pieces: Default::default(),
+                one_phase: true,
+            };
             let out = deliver(&mut s, prepare.clone());
             assert!(out.is_empty(), "{cc:?}: no vote before the record is durable: {out:?}");
             // A decision sent by mistake does not decide it: its record does.
@@ -674,13 +743,14 @@ mod tests {
                 tk: tk(seq),
                 reads: vec![(7, ver)],
                 writes: vec![(7, value)],
+                pieces: Default::default(),
             };
             let records = vec![
-                one_phase(1, 0, 1),                                                        // slot 0: commits
-                one_phase(2, 0, 1),                                                        // read version 0: stale
-                Record::Prepare { tk: tk(3), keys: vec![7], writes: vec![(7, 2)], ts: 0 }, // holds key 7
-                one_phase(4, 1, 2),                                                        // key 7 is prepared
-                Record::Commit { tk: tk(3) },                                              // slot 4: version 5
+                one_phase(1, 0, 1), // slot 0: commits
+                one_phase(2, 0, 1), // read version 0: stale
+                Record::Prepare { tk: tk(3), keys: vec![7], writes: vec![(7, 2)], ts: 0, pieces: Default::default() }, // holds key 7
+                one_phase(4, 1, 2),           // key 7 is prepared
+                Record::Commit { tk: tk(3) }, // slot 4: version 5
                 Record::Abort { tk: tk(5) },
                 one_phase(5, 5, 9), // its abort record came first
                 one_phase(6, 5, 3), // commits
@@ -703,7 +773,13 @@ mod tests {
         let ballot = s.paxos().ballot();
         // The attempt read at the old leader; its one-phase request reaches the new one.
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
-        let prepare = TxnMsg::Prepare { tk: x, reads: vec![(7, 0)], writes: vec![(7, 1)], one_phase: true };
+        let prepare = TxnMsg::Prepare {
+            tk: x,
+            reads: vec![(7, 0)],
+            writes: vec![(7, 1)],
+            pieces: Default::default(),
+            one_phase: true,
+        };
         let out = deliver_at(&mut s, 1, 10, LocalTime::from_secs(2), prepare.clone());
         assert!(!out.iter().any(|(_, m)| matches!(m, TxnMsg::Vote { .. })), "no unlogged no: {out:?}");
         assert_eq!(accepts_with_entries(&out), 2, "an abort record is proposed: {out:?}");
@@ -722,7 +798,7 @@ mod tests {
     fn ncc_pieces_wait_for_older_undecided_versions_and_abort_early_behind_newer_ones() {
         let mut s = one_shard_leader(Cc::Ncc);
         let tk = |seq| TxnKey { txn: TxnId::new(NodeId(10), seq), attempt: 1 };
-        let execute = |seq, ts| TxnMsg::Execute { tk: tk(seq), ts, keys: vec![7] };
+        let execute = |seq, ts| TxnMsg::Execute { tk: tk(seq), ts, keys: vec![7], pieces: Default::default() };
         let executed = |seq, value| TxnMsg::Executed { tk: tk(seq), shard: 0, values: vec![(7, value)], arrival_ns: 0 };
         // A (ts 100) executes; it answers once its prepare record (slot 0) is durable.
         let out = deliver(&mut s, execute(1, 100));

@@ -27,7 +27,7 @@ use crate::store::Store;
 use kairos_consensus::paxos::{Ballot, MultiPaxos};
 use kairos_core::{Ctx, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 kairos_core::timers! {
@@ -69,14 +69,16 @@ struct Active {
     /// The keys it locks (all locks are exclusive).
     keys: Vec<Key>,
     state: State,
-    /// NCC: the values it read (sent with `Executed`) and when its `Execute` arrived.
+    /// NCC: the values it read (sent with `Executed`), when its `Execute` arrived, and its
+    /// pieces (TPC-C) to prepare with its writes.
     values: Vec<(Key, Value)>,
     arrival_ns: u64,
+    pieces: Pieces,
 }
 
 impl Active {
     fn new(prio: (u64, TxnKey), one_phase: bool, keys: Vec<Key>, state: State) -> Self {
-        Active { prio, one_phase, keys, state, values: Vec::new(), arrival_ns: 0 }
+        Active { prio, one_phase, keys, state, values: Vec::new(), arrival_ns: 0, pieces: Pieces::default() }
     }
 }
 
@@ -99,6 +101,8 @@ enum Outcome {
 struct Prepared {
     keys: Vec<Key>,
     writes: Vec<(Key, Value)>,
+    /// TPC-C's pieces, run when the attempt commits.
+    pieces: Pieces,
     /// NCC: the timestamp the writes commit at (0 for 2PL and OCC).
     ts: u64,
 }
@@ -343,13 +347,13 @@ impl TxnServer {
     fn apply_committed(&mut self, ctx: &mut Ctx<'_, TxnMsg>) {
         for (slot, record) in self.paxos.take_committed() {
             match record {
-                Record::Prepare { tk, keys, writes, ts } => {
+                Record::Prepare { tk, keys, writes, pieces, ts } => {
                     // Only a logged outcome (an earlier commit / abort record) skips it: the
                     // same decision on every replica.
                     if self.done.contains_key(&tk) {
                         continue;
                     }
-                    self.insert_prepared(tk, Prepared { keys, writes, ts });
+                    self.insert_prepared(tk, Prepared { keys, writes, pieces, ts });
                     // Yes only from the ready leader of the ballot that proposed the record: a
                     // message that deposes this leader may also commit its record (the new
                     // leader recovered it), before `sync_leadership` has run.
@@ -376,6 +380,7 @@ impl TxnServer {
                 }
                 Record::Commit { tk } => {
                     if let Some(p) = self.remove_prepared(tk) {
+                        self.store.run_pieces(&p.pieces, &p.keys);
                         for (k, v) in p.writes {
                             self.store.put(k, v, slot + 1);
                             if self.cc == Cc::Ncc {
@@ -399,12 +404,14 @@ impl TxnServer {
                     self.remember_done(tk, Outcome::Aborted);
                     self.finish(ctx, tk, Outcome::Aborted, false);
                 }
-                Record::CommitOnePhase { tk, reads, writes } => {
+                Record::CommitOnePhase { tk, reads, writes, pieces } => {
                     // An abort record logged first (after a leadership change) decided it.
                     if self.done.contains_key(&tk) {
                         continue;
                     }
                     let outcome = if self.one_phase_valid(&reads, &writes) {
+                        let keys: Vec<Key> = writes.iter().map(|(k, _)| *k).collect();
+                        self.store.run_pieces(&pieces, &keys);
                         for (k, v) in writes {
                             self.store.put(k, v, slot + 1);
                         }
@@ -618,12 +625,13 @@ impl TxnServer {
         }
     }
 
+    /// `(writes, pieces)`: the values the attempt writes here, and its TPC-C pieces.
     fn on_prepare(
         &mut self,
         ctx: &mut Ctx<'_, TxnMsg>,
         tk: TxnKey,
         reads: Vec<(Key, u64)>,
-        writes: Vec<(Key, Value)>,
+        (writes, pieces): (Vec<(Key, Value)>, Pieces),
         one_phase: bool,
     ) {
         let shard = self.shard;
@@ -676,7 +684,7 @@ impl TxnServer {
                     return;
                 }
                 let keys = a.keys.clone();
-                self.start_prepare(ctx, tk, keys, reads, writes, one_phase);
+                self.start_prepare(ctx, tk, keys, reads, (writes, pieces), one_phase);
             }
             None if self.cc == Cc::Optimistic => {
                 if self.superseded(tk) || self.active.len() >= self.config.active_max {
@@ -701,7 +709,7 @@ impl TxnServer {
                 }
                 let active = Active::new((0, tk), one_phase, keys.clone(), State::Locked);
                 self.active.insert(tk, active);
-                self.start_prepare(ctx, tk, keys, reads, writes, one_phase);
+                self.start_prepare(ctx, tk, keys, reads, (writes, pieces), one_phase);
             }
             None => {
                 // 2PL: the locks are gone (wounded, a new leader, or never taken).
@@ -747,7 +755,7 @@ impl TxnServer {
         tk: TxnKey,
         keys: Vec<Key>,
         reads: Vec<(Key, u64)>,
-        writes: Vec<(Key, Value)>,
+        (writes, pieces): (Vec<(Key, Value)>, Pieces),
         one_phase: bool,
     ) {
         let ballot = self.paxos.ballot();
@@ -757,9 +765,9 @@ impl TxnServer {
         }
         let ts = if self.cc == Cc::Ncc { self.active.get(&tk).map_or(0, |a| a.prio.0) } else { 0 };
         let record = if one_phase {
-            Record::CommitOnePhase { tk, reads, writes }
+            Record::CommitOnePhase { tk, reads, writes, pieces }
         } else {
-            Record::Prepare { tk, keys, writes, ts }
+            Record::Prepare { tk, keys, writes, pieces, ts }
         };
         if !self.propose(ctx, record) {
             // The log refuses (overloaded): vote no.
@@ -779,7 +787,7 @@ impl TxnServer {
     }
 
     /// NCC: executes attempt `tk` at timestamp `ts` on `keys` (module docs of [`crate::ncc`]).
-    fn on_execute(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, ts: u64, keys: Vec<Key>) {
+    fn on_execute(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, ts: u64, keys: Vec<Key>, pieces: Pieces) {
         let shard = self.shard;
         let mut keys = keys;
         keys.sort_unstable();
@@ -827,6 +835,7 @@ impl TxnServer {
         }
         let mut active = Active::new((ts, tk), false, keys.clone(), State::Waiting { missing: keys.len() });
         active.arrival_ns = ctx.now().as_nanos();
+        active.pieces = pieces;
         self.active.insert(tk, active);
         let mut missing = 0;
         for k in &keys {
@@ -907,8 +916,8 @@ impl TxnServer {
         let Some(a) = self.active.get_mut(&tk) else { return };
         a.values = a.keys.iter().map(|k| (*k, self.store.get(*k).value)).collect();
         let writes = a.values.iter().map(|(k, v)| (*k, v.saturating_add(1))).collect();
-        let keys = a.keys.clone();
-        self.start_prepare(ctx, tk, keys, Vec::new(), writes, false);
+        let (keys, pieces) = (a.keys.clone(), a.pieces.clone());
+        self.start_prepare(ctx, tk, keys, Vec::new(), (writes, pieces), false);
     }
 
     /// NCC: the rules abort `tk` here before it executed everywhere (its coordinator aborts it).
@@ -1012,8 +1021,10 @@ impl Process for TxnServer {
                 }
             }
             TxnMsg::Read { tk, age_ns, keys } => self.on_read(ctx, tk, age_ns, keys),
-            TxnMsg::Prepare { tk, reads, writes, one_phase } => self.on_prepare(ctx, tk, reads, writes, one_phase),
-            TxnMsg::Execute { tk, ts, keys } => self.on_execute(ctx, tk, ts, keys),
+            TxnMsg::Prepare { tk, reads, writes, pieces, one_phase } => {
+                self.on_prepare(ctx, tk, reads, (writes, pieces), one_phase)
+            }
+            TxnMsg::Execute { tk, ts, keys, pieces } => self.on_execute(ctx, tk, ts, keys, pieces),
             TxnMsg::Decide { tk, commit } => self.on_decide(ctx, tk, commit),
             TxnMsg::Executed { .. }
             | TxnMsg::ReadReply { .. }
