@@ -195,6 +195,12 @@ pub struct Request {
     pub cluster_time: Option<SignedClusterTime>,
     /// `maxTimeMS`: how long the member may wait (for afterClusterTime or write concern).
     pub max_time_ms: u32,
+    /// A read that a secondary may answer (MongoDB's `secondaryOk`: read preference other
+    /// than primary). Without it a member that is not primary refuses the read
+    /// (`NotPrimaryNoSecondaryOk`), as MongoDB does: a read meant for the primary's data must
+    /// not get a lagging or restarted secondary's.
+    #[serde(default)]
+    pub secondary_ok: bool,
 }
 
 /// An error reply: `{ok: 0, code, codeName, errmsg}`.
@@ -248,6 +254,7 @@ pub mod codes {
     pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
     pub const INTERRUPTED_DUE_TO_REPL_STATE_CHANGE: i32 = 11602;
     pub const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
+    pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
     pub const EXCEEDED_LIMIT: i32 = 2;
     pub const TRANSACTION_TOO_OLD: i32 = 225;
 
@@ -263,6 +270,7 @@ pub mod codes {
             NOT_WRITABLE_PRIMARY => "NotWritablePrimary",
             INTERRUPTED_DUE_TO_REPL_STATE_CHANGE => "InterruptedDueToReplStateChange",
             NOT_PRIMARY_OR_SECONDARY => "NotPrimaryOrSecondary",
+            NOT_PRIMARY_NO_SECONDARY_OK => "NotPrimaryNoSecondaryOk",
             EXCEEDED_LIMIT => "BadValue",
             TRANSACTION_TOO_OLD => "TransactionTooOld",
             _ => "UnknownError",

@@ -284,6 +284,7 @@ impl Session {
             after_cluster_time: if self.cfg.causal { self.operation_time } else { None },
             cluster_time: self.cluster_time,
             max_time_ms: self.cfg.max_time_ms,
+            secondary_ok: self.cfg.read_pref != ReadPref::Primary,
         };
         self.record(ctx, OpType::Invoke, Self::micro(op));
         ctx.send(to, CausalMsg::Request(req));
@@ -375,7 +376,8 @@ impl Session {
             }
             (Err(e), _) => {
                 *self.stats.errors.entry(e.code).or_default() += 1;
-                let no_hint = e.code == codes::NOT_WRITABLE_PRIMARY && r.primary_hint.is_none();
+                let not_primary = matches!(e.code, codes::NOT_WRITABLE_PRIMARY | codes::NOT_PRIMARY_NO_SECONDARY_OK);
+                let no_hint = not_primary && r.primary_hint.is_none();
                 if no_hint || e.code == codes::MAX_TIME_MS_EXPIRED {
                     self.rotate(op);
                 }

@@ -76,6 +76,7 @@ fn random_messages_never_panic_a_member() {
                     after_cluster_time: Some(ct(&mut rng)).filter(|_| rng.random()),
                     cluster_time: signed(&mut rng),
                     max_time_ms: rng.random(),
+                    secondary_ok: rng.random(),
                 })
             } else {
                 CausalMsg::Peer(PeerMsg { term: rng.random_range(0..5), cluster_time: signed(&mut rng), body })

@@ -17,6 +17,7 @@ fn req(id: u64, op: ClientOp, ct: Option<SignedClusterTime>) -> Request {
         after_cluster_time: None,
         cluster_time: ct,
         max_time_ms: 2_000,
+        secondary_ok: true,
     }
 }
 

@@ -568,6 +568,13 @@ impl Member {
         }
         match req.op {
             ClientOp::Append { key, value } => self.client_write(ctx, from, &req, key, value),
+            ClientOp::Read { .. } if !req.secondary_ok && !self.is_primary() => {
+                let e = ErrorReply::new(
+                    codes::NOT_PRIMARY_NO_SECONDARY_OK,
+                    "not primary: send primary reads to the primary",
+                );
+                self.reply_err(ctx, from, req.id, e);
+            }
             ClientOp::Read { .. } => {
                 if self.read_ready(&req) {
                     self.answer_read(ctx, from, &req);
