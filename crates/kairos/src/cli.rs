@@ -57,6 +57,9 @@ pub enum BenchCommand {
     Tiga(TigaBenchArgs),
     /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir, Janus, Calvin+, Detock, NCC, NCC+) on identical MicroBench work, side by side.
     Micro(MicroBenchArgs),
+    /// The peers on identical TPC-C work in the Tiga paper's deployment (6 shards × 3 replicas), side by side, with
+    /// TPC-C's consistency conditions checked at the end of every run.
+    Tpcc(TpccBenchArgs),
     /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
     Causal(CausalBenchArgs),
     /// The replicated register (multi-writer ABD) in the simulated four-region deployment.
@@ -206,21 +209,13 @@ pub struct TigaBenchArgs {
     pub history: Option<PathBuf>,
 }
 
+/// What `bench micro` and `bench tpcc` share: the protocols, the load search, the deployment's
+/// clocks and placement, the CPU model and the outputs.
 #[derive(Args, Debug, Clone)]
-#[command(
-    long_about = "Runs every listed protocol on the identical MicroBench workload, deployment (3 shards × 3 replicas \
-in sc / fi / br, 2 coordinators in each of sc / fi / br / hk), clock preset and seed, checks every run's history \
-for strict serializability, and prints one table: maximum throughput, p50 / p90 latency overall and per coordinator \
-region at a common load, commit rate (commits / attempts) and each run's verdict, with Tiga's ratios over each peer.\n\n\
-Maximum throughput is measured under the measured-CPU service model (each handler costs its real CPU time; \
-results vary with the machine and its load, so compare protocols within one run). Without --load, each protocol's \
-saturation is found by a short doubling sweep.",
-    after_help = "Examples:\n  kairos bench micro\n  kairos bench micro --protocols tiga,tapir --load 2000,8000,32000\n  \
-kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
-)]
-pub struct MicroBenchArgs {
+pub struct TxnBenchArgs {
     /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, detock, ncc (one server
-    /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos); `all` names them all.
+    /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos); `all` names every
+    /// protocol that runs the workload.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub protocols: Vec<String>,
     #[command(flatten)]
@@ -229,21 +224,13 @@ pub struct MicroBenchArgs {
     /// Without it, each protocol's saturation is found by a doubling sweep from --sweep-start.
     #[arg(long, value_delimiter = ',')]
     pub load: Vec<f64>,
-    /// First load of the saturation sweep, txn/s (doubled until throughput stops following the offered load).
-    #[arg(long, default_value_t = 2_000.0)]
-    pub sweep_start: f64,
+    /// First load of the saturation sweep, txn/s (doubled until throughput stops following the offered load;
+    /// default 2,000 for MicroBench, 250 for TPC-C).
+    #[arg(long)]
+    pub sweep_start: Option<f64>,
     /// Load at which latencies are compared, txn/s (default: half the smallest maximum throughput found).
     #[arg(long)]
     pub common_load: Option<f64>,
-    /// Zipf skew of MicroBench's key choice (paper: 0.5).
-    #[arg(long, default_value_t = 0.5)]
-    pub skew: f64,
-    /// Also run every protocol at these skews at --sweep-load and report latency per protocol per skew.
-    #[arg(long, value_delimiter = ',')]
-    pub skew_sweep: Vec<f64>,
-    /// Offered load of the skew sweep, txn/s (default: the common load).
-    #[arg(long)]
-    pub sweep_load: Option<f64>,
     /// Clock preset of every node.
     #[arg(long, value_enum, default_value_t = ClockArg::Chrony)]
     pub clock: ClockArg,
@@ -273,6 +260,67 @@ pub struct MicroBenchArgs {
     /// Write this run's figure (latency CDF of every protocol run, SVG) to this file.
     #[arg(long, value_name = "PATH.svg")]
     pub plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    long_about = "Runs every listed protocol on the identical MicroBench workload, deployment (3 shards × 3 replicas \
+in sc / fi / br, 2 coordinators in each of sc / fi / br / hk), clock preset and seed, checks every run's history \
+for strict serializability, and prints one table: maximum throughput, p50 / p90 latency overall and per coordinator \
+region at a common load, commit rate (commits / attempts) and each run's verdict, with Tiga's ratios over each peer.\n\n\
+Maximum throughput is measured under the measured-CPU service model (each handler costs its real CPU time; \
+results vary with the machine and its load, so compare protocols within one run). Without --load, each protocol's \
+saturation is found by a short doubling sweep.",
+    after_help = "Examples:\n  kairos bench micro\n  kairos bench micro --protocols tiga,tapir --load 2000,8000,32000\n  \
+kairos bench micro --skew-sweep 0.5,0.7,0.9,0.99 --sweep-load 4000 --json results/micro.json"
+)]
+pub struct MicroBenchArgs {
+    #[command(flatten)]
+    pub run: TxnBenchArgs,
+    /// Zipf skew of MicroBench's key choice (paper: 0.5).
+    #[arg(long, default_value_t = 0.5)]
+    pub skew: f64,
+    /// Also run every protocol at these skews at --sweep-load and report latency per protocol per skew.
+    #[arg(long, value_delimiter = ',')]
+    pub skew_sweep: Vec<f64>,
+    /// Offered load of the skew sweep, txn/s (default: the common load).
+    #[arg(long)]
+    pub sweep_load: Option<f64>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    long_about = "Runs every listed protocol on the identical TPC-C workload as the Tiga paper deployed it (6 shards × \
+3 replicas in sc / fi / br, one warehouse per shard, 10 districts each, the mix new-order / payment / delivery / \
+order-status / stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, 1 % remote order lines), each transaction split \
+into one-shot pieces per warehouse. Every run's history is checked strictly serializable over the conflict keys \
+(warehouse, district, stock), and at its end TPC-C's consistency conditions are checked on the servers' databases \
+and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
+The tables are scaled down tenfold from TPC-C's (300 customers and initial orders per district, 10,000 items) so \
+that 18 replicas fit in one process; the warehouses and districts, where TPC-C's contention lies, are not scaled. \
+Tiga and Tapir do not run TPC-C yet.",
+    after_help = "Examples:\n  kairos bench tpcc\n  kairos bench tpcc --protocols janus,calvin+,detock --load 500,1000,2000\n  \
+kairos bench tpcc --mix new-order=50,payment=50 --json results/tpcc.json"
+)]
+pub struct TpccBenchArgs {
+    #[command(flatten)]
+    pub run: TxnBenchArgs,
+    /// The transaction mix: type=percent pairs summing to 100 (types: new-order, payment, delivery, order-status,
+    /// stock-level; those not named get 0).
+    #[arg(long, default_value = "new-order=44,payment=44,delivery=4,order-status=4,stock-level=4")]
+    pub mix: String,
+    /// Warehouses, spread evenly over the 6 shards (paper: one per shard).
+    #[arg(long, default_value_t = 6)]
+    pub warehouses: u32,
+    /// Customers per district (TPC-C: 3,000).
+    #[arg(long, default_value_t = 300)]
+    pub customers_per_district: u32,
+    /// Orders each district starts with (TPC-C: 3,000; the last 30 % undelivered).
+    #[arg(long, default_value_t = 300)]
+    pub initial_orders_per_district: u32,
+    /// Items, and stock rows per warehouse (TPC-C: 100,000).
+    #[arg(long, default_value_t = 10_000)]
+    pub items: u32,
 }
 
 #[derive(Args, Debug)]

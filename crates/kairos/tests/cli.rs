@@ -186,6 +186,11 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "net", "--windows", "0"], "--windows"),
         (vec!["bench", "net", "--sizes", "99999999"], "--sizes"),
         (vec!["bench", "net", "--messages", "0"], "--messages"),
+        (vec!["bench", "tpcc", "--mix", "new-order=44,refund=56"], "unknown TPC-C transaction type 'refund'"),
+        (vec!["bench", "tpcc", "--mix", "new-order=44,payment=44"], "sum to 88, not 100"),
+        (vec!["bench", "tpcc", "--warehouses", "0"], "at least one warehouse"),
+        (vec!["bench", "tpcc", "--warehouses", "4"], "4 warehouses cannot be spread over 6 shards"),
+        (vec!["bench", "tpcc", "--protocols", "tiga", "--load", "100"], "tiga does not run TPC-C yet"),
     ] {
         let o = kairos(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
@@ -256,6 +261,49 @@ fn bench_micro_reports_admitted_load_and_costs_per_commit() {
         assert!(r["extra"]["busiest_server_us_per_commit"].as_f64().unwrap() > wire, "{r}");
         assert_eq!(r["extra"]["message_cost"]["source"], "--message-cost-us", "{r}");
         assert_eq!(r["extra"]["message_cost"]["wire_cost"]["send_ns_base"], 2000.0, "{r}");
+    }
+}
+
+/// `bench tpcc` runs the peers on TPC-C and reports, per run, the databases' checks beside the
+/// history's verdict.
+#[test]
+fn bench_tpcc_checks_the_databases_of_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("tpcc.json");
+    let o = kairos(&[
+        "bench",
+        "tpcc",
+        "--protocols",
+        "calvin+,2pl-paxos",
+        "--load",
+        "150",
+        "--common-load",
+        "150",
+        "--duration-s",
+        "1",
+        "--cpu-us",
+        "5",
+        "--customers-per-district",
+        "30",
+        "--initial-orders-per-district",
+        "30",
+        "--items",
+        "1000",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("TPC-C, 6 warehouses on 6 shards"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = v.as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["workload"]["name"], "tpcc", "{r}");
+        assert_eq!(r["extra"]["verdict"], "valid", "{r}");
+        let db = &r["extra"]["tpcc_consistency"];
+        assert_eq!(db["violations"], 0, "{r}");
+        assert!(db["conditions_checked"].as_u64().unwrap() > 6 * 10 * 30 * 3, "{r}");
+        assert!(r["committed"].as_u64().unwrap() > 50, "{r}");
     }
 }
 

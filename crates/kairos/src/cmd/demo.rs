@@ -68,7 +68,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     };
     let peers = Protocol::ALL.into_iter().map(|p| super::micro::run_point(&bench, p)).collect::<Result<Vec<_>, _>>()?;
     let regions: Vec<String> = bench.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
-    super::micro::print_comparison(&regions, None, &peers, bench.base.load_txn_per_s);
+    super::micro::print_comparison(&regions, None, &peers, bench.base.load_txn_per_s, false);
     println!();
 
     println!("━━ 3. Causal sessions over a signed cluster-wide clock (MongoDB) ━━");

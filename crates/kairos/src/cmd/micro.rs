@@ -1,12 +1,13 @@
-//! `kairos bench micro`: Tiga and its peers on identical MicroBench work, side by side.
+//! `kairos bench micro` and `kairos bench tpcc`: Tiga and its peers on identical MicroBench or
+//! TPC-C work, side by side.
 //!
 //! For each protocol: its maximum throughput (the best windowed throughput over the given
 //! loads, or over a doubling sweep that stops once throughput no longer follows the offered
-//! load), then a run at one common load for latency, then optionally a skew sweep. Every run's
-//! history is checked strictly serializable; the exit status is an anomaly if any run is
-//! invalid.
+//! load), then a run at one common load for latency, then optionally (MicroBench) a skew sweep.
+//! Every run's history is checked strictly serializable, and a TPC-C run's databases against
+//! TPC-C's consistency conditions; the exit status is an anomaly if any run is invalid.
 
-use crate::cli::MicroBenchArgs;
+use crate::cli::{MicroBenchArgs, TpccBenchArgs, TxnBenchArgs};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -14,10 +15,11 @@ use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
 use kairos_core::history::{HistoryRecord, OpType};
-use kairos_harness::micro::{Bench, Protocol, RunOutcome};
+use kairos_harness::micro::{Bench, Protocol, RunOutcome, TpccBench, TpccOutcome};
 use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
 use kairos_txn::shell::ShellConfig;
+use kairos_workload::tpcc::{TpccMix, TpccScale};
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +31,8 @@ const SATURATED_SHARE: f64 = 0.85;
 const SWEEP_POINTS_MAX: usize = 12;
 /// Highest offered load the harness accepts, txn/s.
 const LOAD_MAX: f64 = 2_000_000.0;
+/// Shards of the TPC-C deployment (the paper's: 6 shards × 3 replicas).
+const TPCC_SHARDS: u32 = 6;
 
 /// The verdict of one checked run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,16 +85,19 @@ pub struct Point {
     /// The part of it charged for the busiest server's messages (sending and receiving), µs.
     pub busiest_server_wire_us_per_commit: f64,
     pub verdict: Verdict,
+    /// TPC-C runs: what the end-of-run checks of the databases found.
+    pub tpcc: Option<TpccOutcome>,
     pub result: RunResult,
 }
 
-impl MicroBenchArgs {
-    /// Validates the flags: the protocols in order (each once) and the base bench.
-    pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
+impl TxnBenchArgs {
+    /// Validates the flags: the protocols in order (each once; `all`: every protocol that
+    /// `runs` the workload) and the base bench.
+    pub fn to_bench(&self, runs: impl Fn(Protocol) -> bool) -> Result<(Vec<Protocol>, Bench), CliError> {
         let mut protocols = Vec::new();
         for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             let named: Vec<Protocol> = if name.eq_ignore_ascii_case("all") {
-                Protocol::ALL.to_vec()
+                Protocol::ALL.into_iter().filter(|p| runs(*p)).collect()
             } else {
                 vec![name
                     .parse()
@@ -108,29 +115,14 @@ impl MicroBenchArgs {
                 Protocol::ALL.map(Protocol::name).join(", ")
             )));
         }
-        let check_load = |flag: &str, l: f64| {
-            if l > 0.0 && l <= LOAD_MAX {
-                Ok(())
-            } else {
-                Err(CliError::Usage(format!(
-                    "{flag} takes offered loads in transactions per second, above 0 and at most {LOAD_MAX}, not {l}"
-                )))
-            }
-        };
         for l in &self.load {
             check_load("--load", *l)?;
         }
-        check_load("--sweep-start", self.sweep_start)?;
+        if let Some(l) = self.sweep_start {
+            check_load("--sweep-start", l)?;
+        }
         if let Some(l) = self.common_load {
             check_load("--common-load", l)?;
-        }
-        if let Some(l) = self.sweep_load {
-            check_load("--sweep-load", l)?;
-        }
-        for s in std::iter::once(&self.skew).chain(&self.skew_sweep) {
-            if !(0.0..=5.0).contains(s) {
-                return Err(CliError::Usage(format!("a skew is a Zipf exponent between 0 and 5, not {s}")));
-            }
         }
         if !(self.duration_s >= 0.5 && self.duration_s <= 600.0) {
             return Err(CliError::Usage(format!(
@@ -138,7 +130,7 @@ impl MicroBenchArgs {
                 self.duration_s
             )));
         }
-        // The per-message cost is filled in by `bench` (it may calibrate the host first).
+        // The per-message cost is filled in by `compare` (it may calibrate the host first).
         let cpu = match self.cpu_us {
             None => CpuModel::MEASURED,
             Some(us) if (0.0..=1_000_000.0).contains(&us) => CpuModel::Fixed(Duration::from_secs_f64(us / 1e6)),
@@ -149,7 +141,6 @@ impl MicroBenchArgs {
                 seed: self.seed,
                 clock: self.clock.into(),
                 placement: self.placement.into(),
-                skew: self.skew,
                 duration: Duration::from_secs_f64(self.duration_s),
                 cpu,
                 ..Default::default()
@@ -157,6 +148,52 @@ impl MicroBenchArgs {
             shell: ShellConfig { admission_control: self.admission.admission_control, ..ShellConfig::default() },
             ..Bench::default()
         };
+        Ok((protocols, bench))
+    }
+}
+
+fn check_load(flag: &str, l: f64) -> Result<(), CliError> {
+    if l > 0.0 && l <= LOAD_MAX {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "{flag} takes offered loads in transactions per second, above 0 and at most {LOAD_MAX}, not {l}"
+        )))
+    }
+}
+
+impl MicroBenchArgs {
+    /// Validates the flags: the protocols in order (each once) and the base bench.
+    pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
+        let (protocols, mut bench) = self.run.to_bench(|_| true)?;
+        if let Some(l) = self.sweep_load {
+            check_load("--sweep-load", l)?;
+        }
+        for s in std::iter::once(&self.skew).chain(&self.skew_sweep) {
+            if !(0.0..=5.0).contains(s) {
+                return Err(CliError::Usage(format!("a skew is a Zipf exponent between 0 and 5, not {s}")));
+            }
+        }
+        bench.base.skew = self.skew;
+        Ok((protocols, bench))
+    }
+}
+
+impl TpccBenchArgs {
+    /// Validates the flags: the protocols (`all`: those that run TPC-C) and the TPC-C bench.
+    pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
+        let (protocols, mut bench) = self.run.to_bench(Protocol::runs_tpcc)?;
+        let mix = TpccMix::parse(&self.mix).map_err(|e| CliError::Usage(format!("--mix: {e}")))?;
+        let scale = TpccScale {
+            warehouses: self.warehouses,
+            customers_per_district: self.customers_per_district,
+            initial_orders_per_district: self.initial_orders_per_district,
+            items: self.items,
+            ..TpccScale::default()
+        };
+        scale.validate(TPCC_SHARDS).map_err(|e| CliError::Usage(e.to_string()))?;
+        bench.base.shards = TPCC_SHARDS;
+        bench.tpcc = Some(TpccBench { scale, mix });
         Ok((protocols, bench))
     }
 }
@@ -181,7 +218,11 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     })?;
     bar.finish_and_clear();
     let totals = outcome.totals();
-    let verdict = Verdict::of(&report);
+    // A TPC-C run is valid only if its databases are too.
+    let verdict = match &outcome.tpcc {
+        Some(t) if !t.holds() => Verdict::Invalid,
+        _ => Verdict::of(&report),
+    };
     let result = run_result(bench, &outcome, &report);
     progress::say(
         &bar,
@@ -198,6 +239,9 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     );
     if verdict == Verdict::Invalid {
         progress::say(&bar, report.to_string());
+        if let Some(t) = outcome.tpcc.as_ref().filter(|t| !t.holds()) {
+            progress::say(&bar, tpcc_failures(t));
+        }
     }
     Ok(Point {
         protocol,
@@ -215,8 +259,22 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         busiest_server_wire_us_per_commit: outcome.busiest_server_wire.as_secs_f64() * 1e6
             / totals.committed.max(1) as f64,
         verdict,
+        tpcc: outcome.tpcc.clone(),
         result,
     })
+}
+
+/// What a TPC-C run's database checks found wrong, for the terminal.
+fn tpcc_failures(t: &TpccOutcome) -> String {
+    let mut lines = vec![format!(
+        "TPC-C databases: {} of {} consistency conditions violated, {} replicas differ, {} pieces refused",
+        t.consistency.violations,
+        t.consistency.checked,
+        t.replicas_differ.len(),
+        t.pieces_refused
+    )];
+    lines.extend(t.consistency.shown.iter().chain(&t.replicas_differ).map(|v| format!("  {v}")));
+    lines.join("\n")
 }
 
 /// The result contract of one run.
@@ -235,10 +293,38 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     extra.insert("cpu_model".into(), format!("{:?}", bench.base.cpu).into());
     let has_fast_path =
         matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir | Protocol::Janus | Protocol::CalvinPlus);
+    let workload = match &bench.tpcc {
+        None => {
+            serde_json::json!({ "name": "micro", "skew": bench.base.skew, "keys_per_shard": bench.base.keys_per_shard, "shards": bench.base.shards, "keys_per_txn": 3 })
+        }
+        Some(t) => serde_json::json!({
+            "name": "tpcc",
+            "shards": bench.base.shards,
+            "warehouses": t.scale.warehouses,
+            "districts_per_warehouse": t.scale.districts_per_warehouse,
+            "customers_per_district": t.scale.customers_per_district,
+            "initial_orders_per_district": t.scale.initial_orders_per_district,
+            "items": t.scale.items,
+            "mix": t.mix.to_string(),
+        }),
+    };
+    if let Some(t) = &outcome.tpcc {
+        extra.insert(
+            "tpcc_consistency".into(),
+            serde_json::json!({
+                "conditions_checked": t.consistency.checked,
+                "violations": t.consistency.violations,
+                "shown": t.consistency.shown,
+                "replicas_differ": t.replicas_differ,
+                "replicas_behind": t.replicas_behind,
+                "pieces_refused": t.pieces_refused,
+            }),
+        );
+    }
     RunResult {
         system: "tiga".into(),
         protocol: outcome.protocol.name().into(),
-        workload: serde_json::json!({ "name": "micro", "skew": bench.base.skew, "keys_per_shard": bench.base.keys_per_shard, "shards": bench.base.shards, "keys_per_txn": 3 }),
+        workload,
         host: "sim".into(),
         clock: bench.base.clock.to_string(),
         seed: bench.base.seed,
@@ -270,7 +356,12 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
 }
 
 /// The points of one protocol's throughput search: the given loads, or a doubling sweep.
-fn saturation_points(args: &MicroBenchArgs, template: &Bench, protocol: Protocol) -> Result<Vec<Point>, CliError> {
+fn saturation_points(
+    args: &TxnBenchArgs,
+    sweep_start: f64,
+    template: &Bench,
+    protocol: Protocol,
+) -> Result<Vec<Point>, CliError> {
     let mut points = Vec::new();
     if !args.load.is_empty() {
         for &load in &args.load {
@@ -278,7 +369,7 @@ fn saturation_points(args: &MicroBenchArgs, template: &Bench, protocol: Protocol
         }
         return Ok(points);
     }
-    let mut load = args.sweep_start;
+    let mut load = args.sweep_start.unwrap_or(sweep_start);
     while points.len() < SWEEP_POINTS_MAX && load <= LOAD_MAX {
         let p = run_point(&template.at_load(load), protocol)?;
         let share = p.throughput_txn_per_s / load;
@@ -298,7 +389,42 @@ fn max_throughput(points: &[Point]) -> f64 {
 }
 
 pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
-    let (protocols, mut template) = args.to_bench()?;
+    let (protocols, template) = args.to_bench()?;
+    let title = format!("MicroBench, skew {}", template.base.skew);
+    let skews = SkewSweep { skews: &args.skew_sweep, load: args.sweep_load };
+    compare(&args.run, protocols, template, &title, 2_000.0, Some(skews))
+}
+
+pub fn bench_tpcc(args: TpccBenchArgs) -> Result<(), CliError> {
+    let (protocols, template) = args.to_bench()?;
+    let tpcc = template.tpcc.expect("to_bench sets TPC-C");
+    let title = format!(
+        "TPC-C, {} warehouses on {} shards × 3 replicas, mix {}, {} customers and {} initial orders per district, {} items",
+        tpcc.scale.warehouses,
+        template.base.shards,
+        tpcc.mix,
+        tpcc.scale.customers_per_district,
+        tpcc.scale.initial_orders_per_district,
+        tpcc.scale.items
+    );
+    compare(&args.run, protocols, template, &title, 250.0, None)
+}
+
+/// MicroBench's optional skew sweep: these skews at this load (default: the common load).
+struct SkewSweep<'a> {
+    skews: &'a [f64],
+    load: Option<f64>,
+}
+
+/// Runs the comparison of `protocols` on `template`'s work and prints and writes its results.
+fn compare(
+    args: &TxnBenchArgs,
+    protocols: Vec<Protocol>,
+    mut template: Bench,
+    title: &str,
+    sweep_start: f64,
+    skew_sweep: Option<SkewSweep>,
+) -> Result<(), CliError> {
     let mut message_cost = None;
     if let CpuModel::Measured { wire, .. } = &mut template.base.cpu {
         let (calibrated, source) = super::net::wire_cost(args.message_cost_us)?;
@@ -306,8 +432,7 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         message_cost = Some(source);
     }
     println!(
-        "MicroBench, skew {}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
-        template.base.skew,
+        "{title}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
         template.base.clock,
         if template.base.placement == Placement::CoLocated { "co-located" } else { "separated" },
         template.base.seed,
@@ -325,7 +450,7 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
     let mut sweeps: Vec<(Protocol, Vec<Point>)> = Vec::new();
     for &p in &protocols {
         eprintln!("— {p}: maximum throughput");
-        sweeps.push((p, saturation_points(&args, &template, p)?));
+        sweeps.push((p, saturation_points(args, sweep_start, &template, p)?));
     }
     let max_by_protocol: Vec<(Protocol, f64)> = sweeps.iter().map(|(p, pts)| (*p, max_throughput(pts))).collect();
     let common_load = args.common_load.unwrap_or_else(|| {
@@ -338,8 +463,11 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         common.push(run_point(&template.at_load(common_load), p)?);
     }
     let mut skew_points: Vec<Point> = Vec::new();
-    let sweep_load = args.sweep_load.unwrap_or(common_load);
-    for &skew in &args.skew_sweep {
+    let (skews, sweep_load) = match &skew_sweep {
+        Some(s) => (s.skews, s.load.unwrap_or(common_load)),
+        None => (&[][..], common_load),
+    };
+    for &skew in skews {
         for &p in &protocols {
             eprintln!("— {p}: skew {skew} at {sweep_load:.0} txn/s");
             let mut bench = template.at_load(sweep_load);
@@ -350,9 +478,9 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
 
     print_sweeps(&sweeps);
     let regions: Vec<String> = template.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
-    print_comparison(&regions, Some(&max_by_protocol), &common, common_load);
+    print_comparison(&regions, Some(&max_by_protocol), &common, common_load, template.tpcc.is_some());
     if !skew_points.is_empty() {
-        print_skew_sweep(&protocols, &args.skew_sweep, &skew_points, sweep_load);
+        print_skew_sweep(&protocols, skews, &skew_points, sweep_load);
     }
     let all_points = sweeps.iter().flat_map(|(_, pts)| pts).chain(&common).chain(&skew_points);
     if all_points.clone().any(|p| p.verdict == Verdict::Unverified) {
@@ -368,7 +496,7 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
         .chain(&common)
         .chain(&skew_points)
         .find(|p| p.verdict == Verdict::Invalid)
-        .map(|p| (p.protocol, p.offered_txn_per_s, p.skew));
+        .map(|p| (p.protocol, p.offered_txn_per_s, p.skew, p.tpcc.as_ref().is_some_and(|t| !t.holds())));
     if args.json.is_some() || args.plot.is_some() {
         let mut results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
         if let Some(source) = &message_cost {
@@ -381,22 +509,25 @@ pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
             println!("wrote {}", path.display());
         }
         if let Some(path) = &args.plot {
-            let title =
-                format!("MicroBench at {common_load:.0} txn/s, skew {}: commit latency CDF", template.base.skew);
+            let title = format!("{title} at {common_load:.0} txn/s: commit latency CDF");
             crate::report::write_run_figure(path, &title, &results)?;
         }
     }
-    match invalid {
-        None => Ok(()),
-        Some((protocol, load, skew)) => Err(CliError::Anomaly(format!(
-            "the {protocol} history at {load:.0} txn/s, skew {skew}, seed {} is not strictly serializable ({})",
-            template.base.seed,
-            match template.base.cpu {
-                CpuModel::Fixed(_) => format!("replay with --seed {} --load {load} --skew {skew}", template.base.seed),
-                _ => "measured CPU times vary between runs: rerun with --cpu-us for a bit-for-bit replay".into(),
-            }
-        ))),
-    }
+    let Some((protocol, load, skew, databases)) = invalid else { return Ok(()) };
+    let what = if databases {
+        "left TPC-C databases that fail their checks (see above)"
+    } else {
+        "has a history that is not strictly serializable"
+    };
+    let skew_flag = if template.tpcc.is_some() { String::new() } else { format!(" --skew {skew}") };
+    Err(CliError::Anomaly(format!(
+        "{protocol} at {load:.0} txn/s, seed {} {what} ({})",
+        template.base.seed,
+        match template.base.cpu {
+            CpuModel::Fixed(_) => format!("replay with --seed {} --load {load}{skew_flag}", template.base.seed),
+            _ => "measured CPU times vary between runs: rerun with --cpu-us for a bit-for-bit replay".into(),
+        }
+    )))
 }
 
 fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
@@ -429,10 +560,23 @@ fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
     println!("\nThroughput search:\n{t}");
 }
 
-/// The protocol's maximum MicroBench throughput in the Tiga paper's Table 1 (skew 0.5), if the
-/// table has it (its NCC column, 47.4k, is NCC without replication, all servers in one region;
-/// NCC+ is not in the table).
-fn paper_max_txn_per_s(p: Protocol) -> Option<f64> {
+/// The protocol's maximum throughput in the Tiga paper's Table 1, on MicroBench (skew 0.5) or
+/// on TPC-C, if the table has it (its NCC column is NCC without replication, all servers in one
+/// region; NCC+ is not in the table).
+fn paper_max_txn_per_s(tpcc: bool, p: Protocol) -> Option<f64> {
+    if tpcc {
+        return match p {
+            Protocol::Tiga => Some(21_600.0),
+            Protocol::TwoPlPaxos => Some(2_100.0),
+            Protocol::OccPaxos => Some(900.0),
+            Protocol::Tapir => Some(1_100.0),
+            Protocol::Janus => Some(10_800.0),
+            Protocol::CalvinPlus => Some(6_100.0),
+            Protocol::Detock => Some(13_300.0),
+            Protocol::Ncc => Some(860.0),
+            Protocol::NccPaxos => None,
+        };
+    }
     match p {
         Protocol::Tiga => Some(157_300.0),
         Protocol::TwoPlPaxos => Some(22_900.0),
@@ -447,12 +591,14 @@ fn paper_max_txn_per_s(p: Protocol) -> Option<f64> {
 }
 
 /// The side-by-side table: per protocol, its maximum throughput and Tiga's ratio over it (when
-/// `max_by_protocol` is given), and its latency at the common load against Tiga's.
+/// `max_by_protocol` is given; the paper's figures are its TPC-C row when `tpcc`), and its
+/// latency at the common load against Tiga's.
 pub fn print_comparison(
     regions: &[String],
     max_by_protocol: Option<&[(Protocol, f64)]>,
     common: &[Point],
     common_load: f64,
+    tpcc: bool,
 ) {
     let max_of = |p: Protocol| max_by_protocol?.iter().find(|(q, _)| *q == p).map(|(_, t)| *t);
     let tiga_max = max_of(Protocol::Tiga);
@@ -474,7 +620,7 @@ pub fn print_comparison(
             let max = max_of(pt.protocol).unwrap_or(0.0);
             row.push(format!("{max:.0}"));
             row.push(tiga_max.map_or("-".into(), |t| ratio(t, max)));
-            match (paper_max_txn_per_s(pt.protocol), paper_max_txn_per_s(Protocol::Tiga)) {
+            match (paper_max_txn_per_s(tpcc, pt.protocol), paper_max_txn_per_s(tpcc, Protocol::Tiga)) {
                 (Some(paper), Some(tiga)) => {
                     row.push(format!("{paper:.0}"));
                     row.push(ratio(tiga, paper));
@@ -500,7 +646,8 @@ pub fn print_comparison(
     if max_by_protocol.is_some() {
         println!(
             "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
-             (Tiga ×: Tiga's maximum throughput over the protocol's; paper: the Tiga paper's Table 1):\n{t}"
+             (Tiga ×: Tiga's maximum throughput over the protocol's; paper: the Tiga paper's Table 1{}):\n{t}",
+            if tpcc { ", TPC-C row" } else { "" }
         );
     } else {
         println!("\nSide by side at {common_load:.0} txn/s:\n{t}");

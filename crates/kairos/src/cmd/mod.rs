@@ -27,6 +27,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo(a) => demo::run(a),
         Command::Bench(BenchCommand::Tiga(a)) => tiga::bench(a),
         Command::Bench(BenchCommand::Micro(a)) => micro::bench(a),
+        Command::Bench(BenchCommand::Tpcc(a)) => micro::bench_tpcc(a),
         Command::Bench(BenchCommand::Causal(a)) => causal::bench(a),
         Command::Bench(BenchCommand::Register(a)) => bench::register(a),
         Command::Bench(BenchCommand::Des(a)) => bench::des(a),
