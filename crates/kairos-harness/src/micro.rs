@@ -20,7 +20,7 @@ use kairos_txn::janus::{Janus, JanusMsg};
 use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
 use kairos_txn::peer::Peer;
-use kairos_txn::shell::{ShellConfig, TxnShell, TxnStats};
+use kairos_txn::shell::{KindSample, ShellConfig, TxnShell, TxnStats};
 use kairos_txn::store::Store;
 use kairos_txn::tapir::{Tapir, TapirMsg};
 use kairos_txn::tpl::TwoPlPaxos;
@@ -190,6 +190,8 @@ pub struct RunOutcome {
     pub wall: Duration,
     /// TPC-C runs: the end-of-run checks of the servers' databases.
     pub tpcc: Option<TpccOutcome>,
+    /// Every coordinator's finished transactions by type (TPC-C runs; empty otherwise).
+    pub kinds: Vec<KindSample>,
 }
 
 impl RunOutcome {
@@ -405,6 +407,10 @@ impl Bench {
             })
             .collect();
         let tpcc = self.tpcc.map(|t| tpcc_outcome::<P>(&sim, &topology, &t.scale));
+        let kinds = (0..process_regions.len())
+            .filter_map(|i| sim.role::<P::Coordinator>(NodeId((servers + i) as u32)))
+            .flat_map(|c| P::shell(c).kind_samples().iter().copied())
+            .collect();
         Ok(RunOutcome {
             protocol: P::PROTOCOL,
             history: sim.take_history(),
@@ -417,6 +423,7 @@ impl Bench {
             busiest_server_wire,
             wall: started.elapsed(),
             tpcc,
+            kinds,
         })
     }
 
@@ -486,6 +493,7 @@ impl Bench {
             busiest_server_wire: o.busiest_server_wire,
             wall: o.wall,
             tpcc: None,
+            kinds: Vec::new(),
         })
     }
 }

@@ -70,7 +70,7 @@
 //!   also always sends the decision).
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 use crate::store::Store;
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
@@ -97,8 +97,8 @@ impl Peer for NccPaxos {
         TxnCoordinator::ncc(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
-        c.txn_stats()
+    fn shell(c: &TxnCoordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &TxnServer) -> Option<&Store> {

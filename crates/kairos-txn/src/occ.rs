@@ -17,7 +17,7 @@
 //! increments that read the same version both commit (a lost update the checker reports).
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 use crate::store::Store;
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
@@ -47,8 +47,8 @@ impl Peer for OccPaxos {
         TxnCoordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
-        c.txn_stats()
+    fn shell(c: &TxnCoordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &TxnServer) -> Option<&Store> {

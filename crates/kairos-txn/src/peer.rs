@@ -18,8 +18,12 @@ pub trait Peer: 'static {
     type Config: Clone + 'static;
     fn server(topology: &Topology, config: &Self::Config, shard: ShardId, replica: u32) -> Self::Server;
     fn coordinator(topology: &Topology, config: &Self::Config, shell: TxnShell) -> Self::Coordinator;
-    /// The coordinator's counters (usually its shell's).
-    fn coordinator_stats(c: &Self::Coordinator) -> TxnStats;
+    /// The coordinator's shell (its counters and per-type samples).
+    fn shell(c: &Self::Coordinator) -> &TxnShell;
+    /// The coordinator's counters.
+    fn coordinator_stats(c: &Self::Coordinator) -> TxnStats {
+        Self::shell(c).stats()
+    }
     /// Whether the servers run a transaction's pieces ([`Store::run_pieces`]) where they write
     /// its keys, so that the protocol can run TPC-C (a deployment refuses TPC-C otherwise).
     const RUNS_PIECES: bool = false;

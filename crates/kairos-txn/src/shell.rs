@@ -227,10 +227,26 @@ pub struct Attempt {
     pub attempt: u32,
 }
 
+/// One finished transaction of a workload with types (TPC-C), for per-type statistics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KindSample {
+    /// [`TxnWork::kind`].
+    pub kind: u8,
+    /// Committed, or failed after its last attempt.
+    pub committed: bool,
+    pub attempts: u32,
+    /// From the invocation to the commit or the failure, on the coordinator's clock.
+    pub latency_ns: u64,
+}
+
+/// Samples one coordinator keeps at most (later ones are counted nowhere).
+pub const KIND_SAMPLES_MAX: usize = 1 << 20;
+
 #[derive(Clone, Debug)]
 struct Pending {
     keys: Vec<Key>,
     pieces: Pieces,
+    kind: Option<u8>,
     slot: u64,
     invoked_at: LocalTime,
     attempt: u32,
@@ -258,6 +274,7 @@ pub struct TxnShell {
     /// The open-loop load's adaptive in-flight limit (`ShellConfig::admission_control`).
     admission: AdmissionLimit,
     stats: TxnStats,
+    kind_samples: Vec<KindSample>,
 }
 
 impl TxnShell {
@@ -280,6 +297,7 @@ impl TxnShell {
             slots,
             admission,
             stats: TxnStats::default(),
+            kind_samples: Vec::new(),
         }
     }
 
@@ -337,6 +355,18 @@ impl TxnShell {
         self.stats
     }
 
+    /// The finished transactions of a workload with types (TPC-C), one sample each.
+    pub fn kind_samples(&self) -> &[KindSample] {
+        &self.kind_samples
+    }
+
+    fn sample_kind(&mut self, p: &Pending, committed: bool, now: LocalTime) {
+        if let Some(kind) = p.kind.filter(|_| self.kind_samples.len() < KIND_SAMPLES_MAX) {
+            let latency_ns = now.saturating_since(p.invoked_at).as_nanos() as u64;
+            self.kind_samples.push(KindSample { kind, committed, attempts: p.attempt, latency_ns });
+        }
+    }
+
     pub fn config(&self) -> &ShellConfig {
         &self.config
     }
@@ -386,12 +416,12 @@ impl TxnShell {
     /// Invokes a transaction on `keys` now (outside the open loop, e.g. from a test), or
     /// `None` if it is refused (no keys, too many in flight, ids too far ahead of the clock).
     pub fn invoke<M>(&mut self, ctx: &mut Ctx<'_, M>, keys: Vec<Key>) -> Option<Attempt> {
-        self.invoke_work(ctx, TxnWork { keys, pieces: Pieces::default() })
+        self.invoke_work(ctx, TxnWork { keys, pieces: Pieces::default(), kind: None })
     }
 
     /// Invokes a transaction that runs `work` (see [`TxnShell::invoke`]).
     pub fn invoke_work<M>(&mut self, ctx: &mut Ctx<'_, M>, work: TxnWork) -> Option<Attempt> {
-        let TxnWork { keys, pieces } = work;
+        let TxnWork { keys, pieces, kind } = work;
         if keys.is_empty() {
             return None;
         }
@@ -413,7 +443,15 @@ impl TxnShell {
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(
             txn,
-            Pending { keys: keys.clone(), pieces: pieces.clone(), slot, invoked_at: ctx.now(), attempt: 1, invoke },
+            Pending {
+                keys: keys.clone(),
+                pieces: pieces.clone(),
+                kind,
+                slot,
+                invoked_at: ctx.now(),
+                attempt: 1,
+                invoke,
+            },
         );
         self.stats.invoked += 1;
         self.stats.attempts += 1;
@@ -436,6 +474,7 @@ impl TxnShell {
         let Some(p) = self.pending.remove(&txn) else { return false };
         let value = increment_completion(&p.keys, |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v));
         ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
+        self.sample_kind(&p, true, ctx.now());
         self.slots.give_back(p.slot);
         self.stats.committed += 1;
         ctx.metric("txn.committed", 1);
@@ -469,6 +508,7 @@ impl TxnShell {
         }
         self.finished(ctx, txn, Finish::Aborted);
         let Some(p) = self.pending.remove(&txn) else { return };
+        self.sample_kind(&p, false, ctx.now());
         ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
         self.slots.give_back(p.slot);
         self.stats.failed += 1;

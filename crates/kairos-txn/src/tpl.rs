@@ -24,7 +24,7 @@
 //! and the two increments collapse into one (a lost update the checker reports).
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 use crate::store::Store;
 use crate::twopc::coordinator::TxnCoordinator;
 use crate::twopc::server::TxnServer;
@@ -54,8 +54,8 @@ impl Peer for TwoPlPaxos {
         TxnCoordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &TxnCoordinator) -> TxnStats {
-        c.txn_stats()
+    fn shell(c: &TxnCoordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &TxnServer) -> Option<&Store> {

@@ -26,7 +26,7 @@ pub trait TxnSource: Send {
     /// keys and, for a workload richer than increments (TPC-C), the pieces the shards run.
     fn next_txn(&mut self, rng: &mut Rng, date_ns: u64) -> TxnWork {
         let _ = date_ns;
-        TxnWork { keys: self.next_keys(rng), pieces: Pieces::default() }
+        TxnWork { keys: self.next_keys(rng), pieces: Pieces::default(), kind: None }
     }
 }
 
@@ -40,6 +40,9 @@ pub type Pieces = std::sync::Arc<[crate::tpcc::Piece]>;
 pub struct TxnWork {
     pub keys: Vec<Key>,
     pub pieces: Pieces,
+    /// The transaction's type, for per-type statistics (TPC-C: its index in
+    /// [`crate::tpcc::TxnType::ALL`]); none for MicroBench.
+    pub kind: Option<u8>,
 }
 
 /// A workload that cannot be built as asked.

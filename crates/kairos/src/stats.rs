@@ -82,7 +82,8 @@ const CDF_QUANTILES: usize = 50;
 /// completed (`ok`) operations' latencies (nearest rank). Empty when nothing completed.
 pub type Cdf = Vec<[f64; 2]>;
 
-fn cdf_of(mut latencies_ns: Vec<u64>) -> Cdf {
+/// The CDF of these latencies (nanoseconds), sampled as [`latency_cdfs`] samples.
+pub fn cdf_of(mut latencies_ns: Vec<u64>) -> Cdf {
     if latencies_ns.is_empty() {
         return Vec::new();
     }

@@ -304,7 +304,15 @@ fn bench_tpcc_checks_the_databases_of_every_run() {
         assert_eq!(db["violations"], 0, "{r}");
         assert!(db["conditions_checked"].as_u64().unwrap() > 6 * 10 * 30 * 3, "{r}");
         assert!(r["committed"].as_u64().unwrap() > 50, "{r}");
+        // Per transaction type: every type of the mix ran, new-order and payment most.
+        let by_type = r["extra"]["by_type"].as_array().unwrap();
+        let names: Vec<&str> = by_type.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["new-order", "payment", "delivery", "order-status", "stock-level"], "{r}");
+        let committed = |i: usize| by_type[i]["committed"].as_u64().unwrap();
+        assert!(committed(0) > committed(2) && committed(1) > committed(3), "{r}");
+        assert!(r["latency_cdf_ms_by_op"]["new-order"].as_array().is_some_and(|c| !c.is_empty()), "{r}");
     }
+    assert!(text(&o).contains("By transaction type at 150 txn/s"), "{}", text(&o));
 }
 
 #[test]

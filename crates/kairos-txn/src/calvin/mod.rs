@@ -84,7 +84,7 @@ pub use msg::CalvinMsg;
 pub use server::Server;
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 
 /// The replica of shard `shard` (of `replicas` per shard) that sequences it: s mod n, as the
 /// paper's code designates it, so that the sequencers spread over the server regions.
@@ -164,8 +164,8 @@ impl Peer for CalvinPlus {
         Coordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &Coordinator) -> TxnStats {
-        c.shell().stats()
+    fn shell(c: &Coordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &Server) -> Option<&Store> {

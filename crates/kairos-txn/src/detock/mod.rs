@@ -89,7 +89,7 @@ pub use msg::DetockMsg;
 pub use server::Server;
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 
 /// The replica of shard `shard` (of `replicas` per shard) that is its home: s mod n, as the
 /// paper's code places it, so that the homes spread over the server regions.
@@ -161,8 +161,8 @@ impl Peer for Detock {
         Coordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &Coordinator) -> TxnStats {
-        c.shell().stats()
+    fn shell(c: &Coordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &Server) -> Option<&Store> {

@@ -82,7 +82,7 @@ pub use msg::JanusMsg;
 pub use server::Server;
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 
 /// Janus's knobs.
 #[derive(Clone, Debug, PartialEq)]
@@ -143,8 +143,8 @@ impl Peer for Janus {
         Coordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &Coordinator) -> TxnStats {
-        c.shell().stats()
+    fn shell(c: &Coordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &Server) -> Option<&Store> {

@@ -94,7 +94,7 @@ pub use msg::{OpId, PrepareResult, TapirMsg};
 pub use replica::{Decision, Replica, ReplicaStats};
 
 use crate::peer::Peer;
-use crate::shell::{TxnShell, TxnStats};
+use crate::shell::TxnShell;
 
 /// Tapir's knobs, shared by coordinators and replicas.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,8 +190,8 @@ impl Peer for Tapir {
         Coordinator::new(topology, config, shell)
     }
 
-    fn coordinator_stats(c: &Coordinator) -> TxnStats {
-        c.shell().stats()
+    fn shell(c: &Coordinator) -> &TxnShell {
+        c.shell()
     }
 
     fn store(server: &Replica) -> Option<&Store> {

@@ -207,12 +207,14 @@ impl TxnSource for TpccSource {
     }
 
     fn next_txn(&mut self, rng: &mut kairos_core::Rng, date_ns: u64) -> TxnWork {
-        let pieces = split(&self.terminal.next(rng, date_ns));
+        let txn = self.terminal.next(rng, date_ns);
+        let kind = TxnType::ALL.iter().position(|t| *t == txn.txn_type()).map(|i| i as u8);
+        let pieces = split(&txn);
         let scale = &self.terminal.scale;
         let mut keys: Vec<Key> = pieces.iter().flat_map(|p| p.keys(scale)).map(|(k, _)| k.encode(scale)).collect();
         keys.sort_unstable();
         keys.dedup();
-        TxnWork { keys, pieces: pieces.into() }
+        TxnWork { keys, pieces: pieces.into(), kind }
     }
 }
 

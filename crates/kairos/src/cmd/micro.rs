@@ -18,8 +18,9 @@ use kairos_core::history::{HistoryRecord, OpType};
 use kairos_harness::micro::{Bench, Protocol, RunOutcome, TpccBench, TpccOutcome};
 use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
+use kairos_txn::shell::KindSample;
 use kairos_txn::shell::ShellConfig;
-use kairos_workload::tpcc::{TpccMix, TpccScale};
+use kairos_workload::tpcc::{TpccMix, TpccScale, TxnType};
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,7 +88,54 @@ pub struct Point {
     pub verdict: Verdict,
     /// TPC-C runs: what the end-of-run checks of the databases found.
     pub tpcc: Option<TpccOutcome>,
+    /// TPC-C runs: latency and aborts per transaction type.
+    pub by_type: Vec<TypeStats>,
     pub result: RunResult,
+}
+
+/// One transaction type's figures in one run (from the coordinators' samples: latency on
+/// their clocks, from invocation to commit).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TypeStats {
+    pub name: &'static str,
+    pub committed: u64,
+    /// Failed after their last attempt.
+    pub failed: u64,
+    pub attempts: u64,
+    /// Aborted attempts / attempts.
+    pub abort_rate: f64,
+    pub latency_ms: Percentiles,
+}
+
+/// Per-type figures of a run's samples, in [`TxnType::ALL`] order (types never run left out).
+fn type_stats(samples: &[KindSample]) -> Vec<TypeStats> {
+    TxnType::ALL
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let of: Vec<&KindSample> = samples.iter().filter(|s| usize::from(s.kind) == i).collect();
+            if of.is_empty() {
+                return None;
+            }
+            let committed = of.iter().filter(|s| s.committed).count() as u64;
+            let attempts: u64 = of.iter().map(|s| u64::from(s.attempts)).sum();
+            let mut latencies: Vec<u64> = of.iter().filter(|s| s.committed).map(|s| s.latency_ns).collect();
+            latencies.sort_unstable();
+            let at = |q: f64| {
+                latencies
+                    .get(((latencies.len().max(1) - 1) as f64 * q).round() as usize)
+                    .map_or(0.0, |n| *n as f64 / 1e6)
+            };
+            Some(TypeStats {
+                name: t.name(),
+                committed,
+                failed: of.len() as u64 - committed,
+                attempts,
+                abort_rate: (attempts - committed) as f64 / attempts.max(1) as f64,
+                latency_ms: Percentiles { p50: at(0.5), p90: at(0.9), p99: at(0.99) },
+            })
+        })
+        .collect()
 }
 
 impl TxnBenchArgs {
@@ -260,6 +308,7 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
             / totals.committed.max(1) as f64,
         verdict,
         tpcc: outcome.tpcc.clone(),
+        by_type: type_stats(&outcome.kinds),
         result,
     })
 }
@@ -335,7 +384,15 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
         latency_ms_by_region: summary.by_group,
         latency_cdf_ms: cdf,
         latency_cdf_ms_by_region: cdf_by_region,
-        latency_cdf_ms_by_op: BTreeMap::new(),
+        latency_cdf_ms_by_op: TxnType::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let of = outcome.kinds.iter().filter(|s| s.committed && usize::from(s.kind) == i);
+                (t.name().to_string(), stats::cdf_of(of.map(|s| s.latency_ns).collect()))
+            })
+            .filter(|(_, cdf)| !cdf.is_empty())
+            .collect(),
         committed: summary.ok,
         aborted: summary.failed,
         unknown: summary.unknown,
@@ -479,6 +536,9 @@ fn compare(
     print_sweeps(&sweeps);
     let regions: Vec<String> = template.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
     print_comparison(&regions, Some(&max_by_protocol), &common, common_load, template.tpcc.is_some());
+    if template.tpcc.is_some() {
+        print_by_type(&common, common_load);
+    }
     if !skew_points.is_empty() {
         print_skew_sweep(&protocols, skews, &skew_points, sweep_load);
     }
@@ -654,6 +714,27 @@ pub fn print_comparison(
     }
 }
 
+/// Per protocol and transaction type at the common load: latency, commits and abort rate.
+fn print_by_type(common: &[Point], load: f64) {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["protocol", "type", "committed", "failed", "p50 ms", "p90 ms", "abort rate"]);
+    for pt in common {
+        for ty in &pt.by_type {
+            t.add_row([
+                pt.protocol.name().to_string(),
+                ty.name.to_string(),
+                ty.committed.to_string(),
+                ty.failed.to_string(),
+                format!("{:.1}", ty.latency_ms.p50),
+                format!("{:.1}", ty.latency_ms.p90),
+                format!("{:.3}", ty.abort_rate),
+            ]);
+        }
+    }
+    println!("\nBy transaction type at {load:.0} txn/s (abort rate: aborted attempts / attempts):\n{t}");
+}
+
 fn print_skew_sweep(protocols: &[Protocol], skews: &[f64], points: &[Point], load: f64) {
     let mut header = vec!["skew".to_string()];
     for p in protocols {
@@ -728,6 +809,9 @@ fn json_results(
                 r.extra.insert("skew_sweep".into(), skews.into());
             }
             r.extra.insert("verdict".into(), pt.verdict.label().trim_end_matches('*').into());
+            if !pt.by_type.is_empty() {
+                r.extra.insert("by_type".into(), serde_json::to_value(&pt.by_type).unwrap_or_default());
+            }
             r.extra.insert("messages_per_commit".into(), pt.messages_per_commit.into());
             r.extra.insert("busiest_server_us_per_commit".into(), pt.busiest_server_us_per_commit.into());
             r.extra.insert("busiest_server_wire_us_per_commit".into(), pt.busiest_server_wire_us_per_commit.into());
