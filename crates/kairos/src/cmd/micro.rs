@@ -715,7 +715,7 @@ pub fn print_comparison(
 }
 
 /// Per protocol and transaction type at the common load: latency, commits and abort rate.
-fn print_by_type(common: &[Point], load: f64) {
+pub fn print_by_type(common: &[Point], load: f64) {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(["protocol", "type", "committed", "failed", "p50 ms", "p90 ms", "abort rate"]);
