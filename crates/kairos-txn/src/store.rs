@@ -126,4 +126,43 @@ mod tests {
         assert_eq!(s.get(9), Versioned { value: 5, version: 3 });
         assert!(s.put(9, 6, 3) && s.len() == 1);
     }
+
+    #[test]
+    fn a_shard_runs_only_its_warehouses_pieces_and_only_on_declared_keys() {
+        use kairos_workload::tpcc::piece::split;
+        use kairos_workload::tpcc::{CustomerRef, TpccTxn};
+        let scale = TpccScale {
+            warehouses: 2,
+            customers_per_district: 30,
+            initial_orders_per_district: 30,
+            items: 100,
+            ..TpccScale::default()
+        };
+        let mut shard1 = Store::tpcc(&scale, 3, 1, 2);
+        assert_eq!(shard1.warehouses().iter().map(|w| w.w).collect::<Vec<_>>(), [1]);
+        let pay = TpccTxn::Payment {
+            w: 0,
+            d: 2,
+            customer_w: 1,
+            customer_d: 4,
+            customer: CustomerRef::Id(7),
+            amount_cents: 900,
+            date: 1,
+        };
+        let pieces = split(&pay);
+        let keys: Vec<Key> = pieces.iter().flat_map(|p| p.keys(&scale)).map(|(k, _)| k.encode(&scale)).collect();
+        let before = shard1.warehouses()[0].districts[4].customers[7].balance_cents;
+        // Warehouse 0's piece is not this shard's; warehouse 1's runs.
+        shard1.run_pieces(&pieces, &keys);
+        assert_eq!(shard1.warehouses()[0].districts[4].customers[7].balance_cents, before - 900);
+        // Without its district's key declared, the piece is refused and changes nothing.
+        let undeclared: Vec<Key> = keys.iter().copied().filter(|k| k % 2 == 0).collect();
+        let kept = shard1.clone();
+        shard1.run_pieces(&pieces, &undeclared);
+        assert!(shard1.same_data(&kept) && shard1.pieces_refused() == 1);
+        // A MicroBench store has no warehouses: any piece is refused.
+        let mut micro = Store::default();
+        micro.run_pieces(&pieces, &keys);
+        assert_eq!(micro.pieces_refused(), 2);
+    }
 }
