@@ -407,6 +407,7 @@ impl Bench {
             })
             .collect();
         let tpcc = self.tpcc.map(|t| tpcc_outcome::<P>(&sim, &topology, &t.scale));
+
         let kinds = (0..process_regions.len())
             .filter_map(|i| sim.role::<P::Coordinator>(NodeId((servers + i) as u32)))
             .flat_map(|c| P::shell(c).kind_samples().iter().copied())
@@ -425,6 +426,12 @@ impl Bench {
             tpcc,
             kinds,
         })
+    }
+
+    /// A TPC-C bench's end-of-run checks of a world built by [`Bench::build`] (a test that
+    /// schedules faults runs the world itself); `None` for MicroBench.
+    pub fn tpcc_outcome<P: PeerProtocol>(&self, world: &PeerWorld<P::Msg>) -> Option<TpccOutcome> {
+        self.tpcc.map(|t| tpcc_outcome::<P>(&world.sim, &world.topology, &t.scale))
     }
 
     /// Runs `protocol` (its default knobs) on this bench.
