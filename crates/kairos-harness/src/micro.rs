@@ -149,6 +149,11 @@ pub struct TpccOutcome {
     pub replicas_behind: u64,
     /// Pieces the servers refused as bad input (none from Kairos's own coordinators).
     pub pieces_refused: u64,
+    /// New orders placed and payments made over the run (rows beyond the populated ones, on
+    /// the most advanced replica of each shard): a run that committed its transactions without
+    /// running their pieces would leave these at 0.
+    pub orders_placed: u64,
+    pub payments_made: u64,
 }
 
 impl TpccOutcome {
@@ -539,6 +544,10 @@ fn tpcc_outcome<P: PeerProtocol>(sim: &Sim<P::Msg>, topology: &Topology, scale: 
         one_per_shard.extend(most.warehouses());
     }
     one_per_shard.sort_by_key(|db| db.w);
+    for dist in one_per_shard.iter().flat_map(|db| &db.districts) {
+        outcome.orders_placed += u64::from(dist.next_order.saturating_sub(1 + scale.initial_orders_per_district));
+        outcome.payments_made += (dist.history.len() as u64).saturating_sub(scale.customers_per_district.into());
+    }
     outcome.consistency = consistency::check(scale, &one_per_shard);
     outcome
 }

@@ -45,6 +45,12 @@ fn runs_tpcc_strictly_serializably_and_consistently(protocol: Protocol) {
         assert_eq!(t.committed + t.failed + t.unknown, t.invoked, "{protocol}: {t:?}");
         assert!(t.committed > 200, "{protocol}: {t:?}");
         assert!(tpcc.holds(), "{protocol}, loss {loss}: {tpcc:?}");
+        // The rows changed exactly as the committed transactions say: one order per
+        // committed new-order, one history row per committed payment.
+        let committed = |kind: usize| out.kinds.iter().filter(|s| s.committed && usize::from(s.kind) == kind).count();
+        assert!(committed(0) > 50 && committed(1) > 50, "{protocol}: {tpcc:?}");
+        assert_eq!(tpcc.orders_placed, committed(0) as u64, "{protocol}, loss {loss}: new orders");
+        assert_eq!(tpcc.payments_made, committed(1) as u64, "{protocol}, loss {loss}: payments");
         assert!(tpcc.consistency.checked > 6 * 10 * 30 * 3, "{tpcc:?}");
     }
 }

@@ -303,6 +303,7 @@ fn bench_tpcc_checks_the_databases_of_every_run() {
         let db = &r["extra"]["tpcc_consistency"];
         assert_eq!(db["violations"], 0, "{r}");
         assert!(db["conditions_checked"].as_u64().unwrap() > 6 * 10 * 30 * 3, "{r}");
+        assert!(db["orders_placed"].as_u64().unwrap() > 20 && db["payments_made"].as_u64().unwrap() > 20, "{r}");
         assert!(r["committed"].as_u64().unwrap() > 50, "{r}");
         // Per transaction type: every type of the mix ran, new-order and payment most.
         let by_type = r["extra"]["by_type"].as_array().unwrap();

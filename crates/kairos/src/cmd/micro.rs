@@ -367,6 +367,8 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
                 "replicas_differ": t.replicas_differ,
                 "replicas_behind": t.replicas_behind,
                 "pieces_refused": t.pieces_refused,
+                "orders_placed": t.orders_placed,
+                "payments_made": t.payments_made,
             }),
         );
     }
