@@ -1,10 +1,10 @@
-//! The protocol-neutral MicroBench deployment: one description ([`Bench`]) that runs Tiga or
-//! any peer on the identical workload, placement, clock draws and seed, and one outcome
-//! ([`RunOutcome`]) for all of them.
+//! The protocol-neutral transactional deployment: one description ([`Bench`]) that runs Tiga or
+//! any peer on the identical workload (MicroBench, or TPC-C with [`Bench::tpcc`]), placement,
+//! clock draws and seed, and one outcome ([`RunOutcome`]) for all of them.
 //!
 //! The deployment is Tiga's ([`TxnDeployment`]: node ids, regions and clocks assigned
 //! alike for every protocol from the same seed); the run drains for [`Bench::drain`] after
-//! the load stops.
+//! the load stops. A TPC-C run ends with checks of the servers' databases ([`TpccOutcome`]).
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -3,13 +3,15 @@
 //! The Tiga paper compares Tiga with its peers in one codebase; so does Kairos. This crate
 //! holds the peers and what they share:
 //!
-//! - [`shell`]: the client side every coordinator embeds — open-loop MicroBench arrivals,
-//!   Jepsen process slots and the history encoding (identical to Tiga's, so one checker reads
-//!   every protocol's history), abort-and-retry, and protocol-neutral counters.
-//! - [`store`]: the shard store the peers execute on.
-//! - [`peer`]: how a peer plugs into a deployment ([`Peer`]: its roles and knobs).
-//!   `kairos_harness::micro::Bench` runs any peer, and Tiga, on the identical MicroBench
-//!   workload, placement, clocks and seed, and checks the properties over all its nodes.
+//! - [`shell`]: the client side every coordinator embeds — open-loop arrivals (MicroBench or
+//!   TPC-C), Jepsen process slots and the history encoding (identical to Tiga's, so one checker
+//!   reads every protocol's history), abort-and-retry, and protocol-neutral counters.
+//! - [`store`]: the shard store the peers execute on (in a TPC-C deployment, also the shard's
+//!   warehouses, on which a transaction's pieces run).
+//! - [`peer`]: how a peer plugs into a deployment ([`Peer`]: its roles and knobs, and whether
+//!   it runs TPC-C's pieces). `kairos_harness::micro::Bench` runs any peer, and Tiga, on the
+//!   identical workload, placement, clocks and seed, and checks the properties over all its
+//!   nodes.
 //! - [`tpl`]: 2PL+Paxos (wound-wait two-phase locking, two-phase commit whose records are
 //!   replicated through each shard's Multi-Paxos group, `kairos_consensus::paxos`).
 //! - [`occ`]: OCC+Paxos (optimistic execution, validation, two-phase commit over Multi-Paxos).

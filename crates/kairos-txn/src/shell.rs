@@ -6,7 +6,8 @@
 //!
 //! # History encoding
 //! The same as Tiga's coordinator (`kairos_workload::history`): one Jepsen process per
-//! in-flight transaction (`process_base + slot`); a MicroBench transaction increments its keys;
+//! in-flight transaction (`process_base + slot`); a transaction increments its keys (MicroBench's
+//! keys, or TPC-C's conflict keys, whose pieces run beside: [`Attempt::pieces`]);
 //! the invocation names `["r", k, null]` and `["w", k, null]` (a write of unknown value,
 //! [`MicroOp::WriteUnknown`]); `ok` carries the values read and written (`v + 1`); a transaction
 //! that exhausted its attempts is `fail` (every attempt aborted: it took no effect); one whose

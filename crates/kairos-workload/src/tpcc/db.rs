@@ -17,7 +17,6 @@ use rand::{Rng as _, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::input::CustomerRef;
-use super::keys::ConflictKey;
 use super::scale::TpccScale;
 use kairos_core::Rng;
 
@@ -195,16 +194,6 @@ impl WarehouseDb {
                 .map(|_| Stock { quantity: rng.random_range(10..=100), ytd: 0, order_cnt: 0, remote_cnt: 0 })
                 .collect(),
         }
-    }
-
-    /// Whether `key` names a row of this warehouse at this scale.
-    pub fn owns(&self, key: ConflictKey) -> bool {
-        key.warehouse() == self.w
-            && match key {
-                ConflictKey::Warehouse { .. } => true,
-                ConflictKey::District { d, .. } => (d as usize) < self.districts.len(),
-                ConflictKey::Stock { i, .. } => (i as usize) < self.stock.len(),
-            }
     }
 }
 
