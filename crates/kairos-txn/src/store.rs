@@ -155,7 +155,7 @@ mod tests {
         // Warehouse 0's piece is not this shard's; warehouse 1's runs.
         shard1.run_pieces(&pieces, &keys);
         assert_eq!(shard1.warehouses()[0].districts[4].customers[7].balance_cents, before - 900);
-        // Without its district's key declared, the piece is refused and changes nothing.
+        // Without its district's customers key declared, the piece is refused and changes nothing.
         let undeclared: Vec<Key> = keys.iter().copied().filter(|k| k % 2 == 0).collect();
         let kept = shard1.clone();
         shard1.run_pieces(&pieces, &undeclared);

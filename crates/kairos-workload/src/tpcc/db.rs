@@ -38,8 +38,6 @@ pub struct Customer {
     pub ytd_payment_cents: i64,
     pub payment_cnt: u32,
     pub delivery_cnt: u32,
-    /// The customer's most recent order, 0 when none.
-    pub last_order: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +84,9 @@ pub struct District {
     pub orders: Vec<Order>,
     /// Undelivered orders, oldest first.
     pub new_orders: VecDeque<u32>,
+    /// Each customer's most recent order, 0 when none (with the orders, under the district's
+    /// orders key: new-order sets it without touching the customer's row).
+    pub last_order_of: Vec<u32>,
     /// Payments made at this district (H_W_ID, H_D_ID are this district's).
     pub history: Vec<HistoryRow>,
 }
@@ -157,7 +158,6 @@ impl WarehouseDb {
                         ytd_payment_cents: OPENING_PAYMENT_CENTS,
                         payment_cnt: 1,
                         delivery_cnt: 0,
-                        last_order: 0,
                     })
                     .collect();
                 let history = (0..scale.customers_per_district)
@@ -177,6 +177,7 @@ impl WarehouseDb {
                     customers,
                     orders: Vec::new(),
                     new_orders: VecDeque::new(),
+                    last_order_of: vec![0; scale.customers_per_district as usize],
                     history,
                 };
                 district.index_last_names(names);
@@ -248,7 +249,7 @@ impl District {
             if !delivered {
                 self.new_orders.push_back(o);
             }
-            self.customers[customer as usize].last_order = o;
+            self.last_order_of[customer as usize] = o;
         }
         self.next_order = n + 1;
     }
@@ -283,7 +284,7 @@ mod tests {
         let picked = d.customer_by_last_name(0).unwrap();
         assert_eq!(picked, ids[(ids.len() - 1) / 2]);
         // Each customer has exactly one initial order (30 orders, 30 customers).
-        assert!(d.customers.iter().all(|c| c.last_order > 0));
+        assert!(d.last_order_of.iter().all(|o| *o > 0));
     }
 
     #[test]

@@ -1,30 +1,35 @@
 //! The conflict keys of the transactional TPC-C database: what a protocol locks, validates,
 //! orders by, and what a history records.
 //!
-//! Three kinds, each owned by one warehouse:
+//! Five kinds, each owned by one warehouse:
 //! * [`ConflictKey::Warehouse`] — the warehouse's year-to-date (payments write it);
-//! * [`ConflictKey::District`] — everything of one district: its row (next order id,
-//!   year-to-date), its customers, orders, new-orders, order lines and history rows;
+//! * [`ConflictKey::DistrictOrders`] — a district's next order id and its orders, new-orders,
+//!   order lines and each customer's latest order (new-order and delivery write it,
+//!   order-status and stock-level read it);
+//! * [`ConflictKey::DistrictYtd`] — a district's year-to-date and its history rows (a payment
+//!   made there writes it);
+//! * [`ConflictKey::Customers`] — the balances and counters of a district's customers (a
+//!   payment by one of them, and delivery, write it; order-status reads it);
 //! * [`ConflictKey::Stock`] — one item's stock row in one warehouse.
 //!
-//! A district key covers its customers and orders because two transactions touch rows of
-//! them that they cannot name before running: delivery updates the customer of each
-//! district's oldest undelivered order, and new-order inserts rows under the order id it
+//! A district's orders and its customers are keys of their own, not one per row, because two
+//! transactions touch rows they cannot name before running: delivery updates the customer of
+//! each district's oldest undelivered order, and new-order inserts rows under the order id it
 //! takes from the district. One-shot protocols (Tiga, Janus, Calvin+, Detock) need every key a
-//! transaction touches before it runs; with the district as the key they have it, and every
-//! access to a district's rows happens under that district's key, so a history that is
-//! strictly serializable over these keys is so over the rows. (New-order and payment write
-//! the district row in TPC-C anyway, so they conflict per district whatever the grain.)
-//! What the warehouse row and the items hold besides year-to-date (tax rates, prices, names)
-//! never changes and needs no key.
+//! transaction touches before it runs; with these keys they have them, and every access to a
+//! row happens under its key, so a history that is strictly serializable over these keys is
+//! so over the rows. The district's row is split as TPC-C's columns are used: new-order takes
+//! the next order id, payment adds to the year-to-date, so the two do not conflict (the usual
+//! grain of TPC-C implementations). What the warehouse, district and item rows hold besides
+//! (tax rates, prices, names, discounts) never changes and needs no key.
 //!
 //! # Encoding and placement
 //! A key is the 64-bit integer `local × warehouses + w`, with `local` 0 for the warehouse,
-//! `1 + d` for district `d` and `1 + DISTRICTS_MAX + i` for item `i`'s stock. So `key mod
-//! shards` is `w mod shards` whenever the shards divide the warehouses
-//! ([`super::TpccScale::validate`]), which is the peers' placement rule (`key mod shards`):
-//! each warehouse's keys live on its shard. Keys stay below 2^63 (the checkers read keys as
-//! i64).
+//! `1 + d`, `1 + D + d` and `1 + 2D + d` for district `d`'s orders, year-to-date and customers
+//! (D = [`DISTRICTS_MAX`]) and `1 + 3D + i` for item `i`'s stock. So `key mod shards` is `w mod
+//! shards` whenever the shards divide the warehouses ([`super::TpccScale::validate`]), which is
+//! the peers' placement rule (`key mod shards`): each warehouse's keys live on its shard. Keys
+//! stay below 2^63 (the checkers read keys as i64).
 
 use super::scale::{TpccScale, DISTRICTS_MAX};
 use crate::txn::Key;
@@ -33,7 +38,9 @@ use crate::txn::Key;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ConflictKey {
     Warehouse { w: u32 },
-    District { w: u32, d: u32 },
+    DistrictOrders { w: u32, d: u32 },
+    DistrictYtd { w: u32, d: u32 },
+    Customers { w: u32, d: u32 },
     Stock { w: u32, i: u32 },
 }
 
@@ -41,16 +48,23 @@ impl ConflictKey {
     /// The warehouse that owns the key.
     pub fn warehouse(self) -> u32 {
         match self {
-            ConflictKey::Warehouse { w } | ConflictKey::District { w, .. } | ConflictKey::Stock { w, .. } => w,
+            ConflictKey::Warehouse { w }
+            | ConflictKey::DistrictOrders { w, .. }
+            | ConflictKey::DistrictYtd { w, .. }
+            | ConflictKey::Customers { w, .. }
+            | ConflictKey::Stock { w, .. } => w,
         }
     }
 
     /// The key as an integer (module docs).
     pub fn encode(self, scale: &TpccScale) -> Key {
+        let dmax = u64::from(DISTRICTS_MAX);
         let local = match self {
             ConflictKey::Warehouse { .. } => 0,
-            ConflictKey::District { d, .. } => 1 + u64::from(d),
-            ConflictKey::Stock { i, .. } => 1 + u64::from(DISTRICTS_MAX) + u64::from(i),
+            ConflictKey::DistrictOrders { d, .. } => 1 + u64::from(d),
+            ConflictKey::DistrictYtd { d, .. } => 1 + dmax + u64::from(d),
+            ConflictKey::Customers { d, .. } => 1 + 2 * dmax + u64::from(d),
+            ConflictKey::Stock { i, .. } => 1 + 3 * dmax + u64::from(i),
         };
         local * u64::from(scale.warehouses) + u64::from(self.warehouse())
     }
@@ -60,15 +74,21 @@ impl ConflictKey {
         let whs = u64::from(scale.warehouses.max(1));
         let w = u32::try_from(key % whs).ok()?;
         let local = key / whs;
+        let dmax = u64::from(DISTRICTS_MAX);
+        let d = |l: u64, from: u64| u32::try_from(l - from).ok();
         let k = match local {
             0 => ConflictKey::Warehouse { w },
-            l if l <= u64::from(DISTRICTS_MAX) => ConflictKey::District { w, d: u32::try_from(l - 1).ok()? },
-            l => ConflictKey::Stock { w, i: u32::try_from(l - 1 - u64::from(DISTRICTS_MAX)).ok()? },
+            l if l <= dmax => ConflictKey::DistrictOrders { w, d: d(l, 1)? },
+            l if l <= 2 * dmax => ConflictKey::DistrictYtd { w, d: d(l, 1 + dmax)? },
+            l if l <= 3 * dmax => ConflictKey::Customers { w, d: d(l, 1 + 2 * dmax)? },
+            l => ConflictKey::Stock { w, i: d(l, 1 + 3 * dmax)? },
         };
         let valid = w < scale.warehouses
             && match k {
                 ConflictKey::Warehouse { .. } => true,
-                ConflictKey::District { d, .. } => d < scale.districts_per_warehouse,
+                ConflictKey::DistrictOrders { d, .. }
+                | ConflictKey::DistrictYtd { d, .. }
+                | ConflictKey::Customers { d, .. } => d < scale.districts_per_warehouse,
                 ConflictKey::Stock { i, .. } => i < scale.items,
             };
         valid.then_some(k)
@@ -79,7 +99,9 @@ impl std::fmt::Display for ConflictKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ConflictKey::Warehouse { w } => write!(f, "warehouse {w}"),
-            ConflictKey::District { w, d } => write!(f, "district {w}/{d}"),
+            ConflictKey::DistrictOrders { w, d } => write!(f, "district {w}/{d} orders"),
+            ConflictKey::DistrictYtd { w, d } => write!(f, "district {w}/{d} year-to-date"),
+            ConflictKey::Customers { w, d } => write!(f, "district {w}/{d} customers"),
             ConflictKey::Stock { w, i } => write!(f, "stock {w}/{i}"),
         }
     }
@@ -96,7 +118,13 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for w in 0..6 {
             let mut keys = vec![ConflictKey::Warehouse { w }];
-            keys.extend((0..scale.districts_per_warehouse).map(|d| ConflictKey::District { w, d }));
+            for d in 0..scale.districts_per_warehouse {
+                keys.extend([
+                    ConflictKey::DistrictOrders { w, d },
+                    ConflictKey::DistrictYtd { w, d },
+                    ConflictKey::Customers { w, d },
+                ]);
+            }
             keys.extend([0, 1, scale.items - 1].map(|i| ConflictKey::Stock { w, i }));
             for k in keys {
                 let n = k.encode(&scale);
@@ -111,6 +139,7 @@ mod tests {
         let top = ConflictKey::Stock { w: (1 << 20) - 1, i: ITEMS_MAX - 1 }.encode(&big);
         assert!(i64::try_from(top).is_ok());
         assert_eq!(ConflictKey::decode(ConflictKey::Stock { w: 0, i: scale.items }.encode(&scale), &scale), None);
-        assert_eq!(ConflictKey::decode(ConflictKey::District { w: 0, d: 10 }.encode(&scale), &scale), None);
+        assert_eq!(ConflictKey::decode(ConflictKey::DistrictOrders { w: 0, d: 10 }.encode(&scale), &scale), None);
+        assert_eq!(ConflictKey::decode(ConflictKey::Customers { w: 0, d: 10 }.encode(&scale), &scale), None);
     }
 }

@@ -12,7 +12,7 @@
 //! multi-shot: a **pre-read** at the shard leader of the customer's warehouse
 //! ([`look_up_customer`]) finds the customer id, then the transaction runs one-shot with that
 //! id ([`TpccTxn::resolved`]). Here the keys do not depend on the id (a customer lies under its
-//! district's key), so a piece may also carry the name and resolve it where the customer
+//! district's customers key), so a piece may also carry the name and resolve it where the customer
 //! lives; TPC-C never adds a customer or changes a name, so both ways pick the same customer
 //! and a lookup can never go stale (the one-shot part has nothing to validate).
 //!
@@ -166,20 +166,26 @@ impl Piece {
     /// The conflict keys the piece declares, in key order, each once (written if any step
     /// writes it).
     pub fn keys(&self, scale: &TpccScale) -> Vec<(ConflictKey, Access)> {
+        use Access::{Read, Write};
         let w = self.w;
-        let district = |d: u32| ConflictKey::District { w, d };
+        let orders = |d: u32| ConflictKey::DistrictOrders { w, d };
+        let customers = |d: u32| ConflictKey::Customers { w, d };
         let mut keys: Vec<(ConflictKey, Access)> = Vec::new();
         for step in &self.steps {
             match *step {
-                Step::NewOrder { d, .. } | Step::PaymentBy { d, .. } => keys.push((district(d), Access::Write)),
-                Step::Stock { item, .. } => keys.push((ConflictKey::Stock { w, i: item }, Access::Write)),
+                Step::NewOrder { d, .. } => keys.push((orders(d), Write)),
+                Step::Stock { item, .. } => keys.push((ConflictKey::Stock { w, i: item }, Write)),
                 Step::PaymentAt { d, .. } => {
-                    keys.push((ConflictKey::Warehouse { w }, Access::Write));
-                    keys.push((district(d), Access::Write));
+                    keys.push((ConflictKey::Warehouse { w }, Write));
+                    keys.push((ConflictKey::DistrictYtd { w, d }, Write));
                 }
-                Step::OrderStatus { d, .. } | Step::StockLevel { d, .. } => keys.push((district(d), Access::Read)),
+                Step::PaymentBy { d, .. } => keys.push((customers(d), Write)),
+                Step::OrderStatus { d, .. } => keys.extend([(orders(d), Read), (customers(d), Read)]),
+                Step::StockLevel { d, .. } => keys.push((orders(d), Read)),
                 Step::Delivery { .. } => {
-                    keys.extend((0..scale.districts_per_warehouse).map(|d| (district(d), Access::Write)))
+                    for d in 0..scale.districts_per_warehouse {
+                        keys.extend([(orders(d), Write), (customers(d), Write)]);
+                    }
                 }
             }
         }
@@ -297,11 +303,11 @@ fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
                 lines: order_lines,
             });
             dist.new_orders.push_back(order);
-            let c = &mut dist.customers[customer as usize];
-            c.last_order = order;
+            dist.last_order_of[customer as usize] = order;
+            let discount_bp = dist.customers[customer as usize].discount_bp;
             StepOutput::NewOrder {
                 order,
-                total_cents: with_discount_and_taxes(sum, c.discount_bp, warehouse_tax + dist.tax_bp),
+                total_cents: with_discount_and_taxes(sum, discount_bp, warehouse_tax + dist.tax_bp),
             }
         }
         Step::Stock { item, quantity, remote } => {
@@ -331,7 +337,7 @@ fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
             let customer = resolve(db, d, customer).expect("checked before running");
             let dist = &db.districts[d as usize];
             let c = &dist.customers[customer as usize];
-            let order = c.last_order;
+            let order = dist.last_order_of[customer as usize];
             let (carrier, lines) = match order.checked_sub(1).and_then(|o| dist.orders.get(o as usize)) {
                 Some(o) => (o.carrier, o.lines.len() as u32),
                 None => (None, 0),
@@ -385,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn a_remote_payment_splits_in_two_and_a_local_one_writes_its_district_once() {
+    fn a_remote_payment_splits_in_two_and_a_local_one_declares_each_key_once() {
         let txn = |cw| TpccTxn::Payment {
             w: 0,
             d: 1,
@@ -402,7 +408,11 @@ mod tests {
         let keys = local[0].keys(&small());
         assert_eq!(
             keys,
-            [(ConflictKey::Warehouse { w: 0 }, Access::Write), (ConflictKey::District { w: 0, d: 1 }, Access::Write)]
+            [
+                (ConflictKey::Warehouse { w: 0 }, Access::Write),
+                (ConflictKey::DistrictYtd { w: 0, d: 1 }, Access::Write),
+                (ConflictKey::Customers { w: 0, d: 1 }, Access::Write)
+            ]
         );
         let mut db = WarehouseDb::populate(&small(), 1, 0);
         let before = db.districts[1].customers[3].balance_cents;
@@ -444,12 +454,12 @@ mod tests {
         assert!(matches!(r[0], StepOutput::NewOrder { order: 31, .. }));
         let order = &db.districts[2].orders[30];
         assert!(!order.all_local && order.lines[0].amount_cents == 3 * i64::from(db.item_price_cents[4]));
-        assert_eq!(db.districts[2].customers[7].last_order, 31);
+        assert_eq!(db.districts[2].last_order_of[7], 31);
         assert_eq!(db.stock[4].order_cnt, 1);
         assert_eq!(db.stock[5].order_cnt, 0, "line 2 is supplied by warehouse 1");
         let oldest = db.districts[2].new_orders[0];
         let delivery = &split(&TpccTxn::Delivery { w: 0, carrier: 3, date: 12 })[0];
-        assert_eq!(delivery.keys(&scale).len(), 10);
+        assert_eq!(delivery.keys(&scale).len(), 20, "every district's orders and customers");
         assert_eq!(execute(&mut db, delivery).unwrap(), [StepOutput::Delivery { delivered: 10 }]);
         assert_eq!(db.districts[2].orders[oldest as usize - 1].carrier, Some(3));
     }
