@@ -31,7 +31,7 @@ pub use consistency::ConsistencyReport;
 pub use db::WarehouseDb;
 pub use input::{CustomerRef, TpccSource, TpccTerminal, TpccTxn};
 pub use keys::ConflictKey;
-pub use piece::{Piece, PieceError, StepOutput};
+pub use piece::{Piece, PieceError, PieceUndo, StepOutput};
 pub use scale::{TpccError, TpccMix, TpccScale};
 
 use rand::Rng;

@@ -31,7 +31,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::db::WarehouseDb;
+use super::db::{Customer, Stock, WarehouseDb};
 use super::input::{CustomerRef, NewOrderLine, TpccTxn};
 use super::keys::ConflictKey;
 use super::scale::TpccScale;
@@ -163,6 +163,12 @@ pub fn split(txn: &TpccTxn) -> Vec<Piece> {
 }
 
 impl Piece {
+    /// Its steps and new-order lines (what its size grows with).
+    pub fn weight(&self) -> usize {
+        let lines = |s: &Step| if let Step::NewOrder { lines, .. } = s { lines.len() } else { 0 };
+        self.steps.iter().map(|s| 1 + lines(s)).sum()
+    }
+
     /// The conflict keys the piece declares, in key order, each once (written if any step
     /// writes it).
     pub fn keys(&self, scale: &TpccScale) -> Vec<(ConflictKey, Access)> {
@@ -267,6 +273,136 @@ fn resolve(db: &WarehouseDb, d: u32, customer: CustomerRef) -> Result<u32, Piece
 pub fn execute(db: &mut WarehouseDb, piece: &Piece) -> Result<Vec<StepOutput>, PieceError> {
     check(db, piece)?;
     Ok(piece.steps.iter().map(|s| run(db, piece.w, s)).collect())
+}
+
+/// What one step changed, enough to put it back (see [`execute_undoable`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StepUndo {
+    /// Nothing changed (the read-only steps).
+    Nothing,
+    /// New-order appended order `next_order - 1` of district `d` and its new-order row, and
+    /// made it customer `customer`'s latest order (it was `previous_last`).
+    NewOrder {
+        d: u32,
+        customer: u32,
+        previous_last: u32,
+    },
+    Stock {
+        item: u32,
+        before: Stock,
+    },
+    /// Payment added `amount_cents` to the year-to-dates and appended a history row.
+    PaymentAt {
+        d: u32,
+        amount_cents: i64,
+    },
+    PaymentBy {
+        d: u32,
+        customer: u32,
+        before: Customer,
+    },
+    /// Delivery delivered these orders (district, order id, customer row before).
+    Delivery {
+        delivered: Vec<(u32, u32, Customer)>,
+    },
+}
+
+/// How to revert one [`execute_undoable`]: hand it to [`undo`] before any later piece that
+/// shares a conflict key with this one runs (the caller's conflict detection sees to that).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PieceUndo {
+    w: u32,
+    /// In the order the steps ran.
+    steps: Vec<StepUndo>,
+}
+
+impl PieceUndo {
+    /// Whether reverting it changes nothing (a refused or read-only piece).
+    pub fn is_empty(&self) -> bool {
+        self.steps.iter().all(|s| *s == StepUndo::Nothing)
+    }
+}
+
+/// [`execute`], also returning what reverts it (a speculative execution, which a
+/// timestamp revision revokes). The rows a piece changes all lie under the keys it declares,
+/// so reverting it touches nothing another piece without a shared key has changed since.
+pub fn execute_undoable(db: &mut WarehouseDb, piece: &Piece) -> Result<(Vec<StepOutput>, PieceUndo), PieceError> {
+    check(db, piece)?;
+    let mut undo = PieceUndo { w: piece.w, steps: Vec::with_capacity(piece.steps.len()) };
+    let outputs = piece
+        .steps
+        .iter()
+        .map(|step| {
+            undo.steps.push(before(db, step));
+            run(db, piece.w, step)
+        })
+        .collect();
+    Ok((outputs, undo))
+}
+
+/// What `step` is about to change, read before it runs (the step was checked).
+fn before(db: &WarehouseDb, step: &Step) -> StepUndo {
+    match *step {
+        Step::NewOrder { d, customer, .. } => {
+            let previous_last = db.districts[d as usize].last_order_of[customer as usize];
+            StepUndo::NewOrder { d, customer, previous_last }
+        }
+        Step::Stock { item, .. } => StepUndo::Stock { item, before: db.stock[item as usize] },
+        Step::PaymentAt { d, amount_cents, .. } => StepUndo::PaymentAt { d, amount_cents },
+        Step::PaymentBy { d, customer, .. } => {
+            let c = resolve(db, d, customer).expect("checked before running");
+            StepUndo::PaymentBy { d, customer: c, before: db.districts[d as usize].customers[c as usize].clone() }
+        }
+        Step::Delivery { .. } => StepUndo::Delivery {
+            delivered: (0u32..)
+                .zip(&db.districts)
+                .filter_map(|(d, dist)| {
+                    let o = *dist.new_orders.front()?;
+                    let c = dist.orders[o as usize - 1].customer;
+                    Some((d, o, dist.customers[c as usize].clone()))
+                })
+                .collect(),
+        },
+        Step::OrderStatus { .. } | Step::StockLevel { .. } => StepUndo::Nothing,
+    }
+}
+
+/// Reverts an [`execute_undoable`] of a piece on `db` (its steps, last first).
+pub fn undo(db: &mut WarehouseDb, undo: PieceUndo) {
+    debug_assert_eq!(undo.w, db.w, "an undo record goes back to its own warehouse");
+    for step in undo.steps.into_iter().rev() {
+        match step {
+            StepUndo::Nothing => {}
+            StepUndo::NewOrder { d, customer, previous_last } => {
+                let dist = &mut db.districts[d as usize];
+                dist.next_order -= 1;
+                dist.orders.pop();
+                dist.new_orders.pop_back();
+                dist.last_order_of[customer as usize] = previous_last;
+            }
+            StepUndo::Stock { item, before } => db.stock[item as usize] = before,
+            StepUndo::PaymentAt { d, amount_cents } => {
+                db.ytd_cents -= amount_cents;
+                let dist = &mut db.districts[d as usize];
+                dist.ytd_cents -= amount_cents;
+                dist.history.pop();
+            }
+            StepUndo::PaymentBy { d, customer, before } => {
+                db.districts[d as usize].customers[customer as usize] = before;
+            }
+            StepUndo::Delivery { delivered } => {
+                for (d, o, customer_before) in delivered.into_iter().rev() {
+                    let dist = &mut db.districts[d as usize];
+                    dist.new_orders.push_front(o);
+                    let order = &mut dist.orders[o as usize - 1];
+                    order.carrier = None;
+                    order.lines.iter_mut().for_each(|l| l.delivery_date = None);
+                    let c = order.customer as usize;
+                    dist.customers[c] = customer_before;
+                }
+            }
+        }
+    }
 }
 
 /// `amount × (1 − discount) × (1 + taxes)`, rates in basis points, rounded down to a cent.
@@ -498,6 +634,43 @@ mod tests {
             assert!(execute(&mut db, p).is_err(), "{p:?}");
         }
         assert_eq!(db, before);
+    }
+
+    #[test]
+    fn an_undone_piece_leaves_the_warehouse_as_it_was() {
+        use crate::tpcc::{TpccMix, TpccTerminal};
+        use rand::SeedableRng;
+        let scale = TpccScale { warehouses: 1, ..small() };
+        let mut db = WarehouseDb::populate(&scale, 7, 0);
+        let mut rng = kairos_core::Rng::seed_from_u64(7);
+        let terminal = TpccTerminal::new(scale, TpccMix::default(), &mut rng);
+        let mut kinds_undone = std::collections::BTreeSet::new();
+        let kind = |s: &Step| format!("{s:?}").split([' ', '{']).next().map(str::to_owned);
+        for i in 0..400u64 {
+            let txn = terminal.next(&mut rng, i);
+            let piece = &split(&txn)[0];
+            let before = db.clone();
+            let (outputs, undo_record) = execute_undoable(&mut db, piece).unwrap();
+            let mut again = before.clone();
+            assert_eq!(execute(&mut again, piece).unwrap(), outputs, "the same run as execute");
+            assert_eq!(again, db);
+            if i % 3 == 0 {
+                // Stacked: two pieces, undone last first.
+                let next = split(&terminal.next(&mut rng, i))[0].clone();
+                let middle = db.clone();
+                let (_, second) = execute_undoable(&mut db, &next).unwrap();
+                undo(&mut db, second);
+                assert_eq!(db, middle);
+            }
+            if !undo_record.is_empty() {
+                kinds_undone.insert(kind(&piece.steps[0]));
+            }
+            undo(&mut db, undo_record);
+            assert_eq!(db, before, "{txn:?}");
+            // Keep the run going with the piece applied for good.
+            execute(&mut db, piece).unwrap();
+        }
+        assert_eq!(kinds_undone.len(), 3, "new-order, payment and delivery were undone");
     }
 
     #[test]
