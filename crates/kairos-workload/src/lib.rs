@@ -33,7 +33,7 @@ pub mod txn;
 pub mod ycsb;
 
 pub use admission::{path_of_shards, AdmissionLimit, Finish, Path};
-pub use micro::{FixedKeys, MicroBench, Pieces, TxnSource, TxnWork, WorkloadError};
+pub use micro::{FixedKeys, KindSample, MicroBench, Pieces, TxnSource, TxnWork, WorkloadError, KIND_SAMPLES_MAX};
 pub use open_loop::OpenLoop;
-pub use shards::{shard_of, Placement, Topology};
+pub use shards::{shard_of, Partitioner, Placement, Topology};
 pub use txn::{history_key, key_id, Key, ShardId, Ts, TxnId, Value};

@@ -45,6 +45,21 @@ pub struct TxnWork {
     pub kind: Option<u8>,
 }
 
+/// One finished transaction of a workload with types (TPC-C), for per-type statistics.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KindSample {
+    /// [`TxnWork::kind`].
+    pub kind: u8,
+    /// Committed, or failed after its last attempt.
+    pub committed: bool,
+    pub attempts: u32,
+    /// From the invocation to the commit or the failure, on the coordinator's clock.
+    pub latency_ns: u64,
+}
+
+/// Samples one coordinator keeps at most (later ones are counted nowhere).
+pub const KIND_SAMPLES_MAX: usize = 1 << 20;
+
 /// A workload that cannot be built as asked.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum WorkloadError {

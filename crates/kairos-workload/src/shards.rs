@@ -10,6 +10,41 @@ pub fn shard_of(key: Key, shard_count: usize) -> ShardId {
     (key % shard_count.max(1) as u64) as ShardId
 }
 
+/// How a byte-string key (Tiga's) finds its shard.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Partitioner {
+    /// By the key's id ([`key_id`], xxh3) mod shards: any key, spread evenly.
+    #[default]
+    Hash,
+    /// A key whose bytes are a decimal integer (no sign, no leading zero) by that integer mod
+    /// shards, as the peers place their integer keys; any other key by hash. A workload that
+    /// lays its data out by number (TPC-C's conflict keys put a warehouse's keys on the
+    /// warehouse's shard) keeps its layout on Tiga.
+    Integer,
+}
+
+impl Partitioner {
+    /// The shard of `key` among `shard_count` shards.
+    pub fn shard_of(self, key: &[u8], shard_count: usize) -> ShardId {
+        match self {
+            Partitioner::Integer => match decimal(key) {
+                Some(n) => shard_of(n, shard_count),
+                None => shard_of(key_id(key), shard_count),
+            },
+            Partitioner::Hash => shard_of(key_id(key), shard_count),
+        }
+    }
+}
+
+/// The integer a key's bytes spell in decimal, if they spell one the way `u64::to_string`
+/// writes it (so that one integer has one key).
+fn decimal(key: &[u8]) -> Option<u64> {
+    if key.is_empty() || (key.len() > 1 && key[0] == b'0') || !key.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(key).ok()?.parse().ok()
+}
+
 /// The shards and their replicas. Replica `r` of shard `s` is `shards[s][r]`; in view 0 the
 /// leader of every shard is replica `leader[s]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +126,17 @@ mod tests {
         assert_eq!(t.locate(NodeId(9)), None);
         assert_eq!(t.shard_of_key(7), 1);
         assert_eq!(t.shard_of_bytes(b"k"), (key_id(b"k") % 3) as ShardId);
+    }
+
+    #[test]
+    fn integer_keys_land_by_value_and_others_by_hash() {
+        let int = Partitioner::Integer;
+        assert_eq!(int.shard_of(b"7", 3), 1);
+        assert_eq!(int.shard_of(b"18446744073709551615", 6), (u64::MAX % 6) as ShardId);
+        for odd in [&b"07"[..], b"-7", b"+7", b"7 ", b"", b"18446744073709551616", b"k"] {
+            assert_eq!(int.shard_of(odd, 3), Partitioner::Hash.shard_of(odd, 3), "{odd:?}");
+        }
+        assert_eq!(Partitioner::Hash.shard_of(b"k", 3), three_by_three().shard_of_bytes(b"k"));
     }
 
     #[test]
