@@ -68,7 +68,7 @@ impl Protocol {
     /// Whether the protocol runs TPC-C (its servers run a transaction's pieces).
     pub fn runs_tpcc(self) -> bool {
         match self {
-            Protocol::Tiga => false,
+            Protocol::Tiga => true,
             Protocol::TwoPlPaxos => TwoPlPaxos::RUNS_PIECES,
             Protocol::OccPaxos => OccPaxos::RUNS_PIECES,
             Protocol::Tapir => Tapir::RUNS_PIECES,
@@ -330,6 +330,7 @@ impl Bench {
         let t = TigaDeployment::default();
         TigaDeployment {
             base: self.base.clone(),
+            tpcc: self.tpcc,
             // The same admission of open-loop arrivals as the peers' shells.
             config: kairos_tiga::TigaConfig { admission_control: self.shell.admission_control, ..t.config },
             ..t
@@ -469,9 +470,6 @@ impl Bench {
 
     /// Runs Tiga on this bench through its own deployment.
     pub fn run_tiga(&self, progress: impl FnMut(f64)) -> Result<RunOutcome, DeployError> {
-        if self.tpcc.is_some() {
-            return Err(DeployError::Shape("tiga does not run TPC-C yet".into()));
-        }
         let o = self.tiga().run(progress)?;
         let coordinators = o
             .coordinators
@@ -504,34 +502,65 @@ impl Bench {
             busiest_server: o.busiest_server,
             busiest_server_wire: o.busiest_server_wire,
             wall: o.wall,
-            tpcc: None,
-            kinds: Vec::new(),
+            tpcc: o.tpcc,
+            kinds: o.kinds,
         })
     }
 }
 
 /// The end-of-run checks of a TPC-C run's databases (see [`TpccOutcome`]).
 fn tpcc_outcome<P: PeerProtocol>(sim: &Sim<P::Msg>, topology: &Topology, scale: &TpccScale) -> TpccOutcome {
-    let mut outcome = TpccOutcome::default();
-    let mut one_per_shard: Vec<&WarehouseDb> = Vec::new();
-    for (shard, replicas) in topology.shards.iter().enumerate() {
-        let stores: Vec<(NodeId, &Store)> = replicas
+    let shards = topology.shards.iter().map(|replicas| {
+        replicas
             .iter()
             .filter(|n| sim.is_up(**n))
             .filter_map(|n| sim.role::<P::Server>(*n).and_then(P::store).map(|s| (*n, s)))
-            .collect();
+            .collect()
+    });
+    tpcc_outcome_of(scale, shards.collect())
+}
+
+/// One replica's TPC-C data, as the end-of-run checks compare it.
+pub(crate) trait ReplicaData {
+    /// How far it applied its shard's order (of two replicas, the one that applied more).
+    fn progress(&self) -> u64;
+    /// Whether it holds the same data as `other` (replicas at the same progress must).
+    fn same_data(&self, other: &Self) -> bool;
+    fn warehouses(&self) -> Vec<&WarehouseDb>;
+    fn pieces_refused(&self) -> u64;
+}
+
+impl ReplicaData for &Store {
+    fn progress(&self) -> u64 {
+        self.writes_applied()
+    }
+    fn same_data(&self, other: &Self) -> bool {
+        Store::same_data(self, other)
+    }
+    fn warehouses(&self) -> Vec<&WarehouseDb> {
+        Store::warehouses(self).iter().collect()
+    }
+    fn pieces_refused(&self) -> u64 {
+        Store::pieces_refused(self)
+    }
+}
+
+/// [`TpccOutcome`] of the live replicas of each shard (`shards[s]`: node and data).
+pub(crate) fn tpcc_outcome_of<D: ReplicaData>(scale: &TpccScale, shards: Vec<Vec<(NodeId, D)>>) -> TpccOutcome {
+    let mut outcome = TpccOutcome::default();
+    let mut one_per_shard: Vec<&WarehouseDb> = Vec::new();
+    for (shard, stores) in shards.iter().enumerate() {
         outcome.pieces_refused += stores.iter().map(|(_, s)| s.pieces_refused()).sum::<u64>();
-        // The replica that applied the most; a Paxos follower may not have learned the last
-        // commits yet, so only replicas that applied as much are compared with it.
-        let Some(&(most_node, most)) = stores.iter().max_by_key(|(n, s)| (s.writes_applied(), std::cmp::Reverse(*n)))
-        else {
+        // The replica that applied the most; a follower may not have learned the last commits
+        // yet, so only replicas that applied as much are compared with it.
+        let Some((most_node, most)) = stores.iter().max_by_key(|(n, s)| (s.progress(), std::cmp::Reverse(*n))) else {
             continue;
         };
-        for (node, store) in &stores {
-            if *node == most_node {
+        for (node, store) in stores {
+            if node == most_node {
                 continue;
             }
-            if store.writes_applied() < most.writes_applied() {
+            if store.progress() < most.progress() {
                 outcome.replicas_behind += 1;
                 continue;
             }

@@ -18,7 +18,10 @@ use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kairos_workload::Placement;
+use crate::micro::{tpcc_outcome_of, ReplicaData, TpccBench, TpccOutcome};
+use kairos_tiga::tpcc::TpccShard;
+use kairos_workload::tpcc::{TpccSource, TpccTerminal, WarehouseDb};
+use kairos_workload::{KindSample, Partitioner, Placement, TxnSource};
 
 /// Which timestamp-agreement mode the leaders use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +43,9 @@ pub struct Deployment {
     pub config: TigaConfig,
     /// Crash a shard's leader during the run (the recovery experiment).
     pub kill_leader: Option<LeaderKill>,
+    /// Run TPC-C instead of MicroBench (the keys placed by warehouse: the `Integer`
+    /// partitioner).
+    pub tpcc: Option<TpccBench>,
 }
 
 /// The recovery experiment's fault: the leader of `shard` in view 0 crashes at `at` (true time
@@ -59,6 +65,7 @@ impl Default for Deployment {
             mode: Mode::Auto,
             config: TigaConfig::default(),
             kill_leader: None,
+            tpcc: None,
         }
     }
 }
@@ -85,6 +92,10 @@ pub struct Outcome {
     pub busiest_server: Duration,
     /// The part of `busiest_server` charged for its messages (measured-CPU model).
     pub busiest_server_wire: Duration,
+    /// TPC-C runs: the end-of-run checks of the servers' databases.
+    pub tpcc: Option<TpccOutcome>,
+    /// Every coordinator's finished transactions by type (TPC-C runs; empty otherwise).
+    pub kinds: Vec<KindSample>,
 }
 
 /// Simulated CPU time by role (see [`Outcome::busy`]).
@@ -139,6 +150,19 @@ impl Deployment {
     /// Builds the simulated world (nothing has run yet).
     pub fn build(&self) -> Result<World, DeployError> {
         let mut tiga_config = self.config.clone();
+        // TPC-C: every shard's replicas start from the shard's warehouses, populated once from
+        // the seed, and the coordinators draw TPC-C's transactions.
+        let mut warehouses = Vec::new();
+        let mut terminal = None;
+        if let Some(t) = &self.tpcc {
+            t.scale.validate(self.base.shards).map_err(|e| DeployError::Shape(e.to_string()))?;
+            t.mix.validate().map_err(|e| DeployError::Shape(e.to_string()))?;
+            tiga_config.partitioner = Partitioner::Integer;
+            let shards = self.base.shards;
+            warehouses = (0..shards).map(|s| TpccShard::populate(&t.scale, self.base.seed, s, shards)).collect();
+            let rng = &mut kairos_core::Rng::seed_from_u64(self.base.seed ^ 0x7470_6363);
+            terminal = Some(TpccTerminal::new(t.scale, t.mix, rng));
+        }
         tiga_config.preventive = match self.mode {
             Mode::Preventive => true,
             Mode::Detective => false,
@@ -153,13 +177,24 @@ impl Deployment {
         let coordinator_config = tiga_config.clone();
         let (mut sim, topology, process_regions) = self.base.build_with(
             self.config.inflight_max as u64,
-            move |t, s, r| Box::new(Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone())),
+            // A restarted server is built the same way and recovers from what it made durable.
+            move |t, s, r| {
+                let server = Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone());
+                Box::new(match warehouses.get(s as usize) {
+                    Some(w) => server.with_tpcc(w.clone()),
+                    None => server,
+                })
+            },
             move |slot| {
+                let source: Box<dyn TxnSource> = match &terminal {
+                    Some(terminal) => Box::new(TpccSource { terminal: terminal.clone() }),
+                    None => Box::new(slot.workload.clone()),
+                };
                 Box::new(
                     Coordinator::new(
                         slot.topology.clone(),
                         coordinator_config.clone(),
-                        Box::new(slot.workload.clone()),
+                        source,
                         slot.owd.clone(),
                         slot.process_base,
                     )
@@ -197,6 +232,18 @@ impl Deployment {
         }
         sim.add_world_check(64, executed_logs_agree(topology.clone()));
         Ok(World { sim, topology, process_regions, view_managers })
+    }
+
+    /// A TPC-C deployment's end-of-run checks of the servers' databases (each live replica's
+    /// executed state); `None` for MicroBench.
+    pub fn tpcc_outcome(&self, sim: &Sim<TigaMsg>, topology: &Topology) -> Option<TpccOutcome> {
+        self.tpcc.map(|t| {
+            let replicas = |replicas: &Vec<NodeId>| {
+                let live = replicas.iter().filter(|n| sim.is_up(**n));
+                live.filter_map(|n| sim.role::<Server>(*n).map(|s| (*n, ExecutedState(s)))).collect()
+            };
+            tpcc_outcome_of(&t.scale, topology.shards.iter().map(replicas).collect())
+        })
     }
 
     /// Runs the load for `duration`, then lets in-flight transactions finish (up to the
@@ -251,7 +298,14 @@ impl Deployment {
         }
         let (busiest_server, busiest_server_wire) = busiest_server;
         busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
+        let tpcc = self.tpcc_outcome(&sim, &topology);
+        let kinds = (0..process_regions.len())
+            .filter_map(|i| sim.role::<Coordinator>(NodeId((servers + i) as u32)))
+            .flat_map(|c| c.kind_samples().iter().copied())
+            .collect();
         Ok(Outcome {
+            tpcc,
+            kinds,
             busy,
             busiest_server,
             busiest_server_wire,
@@ -266,6 +320,25 @@ impl Deployment {
             view: last_view.as_ref().map_or(0, |v| v.number),
             leaders,
         })
+    }
+}
+
+/// A Tiga replica's executed state, as the TPC-C checks compare it.
+struct ExecutedState<'a>(&'a Server);
+
+impl ReplicaData for ExecutedState<'_> {
+    fn progress(&self) -> u64 {
+        self.0.executed()
+    }
+    fn same_data(&self, other: &Self) -> bool {
+        self.0.executed_state() == other.0.executed_state()
+    }
+    fn warehouses(&self) -> Vec<&WarehouseDb> {
+        let tpcc = self.0.executed_state().tpcc.as_ref();
+        tpcc.map(|t| t.warehouses.iter().map(|w| &**w).collect()).unwrap_or_default()
+    }
+    fn pieces_refused(&self) -> u64 {
+        self.0.executed_state().tpcc.as_ref().map_or(0, |t| t.pieces_refused)
     }
 }
 

@@ -323,6 +323,7 @@ fn checkpoints_agree_across_replicas_and_with_a_replay_of_the_log() {
             }
             let state: std::collections::BTreeMap<Vec<u8>, u64> = first
                 .state
+                .keys
                 .iter()
                 .map(|(k, e)| {
                     assert_eq!(e.value.as_deref(), Some(e.version.to_string().as_bytes()), "value = version");

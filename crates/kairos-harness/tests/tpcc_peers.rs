@@ -2,7 +2,7 @@
 //! warehouse per shard): every run's history strictly serializable over the conflict keys,
 //! TPC-C's consistency conditions holding at the end, and every replica of a shard that
 //! applied as much as its most advanced one holding the same rows — with and without message
-//! loss, for every peer that runs TPC-C (all but Tapir, and Tiga, so far).
+//! loss, for Tiga and every peer that runs TPC-C (all but Tapir so far).
 
 use std::time::Duration;
 
@@ -49,10 +49,20 @@ fn runs_tpcc_strictly_serializably_and_consistently(protocol: Protocol) {
         // committed new-order, one history row per committed payment.
         let committed = |kind: usize| out.kinds.iter().filter(|s| s.committed && usize::from(s.kind) == kind).count();
         assert!(committed(0) > 50 && committed(1) > 50, "{protocol}: {tpcc:?}");
-        assert_eq!(tpcc.orders_placed, committed(0) as u64, "{protocol}, loss {loss}: new orders");
-        assert_eq!(tpcc.payments_made, committed(1) as u64, "{protocol}, loss {loss}: payments");
+        // (Tiga gives a transaction up with its outcome unknown after its last retransmission:
+        // such a one may have taken effect. The peers' outcomes are all known.)
+        let unknown = |kind: usize| out.kinds.iter().filter(|s| !s.committed && usize::from(s.kind) == kind).count();
+        let placed = committed(0)..=committed(0) + if protocol == Protocol::Tiga { unknown(0) } else { 0 };
+        assert!(placed.contains(&(tpcc.orders_placed as usize)), "{protocol}, loss {loss}: new orders {placed:?}");
+        let paid = committed(1)..=committed(1) + if protocol == Protocol::Tiga { unknown(1) } else { 0 };
+        assert!(paid.contains(&(tpcc.payments_made as usize)), "{protocol}, loss {loss}: payments {paid:?}");
         assert!(tpcc.consistency.checked > 6 * 10 * 30 * 3, "{tpcc:?}");
     }
+}
+
+#[test]
+fn tiga_runs_tpcc() {
+    runs_tpcc_strictly_serializably_and_consistently(Protocol::Tiga);
 }
 
 #[test]
@@ -89,9 +99,8 @@ fn detock_runs_tpcc() {
 #[test]
 fn protocols_that_do_not_run_tpcc_yet_and_bad_databases_are_refused_clearly() {
     let err = bench(100.0, 0.0).run(Protocol::Tapir, |_| {}).err().expect("Tapir does not run TPC-C yet");
-    let runs = "run it with --protocols 2pl-paxos,occ-paxos,janus,calvin+,detock,ncc,ncc+";
+    let runs = "run it with --protocols tiga,2pl-paxos,occ-paxos,janus,calvin+,detock,ncc,ncc+";
     assert!(err.to_string().contains(&format!("tapir does not run TPC-C yet; {runs}")), "{err}");
-    assert!(bench(100.0, 0.0).run(Protocol::Tiga, |_| {}).is_err());
     let mut no_warehouses = bench(100.0, 0.0);
     no_warehouses.tpcc.as_mut().unwrap().scale.warehouses = 0;
     let err = no_warehouses.run(Protocol::CalvinPlus, |_| {}).err().unwrap();

@@ -93,7 +93,9 @@ use crate::msg::{Key, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submi
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::ProcessSlots;
-use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop, TxnSource};
+use kairos_workload::{
+    path_of_shards, AdmissionLimit, Finish, KindSample, OpenLoop, Pieces, TxnSource, TxnWork, KIND_SAMPLES_MAX,
+};
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -334,6 +336,8 @@ struct Pending {
     invoke: Vec<MicroOp>,
     replies: BTreeMap<(ShardId, u32), ReplicaReplies>,
     first_leader_ts: BTreeMap<ShardId, Ts>,
+    /// The transaction's type, for per-type statistics (TPC-C).
+    kind: Option<u8>,
 }
 
 /// The coordinator role (see the module docs).
@@ -359,6 +363,8 @@ pub struct Coordinator {
     stats: CoordinatorStats,
     /// Finished transactions not yet taken, if a front end asked for them.
     completions: Option<VecDeque<Completion>>,
+    /// Finished transactions of a workload with types (TPC-C), one sample each.
+    kind_samples: Vec<KindSample>,
     /// `replica_owd[shard][a][b]`: one-way delay from replica a to replica b of the shard (for
     /// the per-transaction quorum choice; empty: the paper's super-quorum headroom always).
     replica_owd: Vec<Vec<Vec<Duration>>>,
@@ -400,6 +406,7 @@ impl Coordinator {
             admission,
             stats: CoordinatorStats::default(),
             completions: None,
+            kind_samples: Vec::new(),
         }
     }
 
@@ -502,7 +509,19 @@ impl Coordinator {
     /// Starts a transaction running `ops` (in this order): records its invocation, sends it
     /// to every replica of every involved shard, and arms its retry timer.
     pub fn submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, ops: Vec<Op>) -> Result<TxnId, TxnError> {
-        match self.plan(ctx.me(), &ops) {
+        self.submit_work(ctx, ops, Pieces::default(), None)
+    }
+
+    /// [`Coordinator::submit`] of a transaction that also runs TPC-C pieces (the servers run
+    /// them with `ops`, see [`crate::tpcc`]), of type `kind`.
+    pub fn submit_work(
+        &mut self,
+        ctx: &mut Ctx<'_, TigaMsg>,
+        ops: Vec<Op>,
+        tpcc: Pieces,
+        kind: Option<u8>,
+    ) -> Result<TxnId, TxnError> {
+        match self.plan(ctx.me(), &ops, &tpcc) {
             Ok((txn, pieces)) => {
                 // `plan` refused it if `inflight_max` are pending, so a slot is free.
                 let Some(slot) = self.slots.take() else {
@@ -520,6 +539,7 @@ impl Coordinator {
                     invoke,
                     replies: BTreeMap::new(),
                     first_leader_ts: BTreeMap::new(),
+                    kind,
                 };
                 self.pending.insert(txn, p);
                 self.send(ctx, txn);
@@ -539,7 +559,7 @@ impl Coordinator {
     }
 
     /// Validates a transaction and splits it into pieces, changing nothing.
-    fn plan(&self, me: NodeId, ops: &[Op]) -> Result<(TxnId, Vec<Piece>), TxnError> {
+    fn plan(&self, me: NodeId, ops: &[Op], tpcc: &Pieces) -> Result<(TxnId, Vec<Piece>), TxnError> {
         if ops.is_empty() {
             return Err(TxnError::NoKeys);
         }
@@ -564,7 +584,7 @@ impl Coordinator {
         let mut by_shard: BTreeMap<ShardId, Vec<Op>> = BTreeMap::new();
         for op in ops {
             let key = &op.key;
-            let shard = if self.topology.shard_count() == 0 { 0 } else { self.topology.shard_of_bytes(key) };
+            let shard = if self.topology.shard_count() == 0 { 0 } else { self.config.shard_of(&self.topology, key) };
             let served = self
                 .topology
                 .shards
@@ -587,7 +607,9 @@ impl Coordinator {
         let txn_ops = if shards.len() > 1 { ops.to_vec() } else { Vec::new() };
         let pieces = by_shard
             .into_iter()
-            .map(|(shard, ops)| Piece::new(txn, shard, shards.clone(), ops).with_txn_ops(txn_ops.clone()))
+            .map(|(shard, ops)| {
+                Piece::new(txn, shard, shards.clone(), ops).with_txn_ops(txn_ops.clone()).with_tpcc(tpcc.clone())
+            })
             .collect();
         Ok((txn, pieces))
     }
@@ -696,6 +718,7 @@ impl Coordinator {
         let Some(all_fast) = self.committed_path(p) else { return };
         self.finished(ctx, txn, Finish::Committed);
         let Some(p) = self.pending.remove(&txn) else { return };
+        self.sample_kind(ctx, &p, true);
         let (value, outputs) = self.completion(&p);
         ctx.record(HistoryEvent::new(OpType::Ok, self.process_id_base + p.slot, "txn", value));
         if let Some(c) = self.completions.as_mut() {
@@ -736,7 +759,7 @@ impl Coordinator {
             let leader = *self.topology.leader.get(shard as usize)?;
             p.replies.get(&(shard, leader))?.fast.as_ref()?.result.as_ref()
         };
-        let piece_of = |key: &[u8]| p.pieces.iter().find(|pc| self.topology.shard_of_bytes(key) == pc.shard);
+        let piece_of = |key: &[u8]| p.pieces.iter().find(|pc| self.config.shard_of(&self.topology, key) == pc.shard);
         let mut history = Vec::new();
         for (k, read, written) in distinct_keys(&p.ops) {
             let version = piece_of(k)
@@ -760,7 +783,7 @@ impl Coordinator {
             .ops
             .iter()
             .map(|op| {
-                let shard = self.topology.shard_of_bytes(&op.key);
+                let shard = self.config.shard_of(&self.topology, &op.key);
                 let i = next.entry(shard).or_insert(0);
                 let out = result(shard).and_then(|r| r.outputs.get(*i).cloned()).unwrap_or(OpOutput::Nil);
                 *i += 1;
@@ -805,6 +828,19 @@ impl Coordinator {
     }
 
     /// Tells the admission limit how `txn` (still pending) ended.
+    /// `committed`: else given up (outcome unknown). Tiga never aborts: one attempt each.
+    fn sample_kind(&mut self, ctx: &Ctx<'_, TigaMsg>, p: &Pending, committed: bool) {
+        if let Some(kind) = p.kind.filter(|_| self.kind_samples.len() < KIND_SAMPLES_MAX) {
+            let latency_ns = ctx.now().saturating_since(p.invoked_at).as_nanos() as u64;
+            self.kind_samples.push(KindSample { kind, committed, attempts: 1, latency_ns });
+        }
+    }
+
+    /// The finished transactions of a workload with types (TPC-C), one sample each.
+    pub fn kind_samples(&self) -> &[KindSample] {
+        &self.kind_samples
+    }
+
     fn finished(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, finish: Finish) {
         let Some(p) = self.pending.get(&txn) else { return };
         let path = path_of_shards(p.pieces.iter().map(|pc| pc.shard));
@@ -822,6 +858,7 @@ impl Coordinator {
         }
         self.finished(ctx, txn, Finish::GaveUp);
         let Some(p) = self.pending.remove(&txn) else { return };
+        self.sample_kind(ctx, &p, false);
         ctx.record(HistoryEvent::new(OpType::Info, self.process_id_base + p.slot, "txn", p.invoke));
         if let Some(c) = self.completions.as_mut() {
             c.push_back(Completion { txn, outputs: None });
@@ -856,10 +893,13 @@ impl Coordinator {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {
-            // MicroBench: an increment by 1 of each key (see `kairos_workload::micro`).
-            let ops = self.workload.next_keys(ctx.rng()).into_iter().map(Op::increment).collect();
+            // An increment by 1 of each key (see `kairos_workload::micro`), plus a TPC-C
+            // transaction's pieces.
+            let now = ctx.now().as_nanos();
+            let TxnWork { keys, pieces, kind } = self.workload.next_txn(ctx.rng(), now);
+            let ops = keys.into_iter().map(Op::increment).collect();
             // A rejected transaction is counted by `submit`; the load goes on.
-            let _ = self.submit(ctx, ops);
+            let _ = self.submit_work(ctx, ops, pieces, kind);
         }
         self.schedule_arrival(ctx);
     }

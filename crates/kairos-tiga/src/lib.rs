@@ -21,6 +21,9 @@
 //!   xxh3(key) mod shards, and a transaction is a list of per-key Redis-style operations (GET,
 //!   SET, SETNX, DEL, EXISTS, INCRBY, APPEND, STRLEN) whose read and write sets are known up
 //!   front; servers run each shard's piece as a stored procedure in timestamp order.
+//! - [`tpcc`]: TPC-C — a transaction increments its conflict keys (decimal integers, placed by
+//!   warehouse with [`TigaConfig::partitioner`]) and carries its pieces, which each shard runs
+//!   on its warehouses in the same step; a leader's speculative run keeps undo records.
 //! - MicroBench ([`kairos_workload::MicroBench`]): 3 distinct keys per transaction drawn from
 //!   Zipf(skew) over 1,000,000 keys per shard; each transaction is a general one that increments
 //!   its keys by 1 (a key's bytes are its decimal digits, so it lands on a shard by hash like any
@@ -96,7 +99,7 @@
 //!
 //! **Not yet here:** view changes among real processes (`kairos serve` runs no view manager),
 //! detection of a wiped disk (a replica that lost its journal boots as a fresh replica of
-//! view 0), and TPC-C.
+//! view 0).
 //!
 //! **Transactions that never reach a leader.** A multi-shard transaction whose submit is lost
 //! on its way to one leader leaves the others holding its keys until a retransmission arrives
@@ -120,6 +123,7 @@ pub mod ops;
 mod release_queue;
 pub mod server;
 pub mod topology;
+pub mod tpcc;
 pub mod view;
 
 pub use msg::{Piece, PieceResult, TigaMsg, TxnId};

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 /// The transactional vocabulary Tiga shares with its peers (`kairos-workload`).
 pub use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
+pub use kairos_workload::Pieces;
 
 /// The part of a transaction one shard executes: its operations (in transaction order) and
 /// their read and write sets as key ids, distinct, in order of first appearance.
@@ -30,13 +31,23 @@ pub struct Piece {
     /// a single-shard one): after a view change a shard that lost its piece takes it from a
     /// shard that has the transaction in its log ([`Piece::sibling`]).
     pub txn_ops: Vec<Op>,
+    /// A TPC-C transaction's pieces, one per warehouse, the whole transaction's in every
+    /// shard's piece (each shard runs those of its warehouses: [`crate::tpcc`]); empty
+    /// otherwise.
+    pub tpcc: Pieces,
 }
 
 impl Piece {
     /// The piece running `ops` (all on `shard`), with its read and write sets derived from them.
     pub fn new(txn: TxnId, shard: ShardId, shards: Vec<ShardId>, ops: Vec<Op>) -> Self {
         let (reads, writes) = Self::sets(&ops);
-        Piece { txn, shard, shards, reads, writes, ops, txn_ops: Vec::new() }
+        Piece { txn, shard, shards, reads, writes, ops, txn_ops: Vec::new(), tpcc: Pieces::default() }
+    }
+
+    /// This piece, carrying a TPC-C transaction's pieces.
+    pub fn with_tpcc(mut self, tpcc: Pieces) -> Self {
+        self.tpcc = tpcc;
+        self
     }
 
     /// This piece, carrying the whole transaction's operations (multi-shard transactions).
@@ -53,8 +64,11 @@ impl Piece {
             return None;
         }
         let ops: Vec<Op> = self.txn_ops.iter().filter(|op| shard_of(&op.key) == shard).cloned().collect();
-        (!ops.is_empty())
-            .then(|| Piece::new(self.txn, shard, self.shards.clone(), ops).with_txn_ops(self.txn_ops.clone()))
+        (!ops.is_empty()).then(|| {
+            Piece::new(self.txn, shard, self.shards.clone(), ops)
+                .with_txn_ops(self.txn_ops.clone())
+                .with_tpcc(self.tpcc.clone())
+        })
     }
 
     /// Whether `txn_ops` is consistent with this piece: empty for a single-shard transaction,
@@ -86,9 +100,10 @@ impl Piece {
         distinct_keys(&self.ops).len()
     }
 
-    /// Bytes of keys and arguments, for size limits.
+    /// Bytes of keys and arguments (and TPC-C steps, about), for size limits.
     pub fn payload_bytes(&self) -> usize {
-        self.ops.iter().chain(&self.txn_ops).map(Op::payload_bytes).sum()
+        let tpcc: usize = self.tpcc.iter().map(|p| p.weight() * 16).sum();
+        self.ops.iter().chain(&self.txn_ops).map(Op::payload_bytes).sum::<usize>() + tpcc
     }
 }
 

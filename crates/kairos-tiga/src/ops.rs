@@ -125,8 +125,23 @@ pub struct Entry {
     pub version: u64,
 }
 
-/// A shard's data. A deleted key keeps its entry (and version) with no value.
-pub type Store = crate::cow_map::CowMap<Bytes, Entry>;
+/// A shard's data: its keys (a deleted key keeps its entry and version, with no value) and,
+/// in a TPC-C deployment, its warehouses ([`crate::tpcc`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Store {
+    pub keys: crate::cow_map::CowMap<Bytes, Entry>,
+    pub tpcc: Option<crate::tpcc::TpccShard>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Store::default()
+    }
+    /// A key's state, if it was ever written.
+    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.keys.get(key)
+    }
+}
 
 /// The distinct keys of `ops` in order of first appearance, with whether the first operation
 /// on each reads it and whether any operation writes it.
@@ -168,7 +183,7 @@ fn run(store: &mut Store, ops: &[Op], keep_undo: bool) -> Execution {
     let mut versions = Vec::with_capacity(keys.len());
     let mut undo = Vec::new();
     for (k, _, written) in &keys {
-        let old = store.get(*k);
+        let old = store.keys.get(*k);
         versions.push(old.map_or(0, |e| e.version));
         if *written && keep_undo {
             undo.push((k.to_vec(), old.cloned()));
@@ -181,10 +196,10 @@ fn run(store: &mut Store, ops: &[Op], keep_undo: bool) -> Execution {
         .map(|op| {
             let k = op.key.as_slice();
             if !op.kind.writes() {
-                return read(store.get(k).and_then(|e| e.value.as_ref()), &op.kind);
+                return read(store.keys.get(k).and_then(|e| e.value.as_ref()), &op.kind);
             }
             let i = keys.iter().position(|(d, _, _)| *d == k).expect("a distinct key of ops");
-            let e = store.get_mut_or_insert_with(k, <[u8]>::to_vec, Entry::default);
+            let e = store.keys.get_mut_or_insert_with(k, <[u8]>::to_vec, Entry::default);
             if !bumped[i] {
                 bumped[i] = true;
                 e.version = versions[i] + 1;
@@ -199,8 +214,8 @@ fn run(store: &mut Store, ops: &[Op], keep_undo: bool) -> Execution {
 pub fn undo(store: &mut Store, undo: Vec<(Bytes, Option<Entry>)>) {
     for (k, old) in undo.into_iter().rev() {
         match old {
-            Some(e) => store.insert(k, e),
-            None => store.remove(&k),
+            Some(e) => store.keys.insert(k, e),
+            None => store.keys.remove(&k),
         };
     }
 }
@@ -325,9 +340,9 @@ mod tests {
         );
         assert_eq!(e.versions, vec![0, 0, 0]);
         // One version bump per written key per transaction.
-        assert_eq!(s[b"a".as_slice()], Entry { value: Some(b"7x".to_vec()), version: 1 });
-        assert_eq!(s[b"b".as_slice()].version, 1);
-        assert_eq!(s[b"c".as_slice()], Entry { value: None, version: 1 });
+        assert_eq!(s.keys[b"a".as_slice()], Entry { value: Some(b"7x".to_vec()), version: 1 });
+        assert_eq!(s.keys[b"b".as_slice()].version, 1);
+        assert_eq!(s.keys[b"c".as_slice()], Entry { value: None, version: 1 });
         // Overflow and undo.
         let before = s.clone();
         let e = execute(&mut s, &[op("n", OpKind::IncrBy(i64::MAX)), op("n", OpKind::IncrBy(1)), op("a", OpKind::Get)]);

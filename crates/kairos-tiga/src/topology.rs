@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-pub use kairos_workload::Topology;
+use kairos_workload::txn::ShardId;
+pub use kairos_workload::{Partitioner, Topology};
 
 /// The protocol's knobs, shared by coordinators and servers.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +84,8 @@ pub struct TigaConfig {
     /// hold conflicting transactions in opposite orders (without it they wait forever). For
     /// measuring what the deviation costs or hides (`kairos bench tiga --announce-at-release-ms`).
     pub announce_at_release: Option<Duration>,
+    /// How a key finds its shard (hash; decimal integer keys by value for TPC-C).
+    pub partitioner: Partitioner,
     /// Per transaction, take the slow path's smaller headroom when it is predicted to commit
     /// sooner (beyond the paper; see the coordinator's module docs). Off: the paper's rule.
     pub quorum_choice: bool,
@@ -106,6 +109,13 @@ pub struct TigaConfig {
     /// replies from any view (the fast reply of a follower that now leads is then taken as
     /// the new leader's).
     pub unsafe_accept_old_view_replies: bool,
+}
+
+impl TigaConfig {
+    /// The shard of a key under this configuration's partitioner.
+    pub fn shard_of(&self, topology: &Topology, key: &[u8]) -> ShardId {
+        self.partitioner.shard_of(key, topology.shard_count())
+    }
 }
 
 impl Default for TigaConfig {
@@ -139,6 +149,7 @@ impl Default for TigaConfig {
             view_change_retry: Duration::from_millis(150),
             announce_at_release: None,
             quorum_choice: false,
+            partitioner: Partitioner::Hash,
             unsafe_skip_merge_rule_b: false,
             unsafe_skip_second_round: false,
             unsafe_follower_keeps_own_ts: false,

@@ -298,7 +298,8 @@ into one-shot pieces per warehouse. Every run's history is checked strictly seri
 and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
 The tables are scaled down tenfold from TPC-C's (300 customers and initial orders per district, 10,000 items) so \
 that 18 replicas fit in one process; the warehouses and districts, where TPC-C's contention lies, are not scaled. \
-Tiga and Tapir do not run TPC-C yet.",
+Tapir does not run TPC-C yet. Tiga runs it as general one-shot transactions whose keys are placed by \
+warehouse, each leader executing the pieces of its warehouses speculatively (undone on a timestamp revision).",
     after_help = "Examples:\n  kairos bench tpcc\n  kairos bench tpcc --protocols janus,calvin+,detock --load 500,1000,2000\n  \
 kairos bench tpcc --mix new-order=50,payment=50 --json results/tpcc.json"
 )]

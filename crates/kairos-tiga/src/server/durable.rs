@@ -7,7 +7,8 @@
 //!
 //! **Layout.** Two slots of pages and a manifest page naming the slot that holds a whole
 //! checkpoint, and its position. A checkpoint is written into the other slot: the state and
-//! the key maps in pages of whole [`CowMap`] buckets, then one page per segment of recent
+//! the key maps in pages of whole [`CowMap`] buckets (and a TPC-C shard's warehouses, a page
+//! each), then one page per segment of recent
 //! transactions; the manifest last. A crash before the manifest leaves the previous checkpoint
 //! whole (the journal still holds the log from its position: a replica never drops log entries
 //! below its *durable* checkpoint).
@@ -21,7 +22,9 @@ use super::{Checkpoint, KeyMaps, KeyStamp, Recent};
 use crate::cow_map::{CowMap, BUCKETS};
 use crate::msg::Key;
 use crate::ops::{Bytes, Entry};
+use crate::tpcc::TpccShard;
 use kairos_core::{Ctx, Stored};
+use kairos_workload::tpcc::{TpccScale, WarehouseDb};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -44,6 +47,10 @@ struct Manifest {
     position: u64,
     state_pages: u32,
     map_pages: u32,
+    /// A TPC-C deployment's scale and refused pieces; its warehouses are one page each, after
+    /// the maps' pages.
+    tpcc: Option<(TpccScale, u64)>,
+    warehouse_pages: u32,
     /// The first positions of the checkpoint's segments of recent transactions, in order.
     segments: Vec<u64>,
 }
@@ -54,6 +61,7 @@ enum Page {
     State(Vec<(Bytes, Entry)>),
     Maps(Vec<(Key, KeyStamp)>),
     Recent(Recent),
+    Warehouse(WarehouseDb),
 }
 
 /// A page as written: the same encoding as [`Page`], from references (no copy of the entries).
@@ -62,6 +70,7 @@ enum PageOut<'a> {
     State(Vec<(&'a Bytes, &'a Entry)>),
     Maps(Vec<(&'a Key, &'a KeyStamp)>),
     Recent(&'a Recent),
+    Warehouse(&'a WarehouseDb),
 }
 
 /// A page of the checkpoint being written.
@@ -69,6 +78,7 @@ enum PageOut<'a> {
 enum Part {
     State(u32),
     Maps(u32),
+    Warehouse(u32),
     /// The checkpoint's segment at this index.
     Segment(usize),
 }
@@ -124,12 +134,15 @@ impl DurableCheckpoint {
         let manifest = Manifest {
             slot,
             position: c.position,
-            state_pages: pages_for(c.state.len()),
+            state_pages: pages_for(c.state.keys.len()),
             map_pages: pages_for(c.maps.len()),
+            tpcc: c.state.tpcc.as_ref().map(|t| (t.scale, t.pieces_refused)),
+            warehouse_pages: c.state.tpcc.as_ref().map_or(0, |t| t.warehouses.len() as u32),
             segments: c.recent.iter().map(|r| r.from).collect(),
         };
         let mut parts: std::collections::VecDeque<Part> = (0..manifest.state_pages).map(Part::State).collect();
         parts.extend((0..manifest.map_pages).map(Part::Maps));
+        parts.extend((0..manifest.warehouse_pages).map(Part::Warehouse));
         parts.extend(
             (0..c.recent.len()).filter(|i| !self.segments_on_disk.contains(&c.recent[*i].from)).map(Part::Segment),
         );
@@ -156,12 +169,16 @@ impl DurableCheckpoint {
             let c = &w.checkpoint;
             let (number, page) = match part {
                 Part::State(i) => {
-                    (SLOT_BASE[slot as usize] + u64::from(i), PageOut::State(page_of(&c.state, i, state_pages)))
+                    (SLOT_BASE[slot as usize] + u64::from(i), PageOut::State(page_of(&c.state.keys, i, state_pages)))
                 }
                 Part::Maps(i) => (
                     SLOT_BASE[slot as usize] + u64::from(state_pages + i),
                     PageOut::Maps(page_of(&c.maps.0, i, map_pages)),
                 ),
+                Part::Warehouse(i) => {
+                    let Some(db) = c.state.tpcc.as_ref().and_then(|t| t.warehouses.get(i as usize)) else { continue };
+                    (SLOT_BASE[slot as usize] + u64::from(state_pages + map_pages + i), PageOut::Warehouse(db))
+                }
                 Part::Segment(i) => {
                     self.segments_on_disk.insert(c.recent[i].from);
                     (SEGMENT_BASE + c.recent[i].from, PageOut::Recent(&c.recent[i]))
@@ -210,20 +227,28 @@ impl DurableCheckpoint {
             recent: Vec::new(),
         };
         let base = SLOT_BASE[manifest.slot as usize];
-        let slot_pages = (0..manifest.state_pages + manifest.map_pages).map(|i| base + u64::from(i));
+        let slot_pages =
+            (0..manifest.state_pages + manifest.map_pages + manifest.warehouse_pages).map(|i| base + u64::from(i));
+        let mut warehouses = Vec::new();
         let segment_pages = manifest.segments.iter().map(|from| SEGMENT_BASE + from);
         for number in slot_pages.chain(segment_pages) {
             let bytes = stored.pages.get(&number).ok_or(())?;
             match postcard::from_bytes::<Page>(bytes).map_err(|_| ())? {
                 Page::State(entries) => entries.into_iter().for_each(|(k, v)| {
-                    c.state.insert(k, v);
+                    c.state.keys.insert(k, v);
                 }),
                 Page::Maps(entries) => entries.into_iter().for_each(|(k, v)| {
                     c.maps.0.insert(k, v);
                 }),
                 Page::Recent(r) => c.recent.push(Arc::new(r)),
+                Page::Warehouse(db) => warehouses.push(Arc::new(db)),
             }
         }
+        c.state.tpcc = match manifest.tpcc {
+            Some((scale, pieces_refused)) => Some(TpccShard { scale, warehouses, pieces_refused }),
+            None if warehouses.is_empty() => None,
+            None => return Err(()),
+        };
         self.current = Some(manifest);
         Ok(Some(c))
     }

@@ -65,8 +65,10 @@ use crate::msg::{
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
+use crate::tpcc::TpccShard;
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
+use kairos_workload::tpcc::PieceUndo;
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
@@ -171,8 +173,10 @@ struct Txn {
     owd_ns: u64,
     /// The last reply sent to the coordinator (re-sent on retransmission).
     last_reply: Option<TigaMsg>,
-    /// Leader: the entries the current execution's writes replaced.
+    /// Leader: the entries the current execution's writes replaced, and what reverts its
+    /// TPC-C pieces (warehouse index, undo record).
     undo: Vec<(Bytes, Option<Entry>)>,
+    tpcc_undo: Vec<(usize, PieceUndo)>,
     /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
     peer_ts: BTreeMap<ShardId, Ts>,
     confirms: BTreeSet<ShardId>,
@@ -201,6 +205,7 @@ impl Txn {
             owd_ns,
             last_reply: None,
             undo: Vec::new(),
+            tpcc_undo: Vec::new(),
             peer_ts: BTreeMap::new(),
             confirms: BTreeSet::new(),
             agreed: None,
@@ -323,7 +328,7 @@ impl Retired {
     const FREED_PER_POSITION: usize = 4;
 
     fn store(&mut self, old: Store) {
-        self.stores.extend(old.into_buckets());
+        self.stores.extend(old.keys.into_buckets());
     }
 
     fn maps(&mut self, old: KeyMaps) {
@@ -419,6 +424,8 @@ pub struct ServerStats {
     pub announce_timeouts: u64,
     /// Log entries a restarted follower recovered from its journal.
     pub recovered_entries: u64,
+    /// The position of the checkpoint on disk a restart recovered from (0: none).
+    pub recovered_checkpoint: u64,
     /// Journal records a restart could not decode (written by another version of Kairos).
     pub journal_unreadable: u64,
     /// Restarted with nothing on disk ([`Process::on_amnesia`]).
@@ -562,6 +569,31 @@ impl Server {
         }
     }
 
+    /// A replica of a TPC-C deployment: its shard's warehouses, as populated (every replica
+    /// of the shard starts from the same).
+    pub fn with_tpcc(mut self, warehouses: TpccShard) -> Self {
+        self.committed.tpcc = Some(warehouses.clone());
+        self.store.tpcc = Some(warehouses);
+        self
+    }
+
+    /// The live state: a leader's includes its speculative executions (once every released
+    /// transaction is final and executed, it equals [`Server::executed_state`]).
+    pub fn live_state(&self) -> &Store {
+        &self.store
+    }
+
+    /// The state the executed log positions produced ([`Server::executed`] of them): a
+    /// follower's store, a leader's committed copy (its live store also holds speculative
+    /// executions).
+    pub fn executed_state(&self) -> &Store {
+        if self.is_leader() {
+            &self.committed
+        } else {
+            &self.store
+        }
+    }
+
     /// Sends heartbeats to these view-manager nodes (without them, views never change).
     pub fn with_view_managers(mut self, nodes: Vec<NodeId>) -> Self {
         self.view_managers = nodes;
@@ -644,10 +676,12 @@ impl Server {
             && piece.payload_bytes() <= 2 * self.config.txn_bytes_max
             && piece.ops.len() + piece.txn_ops.len() <= 2 * self.config.ops_per_txn_max
             && piece.sets_match_ops()
-            && piece.txn_ops_match(|k| self.topology.shard_of_bytes(k))
+            // TPC-C pieces only where there are warehouses to run them on.
+            && (piece.tpcc.is_empty() || self.store.tpcc.is_some())
+            && piece.txn_ops_match(|k| self.config.shard_of(&self.topology, k))
             && unique(&piece.reads)
             && unique(&piece.writes)
-            && Self::keys(piece).all(|k| self.topology.shard_of_key(*k) == self.shard)
+            && piece.ops.iter().all(|op| self.config.shard_of(&self.topology, &op.key) == self.shard)
     }
 
     /// `arrived`: when the submit reached this server (earlier than now if it waited out a
@@ -869,6 +903,9 @@ impl Server {
     fn execute(&mut self, id: TxnId) -> PieceResult {
         let Some(t) = self.txns.get_mut(&id) else { return PieceResult { outputs: Vec::new(), versions: Vec::new() } };
         let ops::Execution { outputs, versions, undo } = ops::execute(&mut self.store, &t.piece.ops);
+        if let Some(tpcc) = self.store.tpcc.as_mut().filter(|_| !t.piece.tpcc.is_empty()) {
+            t.tpcc_undo = tpcc.run(&t.piece.tpcc, &t.piece.ops, true);
+        }
         self.stats.executed += 1;
         t.undo = undo;
         t.executed = true;
@@ -878,12 +915,16 @@ impl Server {
     fn revoke(&mut self, id: TxnId) {
         let Some(t) = self.txns.get_mut(&id) else { return };
         let undo = std::mem::take(&mut t.undo);
+        let tpcc_undo = std::mem::take(&mut t.tpcc_undo);
         if t.executed {
             self.stats.revoked += 1;
         }
         t.executed = false;
         let piece = t.piece.clone();
         let ts = t.ts;
+        if let Some(tpcc) = self.store.tpcc.as_mut() {
+            tpcc.undo(tpcc_undo);
+        }
         ops::undo(&mut self.store, undo);
         self.xor_hash(&piece, ts);
         for k in Self::keys(&piece) {
@@ -1199,6 +1240,9 @@ impl Server {
             self.committed_maps.add(piece, entry.ts);
             let state = if leader { &mut self.committed } else { &mut self.store };
             let ops::Execution { outputs, versions, .. } = ops::execute_final(state, &piece.ops);
+            if let Some(tpcc) = state.tpcc.as_mut().filter(|_| !piece.tpcc.is_empty()) {
+                tpcc.run(&piece.tpcc, &piece.ops, false);
+            }
             // What the execution returned, for a while: a new leader answers a coordinator's
             // resend of a transaction its log had already executed from it.
             let result = PieceResult { outputs, versions };
@@ -1219,7 +1263,7 @@ impl Server {
             self.retired.free_some();
             self.write_durable_pages(ctx);
             let state = if leader { &self.committed } else { &self.store };
-            let gap = self.checkpoint_gap(state.len());
+            let gap = self.checkpoint_gap(state.keys.len());
             let last = self.checkpoint.as_ref().map_or(0, |c| c.position);
             if self.executed.saturating_sub(last) >= gap {
                 let position = self.executed;
@@ -1840,6 +1884,7 @@ impl Process for Server {
         let from = match checkpoint {
             Ok(Some(c)) if c.position >= snapshot.log_from => {
                 let from = c.position;
+                self.stats.recovered_checkpoint = from;
                 self.adopt_checkpoint(Arc::new(c));
                 from
             }

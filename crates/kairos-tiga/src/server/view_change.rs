@@ -689,7 +689,7 @@ impl Server {
         items: Vec<VerifyItem>,
     ) {
         let me = self.shard;
-        let topology = &self.topology;
+        let (topology, config) = (&self.topology, &self.config);
         let Some(merged) = self.vc.merged.as_mut() else { return };
         let mut answers = Vec::new();
         for item in items {
@@ -710,7 +710,8 @@ impl Server {
                 Some(s) => *s,
                 None => {
                     let s = Self::state_of(merged, txn).unwrap_or_else(|| {
-                        let here = merged.pieces.get(&txn).and_then(|p| p.sibling(me, |k| topology.shard_of_bytes(k)));
+                        let here =
+                            merged.pieces.get(&txn).and_then(|p| p.sibling(me, |k| config.shard_of(topology, k)));
                         Self::absent_state(merged, here)
                     });
                     merged.mine.insert(txn, s);
@@ -814,7 +815,7 @@ impl Server {
                 ctx.metric("tiga.vc_fetch_forgotten", 1);
                 continue;
             }
-            let shard_of = |k: &[u8]| self.topology.shard_of_bytes(k);
+            let shard_of = |k: &[u8]| self.config.shard_of(&self.topology, k);
             match merged.pieces.get(txn).and_then(|p| p.sibling(me, shard_of)) {
                 Some(piece) => {
                     ctx.metric("tiga.vc_fetched", 1);
@@ -1162,6 +1163,7 @@ mod tests {
                 writes: writes.to_vec(),
                 ops: Vec::new(),
                 txn_ops: Vec::new(),
+                tpcc: Default::default(),
             }),
         };
         let prefix =

@@ -1,0 +1,79 @@
+//! TPC-C on Tiga: a shard's warehouses, and how a transaction's pieces run on them.
+//!
+//! A TPC-C transaction reaches Tiga as a general one-shot transaction — an increment of each
+//! of its conflict keys ([`kairos_workload::tpcc::keys`], whose decimal digits are the keys'
+//! bytes: the [`Partitioner::Integer`](kairos_workload::Partitioner) places each on its
+//! warehouse's shard) — plus its TPC-C pieces, one per warehouse, which every shard's piece
+//! carries whole ([`crate::Piece::tpcc`]). A server runs, in the same step as the increments,
+//! those pieces whose warehouse it holds, exactly as the peers do, so the history the checker
+//! reads (the keys' counters) and the rows change together.
+//!
+//! A leader executes speculatively and revokes on a timestamp revision, so a speculative run
+//! keeps an undo record per piece ([`piece::execute_undoable`]); the committed state runs
+//! pieces for good. A piece that touches a key its transaction did not declare, or that is bad
+//! input, changes nothing on any replica and is counted ([`TpccShard::pieces_refused`]).
+//!
+//! Warehouses are shared ([`Arc`]) between the live state and its copies (the leader's
+//! committed state, checkpoints): a copy costs nothing until the next write, which then copies
+//! that warehouse once.
+
+use crate::ops::Op;
+use kairos_workload::tpcc::{piece, Piece, PieceUndo, TpccScale, WarehouseDb};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The warehouses of one shard (those `w` with `w mod shards = shard`), in warehouse order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TpccShard {
+    pub scale: TpccScale,
+    pub warehouses: Vec<Arc<WarehouseDb>>,
+    /// Pieces refused (undeclared keys or bad input): none from Kairos's own coordinators.
+    pub pieces_refused: u64,
+}
+
+impl TpccShard {
+    /// Shard `shard`'s (of `shards`) warehouses, populated from `seed` as every replica does.
+    pub fn populate(scale: &TpccScale, seed: u64, shard: u32, shards: u32) -> TpccShard {
+        let warehouses = (0..scale.warehouses)
+            .filter(|w| w % shards.max(1) == shard)
+            .map(|w| Arc::new(WarehouseDb::populate(scale, seed, w)))
+            .collect();
+        TpccShard { scale: *scale, warehouses, pieces_refused: 0 }
+    }
+
+    /// Runs those of `pieces` whose warehouse is here, for a transaction whose operations on
+    /// this shard are `ops`; with `keep_undo`, returns what reverts them ([`TpccShard::undo`]).
+    pub fn run(&mut self, pieces: &[Piece], ops: &[Op], keep_undo: bool) -> Vec<(usize, PieceUndo)> {
+        let mut undo = Vec::new();
+        for p in pieces {
+            let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
+            let declared = p.keys(&self.scale).iter().all(|(k, _)| {
+                let key = k.encode(&self.scale).to_string().into_bytes();
+                ops.iter().any(|op| op.key == key && op.kind.writes())
+            });
+            if !declared {
+                self.pieces_refused += 1;
+                continue;
+            }
+            let db = Arc::make_mut(&mut self.warehouses[i]);
+            let ran = if keep_undo {
+                piece::execute_undoable(db, p).map(|(_, u)| undo.push((i, u)))
+            } else {
+                piece::execute(db, p).map(|_| ())
+            };
+            if ran.is_err() {
+                self.pieces_refused += 1;
+            }
+        }
+        undo
+    }
+
+    /// Reverts what a [`TpccShard::run`] with `keep_undo` did.
+    pub fn undo(&mut self, undo: Vec<(usize, PieceUndo)>) {
+        for (i, u) in undo.into_iter().rev() {
+            if let Some(db) = self.warehouses.get_mut(i) {
+                piece::undo(Arc::make_mut(db), u);
+            }
+        }
+    }
+}
