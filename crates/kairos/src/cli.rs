@@ -506,6 +506,13 @@ pub enum SimCommand {
     Fusee(CampaignArgs),
 }
 
+/// What a transactional fault campaign runs.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CampaignWorkload {
+    Micro,
+    Tpcc,
+}
+
 /// The protocols a fault campaign can run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CampaignProtocol {
@@ -575,6 +582,11 @@ pub struct CampaignArgs {
     /// Offered load, transactions per second over all coordinators (transactional protocols).
     #[arg(long, default_value_t = 150.0)]
     pub load: f64,
+    /// The transactional protocols' work: MicroBench, or TPC-C (6 warehouses over the shards, small
+    /// tables), whose databases are then also held to TPC-C's consistency conditions and the replicas of
+    /// each shard compared at the end of every seed.
+    #[arg(long, value_enum, default_value = "micro")]
+    pub workload: CampaignWorkload,
     /// Faults happen from 0.5 s until this many seconds.
     #[arg(long, default_value_t = 4.0)]
     pub fault_s: f64,

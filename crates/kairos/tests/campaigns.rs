@@ -1,8 +1,9 @@
 //! Fault campaigns as a user runs them: `kairos sim <protocol> --seeds …` for every protocol
 //! (the register, Tiga, 2PL+Paxos, OCC+Paxos, NCC, NCC+, Tapir, Janus, Calvin+, Detock, the causal replica set, SWARM-KV, DM-ABD,
 //! FUSEE), 40 seeds each
-//! in CI (more behind `kairos sim` itself): every seed safe (invariants at every
-//! event, then the history checker) and live after the faults are repaired.
+//! in CI (more behind `kairos sim` itself), and TPC-C campaigns for Tiga and a Paxos peer:
+//! every seed safe (invariants at every event, then the history checker; TPC-C: the
+//! databases' consistency conditions) and live after the faults are repaired.
 
 use std::process::{Command, Output};
 
@@ -289,6 +290,26 @@ fn fusee_survives_40_adversarial_deployments() {
     // Without crashes (FUSEE has no recovery) a deployment draws at most two adversarial parts,
     // a stalled client (3 seeds in 5) and a paused one (2 in 5).
     assert_eq!(campaign_expecting("fusee", "1..41", "all", 0.6, 0.8)["seeds_run"], 40);
+}
+
+/// TPC-C under faults: Tiga (crashes, torn writes, lost disks: view changes, state transfer,
+/// recovery from checkpoints that carry the warehouses) and a Paxos peer at a load it sustains,
+/// every seed's databases held to TPC-C's consistency conditions and the replicas of each
+/// shard compared, besides the history and liveness.
+#[test]
+fn tpcc_campaigns_keep_the_databases_consistent() {
+    let tpcc = [SHORT_WINDOW, &["--workload", "tpcc"]].concat();
+    let summary = campaign_in_window("tiga", "1..11", "all", &tpcc, 0.7, 1.0);
+    let checked = |s: &serde_json::Value| {
+        s["seeds"].as_array().unwrap().iter().all(|s| s["tpcc_conditions_checked"].as_u64() > Some(1_000))
+    };
+    assert!(checked(&summary), "{summary}");
+    let slower = [&tpcc[..], &["--load", "50"]].concat();
+    let summary = campaign_in_window("occ-paxos", "1..6", "all", &slower, 0.6, 1.0);
+    assert!(checked(&summary), "{summary}");
+    let o = kairos(&["sim", "register", "--seeds", "1", "--workload", "tpcc"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("register is not transactional"), "{}", text(&o));
 }
 
 #[test]

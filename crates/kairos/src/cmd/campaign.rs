@@ -15,7 +15,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
-use kairos_harness::micro::Bench;
+use kairos_harness::micro::{Bench, TpccBench, TpccOutcome};
 use kairos_harness::register::RegisterRun;
 use kairos_harness::swarm::sim::SwarmRun;
 use kairos_sim::fault::random_plan;
@@ -30,9 +30,10 @@ use kairos_txn::occ::OccPaxos;
 use kairos_txn::tapir::{Tapir, TapirConfig};
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::ClassicConfig;
+use kairos_workload::tpcc::TpccScale;
 use serde::Serialize;
 
-use crate::cli::{CampaignArgs, CampaignProtocol};
+use crate::cli::{CampaignArgs, CampaignProtocol, CampaignWorkload};
 use crate::progress;
 use crate::CliError;
 
@@ -67,6 +68,8 @@ struct SeedRun {
     /// Liveness is judged on what clients asked after this: the last repair, plus the longest
     /// a request made during the faults may still hold a one-at-a-time client.
     live_from: SimTime,
+    /// TPC-C campaigns: the end-of-run checks of the servers' databases.
+    database: Option<TpccOutcome>,
 }
 
 /// One seed's verdicts.
@@ -92,6 +95,9 @@ pub struct SeedResult {
     /// recovery paths its plans reached.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub view_change_paths: BTreeMap<String, u64>,
+    /// TPC-C campaigns: consistency conditions checked on the databases at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpcc_conditions_checked: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -153,6 +159,16 @@ fn run_seed(
     let end = faults_end(args);
     let recovery = Duration::from_secs_f64(args.recovery_s.max(1.0));
     let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
+    // TPC-C: 6 warehouses (2 per shard) with small tables, so that a seed populates quickly.
+    let tpcc = (args.workload == CampaignWorkload::Tpcc).then(|| TpccBench {
+        scale: TpccScale {
+            customers_per_district: 30,
+            initial_orders_per_district: 30,
+            items: 1_000,
+            ..TpccScale::default()
+        },
+        ..TpccBench::default()
+    });
     let bench = Bench {
         base: TxnDeployment {
             seed,
@@ -161,6 +177,7 @@ fn run_seed(
             keys_per_shard: 2_000,
             ..Default::default()
         },
+        tpcc,
         ..Bench::default()
     };
     // Faults over [offset + 0.5 s, offset + end): offset is the warm-up before clients start.
@@ -175,21 +192,24 @@ fn run_seed(
     let drain = Duration::from_secs(10);
     let plan_servers = |servers: &[NodeId]| plan_for(servers, Duration::ZERO);
     macro_rules! peer_without_crashes {
-        ($built:expr) => {{
-            let w = $built.map_err(|e| usage(&e))?;
+        ($p:ty, $bench:expr, $config:expr) => {{
+            let bench = $bench;
+            let mut w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
             let until = SimTime::ZERO + end + recovery + drain;
             let rates = FaultRates { kinds: without_crashes(rates.kinds), ..rates.clone() };
             let plan = |servers: &[NodeId]| {
                 random_plan(seed, servers, SimTime::ZERO + FAULTS_START, SimTime::ZERO + end, &rates)
             };
-            transactional(w.sim, &w.topology, &w.process_regions, &plan, until, healed)
+            let run = transactional(&mut w.sim, &w.topology, &w.process_regions, &plan, until, healed);
+            SeedRun { database: bench.tpcc_outcome::<$p>(&w), ..run }
         }};
     }
     macro_rules! peer {
         ($p:ty, $config:expr) => {{
-            let w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
+            let mut w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
             let until = SimTime::ZERO + end + recovery + drain;
-            transactional(w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed)
+            let run = transactional(&mut w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed);
+            SeedRun { database: bench.tpcc_outcome::<$p>(&w), ..run }
         }};
     }
     Ok(match protocol {
@@ -200,12 +220,10 @@ fn run_seed(
         // Calvin+, Detock and Janus have no recovery (a restarted server comes back empty), and NCC
         // has one server per shard (a crash loses what it acknowledged): every fault but
         // crashes.
-        CampaignProtocol::CalvinPlus => peer_without_crashes!(bench.build::<CalvinPlus>(&CalvinConfig::default())),
-        CampaignProtocol::Janus => peer_without_crashes!(bench.build::<Janus>(&JanusConfig::default())),
-        CampaignProtocol::Detock => peer_without_crashes!(bench.build::<Detock>(&DetockConfig::default())),
-        CampaignProtocol::Ncc => {
-            peer_without_crashes!(bench.unreplicated().build::<NccPaxos>(&ClassicConfig::default()))
-        }
+        CampaignProtocol::CalvinPlus => peer_without_crashes!(CalvinPlus, bench.clone(), CalvinConfig::default()),
+        CampaignProtocol::Janus => peer_without_crashes!(Janus, bench.clone(), JanusConfig::default()),
+        CampaignProtocol::Detock => peer_without_crashes!(Detock, bench.clone(), DetockConfig::default()),
+        CampaignProtocol::Ncc => peer_without_crashes!(NccPaxos, bench.unreplicated(), ClassicConfig::default()),
         CampaignProtocol::Tiga => {
             let mut d = bench.tiga();
             // Checkpoints every few hundred positions, so that every seed also truncates logs
@@ -247,7 +265,8 @@ fn run_seed(
                 .filter(|(name, _)| name.starts_with("tiga.vc_"))
                 .map(|(name, n)| (name.to_string(), *n))
                 .collect();
-            SeedRun { view_changes: views, view_change_paths, stuck_why, ..run }
+            let database = d.tpcc_outcome(&sim, &w.topology);
+            SeedRun { view_changes: views, view_change_paths, stuck_why, database, ..run }
         }
         CampaignProtocol::SwarmKv | CampaignProtocol::DmAbd | CampaignProtocol::Fusee => {
             let p = match protocol {
@@ -298,6 +317,7 @@ fn run_seed(
                 live_from: SimTime::ZERO,
                 view_changes: None,
                 view_change_paths: BTreeMap::new(),
+                database: None,
             }
         }
         CampaignProtocol::Register => {
@@ -343,7 +363,7 @@ fn run_seed(
 
 /// Runs a transactional deployment with faults on its servers until `until`.
 fn transactional<M: Message>(
-    mut sim: Sim<M>,
+    sim: &mut Sim<M>,
     topology: &Topology,
     process_regions: &[(u64, u64, String)],
     plan_for: &dyn Fn(&[NodeId]) -> Vec<ScheduledFault>,
@@ -355,7 +375,7 @@ fn transactional<M: Message>(
     sim.schedule_all(plan.clone());
     sim.run_until(until);
     let clients = process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
-    finish(&mut sim, plan, Model::StrictSerializable, clients, live_from)
+    finish(sim, plan, Model::StrictSerializable, clients, live_from)
 }
 
 /// The seed's run as the campaign judges it.
@@ -382,6 +402,7 @@ fn finish<M: Message>(
         live_from,
         view_changes: None,
         view_change_paths: BTreeMap::new(),
+        database: None,
     }
 }
 
@@ -417,6 +438,20 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let seeds = parse_seeds(&args.seeds)?;
     let rates = rates(&args)?;
     let name = protocol.name();
+    let transactional = !matches!(
+        protocol,
+        CampaignProtocol::Register
+            | CampaignProtocol::Causal
+            | CampaignProtocol::SwarmKv
+            | CampaignProtocol::DmAbd
+            | CampaignProtocol::Fusee
+    );
+    if args.workload == CampaignWorkload::Tpcc && !transactional {
+        return Err(CliError::Usage(format!(
+            "--workload tpcc: {name} is not transactional; TPC-C campaigns run tiga or one of its peers (e.g. kairos \
+             sim tiga --workload tpcc)"
+        )));
+    }
     let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
     let no_recovery = match protocol {
         CampaignProtocol::CalvinPlus => Some("Calvin+ has no recovery"),
@@ -454,7 +489,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         let run = run_seed(protocol, seed, &args, &rates)?;
         events_total += run.events;
         let summary = crate::stats::summarize(&run.history, |_| None);
-        let (safety, mut failure) = match &run.violation {
+        let (safety, failure) = match &run.violation {
             Some(v) => ("invariant".to_string(), Some(v.to_string())),
             None if run.checked.is_some() => {
                 let (verdict, report) = run.checked.clone().unwrap_or((Verdict::Unknown, String::new()));
@@ -469,6 +504,12 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
                 let failure = (report.verdict != Verdict::Valid).then(|| report.to_string());
                 (report.verdict.name().to_lowercase(), failure)
             }
+        };
+        // A TPC-C run's databases must hold TPC-C's conditions, and replicas at the same
+        // progress the same rows, whatever the history checker said.
+        let (safety, mut failure) = match run.database.as_ref().filter(|d| !d.holds()) {
+            Some(d) if failure.is_none() => ("database".to_string(), Some(format!("TPC-C databases: {d:?}"))),
+            _ => (safety, failure),
         };
         let mut stuck =
             if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from) };
@@ -492,6 +533,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             trace_hash: format!("{:016x}", run.trace_hash),
             view_changes: run.view_changes,
             view_change_paths: run.view_change_paths.clone(),
+            tpcc_conditions_checked: run.database.as_ref().map(|d| d.consistency.checked),
             failure,
         };
         table.add_row([
@@ -508,8 +550,9 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             crate::result::write_history(&path, run.saved_history.as_ref().unwrap_or(&run.history))?;
             let plan: Vec<String> =
                 run.plan.iter().map(|f| format!("{} at {:.3} s", f.fault, f.at.as_nanos() as f64 / 1e9)).collect();
+            let workload = if args.workload == CampaignWorkload::Tpcc { " --workload tpcc" } else { "" };
             let replay = format!(
-                "kairos sim {name} --seeds {seed} --faults {} --load {} --fault-s {} --recovery-s {}",
+                "kairos sim {name} --seeds {seed} --faults {} --load {} --fault-s {} --recovery-s {}{workload}",
                 args.faults, args.load, args.fault_s, args.recovery_s
             );
             std::fs::write(path.with_extension("replay"), format!("{replay}\n# fault plan: {}\n", plan.join("; ")))
@@ -532,7 +575,10 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let summary = CampaignSummary {
         protocol: name.to_string(),
         seeds_run: results.len(),
-        violations: results.iter().filter(|r| r.safety == "invalid" || r.safety == "invariant").count(),
+        violations: results
+            .iter()
+            .filter(|r| ["invalid", "invariant", "database"].contains(&r.safety.as_str()))
+            .count(),
         unverified: results.iter().filter(|r| r.safety == "unknown").count(),
         liveness_failures: results.iter().filter(|r| r.clients_stuck > 0).count(),
         events_per_s: events_total as f64 / wall_s.max(1e-9),
