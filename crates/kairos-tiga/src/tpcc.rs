@@ -18,6 +18,7 @@
 //! that warehouse once.
 
 use crate::ops::Op;
+use kairos_workload::decimal_key;
 use kairos_workload::tpcc::{piece, Piece, PieceUndo, TpccScale, WarehouseDb};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -45,12 +46,13 @@ impl TpccShard {
     /// this shard are `ops`; with `keep_undo`, returns what reverts them ([`TpccShard::undo`]).
     pub fn run(&mut self, pieces: &[Piece], ops: &[Op], keep_undo: bool) -> Vec<(usize, PieceUndo)> {
         let mut undo = Vec::new();
+        // The integer keys the transaction writes here (TPC-C's keys are their decimal digits,
+        // one spelling per integer: "007" is not key 7, and conflicts with nothing of it).
+        let written: Vec<u64> =
+            ops.iter().filter(|op| op.kind.writes()).filter_map(|op| decimal_key(&op.key)).collect();
         for p in pieces {
             let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
-            let declared = p.keys(&self.scale).iter().all(|(k, _)| {
-                let key = k.encode(&self.scale).to_string().into_bytes();
-                ops.iter().any(|op| op.key == key && op.kind.writes())
-            });
+            let declared = p.keys(&self.scale).iter().all(|(k, _)| written.contains(&k.encode(&self.scale)));
             if !declared {
                 self.pieces_refused += 1;
                 continue;
@@ -75,5 +77,53 @@ impl TpccShard {
                 piece::undo(Arc::make_mut(db), u);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Op, OpKind};
+    use kairos_workload::tpcc::piece::split;
+    use kairos_workload::tpcc::{CustomerRef, TpccTxn};
+
+    #[test]
+    fn a_shard_runs_its_warehouses_pieces_on_declared_keys_only_and_undoes_them() {
+        let scale = TpccScale {
+            warehouses: 2,
+            customers_per_district: 30,
+            initial_orders_per_district: 30,
+            items: 100,
+            ..TpccScale::default()
+        };
+        let mut shard1 = TpccShard::populate(&scale, 3, 1, 2);
+        let populated = shard1.clone();
+        // A remote payment: its home warehouse 0 is on shard 0, the customer's (1) here.
+        let pay = TpccTxn::Payment {
+            w: 0,
+            d: 2,
+            customer_w: 1,
+            customer_d: 4,
+            customer: CustomerRef::Id(5),
+            amount_cents: 700,
+            date: 1,
+        };
+        let pieces = split(&pay);
+        let keys: Vec<u64> = pieces.iter().flat_map(|p| p.keys(&scale)).map(|(k, _)| k.encode(&scale)).collect();
+        let ops = |spell: &dyn Fn(u64) -> String| -> Vec<Op> {
+            keys.iter().map(|k| Op::new(spell(*k).into_bytes(), OpKind::IncrBy(1))).collect()
+        };
+        let undo = shard1.run(&pieces, &ops(&|k| k.to_string()), true);
+        assert_eq!(undo.len(), 1, "only warehouse 1's piece runs here");
+        let balance = |s: &TpccShard| s.warehouses[0].districts[4].customers[5].balance_cents;
+        assert_eq!(balance(&shard1), balance(&populated) - 700);
+        shard1.undo(undo);
+        assert_eq!(shard1, populated);
+        // Keys spelled otherwise ("007" is not key 7) or only read are not declared.
+        shard1.run(&pieces, &ops(&|k| format!("0{k}")), false);
+        let reads: Vec<Op> = keys.iter().map(|k| Op::new(k.to_string().into_bytes(), OpKind::Get)).collect();
+        shard1.run(&pieces, &reads, false);
+        assert_eq!(shard1.pieces_refused, 2);
+        assert_eq!(shard1.warehouses, populated.warehouses, "refused pieces change nothing");
     }
 }

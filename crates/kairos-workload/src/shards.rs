@@ -27,7 +27,7 @@ impl Partitioner {
     /// The shard of `key` among `shard_count` shards.
     pub fn shard_of(self, key: &[u8], shard_count: usize) -> ShardId {
         match self {
-            Partitioner::Integer => match decimal(key) {
+            Partitioner::Integer => match decimal_key(key) {
                 Some(n) => shard_of(n, shard_count),
                 None => shard_of(key_id(key), shard_count),
             },
@@ -38,7 +38,7 @@ impl Partitioner {
 
 /// The integer a key's bytes spell in decimal, if they spell one the way `u64::to_string`
 /// writes it (so that one integer has one key).
-fn decimal(key: &[u8]) -> Option<u64> {
+pub fn decimal_key(key: &[u8]) -> Option<u64> {
     if key.is_empty() || (key.len() > 1 && key[0] == b'0') || !key.iter().all(u8::is_ascii_digit) {
         return None;
     }
