@@ -11,7 +11,7 @@ use kairos_tiga::coordinator::{Coordinator, CoordinatorStats};
 use kairos_tiga::msg::{ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
-use kairos_tiga::view::{ModeRule, View, ViewManager};
+use kairos_tiga::view::{ModeRule, ServerState, View, ViewManager};
 
 use crate::{DeployError, TxnDeployment};
 use rand::SeedableRng;
@@ -235,14 +235,28 @@ impl Deployment {
     }
 
     /// A TPC-C deployment's end-of-run checks of the servers' databases (each live replica's
-    /// executed state); `None` for MicroBench.
+    /// executed state); `None` for MicroBench. Also: a serving leader with nothing speculative
+    /// left must hold in its live state exactly its executed state (what revocations undid is
+    /// exactly what ran).
     pub fn tpcc_outcome(&self, sim: &Sim<TigaMsg>, topology: &Topology) -> Option<TpccOutcome> {
         self.tpcc.map(|t| {
-            let replicas = |replicas: &Vec<NodeId>| {
-                let live = replicas.iter().filter(|n| sim.is_up(**n));
-                live.filter_map(|n| sim.role::<Server>(*n).map(|s| (*n, ExecutedState(s)))).collect()
+            let live = |replicas: &Vec<NodeId>| -> Vec<(NodeId, &Server)> {
+                let up = replicas.iter().filter(|n| sim.is_up(**n));
+                up.filter_map(|n| sim.role::<Server>(*n).map(|s| (*n, s))).collect()
             };
-            tpcc_outcome_of(&t.scale, topology.shards.iter().map(replicas).collect())
+            let shards: Vec<Vec<(NodeId, &Server)>> = topology.shards.iter().map(live).collect();
+            let executed = shards.iter().map(|rs| rs.iter().map(|(n, s)| (*n, ExecutedState(s))).collect());
+            let mut outcome = tpcc_outcome_of(&t.scale, executed.collect());
+            for (shard, replicas) in shards.iter().enumerate() {
+                for (node, s) in replicas {
+                    let serving = s.is_leader() && s.view().1 == ServerState::Normal;
+                    if serving && s.settled() && s.live_state() != s.executed_state() {
+                        let why = format!("shard {shard}: leader {node}'s live rows differ from its executed ones");
+                        outcome.replicas_differ.push(why);
+                    }
+                }
+            }
+            outcome
         })
     }
 

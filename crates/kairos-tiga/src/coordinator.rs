@@ -827,7 +827,6 @@ impl Coordinator {
         Some(all_fast)
     }
 
-    /// Tells the admission limit how `txn` (still pending) ended.
     /// `committed`: else given up (outcome unknown). Tiga never aborts: one attempt each.
     fn sample_kind(&mut self, ctx: &Ctx<'_, TigaMsg>, p: &Pending, committed: bool) {
         if let Some(kind) = p.kind.filter(|_| self.kind_samples.len() < KIND_SAMPLES_MAX) {
@@ -841,6 +840,7 @@ impl Coordinator {
         &self.kind_samples
     }
 
+    /// Tells the admission limit how `txn` (still pending) ended.
     fn finished(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId, finish: Finish) {
         let Some(p) = self.pending.get(&txn) else { return };
         let path = path_of_shards(p.pieces.iter().map(|pc| pc.shard));

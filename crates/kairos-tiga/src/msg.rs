@@ -100,9 +100,9 @@ impl Piece {
         distinct_keys(&self.ops).len()
     }
 
-    /// Bytes of keys and arguments (and TPC-C steps, about), for size limits.
+    /// Bytes of keys and arguments (and TPC-C pieces, about), for size limits.
     pub fn payload_bytes(&self) -> usize {
-        let tpcc: usize = self.tpcc.iter().map(|p| p.weight() * 16).sum();
+        let tpcc: usize = self.tpcc.iter().map(|p| (1 + p.weight()) * 16).sum();
         self.ops.iter().chain(&self.txn_ops).map(Op::payload_bytes).sum::<usize>() + tpcc
     }
 }

@@ -23,6 +23,14 @@ use kairos_workload::tpcc::{piece, Piece, PieceUndo, TpccScale, WarehouseDb};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+/// What reverts a [`TpccShard::run`]: each piece's undo record (warehouse index, record), and
+/// the pieces it refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TpccUndo {
+    pieces: Vec<(usize, PieceUndo)>,
+    refused: u64,
+}
+
 /// The warehouses of one shard (those `w` with `w mod shards = shard`), in warehouse order.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TpccShard {
@@ -44,8 +52,8 @@ impl TpccShard {
 
     /// Runs those of `pieces` whose warehouse is here, for a transaction whose operations on
     /// this shard are `ops`; with `keep_undo`, returns what reverts them ([`TpccShard::undo`]).
-    pub fn run(&mut self, pieces: &[Piece], ops: &[Op], keep_undo: bool) -> Vec<(usize, PieceUndo)> {
-        let mut undo = Vec::new();
+    pub fn run(&mut self, pieces: &[Piece], ops: &[Op], keep_undo: bool) -> TpccUndo {
+        let mut undo = TpccUndo::default();
         // The integer keys the transaction writes here (TPC-C's keys are their decimal digits,
         // one spelling per integer: "007" is not key 7, and conflicts with nothing of it).
         let written: Vec<u64> =
@@ -53,26 +61,28 @@ impl TpccShard {
         for p in pieces {
             let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
             let declared = p.keys(&self.scale).iter().all(|(k, _)| written.contains(&k.encode(&self.scale)));
-            if !declared {
-                self.pieces_refused += 1;
-                continue;
-            }
             let db = Arc::make_mut(&mut self.warehouses[i]);
-            let ran = if keep_undo {
-                piece::execute_undoable(db, p).map(|(_, u)| undo.push((i, u)))
-            } else {
-                piece::execute(db, p).map(|_| ())
+            let ran = match (declared, keep_undo) {
+                (false, _) => Err(()),
+                (true, true) => piece::execute_undoable(db, p).map(|(_, u)| undo.pieces.push((i, u))).map_err(|_| ()),
+                (true, false) => piece::execute(db, p).map(|_| ()).map_err(|_| ()),
             };
             if ran.is_err() {
                 self.pieces_refused += 1;
+                undo.refused += 1;
             }
         }
-        undo
+        if keep_undo {
+            undo
+        } else {
+            TpccUndo::default()
+        }
     }
 
-    /// Reverts what a [`TpccShard::run`] with `keep_undo` did.
-    pub fn undo(&mut self, undo: Vec<(usize, PieceUndo)>) {
-        for (i, u) in undo.into_iter().rev() {
+    /// Reverts what a [`TpccShard::run`] with `keep_undo` did (its refusals included).
+    pub fn undo(&mut self, undo: TpccUndo) {
+        self.pieces_refused = self.pieces_refused.saturating_sub(undo.refused);
+        for (i, u) in undo.pieces.into_iter().rev() {
             if let Some(db) = self.warehouses.get_mut(i) {
                 piece::undo(Arc::make_mut(db), u);
             }
@@ -114,7 +124,7 @@ mod tests {
             keys.iter().map(|k| Op::new(spell(*k).into_bytes(), OpKind::IncrBy(1))).collect()
         };
         let undo = shard1.run(&pieces, &ops(&|k| k.to_string()), true);
-        assert_eq!(undo.len(), 1, "only warehouse 1's piece runs here");
+        assert_eq!(undo.pieces.len(), 1, "only warehouse 1's piece runs here");
         let balance = |s: &TpccShard| s.warehouses[0].districts[4].customers[5].balance_cents;
         assert_eq!(balance(&shard1), balance(&populated) - 700);
         shard1.undo(undo);
@@ -125,5 +135,10 @@ mod tests {
         shard1.run(&pieces, &reads, false);
         assert_eq!(shard1.pieces_refused, 2);
         assert_eq!(shard1.warehouses, populated.warehouses, "refused pieces change nothing");
+        // A speculative refusal is undone with the rest.
+        let undo = shard1.run(&pieces, &reads, true);
+        assert_eq!(shard1.pieces_refused, 3);
+        shard1.undo(undo);
+        assert_eq!(shard1.pieces_refused, 2);
     }
 }

@@ -65,10 +65,9 @@ use crate::msg::{
 use crate::ops::{self, Bytes, Entry, Store};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
-use crate::tpcc::TpccShard;
+use crate::tpcc::{TpccShard, TpccUndo};
 use crate::view::{ServerState, View};
 use kairos_core::{duration_nanos, Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
-use kairos_workload::tpcc::PieceUndo;
 use serde::{Deserialize, Serialize};
 use sha1::{Digest, Sha1};
 use std::collections::{BTreeMap, BTreeSet};
@@ -176,7 +175,7 @@ struct Txn {
     /// Leader: the entries the current execution's writes replaced, and what reverts its
     /// TPC-C pieces (warehouse index, undo record).
     undo: Vec<(Bytes, Option<Entry>)>,
-    tpcc_undo: Vec<(usize, PieceUndo)>,
+    tpcc_undo: TpccUndo,
     /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
     peer_ts: BTreeMap<ShardId, Ts>,
     confirms: BTreeSet<ShardId>,
@@ -205,7 +204,7 @@ impl Txn {
             owd_ns,
             last_reply: None,
             undo: Vec::new(),
-            tpcc_undo: Vec::new(),
+            tpcc_undo: TpccUndo::default(),
             peer_ts: BTreeMap::new(),
             confirms: BTreeSet::new(),
             agreed: None,
@@ -587,11 +586,20 @@ impl Server {
     /// follower's store, a leader's committed copy (its live store also holds speculative
     /// executions).
     pub fn executed_state(&self) -> &Store {
-        if self.is_leader() {
+        // Only a leader serving its view keeps the committed copy apart (a view change or a
+        // restart puts the executed state in the live store).
+        if self.is_leader() && self.state == ServerState::Normal {
             &self.committed
         } else {
             &self.store
         }
+    }
+
+    /// Whether nothing is speculative here: every log entry executed on the committed state
+    /// and no transaction executed ahead of its agreement (a leader's live state then equals
+    /// [`Server::executed_state`]).
+    pub fn settled(&self) -> bool {
+        self.executed == self.log.len() && !self.txns.values().any(|t| t.status == Status::Released)
     }
 
     /// Sends heartbeats to these view-manager nodes (without them, views never change).
@@ -676,8 +684,10 @@ impl Server {
             && piece.payload_bytes() <= 2 * self.config.txn_bytes_max
             && piece.ops.len() + piece.txn_ops.len() <= 2 * self.config.ops_per_txn_max
             && piece.sets_match_ops()
-            // TPC-C pieces only where there are warehouses to run them on.
+            // TPC-C pieces only where there are warehouses to run them on, at most one per
+            // key (each declares one or more).
             && (piece.tpcc.is_empty() || self.store.tpcc.is_some())
+            && piece.tpcc.len() <= self.config.keys_per_txn_max
             && piece.txn_ops_match(|k| self.config.shard_of(&self.topology, k))
             && unique(&piece.reads)
             && unique(&piece.writes)
@@ -1191,6 +1201,7 @@ impl Server {
         t.status = Status::Final;
         t.agreed = Some(t.ts);
         t.undo.clear();
+        t.tpcc_undo = TpccUndo::default();
         let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
         for k in Self::keys(&entry.piece) {
             if self.locked.get(k) == Some(&id) {

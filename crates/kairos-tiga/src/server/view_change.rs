@@ -904,7 +904,9 @@ impl Server {
                 self.results[self.results.len() - back].clone()
             } else {
                 let r = self.execute(id);
-                self.txns.get_mut(&id).expect("rebuilt").undo.clear();
+                let t = self.txns.get_mut(&id).expect("rebuilt");
+                t.undo.clear();
+                t.tpcc_undo = Default::default();
                 r
             };
             let t = self.txns.get_mut(&id).expect("rebuilt");
