@@ -27,8 +27,7 @@ fn deployment(load: f64, loss: f64) -> Deployment {
         loss,
         ..TxnDeployment::default()
     };
-    let scale =
-        TpccScale { customers_per_district: 30, initial_orders_per_district: 30, items: 1_000, ..TpccScale::default() };
+    let scale = TpccScale::small(6, 1_000);
     Bench { base, tpcc: Some(TpccBench { scale, ..TpccBench::default() }), ..Bench::default() }.tiga()
 }
 

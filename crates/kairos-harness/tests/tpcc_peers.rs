@@ -22,8 +22,7 @@ fn bench(load: f64, loss: f64) -> Bench {
         loss,
         ..TxnDeployment::default()
     };
-    let scale =
-        TpccScale { customers_per_district: 30, initial_orders_per_district: 30, items: 1_000, ..TpccScale::default() };
+    let scale = TpccScale::small(6, 1_000);
     // A drain long enough for the aborting protocols' last retries to finish: up to 10
     // attempts with backoff, under the contention of 60 districts (2PL+Paxos and NCC+ needed
     // more than 12 s for their last few).

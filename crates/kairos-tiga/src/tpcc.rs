@@ -99,13 +99,7 @@ mod tests {
 
     #[test]
     fn a_shard_runs_its_warehouses_pieces_on_declared_keys_only_and_undoes_them() {
-        let scale = TpccScale {
-            warehouses: 2,
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 100,
-            ..TpccScale::default()
-        };
+        let scale = TpccScale::small(2, 100);
         let mut shard1 = TpccShard::populate(&scale, 3, 1, 2);
         let populated = shard1.clone();
         // A remote payment: its home warehouse 0 is on shard 0, the customer's (1) here.

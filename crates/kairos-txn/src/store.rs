@@ -131,13 +131,7 @@ mod tests {
     fn a_shard_runs_only_its_warehouses_pieces_and_only_on_declared_keys() {
         use kairos_workload::tpcc::piece::split;
         use kairos_workload::tpcc::{CustomerRef, TpccTxn};
-        let scale = TpccScale {
-            warehouses: 2,
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 100,
-            ..TpccScale::default()
-        };
+        let scale = TpccScale::small(2, 100);
         let mut shard1 = Store::tpcc(&scale, 3, 1, 2);
         assert_eq!(shard1.warehouses().iter().map(|w| w.w).collect::<Vec<_>>(), [1]);
         let pay = TpccTxn::Payment {

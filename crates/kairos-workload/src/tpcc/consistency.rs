@@ -164,13 +164,7 @@ mod tests {
     use rand::SeedableRng;
 
     fn small() -> TpccScale {
-        TpccScale {
-            warehouses: 3,
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 200,
-            ..TpccScale::default()
-        }
+        TpccScale::small(3, 200)
     }
 
     /// Runs `n` transactions one after another (pre-reads resolved), as a serial reference.

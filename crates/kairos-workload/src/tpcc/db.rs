@@ -261,13 +261,7 @@ mod tests {
 
     #[test]
     fn population_is_deterministic_and_shaped_like_tpcc() {
-        let scale = TpccScale {
-            warehouses: 2,
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 100,
-            ..TpccScale::default()
-        };
+        let scale = TpccScale::small(2, 100);
         let a = WarehouseDb::populate(&scale, 7, 1);
         assert_eq!(a, WarehouseDb::populate(&scale, 7, 1));
         assert_ne!(a, WarehouseDb::populate(&scale, 8, 1));

@@ -517,13 +517,7 @@ mod tests {
     use super::*;
 
     fn small() -> TpccScale {
-        TpccScale {
-            warehouses: 2,
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 100,
-            ..TpccScale::default()
-        }
+        TpccScale::small(2, 100)
     }
 
     #[test]

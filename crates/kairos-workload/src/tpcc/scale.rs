@@ -64,6 +64,21 @@ impl Default for TpccScale {
     }
 }
 
+impl TpccScale {
+    /// A small database with TPC-C's contention (10 districts per warehouse) and little to
+    /// populate: 30 customers and 30 initial orders per district, `items` items. For tests and
+    /// short campaigns.
+    pub fn small(warehouses: u32, items: u32) -> TpccScale {
+        TpccScale {
+            warehouses,
+            customers_per_district: 30,
+            initial_orders_per_district: 30,
+            items,
+            ..TpccScale::default()
+        }
+    }
+}
+
 /// Key-layout limits (see [`super::keys`]): districts fit 8 bits, items 24.
 pub const DISTRICTS_MAX: u32 = 255;
 pub const ITEMS_MAX: u32 = 1 << 24;

@@ -160,15 +160,8 @@ fn run_seed(
     let recovery = Duration::from_secs_f64(args.recovery_s.max(1.0));
     let usage = |e: &dyn std::fmt::Display| CliError::Usage(e.to_string());
     // TPC-C: 6 warehouses (2 per shard) with small tables, so that a seed populates quickly.
-    let tpcc = (args.workload == CampaignWorkload::Tpcc).then(|| TpccBench {
-        scale: TpccScale {
-            customers_per_district: 30,
-            initial_orders_per_district: 30,
-            items: 1_000,
-            ..TpccScale::default()
-        },
-        ..TpccBench::default()
-    });
+    let tpcc = (args.workload == CampaignWorkload::Tpcc)
+        .then(|| TpccBench { scale: TpccScale::small(6, 1_000), ..TpccBench::default() });
     let bench = Bench {
         base: TxnDeployment {
             seed,
