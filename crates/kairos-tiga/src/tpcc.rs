@@ -61,11 +61,13 @@ impl TpccShard {
         for p in pieces {
             let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
             let declared = p.keys(&self.scale).iter().all(|(k, _)| written.contains(&k.encode(&self.scale)));
-            let db = Arc::make_mut(&mut self.warehouses[i]);
+            // (A warehouse shared with a copy is copied only when a piece is about to run.)
             let ran = match (declared, keep_undo) {
                 (false, _) => Err(()),
-                (true, true) => piece::execute_undoable(db, p).map(|(_, u)| undo.pieces.push((i, u))).map_err(|_| ()),
-                (true, false) => piece::execute(db, p).map(|_| ()).map_err(|_| ()),
+                (true, true) => piece::execute_undoable(Arc::make_mut(&mut self.warehouses[i]), p)
+                    .map(|(_, u)| undo.pieces.push((i, u)))
+                    .map_err(|_| ()),
+                (true, false) => piece::execute(Arc::make_mut(&mut self.warehouses[i]), p).map(|_| ()).map_err(|_| ()),
             };
             if ran.is_err() {
                 self.pieces_refused += 1;
