@@ -57,7 +57,7 @@ pub enum BenchCommand {
     Tiga(TigaBenchArgs),
     /// Tiga against its peers (2PL+Paxos, OCC+Paxos, Tapir, Janus, Calvin+, Detock, NCC, NCC+) on identical MicroBench work, side by side.
     Micro(MicroBenchArgs),
-    /// The peers on identical TPC-C work in the Tiga paper's deployment (6 shards × 3 replicas), side by side, with
+    /// Tiga and its peers on identical TPC-C work in the Tiga paper's deployment (6 shards × 3 replicas), side by side, with
     /// TPC-C's consistency conditions checked at the end of every run.
     Tpcc(TpccBenchArgs),
     /// MongoDB-style replica set with signed cluster time and causal sessions (list-append session workload).
