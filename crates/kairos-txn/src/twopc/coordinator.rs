@@ -79,6 +79,17 @@ struct Run {
     sent_at: LocalTime,
 }
 
+impl Run {
+    /// Whether a request of this run to `shard` is unanswered. A shard that already answered
+    /// has nothing more to say until the decision: its silence says nothing about its leader.
+    fn awaits(&self, shard: ShardId) -> bool {
+        self.parts.get(&shard).is_some_and(|part| match self.phase {
+            Phase::Reading => part.values.is_none(),
+            Phase::Preparing => !part.voted,
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Decision {
     commit: bool,
@@ -389,7 +400,7 @@ impl TxnCoordinator {
         for s in 0..self.leaders.len() {
             // Twice the retry timeout: under lock contention a live leader may be silent a while.
             let silent = now.saturating_since(self.heard_from[s]) >= retry * 2;
-            let waiting = self.runs.values().any(|r| r.parts.contains_key(&(s as ShardId)))
+            let waiting = self.runs.values().any(|r| r.awaits(s as ShardId))
                 || self.decisions.values().any(|d| d.waiting.contains(&(s as ShardId)));
             if silent && waiting {
                 self.leaders[s] = self.leaders[s].wrapping_add(1) % self.topology.replicas_per_shard().max(1) as u32;
@@ -482,7 +493,11 @@ impl Process for TxnCoordinator {
         if let TxnMsg::NotLeader { leader, .. } = msg {
             let n = self.topology.replicas_per_shard().max(1) as u32;
             match leader {
-                Some(l) if l < n && l as usize != replica => self.leaders[shard as usize] = l,
+                Some(l) if l < n && l as usize != replica => {
+                    // A named leader gets a full silence window before it is rotated away.
+                    self.leaders[shard as usize] = l;
+                    self.heard_from[shard as usize] = ctx.now();
+                }
                 // It knows no leader (e.g. it just stepped down): try the next replica.
                 _ if self.leaders[shard as usize] % n == replica as u32 => {
                     self.leaders[shard as usize] = (replica as u32 + 1) % n;

@@ -429,6 +429,58 @@ mod tests {
         }
     }
 
+    /// A shard that already answered has nothing to say until the decision, however long
+    /// another shard takes: its silence must not move the coordinator's leader guess (NCC+
+    /// campaign seed 38: the guess moved to a follower while the other shard waited on locks,
+    /// and the commit decision went there, so a payment was applied at one warehouse and stayed
+    /// prepared at the other for seconds).
+    #[test]
+    fn a_shard_that_answered_keeps_its_leader_while_another_is_slow() {
+        let t = topology();
+        let config = ClassicConfig::default();
+        let load = OpenLoop { rate_per_s: 100.0, stop_after: None, max_txns: Some(1) };
+        let shell = TxnShell::new(Box::new(FixedKeys::new(vec![vec![0, 1]])), load, ShellConfig::default(), 0);
+        let mut c = TxnCoordinator::ncc(&t, &config, shell);
+        let mut rng = Rng::seed_from_u64(2);
+        let mut at = |c: &mut TxnCoordinator, ms: u64, event: Result<(u32, TxnMsg), TimerId>| {
+            let mut fx = Vec::new();
+            let mut ctx = Ctx::new(NodeId(6), LocalTime::from_nanos(ms * 1_000_000), &mut rng, &mut fx);
+            match event {
+                Ok((from, msg)) => c.on_message(&mut ctx, NodeId(from), msg),
+                Err(timer) => c.on_timer(&mut ctx, timer),
+            }
+            fx.into_iter()
+                .filter_map(|e| match e {
+                    kairos_core::Effect::Send { to, msg } => Some((to, msg)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        c.on_start(&mut Ctx::new(NodeId(6), LocalTime::ZERO, &mut Rng::seed_from_u64(1), &mut Vec::new()));
+        let arrival = crate::shell::ShellTimer::Arrival;
+        let sent = at(&mut c, 10, Err(super::coordinator::CoordinatorTimer::Shell(arrival).id()));
+        let tk = match &sent[..] {
+            [(NodeId(0), TxnMsg::Execute { tk, .. }), (NodeId(3), TxnMsg::Execute { .. })] => *tk,
+            other => panic!("one Execute per shard leader: {other:?}"),
+        };
+        let executed = |shard, key| TxnMsg::Executed { tk, shard, values: vec![(key, 0)], arrival_ns: 0 };
+        at(&mut c, 20, Ok((0, executed(0, 0))));
+        // Shard 1 stays silent for three retry timeouts (its leader is alive, behind locks).
+        let tick = super::coordinator::CoordinatorTimer::RetryTick.id();
+        let mut resent = Vec::new();
+        for ms in (250..=3_000).step_by(250) {
+            resent.extend(at(&mut c, ms, Err(tick)));
+        }
+        assert!(resent.iter().all(|(to, m)| matches!(m, TxnMsg::Execute { .. }) && to.0 >= 3), "{resent:?}");
+        let decided = at(&mut c, 3_100, Ok((3, executed(1, 1))));
+        let to_shard_0: Vec<NodeId> = decided
+            .iter()
+            .filter(|(to, m)| to.0 < 3 && matches!(m, TxnMsg::Decide { commit: true, .. }))
+            .map(|(to, _)| *to)
+            .collect();
+        assert_eq!(to_shard_0, vec![NodeId(0)], "the decision goes to shard 0's leader: {decided:?}");
+    }
+
     /// Sends `msg` to a one-shard leader and returns the messages it sends to coordinators.
     fn deliver(s: &mut TxnServer, msg: TxnMsg) -> Vec<(NodeId, TxnMsg)> {
         let mut rng = Rng::seed_from_u64(3);
