@@ -520,6 +520,48 @@ fn tpcc_outcome<P: PeerProtocol>(sim: &Sim<P::Msg>, topology: &Topology, scale: 
     tpcc_outcome_of(scale, shards.collect())
 }
 
+/// Runs `sim` (a world of peer `P` built by [`Bench::build`], with `coordinators`
+/// coordinators) on, in steps of 100 ms and for at most `max`, until every live coordinator has
+/// settled ([`Peer::coordinator_settled`]): end-of-run checks that read the servers' rows
+/// directly must not read them while a decided transaction is applied on one shard and not yet
+/// on another. Returns whether they settled.
+pub fn settle<P: PeerProtocol>(sim: &mut Sim<P::Msg>, topology: &Topology, coordinators: usize, max: Duration) -> bool {
+    let servers = topology.shard_count() * topology.replicas_per_shard();
+    let settled = |sim: &Sim<P::Msg>| {
+        (servers..servers + coordinators)
+            .filter_map(|n| sim.role::<P::Coordinator>(NodeId(n as u32)))
+            .all(P::coordinator_settled)
+    };
+    let until = sim.now() + max;
+    while !settled(sim) {
+        if sim.now() >= until {
+            return false;
+        }
+        sim.run_until((sim.now() + Duration::from_millis(100)).min(until));
+    }
+    true
+}
+
+/// Attempts still in doubt at the end of a run ([`Peer::in_doubt`]), summed over the shards:
+/// on each shard, those of the live replica that applied the most of its log (a follower that
+/// has not learned the last decisions yet would count attempts that are decided).
+pub fn in_doubt<P: PeerProtocol>(world: &PeerWorld<P::Msg>) -> usize {
+    let sim = &world.sim;
+    world
+        .topology
+        .shards
+        .iter()
+        .filter_map(|replicas| {
+            replicas
+                .iter()
+                .filter(|n| sim.is_up(**n))
+                .filter_map(|n| sim.role::<P::Server>(*n))
+                .max_by_key(|s| P::store(s).map_or(0, |store| store.writes_applied()))
+                .map(P::in_doubt)
+        })
+        .sum()
+}
+
 /// One replica's TPC-C data, as the end-of-run checks compare it.
 pub(crate) trait ReplicaData {
     /// How far it applied its shard's order (of two replicas, the one that applied more).

@@ -109,5 +109,13 @@ impl Peer for NccPaxos {
         Some(server.store_mut())
     }
 
+    fn in_doubt(server: &TxnServer) -> usize {
+        server.prepared_count()
+    }
+
+    fn coordinator_settled(c: &TxnCoordinator) -> bool {
+        c.settled()
+    }
+
     const RUNS_PIECES: bool = true;
 }

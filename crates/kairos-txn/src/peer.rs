@@ -32,6 +32,18 @@ pub trait Peer: 'static {
     /// consistency at the end of the run.
     fn store(server: &Self::Server) -> Option<&Store>;
     fn store_mut(server: &mut Self::Server) -> Option<&mut Store>;
+    /// Attempts the server holds prepared with no decision applied yet (two-phase commit's
+    /// in-doubt window). While one remains, a participant has not run its part of a decided
+    /// transaction, so the shards' rows need not agree with each other; at the end of a run
+    /// after the faults were repaired, every decision should have arrived.
+    fn in_doubt(_server: &Self::Server) -> usize {
+        0
+    }
+    /// Whether the coordinator has nothing in flight: no transaction pending and nothing it
+    /// still owes the servers (a decision they have not acknowledged).
+    fn coordinator_settled(c: &Self::Coordinator) -> bool {
+        Self::shell(c).inflight() == 0
+    }
 }
 
 /// Test support the peers' modules share.

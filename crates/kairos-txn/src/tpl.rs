@@ -66,5 +66,13 @@ impl Peer for TwoPlPaxos {
         Some(server.store_mut())
     }
 
+    fn in_doubt(server: &TxnServer) -> usize {
+        server.prepared_count()
+    }
+
+    fn coordinator_settled(c: &TxnCoordinator) -> bool {
+        c.settled()
+    }
+
     const RUNS_PIECES: bool = true;
 }

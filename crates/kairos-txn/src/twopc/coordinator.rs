@@ -168,6 +168,11 @@ impl TxnCoordinator {
         self.decisions.len()
     }
 
+    /// No transaction pending and every decision acknowledged.
+    pub fn settled(&self) -> bool {
+        self.shell.inflight() == 0 && self.decisions.is_empty()
+    }
+
     fn tick_interval(&self) -> Duration {
         (self.config.retry_timeout / 4).max(Duration::from_millis(5))
     }

@@ -15,13 +15,12 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{Model, Verdict};
 use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{Message, NodeId, SimTime};
-use kairos_harness::micro::{Bench, TpccBench, TpccOutcome};
+use kairos_harness::micro::{in_doubt, settle, Bench, PeerProtocol, PeerWorld, TpccBench, TpccOutcome};
 use kairos_harness::register::RegisterRun;
 use kairos_harness::swarm::sim::SwarmRun;
 use kairos_sim::fault::random_plan;
 use kairos_sim::{FaultKinds, FaultRates, ScheduledFault, Sim, Violation};
 use kairos_swarm::engine::Protocol;
-use kairos_tiga::Topology;
 use kairos_txn::calvin::{CalvinConfig, CalvinPlus};
 use kairos_txn::detock::{Detock, DetockConfig};
 use kairos_txn::janus::{Janus, JanusConfig};
@@ -193,16 +192,14 @@ fn run_seed(
             let plan = |servers: &[NodeId]| {
                 random_plan(seed, servers, SimTime::ZERO + FAULTS_START, SimTime::ZERO + end, &rates)
             };
-            let run = transactional(&mut w.sim, &w.topology, &w.process_regions, &plan, until, healed);
-            SeedRun { database: bench.tpcc_outcome::<$p>(&w), ..run }
+            peer_run::<$p>(&bench, &mut w, &plan, until, healed)
         }};
     }
     macro_rules! peer {
         ($p:ty, $config:expr) => {{
             let mut w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
             let until = SimTime::ZERO + end + recovery + drain;
-            let run = transactional(&mut w.sim, &w.topology, &w.process_regions, &plan_servers, until, healed);
-            SeedRun { database: bench.tpcc_outcome::<$p>(&w), ..run }
+            peer_run::<$p>(&bench, &mut w, &plan_servers, until, healed)
         }};
     }
     Ok(match protocol {
@@ -355,20 +352,48 @@ fn run_seed(
 }
 
 /// Runs a transactional deployment with faults on its servers until `until`.
-fn transactional<M: Message>(
-    sim: &mut Sim<M>,
-    topology: &Topology,
-    process_regions: &[(u64, u64, String)],
+fn peer_run<P: PeerProtocol>(
+    bench: &Bench,
+    w: &mut PeerWorld<P::Msg>,
     plan_for: &dyn Fn(&[NodeId]) -> Vec<ScheduledFault>,
     until: SimTime,
     live_from: SimTime,
 ) -> SeedRun {
-    let servers: Vec<NodeId> = topology.shards.iter().flatten().copied().collect();
+    let servers: Vec<NodeId> = w.topology.shards.iter().flatten().copied().collect();
     let plan = plan_for(&servers);
-    sim.schedule_all(plan.clone());
-    sim.run_until(until);
-    let clients = process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
-    finish(sim, plan, Model::StrictSerializable, clients, live_from)
+    w.sim.schedule_all(plan.clone());
+    w.sim.run_until(until);
+    let settled = settle::<P>(&mut w.sim, &w.topology, w.process_regions.len(), SETTLE_MAX);
+    let clients = w.process_regions.iter().map(|(a, b, _)| (*a, *b)).collect();
+    let run = finish(&mut w.sim, plan, Model::StrictSerializable, clients, live_from);
+    peer_end::<P>(bench, w, run, settled)
+}
+
+/// How long a peer's coordinators get, after the drain, to finish what they have in flight
+/// (retries of transactions still aborting, decisions not yet acknowledged) before the
+/// servers' rows are read.
+const SETTLE_MAX: Duration = Duration::from_secs(30);
+
+/// A peer's end-of-run checks beyond the history, once its coordinators settled (or
+/// `SETTLE_MAX` passed): coordinators still busy, or attempts still in doubt on a server (a
+/// decision that never reached a participant), are liveness failures; then the TPC-C
+/// databases. Rows read then may be mid-commit, so the database verdict counts only when
+/// everything settled (the liveness failure quotes it).
+fn peer_end<P: PeerProtocol>(bench: &Bench, w: &PeerWorld<P::Msg>, run: SeedRun, settled: bool) -> SeedRun {
+    let database = bench.tpcc_outcome::<P>(w);
+    let in_doubt = in_doubt::<P>(w);
+    let why = match (settled, in_doubt) {
+        (true, 0) => return SeedRun { database, ..run },
+        (false, _) => format!(
+            "coordinators still had transactions or unacknowledged decisions {} s after the drain",
+            SETTLE_MAX.as_secs()
+        ),
+        (true, n) => {
+            format!("{n} attempts were still prepared and undecided after every coordinator settled")
+        }
+    };
+    let read = database.filter(|d| !d.holds()).map(|d| format!("; the databases read then: {d:?}"));
+    SeedRun { stuck_why: run.stuck_why.or(Some(why + &read.unwrap_or_default())), ..run }
 }
 
 /// The seed's run as the campaign judges it.
