@@ -154,6 +154,11 @@ pub struct TpccOutcome {
     /// running their pieces would leave these at 0.
     pub orders_placed: u64,
     pub payments_made: u64,
+    /// The rows were read with transactions still in flight: a peer's coordinators had not
+    /// settled ([`settle`]) within the drain's length after the drain. A condition across
+    /// shards may then fail on a transaction applied on one shard and not yet on another, so
+    /// a bench reports such a failure without judging the run by it.
+    pub read_in_flight: bool,
 }
 
 impl TpccOutcome {
@@ -412,18 +417,23 @@ impl Bench {
                 (region.clone(), sim.role::<P::Coordinator>(node).map(P::coordinator_stats).unwrap_or_default())
             })
             .collect();
-        let tpcc = self.tpcc.map(|t| tpcc_outcome::<P>(&sim, &topology, &t.scale));
-
         let kinds = (0..process_regions.len())
             .filter_map(|i| sim.role::<P::Coordinator>(NodeId((servers + i) as u32)))
             .flat_map(|c| P::shell(c).kind_samples().iter().copied())
             .collect();
+        let (history, trace_hash) = (sim.take_history(), sim.trace_hash());
+        let (stats, metrics) = (sim.stats().clone(), sim.metrics().clone());
+        // The run is measured; its rows are read once the transactions in flight finished.
+        let tpcc = self.tpcc.map(|t| {
+            let settled = settle::<P>(&mut sim, &topology, process_regions.len(), self.drain);
+            TpccOutcome { read_in_flight: !settled, ..tpcc_outcome::<P>(&sim, &topology, &t.scale) }
+        });
         Ok(RunOutcome {
             protocol: P::PROTOCOL,
-            history: sim.take_history(),
-            trace_hash: sim.trace_hash(),
-            stats: sim.stats().clone(),
-            metrics: sim.metrics().clone(),
+            history,
+            trace_hash,
+            stats,
+            metrics,
             process_regions,
             coordinators,
             busiest_server,
