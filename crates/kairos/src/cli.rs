@@ -294,7 +294,8 @@ pub struct MicroBenchArgs {
 3 replicas in sc / fi / br, one warehouse per shard, 10 districts each, the mix new-order / payment / delivery / \
 order-status / stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, 1 % remote order lines), each transaction split \
 into one-shot pieces per warehouse. Every run's history is checked strictly serializable over the conflict keys \
-(a warehouse's year-to-date; a district's orders, year-to-date and customers; an item's stock), and at its end TPC-C's consistency conditions are checked on the servers' databases \
+(a district's orders, year-to-date and customers; an item's stock; a warehouse's year-to-date is only ever added to \
+and has no key, as in the paper's code), and at its end TPC-C's consistency conditions are checked on the servers' databases \
 and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
 The tables are scaled down tenfold from TPC-C's (300 customers and initial orders per district, 10,000 items) so \
 that 18 replicas fit in one process; the warehouses and districts, where TPC-C's contention lies, are not scaled. \
