@@ -351,7 +351,8 @@ fn run_seed(
     })
 }
 
-/// Runs a transactional deployment with faults on its servers until `until`.
+/// Runs a peer's deployment with faults on its servers until `until`, lets its coordinators
+/// settle, and judges the end ([`peer_end`]).
 fn peer_run<P: PeerProtocol>(
     bench: &Bench,
     w: &mut PeerWorld<P::Msg>,
