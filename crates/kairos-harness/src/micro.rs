@@ -26,7 +26,7 @@ use kairos_txn::tapir::{Tapir, TapirMsg};
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_txn::twopc::TxnMsg;
 use kairos_workload::tpcc::{
-    consistency, ConsistencyReport, TpccMix, TpccScale, TpccSource, TpccTerminal, WarehouseDb,
+    consistency, ConsistencyReport, DeliveryScope, TpccMix, TpccScale, TpccSource, TpccTerminal, WarehouseDb,
 };
 use kairos_workload::{Topology, TxnSource};
 use rand::SeedableRng;
@@ -134,6 +134,18 @@ pub struct Bench {
 pub struct TpccBench {
     pub scale: TpccScale,
     pub mix: TpccMix,
+    pub delivery: DeliveryScope,
+}
+
+impl TpccBench {
+    /// The terminal every coordinator of a run with `seed` draws from: all draw TPC-C's NURand
+    /// constants alike, from the seed.
+    pub fn terminal(&self, seed: u64) -> TpccTerminal {
+        let mut terminal =
+            TpccTerminal::new(self.scale, self.mix, &mut kairos_core::Rng::seed_from_u64(seed ^ 0x7470_6363));
+        terminal.delivery = self.delivery;
+        terminal
+    }
 }
 
 /// What the end of a TPC-C run found in the servers' databases.
@@ -360,9 +372,7 @@ impl Bench {
             t.mix.validate().map_err(|e| DeployError::Shape(e.to_string()))?;
         }
         let (seed, shards) = (self.base.seed, self.base.shards);
-        // Every terminal of the run draws TPC-C's NURand constants alike, from the seed.
-        let terminal =
-            tpcc.map(|t| TpccTerminal::new(t.scale, t.mix, &mut kairos_core::Rng::seed_from_u64(seed ^ 0x7470_6363)));
+        let terminal = tpcc.map(|t| t.terminal(seed));
         let (sim, topology, process_regions) = self.base.build_with(
             self.shell.inflight_max as u64,
             // A restarted server is built the same way and recovers from what it made durable.

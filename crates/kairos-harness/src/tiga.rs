@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use crate::micro::{tpcc_outcome_of, ReplicaData, TpccBench, TpccOutcome};
 use kairos_tiga::tpcc::TpccShard;
-use kairos_workload::tpcc::{TpccSource, TpccTerminal, WarehouseDb};
+use kairos_workload::tpcc::{TpccSource, WarehouseDb};
 use kairos_workload::{KindSample, Partitioner, Placement, TxnSource};
 
 /// Which timestamp-agreement mode the leaders use.
@@ -160,8 +160,7 @@ impl Deployment {
             tiga_config.partitioner = Partitioner::Integer;
             let shards = self.base.shards;
             warehouses = (0..shards).map(|s| TpccShard::populate(&t.scale, self.base.seed, s, shards)).collect();
-            let rng = &mut kairos_core::Rng::seed_from_u64(self.base.seed ^ 0x7470_6363);
-            terminal = Some(TpccTerminal::new(t.scale, t.mix, rng));
+            terminal = Some(t.terminal(self.base.seed));
         }
         tiga_config.preventive = match self.mode {
             Mode::Preventive => true,

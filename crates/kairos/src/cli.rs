@@ -292,8 +292,8 @@ pub struct MicroBenchArgs {
 #[command(
     long_about = "Runs every listed protocol on the identical TPC-C workload as the Tiga paper deployed it (6 shards × \
 3 replicas in sc / fi / br, one warehouse per shard, 10 districts each, the mix new-order / payment / delivery / \
-order-status / stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, 1 % remote order lines), each transaction split \
-into one-shot pieces per warehouse. Every run's history is checked strictly serializable over the conflict keys \
+order-status / stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, 1 % remote order lines, a delivery delivering \
+one district's oldest order), each transaction split into one-shot pieces per warehouse. Every run's history is checked strictly serializable over the conflict keys \
 (a district's orders, year-to-date and customers; an item's stock; a warehouse's year-to-date is only ever added to \
 and has no key, as in the paper's code), and at its end TPC-C's consistency conditions are checked on the servers' databases \
 and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
@@ -311,6 +311,10 @@ pub struct TpccBenchArgs {
     /// stock-level; those not named get 0).
     #[arg(long, default_value = "new-order=44,payment=44,delivery=4,order-status=4,stock-level=4")]
     pub mix: String,
+    /// What one delivery delivers: the oldest order of one district (the paper's code; TPC-C lets a delivery commit
+    /// district by district) or of all ten districts of its warehouse in one transaction.
+    #[arg(long, value_enum, default_value_t = DeliveryArg::District)]
+    pub delivery: DeliveryArg,
     /// Warehouses, spread evenly over the 6 shards (paper: one per shard).
     #[arg(long, default_value_t = 6)]
     pub warehouses: u32,
@@ -376,6 +380,12 @@ pub struct CausalBenchArgs {
 pub enum CausalWorkloadArg {
     ListAppend,
     Tpcc,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeliveryArg {
+    District,
+    Warehouse,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -237,8 +237,11 @@ mod tests {
         // A delivery replayed on one district by hand: a delivered order back in new-orders.
         let mut dbs = base.clone();
         let oldest = dbs[1].districts[0].new_orders[0];
-        execute(&mut dbs[1], &crate::tpcc::piece::Piece { w: 1, steps: vec![Step::Delivery { carrier: 2, date: 3 }] })
-            .unwrap();
+        execute(
+            &mut dbs[1],
+            &crate::tpcc::piece::Piece { w: 1, steps: vec![Step::Delivery { district: None, carrier: 2, date: 3 }] },
+        )
+        .unwrap();
         dbs[1].districts[0].new_orders.push_front(oldest);
         assert!(check(&scale, &refs(&dbs)).shown.iter().any(|v| v.starts_with("5: district 1/0")));
         // An order id skipped.

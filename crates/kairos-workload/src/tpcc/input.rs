@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::db::{nurand, NURAND_CUSTOMER, NURAND_ITEM, NURAND_LAST_NAME};
 use super::piece::split;
-use super::scale::{TpccMix, TpccScale};
+use super::scale::{DeliveryScope, TpccMix, TpccScale};
 use super::TxnType;
 use crate::micro::{TxnSource, TxnWork};
 use crate::txn::Key;
@@ -65,8 +65,11 @@ pub enum TpccTxn {
         d: u32,
         customer: CustomerRef,
     },
+    /// Delivers the oldest undelivered order of `district` of warehouse `w`, or of each of its
+    /// districts when `None` ([`DeliveryScope`]).
     Delivery {
         w: u32,
+        district: Option<u32>,
         carrier: u32,
         date: u64,
     },
@@ -115,6 +118,8 @@ impl TpccTxn {
 pub struct TpccTerminal {
     pub scale: TpccScale,
     pub mix: TpccMix,
+    /// How much a delivery delivers ([`TpccTerminal::new`]: one district, the paper's).
+    pub delivery: DeliveryScope,
     /// NURand's run constants for customer ids, items and last names (clause 2.1.6).
     constants: (u32, u32, u32),
 }
@@ -128,7 +133,7 @@ impl TpccTerminal {
             rng.random_range(0..=NURAND_ITEM.0),
             rng.random_range(0..=NURAND_LAST_NAME.0),
         );
-        TpccTerminal { scale, mix, constants }
+        TpccTerminal { scale, mix, delivery: DeliveryScope::default(), constants }
     }
 
     fn customer(&self, rng: &mut impl Rng) -> u32 {
@@ -188,7 +193,10 @@ impl TpccTerminal {
                 }
             }
             TxnType::OrderStatus => TpccTxn::OrderStatus { w, d, customer: self.customer_ref(rng) },
-            TxnType::Delivery => TpccTxn::Delivery { w, carrier: rng.random_range(1..=10), date },
+            TxnType::Delivery => {
+                let district = (self.delivery == DeliveryScope::District).then_some(d);
+                TpccTxn::Delivery { w, district, carrier: rng.random_range(1..=10), date }
+            }
             TxnType::StockLevel => TpccTxn::StockLevel { w, d, threshold: rng.random_range(10..=20) },
         }
     }

@@ -32,7 +32,7 @@ pub use db::WarehouseDb;
 pub use input::{CustomerRef, TpccSource, TpccTerminal, TpccTxn};
 pub use keys::ConflictKey;
 pub use piece::{Piece, PieceError, PieceUndo, StepOutput};
-pub use scale::{TpccError, TpccMix, TpccScale};
+pub use scale::{DeliveryScope, TpccError, TpccMix, TpccScale};
 
 use rand::Rng;
 

@@ -99,8 +99,10 @@ pub enum Step {
         d: u32,
         customer: CustomerRef,
     },
-    /// Deliver the oldest undelivered order of every district.
+    /// Deliver the oldest undelivered order of `district`, or of every district when `None`
+    /// (see [`crate::tpcc::DeliveryScope`]).
     Delivery {
+        district: Option<u32>,
         carrier: u32,
         date: u64,
     },
@@ -155,7 +157,9 @@ pub fn split(txn: &TpccTxn) -> Vec<Piece> {
             add(customer_w, Step::PaymentBy { d: customer_d, customer, amount_cents });
         }
         TpccTxn::OrderStatus { w, d, customer } => add(*w, Step::OrderStatus { d: *d, customer: *customer }),
-        TpccTxn::Delivery { w, carrier, date } => add(*w, Step::Delivery { carrier: *carrier, date: *date }),
+        TpccTxn::Delivery { w, district, carrier, date } => {
+            add(*w, Step::Delivery { district: *district, carrier: *carrier, date: *date })
+        }
         TpccTxn::StockLevel { w, d, threshold } => add(*w, Step::StockLevel { d: *d, threshold: *threshold }),
     }
     pieces.sort_by_key(|p| p.w);
@@ -186,8 +190,8 @@ impl Piece {
                 Step::PaymentBy { d, .. } => keys.push((customers(d), Write)),
                 Step::OrderStatus { d, .. } => keys.extend([(orders(d), Read), (customers(d), Read)]),
                 Step::StockLevel { d, .. } => keys.push((orders(d), Read)),
-                Step::Delivery { .. } => {
-                    for d in 0..scale.districts_per_warehouse {
+                Step::Delivery { district, .. } => {
+                    for d in delivered_districts(district, scale.districts_per_warehouse) {
                         keys.extend([(orders(d), Write), (customers(d), Write)]);
                     }
                 }
@@ -246,11 +250,24 @@ fn check(db: &WarehouseDb, piece: &Piece) -> Result<(), PieceError> {
                 range("payment (cents)", *amount_cents, 1, PAYMENT_CENTS_MAX)?;
             }
             Step::OrderStatus { d, customer: c } => named(*d, *c)?,
-            Step::Delivery { carrier, .. } => range("carrier", i64::from(*carrier), 1, 10)?,
+            Step::Delivery { district: d, carrier, .. } => {
+                if let Some(d) = d {
+                    district(*d)?;
+                }
+                range("carrier", i64::from(*carrier), 1, 10)?;
+            }
             Step::StockLevel { d, .. } => district(*d).map(|_| ())?,
         }
     }
     Ok(())
+}
+
+/// The districts a delivery step delivers in, of a warehouse with `districts` (it was checked).
+fn delivered_districts(district: Option<u32>, districts: u32) -> std::ops::Range<u32> {
+    match district {
+        Some(d) => d..d + 1,
+        None => 0..districts,
+    }
 }
 
 /// The id of a customer of district `d` of this warehouse, named by id or by last name.
@@ -353,10 +370,10 @@ fn before(db: &WarehouseDb, step: &Step) -> StepUndo {
             let c = resolve(db, d, customer).expect("checked before running");
             StepUndo::PaymentBy { d, customer: c, before: db.districts[d as usize].customers[c as usize].clone() }
         }
-        Step::Delivery { .. } => StepUndo::Delivery {
-            delivered: (0u32..)
-                .zip(&db.districts)
-                .filter_map(|(d, dist)| {
+        Step::Delivery { district, .. } => StepUndo::Delivery {
+            delivered: delivered_districts(district, db.districts.len() as u32)
+                .filter_map(|d| {
+                    let dist = &db.districts[d as usize];
                     let o = *dist.new_orders.front()?;
                     let c = dist.orders[o as usize - 1].customer;
                     Some((d, o, dist.customers[c as usize].clone()))
@@ -480,9 +497,10 @@ fn run(db: &mut WarehouseDb, w: u32, step: &Step) -> StepOutput {
             };
             StepOutput::OrderStatus { balance_cents: c.balance_cents, order, carrier, lines }
         }
-        Step::Delivery { carrier, date } => {
+        Step::Delivery { district, carrier, date } => {
             let mut delivered = 0;
-            for dist in &mut db.districts {
+            for d in delivered_districts(district, db.districts.len() as u32) {
+                let dist = &mut db.districts[d as usize];
                 let Some(o) = dist.new_orders.pop_front() else { continue };
                 let order = &mut dist.orders[o as usize - 1];
                 order.carrier = Some(carrier);
@@ -587,10 +605,26 @@ mod tests {
         assert_eq!(db.stock[4].order_cnt, 1);
         assert_eq!(db.stock[5].order_cnt, 0, "line 2 is supplied by warehouse 1");
         let oldest = db.districts[2].new_orders[0];
-        let delivery = &split(&TpccTxn::Delivery { w: 0, carrier: 3, date: 12 })[0];
+        // The paper's delivery: one district's oldest order, under that district's two keys.
+        let one = &split(&TpccTxn::Delivery { w: 0, district: Some(2), carrier: 4, date: 12 })[0];
+        assert_eq!(
+            one.keys(&scale),
+            [
+                (ConflictKey::DistrictOrders { w: 0, d: 2 }, Access::Write),
+                (ConflictKey::Customers { w: 0, d: 2 }, Access::Write)
+            ]
+        );
+        let oldest_elsewhere = db.districts[3].new_orders[0];
+        assert_eq!(execute(&mut db, one).unwrap(), [StepOutput::Delivery { delivered: 1 }]);
+        assert_eq!(db.districts[2].orders[oldest as usize - 1].carrier, Some(4));
+        assert_eq!(db.districts[3].new_orders[0], oldest_elsewhere, "other districts wait");
+        // TPC-C's in one database transaction: every district.
+        let oldest = db.districts[2].new_orders[0];
+        let delivery = &split(&TpccTxn::Delivery { w: 0, district: None, carrier: 3, date: 12 })[0];
         assert_eq!(delivery.keys(&scale).len(), 20, "every district's orders and customers");
         assert_eq!(execute(&mut db, delivery).unwrap(), [StepOutput::Delivery { delivered: 10 }]);
         assert_eq!(db.districts[2].orders[oldest as usize - 1].carrier, Some(3));
+        assert_eq!(db.districts[3].orders[oldest_elsewhere as usize - 1].carrier, Some(3));
     }
 
     #[test]
@@ -599,11 +633,12 @@ mod tests {
         let mut db = WarehouseDb::populate(&scale, 1, 0);
         let before = db.clone();
         let bad = [
-            Piece { w: 1, steps: vec![Step::Delivery { carrier: 1, date: 0 }] },
+            Piece { w: 1, steps: vec![Step::Delivery { district: None, carrier: 1, date: 0 }] },
+            Piece { w: 0, steps: vec![Step::Delivery { district: Some(10), carrier: 1, date: 0 }] },
             Piece {
                 w: 0,
                 steps: vec![
-                    Step::Delivery { carrier: 1, date: 0 },
+                    Step::Delivery { district: Some(0), carrier: 1, date: 0 },
                     Step::OrderStatus { d: 10, customer: CustomerRef::Id(0) },
                 ],
             },

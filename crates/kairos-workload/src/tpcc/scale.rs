@@ -1,5 +1,6 @@
 //! How big the transactional TPC-C database is ([`TpccScale`]), which transactions a run
-//! draws ([`TpccMix`]), and what is wrong with either ([`TpccError`]).
+//! draws ([`TpccMix`]) and how much one delivery delivers ([`DeliveryScope`]), and what is
+//! wrong with any of them ([`TpccError`]).
 //!
 //! # What is scaled, and why
 //! TPC-C's cardinalities per warehouse are 10 districts, 3,000 customers per district, 3,000
@@ -119,6 +120,32 @@ impl TpccScale {
     /// 3,000), at least one.
     pub fn last_names(&self) -> u32 {
         (self.customers_per_district / 3).clamp(1, 1000)
+    }
+}
+
+/// How much one delivery transaction delivers.
+///
+/// TPC-C's delivery business transaction delivers the oldest undelivered order of each of its
+/// warehouse's 10 districts, and the standard lets it commit district by district as separate
+/// database transactions (clause 2.7.4). The Tiga paper's code (Janus's TPC-C, which Tiga's
+/// peers and Tiga run) draws one district per delivery transaction, so a delivery conflicts
+/// with one district's new-orders and payments; delivering every district in one
+/// transaction conflicts with all of its warehouse's, for as long as the protocol holds them.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum DeliveryScope {
+    /// One district, drawn uniformly (the paper's; the default).
+    #[default]
+    District,
+    /// Every district of the warehouse in one transaction.
+    Warehouse,
+}
+
+impl DeliveryScope {
+    pub fn name(self) -> &'static str {
+        match self {
+            DeliveryScope::District => "district",
+            DeliveryScope::Warehouse => "warehouse",
+        }
     }
 }
 

@@ -75,10 +75,11 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("━━ 2b. Tiga and the peers on TPC-C ━━");
     println!("The Tiga paper's TPC-C deployment: 6 shards × 3 replicas in sc / fi / br, one warehouse per shard");
     println!("(10 districts; tables scaled down), the mix new-order / payment / delivery / order-status /");
-    println!("stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, each transaction split into one-shot pieces");
-    println!("per warehouse; 400 txn/s for 2 virtual seconds (fixed 5 µs per handler). Every history is checked");
-    println!("strictly serializable over the conflict keys, and every run's databases against TPC-C's consistency");
-    println!("conditions. (Tapir does not run TPC-C yet.) Maximum throughput: `kairos bench tpcc`.\n");
+    println!("stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, a delivery per district as in the paper's");
+    println!("code, each transaction split into one-shot pieces per warehouse; 400 txn/s for 2 virtual seconds");
+    println!("(fixed 5 µs per handler). Every history is checked strictly serializable over the conflict keys,");
+    println!("and every run's databases against TPC-C's consistency conditions. (Tapir does not run TPC-C yet.)");
+    println!("Maximum throughput: `kairos bench tpcc`.\n");
     let tpcc = Bench {
         base: TxnDeployment { shards: 6, load_txn_per_s: 400.0, ..bench.base.clone() },
         tpcc: Some(TpccBench {

@@ -7,7 +7,7 @@
 //! Every run's history is checked strictly serializable, and a TPC-C run's databases against
 //! TPC-C's consistency conditions; the exit status is an anomaly if any run is invalid.
 
-use crate::cli::{MicroBenchArgs, TpccBenchArgs, TxnBenchArgs};
+use crate::cli::{DeliveryArg, MicroBenchArgs, TpccBenchArgs, TxnBenchArgs};
 use crate::progress;
 use crate::result::{self, CheckResult, RunResult};
 use crate::stats::{self, Percentiles};
@@ -20,7 +20,7 @@ use kairos_harness::TxnDeployment;
 use kairos_sim::CpuModel;
 use kairos_txn::shell::KindSample;
 use kairos_txn::shell::ShellConfig;
-use kairos_workload::tpcc::{TpccMix, TpccScale, TxnType};
+use kairos_workload::tpcc::{DeliveryScope, TpccMix, TpccScale, TxnType};
 use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -241,7 +241,11 @@ impl TpccBenchArgs {
         };
         scale.validate(TPCC_SHARDS).map_err(|e| CliError::Usage(e.to_string()))?;
         bench.base.shards = TPCC_SHARDS;
-        bench.tpcc = Some(TpccBench { scale, mix });
+        let delivery = match self.delivery {
+            DeliveryArg::District => DeliveryScope::District,
+            DeliveryArg::Warehouse => DeliveryScope::Warehouse,
+        };
+        bench.tpcc = Some(TpccBench { scale, mix, delivery });
         Ok((protocols, bench))
     }
 }
@@ -361,6 +365,7 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
             "initial_orders_per_district": t.scale.initial_orders_per_district,
             "items": t.scale.items,
             "mix": t.mix.to_string(),
+            "delivery": t.delivery.name(),
         }),
     };
     if let Some(t) = &outcome.tpcc {
@@ -465,10 +470,12 @@ pub fn bench_tpcc(args: TpccBenchArgs) -> Result<(), CliError> {
     let (protocols, template) = args.to_bench()?;
     let tpcc = template.tpcc.expect("to_bench sets TPC-C");
     let title = format!(
-        "TPC-C, {} warehouses on {} shards × 3 replicas, mix {}, {} customers and {} initial orders per district, {} items",
+        "TPC-C, {} warehouses on {} shards × 3 replicas, mix {}, delivery per {}, {} customers and {} initial orders per \
+         district, {} items",
         tpcc.scale.warehouses,
         template.base.shards,
         tpcc.mix,
+        tpcc.delivery.name(),
         tpcc.scale.customers_per_district,
         tpcc.scale.initial_orders_per_district,
         tpcc.scale.items
