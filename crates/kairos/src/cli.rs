@@ -297,8 +297,9 @@ one district's oldest order), each transaction split into one-shot pieces per wa
 (a district's orders, year-to-date and customers; an item's stock; a warehouse's year-to-date is only ever added to \
 and has no key, as in the paper's code), and at its end TPC-C's consistency conditions are checked on the servers' databases \
 and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
-The tables are scaled down tenfold from TPC-C's (300 customers and initial orders per district, 10,000 items) so \
-that 18 replicas fit in one process; the warehouses and districts, where TPC-C's contention lies, are not scaled. \
+The customers and orders are scaled down tenfold from TPC-C's (300 customers and initial orders per district) so \
+that 18 replicas fit in one process; the warehouses, districts and items (100,000), where TPC-C's contention lies, are \
+not scaled. \
 Tapir does not run TPC-C yet. Tiga runs it as general one-shot transactions whose keys are placed by \
 warehouse, each leader executing the pieces of its warehouses speculatively (undone on a timestamp revision).",
     after_help = "Examples:\n  kairos bench tpcc\n  kairos bench tpcc --protocols janus,calvin+,detock --load 500,1000,2000\n  \
@@ -325,7 +326,7 @@ pub struct TpccBenchArgs {
     #[arg(long, default_value_t = 300)]
     pub initial_orders_per_district: u32,
     /// Items, and stock rows per warehouse (TPC-C: 100,000).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub items: u32,
 }
 
