@@ -94,7 +94,8 @@ use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::ProcessSlots;
 use kairos_workload::{
-    path_of_shards, AdmissionLimit, Finish, KindSample, OpenLoop, Pieces, TxnSource, TxnWork, KIND_SAMPLES_MAX,
+    path_of_shards, reads_only, AdmissionLimit, Finish, KindSample, OpenLoop, Pieces, TxnSource, TxnWork,
+    KIND_SAMPLES_MAX,
 };
 
 /// A transaction the coordinator refuses; nothing was sent or recorded.
@@ -893,11 +894,12 @@ impl Coordinator {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);
         } else {
-            // An increment by 1 of each key (see `kairos_workload::micro`), plus a TPC-C
-            // transaction's pieces.
+            // An increment by 1 of each key (see `kairos_workload::micro`), or a read of each if
+            // the transaction only reads, plus a TPC-C transaction's pieces.
             let now = ctx.now().as_nanos();
             let TxnWork { keys, pieces, kind } = self.workload.next_txn(ctx.rng(), now);
-            let ops = keys.into_iter().map(Op::increment).collect();
+            let op = if reads_only(&pieces) { Op::read } else { Op::increment };
+            let ops = keys.into_iter().map(op).collect();
             // A rejected transaction is counted by `submit`; the load goes on.
             let _ = self.submit_work(ctx, ops, pieces, kind);
         }

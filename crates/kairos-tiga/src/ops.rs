@@ -87,6 +87,10 @@ impl Op {
     pub fn increment(key: u64) -> Self {
         Op::new(key.to_string().into_bytes(), OpKind::IncrBy(1))
     }
+    /// A read of an integer key (as [`Op::increment`] names it).
+    pub fn read(key: u64) -> Self {
+        Op::new(key.to_string().into_bytes(), OpKind::Get)
+    }
     /// Bytes this operation carries (key and argument), for size limits.
     pub fn payload_bytes(&self) -> usize {
         let arg = match &self.kind {

@@ -19,6 +19,7 @@
 
 use crate::ops::Op;
 use kairos_workload::decimal_key;
+use kairos_workload::tpcc::piece::Access;
 use kairos_workload::tpcc::{piece, Piece, PieceUndo, TpccScale, WarehouseDb};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -54,13 +55,19 @@ impl TpccShard {
     /// this shard are `ops`; with `keep_undo`, returns what reverts them ([`TpccShard::undo`]).
     pub fn run(&mut self, pieces: &[Piece], ops: &[Op], keep_undo: bool) -> TpccUndo {
         let mut undo = TpccUndo::default();
-        // The integer keys the transaction writes here (TPC-C's keys are their decimal digits,
-        // one spelling per integer: "007" is not key 7, and conflicts with nothing of it).
-        let written: Vec<u64> =
-            ops.iter().filter(|op| op.kind.writes()).filter_map(|op| decimal_key(&op.key)).collect();
+        // The integer keys the transaction reads or writes here, and those it writes (TPC-C's
+        // keys are their decimal digits, one spelling per integer: "007" is not key 7, and
+        // conflicts with nothing of it). A piece runs only if every key it writes is written
+        // and every key it reads is at least read.
+        let integer = |op: &&Op| decimal_key(&op.key);
+        let touched: Vec<u64> = ops.iter().filter_map(|op| integer(&op)).collect();
+        let written: Vec<u64> = ops.iter().filter(|op| op.kind.writes()).filter_map(|op| integer(&op)).collect();
         for p in pieces {
             let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
-            let declared = p.keys(&self.scale).iter().all(|(k, _)| written.contains(&k.encode(&self.scale)));
+            let declared = p.keys(&self.scale).iter().all(|(k, access)| match access {
+                Access::Read => touched.contains(&k.encode(&self.scale)),
+                Access::Write => written.contains(&k.encode(&self.scale)),
+            });
             // (A warehouse shared with a copy is copied only when a piece is about to run.)
             let ran = match (declared, keep_undo) {
                 (false, _) => Err(()),

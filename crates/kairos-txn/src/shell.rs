@@ -7,7 +7,8 @@
 //! # History encoding
 //! The same as Tiga's coordinator (`kairos_workload::history`): one Jepsen process per
 //! in-flight transaction (`process_base + slot`); a transaction increments its keys (MicroBench's
-//! keys, or TPC-C's conflict keys, whose pieces run beside: [`Attempt::pieces`]);
+//! keys, or TPC-C's conflict keys, whose pieces run beside: [`Attempt::pieces`]), or only
+//! reads them if its pieces only read ([`kairos_workload::reads_only`]);
 //! the invocation names `["r", k, null]` and `["w", k, null]` (a write of unknown value,
 //! [`MicroOp::WriteUnknown`]); `ok` carries the values read and written (`v + 1`); a transaction
 //! that exhausted its attempts is `fail` (every attempt aborted: it took no effect); one whose
@@ -62,7 +63,7 @@ use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, Timer, 
 use kairos_workload::history::{increment_completion, increment_invocation, ProcessSlots};
 use kairos_workload::txn::{Key, TxnId, Value};
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
-use kairos_workload::{Pieces, TxnSource, TxnWork};
+use kairos_workload::{reads_only, Pieces, TxnSource, TxnWork};
 use rand::Rng as _;
 
 /// The shell's timers (a coordinator embeds them in its own timer type: their ids are 0 and
@@ -219,7 +220,8 @@ impl TxnStats {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt {
     pub txn: TxnId,
-    /// The keys to increment, in the transaction's order.
+    /// The keys to increment (to read only, if the pieces [only read](reads_only)), in the
+    /// transaction's order.
     pub keys: Vec<Key>,
     /// What the shards run besides (TPC-C's pieces; none for MicroBench): run a shard's in the
     /// step that writes the transaction's keys there ([`crate::store::Store::run_pieces`]).
@@ -427,7 +429,7 @@ impl TxnShell {
         let txn = TxnId::new(ctx.me(), seq);
         // Fewer than `inflight_max` are pending (above), so a slot is free.
         let slot = self.slots.take()?;
-        let invoke = increment_invocation(&keys);
+        let invoke = increment_invocation(&keys, reads_only(&pieces));
         ctx.record(HistoryEvent::new(OpType::Invoke, self.process(slot), "txn", invoke.clone()));
         self.pending.insert(
             txn,
@@ -460,7 +462,8 @@ impl TxnShell {
     pub fn committed<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId, reads: &[(Key, Value)], fast: bool) -> bool {
         self.finished(ctx, txn, Finish::Committed);
         let Some(p) = self.pending.remove(&txn) else { return false };
-        let value = increment_completion(&p.keys, |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v));
+        let read = |key| reads.iter().find(|(k, _)| *k == key).map_or(0, |(_, v)| *v);
+        let value = increment_completion(&p.keys, reads_only(&p.pieces), read);
         ctx.record(HistoryEvent::new(OpType::Ok, self.process(p.slot), "txn", value));
         self.sample_kind(&p, true, ctx.now());
         self.slots.give_back(p.slot);

@@ -3,11 +3,15 @@
 //! shard's Multi-Paxos group ([`kairos_consensus::paxos`]). The protocol, its latency formula and its
 //! simplifications are in [`crate::twopc`]; this module is the [`Peer`] binding.
 //!
-//! Locks: a `Read` takes every key's lock (MicroBench increments read and write each key, so
-//! exclusive). A requester **wounds** (aborts) every conflicting holder younger than itself
-//! that has not yet prepared, and **waits** for older or prepared holders; waiters are granted
-//! in age order. Waits therefore only point from younger to older (or to prepared
-//! transactions, which wait for nothing), so there are no deadlocks. A wounded attempt's
+//! Locks: a `Read` takes every key's lock, exclusively (MicroBench increments read and write
+//! each key), or shared when the transaction only reads (TPC-C's order-status and stock-level,
+//! [`kairos_workload::reads_only`]); two locks conflict unless both are shared. A requester
+//! **wounds** (aborts) every conflicting holder younger than itself that has not yet prepared,
+//! and **waits** for older or prepared holders; waiters are granted in age order, several
+//! compatible ones at once, and a requester is granted at once only when nobody waits (so a
+//! stream of readers cannot pass an older waiting writer). Holders that a requester must wait
+//! for are older or prepared, and the waiters ahead of it are older, so waits only point from
+//! younger to older (or to prepared transactions, which wait for nothing): no deadlocks. A wounded attempt's
 //! coordinator hears `Refused`, aborts the attempt everywhere and retries it under the same
 //! transaction id — so it keeps its age and eventually becomes the oldest.
 //!

@@ -10,6 +10,9 @@
 //!   key, is recorded as `null`, the initial value);
 //! * `info` (given up): the invocation's micro-ops.
 //!
+//! A transaction that [only reads](crate::reads_only) (TPC-C's order-status and stock-level)
+//! has only the reads: `["r", k, null]` invoked, `["r", k, v]` completed.
+//!
 //! Tiga records its general transactions the same way (per distinct key a read, a write or
 //! both), so one checker reads every protocol's history. A given-up transaction may have taken
 //! effect: the checkers then take it to have written some single value to each such key, which
@@ -23,19 +26,29 @@ use kairos_core::{MicroOp, ReadValue};
 use crate::txn::{Key, Value};
 
 /// The invocation's micro-ops of a transaction incrementing `keys`: per key, a read and a write,
-/// both of unknown value.
-pub fn increment_invocation(keys: &[Key]) -> Vec<MicroOp> {
-    keys.iter().flat_map(|&key| [MicroOp::Read { key, value: None }, MicroOp::WriteUnknown { key }]).collect()
+/// both of unknown value; with `reads_only`, the reads alone.
+pub fn increment_invocation(keys: &[Key], reads_only: bool) -> Vec<MicroOp> {
+    let mut ops = Vec::with_capacity(2 * keys.len());
+    for &key in keys {
+        ops.push(MicroOp::Read { key, value: None });
+        if !reads_only {
+            ops.push(MicroOp::WriteUnknown { key });
+        }
+    }
+    ops
 }
 
 /// The completion's micro-ops of a committed increment: per key, the value `read(key)`
-/// returned (0, a never-written key, is the initial `null`) and the value written, one more.
-pub fn increment_completion(keys: &[Key], mut read: impl FnMut(Key) -> Value) -> Vec<MicroOp> {
+/// returned (0, a never-written key, is the initial `null`) and the value written, one more;
+/// with `reads_only`, the values read alone.
+pub fn increment_completion(keys: &[Key], reads_only: bool, mut read: impl FnMut(Key) -> Value) -> Vec<MicroOp> {
     let mut ops = Vec::with_capacity(2 * keys.len());
     for &key in keys {
         let v = read(key);
         ops.push(MicroOp::Read { key, value: (v != 0).then_some(ReadValue::Int(v)) });
-        ops.push(MicroOp::Write { key, value: v.saturating_add(1) });
+        if !reads_only {
+            ops.push(MicroOp::Write { key, value: v.saturating_add(1) });
+        }
     }
     ops
 }
@@ -97,7 +110,7 @@ mod tests {
 
     #[test]
     fn an_increment_reads_then_writes_one_more() {
-        let inv = increment_invocation(&[3, 4]);
+        let inv = increment_invocation(&[3, 4], false);
         assert_eq!(
             inv,
             vec![
@@ -107,7 +120,7 @@ mod tests {
                 MicroOp::WriteUnknown { key: 4 },
             ]
         );
-        let done = increment_completion(&[3, 4], |k| if k == 3 { 0 } else { 7 });
+        let done = increment_completion(&[3, 4], false, |k| if k == 3 { 0 } else { 7 });
         assert_eq!(
             done,
             vec![
@@ -115,6 +128,18 @@ mod tests {
                 MicroOp::Write { key: 3, value: 1 },
                 MicroOp::Read { key: 4, value: Some(ReadValue::Int(7)) },
                 MicroOp::Write { key: 4, value: 8 },
+            ]
+        );
+        // A read-only transaction (order-status, stock-level) reads and writes nothing.
+        assert_eq!(
+            increment_invocation(&[3, 4], true),
+            vec![MicroOp::Read { key: 3, value: None }, MicroOp::Read { key: 4, value: None }]
+        );
+        assert_eq!(
+            increment_completion(&[3, 4], true, |_| 7),
+            vec![
+                MicroOp::Read { key: 3, value: Some(ReadValue::Int(7)) },
+                MicroOp::Read { key: 4, value: Some(ReadValue::Int(7)) }
             ]
         );
     }

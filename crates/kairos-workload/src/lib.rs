@@ -33,7 +33,9 @@ pub mod txn;
 pub mod ycsb;
 
 pub use admission::{path_of_shards, AdmissionLimit, Finish, Path};
-pub use micro::{FixedKeys, KindSample, MicroBench, Pieces, TxnSource, TxnWork, WorkloadError, KIND_SAMPLES_MAX};
+pub use micro::{
+    reads_only, FixedKeys, KindSample, MicroBench, Pieces, TxnSource, TxnWork, WorkloadError, KIND_SAMPLES_MAX,
+};
 pub use open_loop::OpenLoop;
 pub use shards::{decimal_key, shard_of, Partitioner, Placement, Topology};
 pub use txn::{history_key, key_id, Key, ShardId, Ts, TxnId, Value};

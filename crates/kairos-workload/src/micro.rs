@@ -33,9 +33,17 @@ pub trait TxnSource: Send {
 /// A TPC-C transaction's pieces, one per warehouse it touches (none for MicroBench).
 pub type Pieces = std::sync::Arc<[crate::tpcc::Piece]>;
 
-/// What a transaction does. Every protocol reads and increments the counter of each of
-/// `keys` (MicroBench's whole transaction; TPC-C's conflict keys, whose counters the history
-/// records) and, in the same step, runs the `pieces` of the warehouses it holds.
+/// Whether a transaction with these pieces only reads its keys: TPC-C's order-status and
+/// stock-level, whose every piece only reads. Every other transaction (MicroBench's has no
+/// pieces) increments each of its keys.
+pub fn reads_only(pieces: &[crate::tpcc::Piece]) -> bool {
+    !pieces.is_empty() && pieces.iter().all(crate::tpcc::Piece::reads_only)
+}
+
+/// What a transaction does. Every protocol reads the counter of each of `keys` (MicroBench's
+/// whole transaction; TPC-C's conflict keys, whose counters the history records), increments
+/// each unless the transaction [only reads](reads_only), and in the same step runs the
+/// `pieces` of the warehouses it holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TxnWork {
     pub keys: Vec<Key>,

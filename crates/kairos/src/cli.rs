@@ -295,7 +295,8 @@ pub struct MicroBenchArgs {
 order-status / stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, 1 % remote order lines, a delivery delivering \
 one district's oldest order), each transaction split into one-shot pieces per warehouse. Every run's history is checked strictly serializable over the conflict keys \
 (a district's orders, year-to-date and customers; an item's stock; a warehouse's year-to-date is only ever added to \
-and has no key, as in the paper's code), and at its end TPC-C's consistency conditions are checked on the servers' databases \
+and has no key, as in the paper's code; order-status and stock-level only read theirs, under shared locks in 2PL), and \
+at its end TPC-C's consistency conditions are checked on the servers' databases \
 and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
 The customers and orders are scaled down tenfold from TPC-C's (300 customers and initial orders per district) so \
 that 18 replicas fit in one process; the warehouses, districts and items (100,000), where TPC-C's contention lies, are \

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::{Pieces, Topology};
+use kairos_workload::{reads_only, Pieces, Topology};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::msg::{BatchedTxn, CalvinMsg, EpochBody, ReplyKind};
@@ -618,13 +618,16 @@ impl Server {
         let mut reads = Vec::new();
         for t in &body.txns {
             let mut kv = Vec::new();
+            let writes = !reads_only(&t.pieces);
             for &k in &t.keys {
                 if self.topology.shard_of_key(k) != self.shard {
                     continue;
                 }
-                self.executed += 1;
                 let v = self.store.get(k).value;
-                self.store.put(k, v.wrapping_add(1), self.executed);
+                if writes {
+                    self.executed += 1;
+                    self.store.put(k, v.wrapping_add(1), self.executed);
+                }
                 kv.push((k, v));
             }
             if !kv.is_empty() {

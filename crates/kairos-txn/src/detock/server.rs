@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::{Pieces, Topology};
+use kairos_workload::{reads_only, Pieces, Topology};
 
 use super::msg::{Batch, DetockMsg, LoggedTxn};
 use super::{home, DetockConfig};
@@ -471,7 +471,9 @@ impl Server {
             }
             self.stats.txns_executed += 1;
             let old = h.store.get(k);
-            h.store.put(k, old.value.wrapping_add(1), old.version + 1);
+            if !reads_only(&v.pieces) {
+                h.store.put(k, old.value.wrapping_add(1), old.version + 1);
+            }
             reads.push((k, old.value));
         }
         h.store.run_pieces(&v.pieces, &v.keys);

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::{Pieces, Topology};
+use kairos_workload::{reads_only, Pieces, Topology};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::graph::{plan, Known};
@@ -557,19 +557,22 @@ impl Server {
         let keys = v.keys.clone();
         let pieces = v.pieces.clone();
         let mut reads = Vec::with_capacity(keys.len());
+        let writes = !reads_only(&pieces);
         for &k in &keys {
-            self.version += 1;
             let value = self.store.get(k).value;
-            self.store.put(k, value.wrapping_add(1), self.version);
             reads.push((k, value));
-            let chain = self.chains.entry(k).or_default();
-            let mut bytes = [0u8; 16];
-            bytes[..8].copy_from_slice(&chain.hash.to_le_bytes());
-            bytes[8..].copy_from_slice(&txn.0.to_le_bytes());
-            *chain = KeyChain { writes: chain.writes + 1, hash: xxh3_64(&bytes) };
-            self.recent_writes.push_back(k);
-            if self.recent_writes.len() > RECENT_WRITES {
-                self.recent_writes.pop_front();
+            if writes {
+                self.version += 1;
+                self.store.put(k, value.wrapping_add(1), self.version);
+                let chain = self.chains.entry(k).or_default();
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&chain.hash.to_le_bytes());
+                bytes[8..].copy_from_slice(&txn.0.to_le_bytes());
+                *chain = KeyChain { writes: chain.writes + 1, hash: xxh3_64(&bytes) };
+                self.recent_writes.push_back(k);
+                if self.recent_writes.len() > RECENT_WRITES {
+                    self.recent_writes.pop_front();
+                }
             }
             if let Some(a) = self.accessors.get_mut(&k) {
                 a.pending.retain(|d| d.txn != txn);

@@ -18,7 +18,7 @@ use super::{ClassicConfig, TxnKey, TxnMsg};
 use crate::shell::{Attempt, ShellTimer, TxnShell, TxnStats};
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
-use kairos_workload::{Pieces, Topology};
+use kairos_workload::{reads_only, Pieces, Topology};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -72,6 +72,8 @@ struct Run {
     /// One shard, committed in one phase: its `Vote` is the outcome.
     one_phase: bool,
     parts: BTreeMap<ShardId, Part>,
+    /// The attempt only reads its keys ([`reads_only`]): it writes none.
+    reads_only: bool,
     writes: BTreeMap<ShardId, Vec<(Key, Value)>>,
     /// NCC: the attempt's timestamp (ns).
     ts: u64,
@@ -214,17 +216,18 @@ impl TxnCoordinator {
             phase: if self.ncc { Phase::Preparing } else { Phase::Reading },
             one_phase: !self.ncc && self.config.one_phase_commit && parts.len() == 1,
             parts,
+            reads_only: reads_only(&a.pieces),
             writes: BTreeMap::new(),
             ts: now.as_nanos().saturating_add(owd_ns),
             started_at: now,
             sent_at: now,
         };
         let tk = TxnKey { txn: a.txn, attempt: a.attempt };
-        for (shard, part) in &run.parts {
+        for shard in run.parts.keys() {
             if self.ncc {
                 self.send_execute(ctx, tk, *shard, &run);
             } else {
-                self.send_read(ctx, tk, *shard, &part.keys);
+                self.send_read(ctx, tk, *shard, &run);
             }
         }
         self.runs.insert(a.txn, run);
@@ -270,10 +273,10 @@ impl TxnCoordinator {
         }
     }
 
-    fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, keys: &[Key]) {
+    fn send_read(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
         let age_ns = self.ages.get(&tk.txn).copied().unwrap_or(0);
-        let keys = keys.to_vec();
-        ctx.send(self.leader(shard), TxnMsg::Read { tk, age_ns, keys });
+        let keys = run.parts[&shard].keys.clone();
+        ctx.send(self.leader(shard), TxnMsg::Read { tk, age_ns, keys, shared: run.reads_only });
     }
 
     fn send_prepare(&self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, shard: ShardId, run: &Run) {
@@ -313,13 +316,18 @@ impl TxnCoordinator {
         if run.parts.values().any(|p| p.values.is_none()) {
             return;
         }
-        // Every shard answered: compute the increments and prepare.
+        // Every shard answered: compute the increments (none for a read-only attempt) and
+        // prepare.
         run.phase = Phase::Preparing;
         run.sent_at = ctx.now();
+        let increment = !run.reads_only;
         run.writes = run
             .parts
             .iter()
-            .map(|(s, p)| (*s, p.values.iter().flatten().map(|(k, v, _)| (*k, v.saturating_add(1))).collect()))
+            .map(|(s, p)| {
+                let values = p.values.iter().flatten().filter(|_| increment);
+                (*s, values.map(|(k, v, _)| (*k, v.saturating_add(1))).collect())
+            })
             .collect();
         let run = run.clone();
         for shard in run.parts.keys() {
@@ -434,7 +442,7 @@ impl TxnCoordinator {
             let tk = TxnKey { txn, attempt: run.attempt };
             for (shard, part) in &run.parts {
                 match run.phase {
-                    Phase::Reading if part.values.is_none() => self.send_read(ctx, tk, *shard, &part.keys),
+                    Phase::Reading if part.values.is_none() => self.send_read(ctx, tk, *shard, &run),
                     Phase::Preparing if !part.voted && self.ncc => self.send_execute(ctx, tk, *shard, &run),
                     Phase::Preparing if !part.voted => self.send_prepare(ctx, tk, *shard, &run),
                     _ => continue,

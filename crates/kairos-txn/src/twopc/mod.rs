@@ -148,13 +148,15 @@ pub enum Record {
 pub enum TxnMsg {
     /// Among the replicas of a shard.
     Paxos(PaxosMsg<Record>),
-    /// Coordinator → leader: read `keys` (2PL: lock them first; every lock is exclusive, as
-    /// MicroBench increments, i.e. reads and writes, every key it touches). `age_ns`: the
-    /// transaction's age for wound-wait (smaller is older).
+    /// Coordinator → leader: read `keys` (2PL: lock them first, exclusively — a MicroBench
+    /// transaction increments, i.e. reads and writes, every key it touches — or, with
+    /// `shared`, in shared mode: the attempt only reads, [`kairos_workload::reads_only`]).
+    /// `age_ns`: the transaction's age for wound-wait (smaller is older).
     Read {
         tk: TxnKey,
         age_ns: u64,
         keys: Vec<Key>,
+        shared: bool,
     },
     /// Leader → coordinator: (key, value, version) of every key read.
     ReadReply {
@@ -331,9 +333,9 @@ mod tests {
         let tk0 = TxnKey { txn: TxnId::new(NodeId(99), 1), attempt: 0 };
         let b = Ballot { round: u64::MAX, replica: u32::MAX };
         vec![
-            TxnMsg::Read { tk, age_ns: 0, keys: vec![] },
-            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000] },
-            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1] },
+            TxnMsg::Read { tk, age_ns: 0, keys: vec![], shared: false },
+            TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000], shared: true },
+            TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1], shared: false },
             TxnMsg::Prepare {
                 tk: tk0,
                 reads: vec![(u64::MAX, u64::MAX)],
@@ -502,7 +504,7 @@ mod tests {
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
         let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
-        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![7] };
+        let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![7], shared: false };
         let (young, old, younger) = (tk(10, 1), tk(11, 1), tk(12, 1));
         // The young one gets the lock and its value.
         let out = deliver(&mut s, read(young, 10));
@@ -530,6 +532,37 @@ mod tests {
         );
         assert!(matches!(&out[..], [(_, TxnMsg::Vote { yes: false, .. })]), "{out:?}");
         assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 1));
+    }
+
+    /// 2PL's shared locks: attempts that only read hold a key together; a writer waits for
+    /// them, a reader that comes after a waiting writer queues behind it (readers cannot starve
+    /// it), and an older writer wounds younger readers as it wounds writers.
+    #[test]
+    fn readers_share_a_lock_and_never_pass_a_waiting_writer() {
+        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0);
+        let mut rng = Rng::seed_from_u64(3);
+        s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        let tk = |c: u32| TxnKey { txn: TxnId::new(NodeId(c), 1), attempt: 1 };
+        let read = |tk: TxnKey, age_ns: u64, shared: bool| TxnMsg::Read { tk, age_ns, keys: vec![7], shared };
+        let got_values = |out: &[(NodeId, TxnMsg)], c: u32| {
+            out.iter().any(|(to, m)| *to == NodeId(c) && matches!(m, TxnMsg::ReadReply { .. }))
+        };
+        let abort = |tk: TxnKey| TxnMsg::Decide { tk, commit: false };
+        let (r1, r2, w, r3, w_old) = (tk(10), tk(11), tk(12), tk(13), tk(14));
+        assert!(got_values(&deliver(&mut s, read(r1, 10, true)), 10));
+        assert!(got_values(&deliver(&mut s, read(r2, 20, true)), 11), "two readers hold the key at once");
+        assert!(deliver(&mut s, read(w, 30, false)).is_empty(), "a writer waits for the readers");
+        assert!(deliver(&mut s, read(r3, 40, true)).is_empty(), "a reader behind a waiting writer waits");
+        assert!(!got_values(&deliver(&mut s, abort(r1)), 12), "one reader still holds the key");
+        let out = deliver(&mut s, abort(r2));
+        assert!(got_values(&out, 12) && !got_values(&out, 13), "the writer first: {out:?}");
+        assert!(got_values(&deliver(&mut s, abort(w)), 13), "then the reader");
+        // An older writer wounds the younger reader that holds the key.
+        let out = deliver(&mut s, read(w_old, 1, false));
+        assert!(out.iter().any(|(to, m)| *to == NodeId(13) && matches!(m, TxnMsg::Refused { .. })), "{out:?}");
+        assert!(got_values(&out, 14));
+        assert_eq!((s.stats().wounded, s.stats().lock_waits), (1, 2));
     }
 
     /// Delivers `msg` from `from` to server `me` at local time `at`; returns every send.
@@ -619,7 +652,7 @@ mod tests {
     fn a_two_pl_leader_refuses_a_prepare_computed_from_other_versions() {
         let mut s = one_shard_leader(Cc::Locking);
         let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
-        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+        let out = deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7], shared: false });
         assert!(matches!(&out[..], [(_, TxnMsg::ReadReply { values, .. })] if values[..] == [(7, 0, 0)]), "{out:?}");
         let mut rng = Rng::seed_from_u64(3);
         let mut fx = Vec::new();
@@ -637,7 +670,7 @@ mod tests {
         assert_eq!(s.stats().stale_reads, 1);
         // The same attempt with the leader's own versions prepares.
         let y = TxnKey { txn: TxnId::new(NodeId(10), 2), attempt: 1 };
-        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![7] });
+        deliver(&mut s, TxnMsg::Read { tk: y, age_ns: 2, keys: vec![7], shared: false });
         let out = deliver_at(
             &mut s,
             0,
@@ -663,7 +696,7 @@ mod tests {
             let mut s = one_shard_leader(cc);
             let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
             if cc == Cc::Locking {
-                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7], shared: false });
             }
             let out = deliver_at(
                 &mut s,
@@ -758,7 +791,7 @@ mod tests {
             let mut s = one_shard_leader(cc);
             let x = TxnKey { txn: TxnId::new(NodeId(10), 1), attempt: 1 };
             if cc == Cc::Locking {
-                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7] });
+                deliver(&mut s, TxnMsg::Read { tk: x, age_ns: 1, keys: vec![7], shared: false });
             }
             let prepare = TxnMsg::Prepare {
                 tk: x,

@@ -27,7 +27,7 @@ use crate::store::Store;
 use kairos_consensus::paxos::{Ballot, MultiPaxos};
 use kairos_core::{Ctx, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, Value};
-use kairos_workload::{Pieces, Topology};
+use kairos_workload::{reads_only, Pieces, Topology};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 kairos_core::timers! {
@@ -66,8 +66,10 @@ struct Active {
     prio: (u64, TxnKey),
     /// Asked to commit in one phase (its outcome is its one-phase record's, no `Decide`).
     one_phase: bool,
-    /// The keys it locks (all locks are exclusive).
+    /// The keys it locks.
     keys: Vec<Key>,
+    /// 2PL: its locks are shared (it only reads); otherwise exclusive.
+    shared: bool,
     state: State,
     /// NCC: the values it read (sent with `Executed`), when its `Execute` arrived, and its
     /// pieces (TPC-C) to prepare with its writes.
@@ -78,13 +80,23 @@ struct Active {
 
 impl Active {
     fn new(prio: (u64, TxnKey), one_phase: bool, keys: Vec<Key>, state: State) -> Self {
-        Active { prio, one_phase, keys, state, values: Vec::new(), arrival_ns: 0, pieces: Pieces::default() }
+        Active {
+            prio,
+            one_phase,
+            keys,
+            shared: false,
+            state,
+            values: Vec::new(),
+            arrival_ns: 0,
+            pieces: Pieces::default(),
+        }
     }
 }
 
 #[derive(Clone, Debug, Default)]
 struct KeyLock {
-    /// Normally one; attempts recovered prepared from the log may share a key.
+    /// One exclusive holder, or shared holders; attempts recovered prepared from the log may
+    /// share a key.
     holders: BTreeSet<TxnKey>,
     /// By (age, attempt): the oldest is granted first.
     waiters: BTreeSet<(u64, TxnKey)>,
@@ -410,7 +422,8 @@ impl TxnServer {
                         continue;
                     }
                     let outcome = if self.one_phase_valid(&reads, &writes) {
-                        let keys: Vec<Key> = writes.iter().map(|(k, _)| *k).collect();
+                        // The keys it read or wrote (a read-only attempt writes none).
+                        let keys: Vec<Key> = reads.iter().chain(&writes).map(|(k, _)| *k).collect();
                         self.store.run_pieces(&pieces, &keys);
                         for (k, v) in writes {
                             self.store.put(k, v, slot + 1);
@@ -466,16 +479,25 @@ impl TxnServer {
         }
     }
 
-    /// Grants `key` to its oldest waiter once nobody else holds it.
+    /// Whether attempt `tk`, whose locks are `shared` or not, conflicts with `holder`'s lock:
+    /// unless both only read. (An attempt recovered from the log holds its keys exclusively.)
+    fn lock_conflict(active: &BTreeMap<TxnKey, Active>, holder: TxnKey, tk: TxnKey, shared: bool) -> bool {
+        holder != tk && !(shared && active.get(&holder).is_some_and(|a| a.shared))
+    }
+
+    /// Grants `key` to its waiters oldest first, as long as each is compatible with the
+    /// holders (so several readers at once; never a younger one past an older one).
     fn grant(&mut self, ctx: &mut Ctx<'_, TxnMsg>, key: Key) {
         if self.cc == Cc::Ncc {
             self.ncc_grant(ctx, key);
             return;
         }
         let mut ready = Vec::new();
+        let active = &self.active;
         if let Some(l) = self.locks.get_mut(&key) {
             while let Some(&(age, tk)) = l.waiters.first() {
-                if l.holders.iter().any(|h| *h != tk) {
+                let shared = active.get(&tk).is_some_and(|a| a.shared);
+                if l.holders.iter().any(|h| Self::lock_conflict(active, *h, tk, shared)) {
                     break;
                 }
                 l.waiters.remove(&(age, tk));
@@ -524,7 +546,7 @@ impl TxnServer {
 
     // ---------------------------------------------------------------- requests
 
-    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<Key>) {
+    fn on_read(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey, age_ns: u64, keys: Vec<Key>, shared: bool) {
         self.stats.reads += 1;
         let mut keys = keys;
         keys.sort_unstable();
@@ -579,7 +601,7 @@ impl TxnServer {
         }
         let prio = (age_ns, tk);
         let waiting = State::Waiting { missing: keys.len() };
-        self.active.insert(tk, Active::new(prio, false, keys.clone(), waiting));
+        self.active.insert(tk, Active { shared, ..Active::new(prio, false, keys.clone(), waiting) });
         for k in &keys {
             // Wound every younger, unprepared holder that conflicts (again after each round:
             // releasing a victim may grant the key to another younger waiter).
@@ -587,7 +609,7 @@ impl TxnServer {
                 let victims: Vec<TxnKey> = self.locks.get(k).map_or_else(Vec::new, |l| {
                     l.holders
                         .iter()
-                        .filter(|h| **h != tk)
+                        .filter(|h| Self::lock_conflict(&self.active, **h, tk, shared))
                         .filter(|h| {
                             self.active.get(h).is_some_and(|a| {
                                 a.prio > prio && matches!(a.state, State::Waiting { .. } | State::Locked)
@@ -605,22 +627,28 @@ impl TxnServer {
                     self.refuse(ctx, v);
                 }
             }
+            let active = &self.active;
             let l = self.locks.entry(*k).or_default();
-            if l.holders.iter().any(|h| *h != tk) {
-                l.waiters.insert(prio);
-                self.stats.lock_waits += 1;
-            } else {
+            if l.waiters.is_empty() && !l.holders.iter().any(|h| Self::lock_conflict(active, *h, tk, shared)) {
                 l.holders.insert(tk);
+            } else {
+                // Queued by age: granted at once if it is the oldest compatible waiter.
+                l.waiters.insert(prio);
+                self.grant(ctx, *k);
+                if !self.locks.get(k).is_some_and(|l| l.holders.contains(&tk)) {
+                    self.stats.lock_waits += 1;
+                }
             }
         }
-        // Count at the end: a wound above may have granted a key `tk` was waiting for.
+        // Count at the end: a wound above may have granted a key `tk` was waiting for (and a
+        // grant of every key has already sent the values).
         let missing = keys.iter().filter(|k| !self.locks.get(k).is_some_and(|l| l.holders.contains(&tk))).count();
         if let Some(a) = self.active.get_mut(&tk) {
-            if missing == 0 {
+            if missing > 0 {
+                a.state = State::Waiting { missing };
+            } else if a.state != State::Locked {
                 a.state = State::Locked;
                 self.send_values(ctx, tk);
-            } else {
-                a.state = State::Waiting { missing };
             }
         }
     }
@@ -915,7 +943,11 @@ impl TxnServer {
     fn ncc_execute(&mut self, ctx: &mut Ctx<'_, TxnMsg>, tk: TxnKey) {
         let Some(a) = self.active.get_mut(&tk) else { return };
         a.values = a.keys.iter().map(|k| (*k, self.store.get(*k).value)).collect();
-        let writes = a.values.iter().map(|(k, v)| (*k, v.saturating_add(1))).collect();
+        let writes = if reads_only(&a.pieces) {
+            Vec::new()
+        } else {
+            a.values.iter().map(|(k, v)| (*k, v.saturating_add(1))).collect()
+        };
         let (keys, pieces) = (a.keys.clone(), a.pieces.clone());
         self.start_prepare(ctx, tk, keys, Vec::new(), (writes, pieces), false);
     }
@@ -1020,7 +1052,7 @@ impl Process for TxnServer {
                     ctx.send(from, reply);
                 }
             }
-            TxnMsg::Read { tk, age_ns, keys } => self.on_read(ctx, tk, age_ns, keys),
+            TxnMsg::Read { tk, age_ns, keys, shared } => self.on_read(ctx, tk, age_ns, keys, shared),
             TxnMsg::Prepare { tk, reads, writes, pieces, one_phase } => {
                 self.on_prepare(ctx, tk, reads, (writes, pieces), one_phase)
             }

@@ -167,6 +167,12 @@ pub fn split(txn: &TpccTxn) -> Vec<Piece> {
 }
 
 impl Piece {
+    /// Whether every step only reads (order-status, stock-level): the piece declares its keys
+    /// [`Access::Read`] and changes no row.
+    pub fn reads_only(&self) -> bool {
+        self.steps.iter().all(|s| matches!(s, Step::OrderStatus { .. } | Step::StockLevel { .. }))
+    }
+
     /// Its steps and new-order lines (what its size grows with).
     pub fn weight(&self) -> usize {
         let lines = |s: &Step| if let Step::NewOrder { lines, .. } = s { lines.len() } else { 0 };
