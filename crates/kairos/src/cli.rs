@@ -224,9 +224,8 @@ pub struct TxnBenchArgs {
     /// Without it, each protocol's saturation is found by a doubling sweep from --sweep-start.
     #[arg(long, value_delimiter = ',')]
     pub load: Vec<f64>,
-    /// First load of the saturation sweep, txn/s (doubled until throughput stops following the offered load, then
-    /// up to three more times while the best throughput still rises by 5 %; default 2,000 for MicroBench, 250 for
-    /// TPC-C).
+    /// First load of the saturation sweep, txn/s (doubled until throughput stops following the offered load;
+    /// default 2,000 for MicroBench, 250 for TPC-C).
     #[arg(long)]
     pub sweep_start: Option<f64>,
     /// Load at which latencies are compared, txn/s (default: half the smallest maximum throughput found).

@@ -25,15 +25,9 @@ use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A sweep point past which the offered load is doubled no more: its throughput fell below
-/// this share of the offered load (the knee).
+/// A sweep point stops the saturation search when its throughput falls below this share of
+/// the offered load.
 const SATURATED_SHARE: f64 = 0.85;
-/// Past the knee the load still doubles, at most this many times, while each point raises the
-/// best throughput by at least [`PAST_KNEE_GAIN`]: lock-holding protocols (2PL, OCC, NCC)
-/// and Detock fall behind the offered load well before their maximum (OCC+Paxos on TPC-C:
-/// 184 txn/s at 250 offered, 446 at 64,000), so stopping at the knee understated them.
-const PAST_KNEE_POINTS_MAX: usize = 3;
-const PAST_KNEE_GAIN: f64 = 1.05;
 /// Most points of one protocol's saturation sweep.
 const SWEEP_POINTS_MAX: usize = 12;
 /// Highest offered load the harness accepts, txn/s.
@@ -447,21 +441,12 @@ fn saturation_points(
         return Ok(points);
     }
     let mut load = args.sweep_start.unwrap_or(sweep_start);
-    let mut past_knee = 0;
     while points.len() < SWEEP_POINTS_MAX && load <= LOAD_MAX {
-        let best_before = max_throughput(&points);
         let p = run_point(&template.at_load(load), protocol)?;
         let share = p.throughput_txn_per_s / load;
-        let gain = p.throughput_txn_per_s / best_before.max(f64::MIN_POSITIVE);
         points.push(p);
-        if past_knee > 0 || share < SATURATED_SHARE {
-            // Past the knee: double until the best throughput stops rising.
-            if past_knee == PAST_KNEE_POINTS_MAX || (past_knee > 0 && gain < PAST_KNEE_GAIN) {
-                break;
-            }
-            past_knee += 1;
-            load *= 2.0;
-            continue;
+        if share < SATURATED_SHARE {
+            break;
         }
         // Double while throughput follows the load; approach the knee in smaller steps (an
         // overloaded run costs far more wall time than it tells).
