@@ -497,12 +497,18 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn wound_wait_older_wounds_younger_holders_and_younger_waits() {
+    /// A started 2PL server, replica 0 of a one-shard, three-replica group.
+    fn started_locking_leader() -> TxnServer {
         let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
         let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0);
         let mut rng = Rng::seed_from_u64(3);
         s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        s
+    }
+
+    #[test]
+    fn wound_wait_older_wounds_younger_holders_and_younger_waits() {
+        let mut s = started_locking_leader();
         let tk = |c: u32, seq: u32| TxnKey { txn: TxnId::new(NodeId(c), seq), attempt: 1 };
         let read = |tk: TxnKey, age_ns: u64| TxnMsg::Read { tk, age_ns, keys: vec![7], shared: false };
         let (young, old, younger) = (tk(10, 1), tk(11, 1), tk(12, 1));
@@ -539,10 +545,7 @@ mod tests {
     /// it), and an older writer wounds younger readers as it wounds writers.
     #[test]
     fn readers_share_a_lock_and_never_pass_a_waiting_writer() {
-        let t = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
-        let mut s = TxnServer::new(Cc::Locking, &t, &ClassicConfig::default(), 0, 0);
-        let mut rng = Rng::seed_from_u64(3);
-        s.on_start(&mut Ctx::new(NodeId(0), LocalTime::ZERO, &mut rng, &mut Vec::new()));
+        let mut s = started_locking_leader();
         let tk = |c: u32| TxnKey { txn: TxnId::new(NodeId(c), 1), attempt: 1 };
         let read = |tk: TxnKey, age_ns: u64, shared: bool| TxnMsg::Read { tk, age_ns, keys: vec![7], shared };
         let got_values = |out: &[(NodeId, TxnMsg)], c: u32| {
