@@ -59,9 +59,9 @@ impl TpccShard {
         // keys are their decimal digits, one spelling per integer: "007" is not key 7, and
         // conflicts with nothing of it). A piece runs only if every key it writes is written
         // and every key it reads is at least read.
-        let integer = |op: &&Op| decimal_key(&op.key);
-        let touched: Vec<u64> = ops.iter().filter_map(|op| integer(&op)).collect();
-        let written: Vec<u64> = ops.iter().filter(|op| op.kind.writes()).filter_map(|op| integer(&op)).collect();
+        let touched: Vec<u64> = ops.iter().filter_map(|op| decimal_key(&op.key)).collect();
+        let written: Vec<u64> =
+            ops.iter().filter(|op| op.kind.writes()).filter_map(|op| decimal_key(&op.key)).collect();
         for p in pieces {
             let Some(i) = self.warehouses.iter().position(|db| db.w == p.w) else { continue };
             let declared = p.keys(&self.scale).iter().all(|(k, access)| match access {
