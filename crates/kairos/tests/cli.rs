@@ -253,6 +253,8 @@ fn bench_micro_reports_admitted_load_and_costs_per_commit() {
     for r in v.as_array().unwrap() {
         let search = &r["extra"]["throughput_search"][0];
         assert_eq!(search["admitted_txn_per_s"], 300.0, "no arrival refused at 300 txn/s: {r}");
+        assert_eq!(r["extra"]["throughput_search_end"], "given-loads", "{r}");
+        assert_eq!(r["extra"]["max_throughput_is_lower_bound"], false, "{r}");
         assert!(r["extra"]["messages_per_commit"].as_f64().unwrap() > 1.0, "{r}");
         // A commit takes at least two messages at its busiest server, 2 µs each there, and
         // the handlers cost something beside them.

@@ -2,8 +2,8 @@
 //! TPC-C work, side by side.
 //!
 //! For each protocol: its maximum throughput (the best windowed throughput over the given
-//! loads, or over a doubling sweep that stops once throughput no longer follows the offered
-//! load), then a run at one common load for latency, then optionally (MicroBench) a skew sweep.
+//! loads, or over a sweep: see [`saturation_search`]), then a run at one common load for
+//! latency, then optionally (MicroBench) a skew sweep.
 //! Every run's history is checked strictly serializable, and a TPC-C run's databases against
 //! TPC-C's consistency conditions; the exit status is an anomaly if any run is invalid.
 
@@ -25,11 +25,18 @@ use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A sweep point stops the saturation search when its throughput falls below this share of
-/// the offered load.
+/// A sweep point is saturated when its throughput falls below this share of the offered load.
 const SATURATED_SHARE: f64 = 0.85;
+/// Past saturation, a doubled load must raise the best throughput by this share for the sweep
+/// to double again.
+const PAST_SATURATION_GAIN_MIN: f64 = 0.10;
+/// Most transactions a point past saturation may offer (load × duration). Simulating a point
+/// costs about a third of a millisecond of wall time per transaction on this project's
+/// machines, so this bounds such a point to about half a minute; the protocols that saturate
+/// above it (Tiga, Calvin+) are bound by CPU and their maximum is marked as a lower bound.
+const PAST_SATURATION_TXNS_MAX: f64 = 100_000.0;
 /// Most points of one protocol's saturation sweep.
-const SWEEP_POINTS_MAX: usize = 12;
+const SWEEP_POINTS_MAX: usize = 16;
 /// Highest offered load the harness accepts, txn/s.
 const LOAD_MAX: f64 = 2_000_000.0;
 /// Shards of the TPC-C deployment (the paper's: 6 shards × 3 replicas).
@@ -426,37 +433,136 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
     }
 }
 
-/// The points of one protocol's throughput search: the given loads, or a doubling sweep.
-fn saturation_points(
+/// One protocol's throughput search: its points, and why it ended.
+pub struct Search {
+    pub protocol: Protocol,
+    pub points: Vec<Point>,
+    pub end: SearchEnd,
+}
+
+/// Why a throughput search ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchEnd {
+    /// `--load` was given: exactly those loads ran.
+    GivenLoads,
+    /// Past saturation, doubling the load no longer raised the best throughput by
+    /// [`PAST_SATURATION_GAIN_MIN`].
+    Saturated,
+    /// The next point past saturation would offer more than [`PAST_SATURATION_TXNS_MAX`]
+    /// transactions: a higher load might still sustain more.
+    CostBound,
+    /// The sweep ran out of points or loads before it saturated.
+    PointsBound,
+}
+
+impl SearchEnd {
+    fn name(self) -> &'static str {
+        match self {
+            SearchEnd::GivenLoads => "given-loads",
+            SearchEnd::Saturated => "saturated",
+            SearchEnd::CostBound => "cost-bound",
+            SearchEnd::PointsBound => "points-bound",
+        }
+    }
+}
+
+impl Search {
+    pub fn max_txn_per_s(&self) -> f64 {
+        self.points.iter().map(|p| p.throughput_txn_per_s).fold(0.0, f64::max)
+    }
+
+    /// Whether the sweep stopped before showing that a higher load sustains no more.
+    pub fn max_is_lower_bound(&self) -> bool {
+        matches!(self.end, SearchEnd::CostBound | SearchEnd::PointsBound)
+    }
+}
+
+/// The throughput search of one protocol: the given loads, or a sweep from `sweep_start`.
+///
+/// The sweep doubles the load while throughput follows it (within 5 %), then steps by 1.25×
+/// up to the first saturated load (throughput below [`SATURATED_SHARE`] of it). Many peers'
+/// throughput keeps rising past that point: their transactions wait on locks or dependencies
+/// rather than on a CPU, so more of them in flight commit more per second (OCC+Paxos on TPC-C
+/// went from 184 at its first saturated load to 351 at 2,000 offered, Janus from 404 to
+/// 3,298). So past it the sweep keeps doubling while each doubling raises the best throughput
+/// by [`PAST_SATURATION_GAIN_MIN`], as long as a point offers at most
+/// [`PAST_SATURATION_TXNS_MAX`] transactions; a search that stops at that bound says so.
+fn saturation_search(
     args: &TxnBenchArgs,
     sweep_start: f64,
     template: &Bench,
     protocol: Protocol,
-) -> Result<Vec<Point>, CliError> {
+) -> Result<Search, CliError> {
     let mut points = Vec::new();
+    let run = |load: f64| run_point(&template.at_load(load), protocol);
     if !args.load.is_empty() {
         for &load in &args.load {
-            points.push(run_point(&template.at_load(load), protocol)?);
+            points.push(run(load)?);
         }
-        return Ok(points);
+        return Ok(Search { protocol, points, end: SearchEnd::GivenLoads });
     }
-    let mut load = args.sweep_start.unwrap_or(sweep_start);
-    while points.len() < SWEEP_POINTS_MAX && load <= LOAD_MAX {
-        let p = run_point(&template.at_load(load), protocol)?;
-        let share = p.throughput_txn_per_s / load;
-        points.push(p);
-        if share < SATURATED_SHARE {
-            break;
+    let mut sweep = Sweep::new(args.sweep_start.unwrap_or(sweep_start), template.base.duration.as_secs_f64());
+    let end = loop {
+        match sweep.next_load() {
+            Ok(load) => {
+                let p = run(load)?;
+                sweep.record(p.throughput_txn_per_s);
+                points.push(p);
+            }
+            Err(end) => break end,
         }
-        // Double while throughput follows the load; approach the knee in smaller steps (an
-        // overloaded run costs far more wall time than it tells).
-        load *= if share >= 0.95 { 2.0 } else { 1.25 };
-    }
-    Ok(points)
+    };
+    Ok(Search { protocol, points, end })
 }
 
-fn max_throughput(points: &[Point]) -> f64 {
-    points.iter().map(|p| p.throughput_txn_per_s).fold(0.0, f64::max)
+/// The rule of [`saturation_search`]'s sweep, apart from running its points.
+struct Sweep {
+    next_load: f64,
+    duration_s: f64,
+    points: usize,
+    best: f64,
+    saturated: bool,
+    end: Option<SearchEnd>,
+}
+
+impl Sweep {
+    fn new(start_load: f64, duration_s: f64) -> Self {
+        Sweep { next_load: start_load, duration_s, points: 0, best: 0.0, saturated: false, end: None }
+    }
+
+    /// The load of the next point, or why the sweep ends.
+    fn next_load(&self) -> Result<f64, SearchEnd> {
+        if let Some(end) = self.end {
+            return Err(end);
+        }
+        if self.points >= SWEEP_POINTS_MAX || self.next_load > LOAD_MAX {
+            return Err(SearchEnd::PointsBound);
+        }
+        if self.saturated && self.next_load * self.duration_s > PAST_SATURATION_TXNS_MAX {
+            return Err(SearchEnd::CostBound);
+        }
+        Ok(self.next_load)
+    }
+
+    /// Takes the throughput of the point run at [`Sweep::next_load`].
+    fn record(&mut self, throughput: f64) {
+        let load = self.next_load;
+        self.points += 1;
+        if self.saturated {
+            if throughput < self.best * (1.0 + PAST_SATURATION_GAIN_MIN) {
+                self.end = Some(SearchEnd::Saturated);
+            }
+            self.best = self.best.max(throughput);
+            self.next_load = load * 2.0;
+            return;
+        }
+        self.best = self.best.max(throughput);
+        let share = throughput / load;
+        self.saturated = share < SATURATED_SHARE;
+        // Double while throughput follows the load; approach the first saturated load in
+        // smaller steps (an overloaded run costs more wall time than it tells).
+        self.next_load = load * if self.saturated || share >= 0.95 { 2.0 } else { 1.25 };
+    }
 }
 
 pub fn bench(args: MicroBenchArgs) -> Result<(), CliError> {
@@ -520,14 +626,13 @@ fn compare(
             _ => "measured handler time only (compare within this run only)".into(),
         }
     );
-    let mut sweeps: Vec<(Protocol, Vec<Point>)> = Vec::new();
+    let mut searches: Vec<Search> = Vec::new();
     for &p in &protocols {
         eprintln!("— {p}: maximum throughput");
-        sweeps.push((p, saturation_points(args, sweep_start, &template, p)?));
+        searches.push(saturation_search(args, sweep_start, &template, p)?);
     }
-    let max_by_protocol: Vec<(Protocol, f64)> = sweeps.iter().map(|(p, pts)| (*p, max_throughput(pts))).collect();
     let common_load = args.common_load.unwrap_or_else(|| {
-        let lowest = max_by_protocol.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min);
+        let lowest = searches.iter().map(Search::max_txn_per_s).fold(f64::INFINITY, f64::min);
         ((lowest / 2.0 / 100.0).floor() * 100.0).max(100.0)
     });
     let mut common = Vec::new();
@@ -549,16 +654,16 @@ fn compare(
         }
     }
 
-    print_sweeps(&sweeps);
+    print_searches(&searches);
     let regions: Vec<String> = template.base.coordinator_regions.iter().map(|(r, _)| r.clone()).collect();
-    print_comparison(&regions, Some(&max_by_protocol), &common, common_load, template.tpcc.is_some());
+    print_comparison(&regions, Some(&searches), &common, common_load, template.tpcc.is_some());
     if template.tpcc.is_some() {
         print_by_type(&common, common_load);
     }
     if !skew_points.is_empty() {
         print_skew_sweep(&protocols, skews, &skew_points, sweep_load);
     }
-    let all_points = sweeps.iter().flat_map(|(_, pts)| pts).chain(&common).chain(&skew_points);
+    let mut all_points = searches.iter().flat_map(|s| &s.points).chain(&common).chain(&skew_points);
     if all_points.clone().any(|p| p.verdict == Verdict::Unverified) {
         println!(
             "* unverified: no checker could decide the history (the report says why). Such runs are neither shown \
@@ -566,15 +671,11 @@ fn compare(
         );
     }
 
-    let invalid = sweeps
-        .iter()
-        .flat_map(|(_, pts)| pts)
-        .chain(&common)
-        .chain(&skew_points)
+    let invalid = all_points
         .find(|p| p.verdict == Verdict::Invalid)
         .map(|p| (p.protocol, p.offered_txn_per_s, p.skew, p.tpcc.as_ref().is_some_and(|t| !t.holds())));
     if args.json.is_some() || args.plot.is_some() {
-        let mut results = json_results(&sweeps, &max_by_protocol, common, &skew_points);
+        let mut results = json_results(&searches, common, &skew_points);
         if let Some(source) = &message_cost {
             for r in &mut results {
                 r.extra.insert("message_cost".into(), source.clone());
@@ -606,7 +707,7 @@ fn compare(
     )))
 }
 
-fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
+fn print_searches(searches: &[Search]) {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header([
@@ -619,10 +720,10 @@ fn print_sweeps(sweeps: &[(Protocol, Vec<Point>)]) {
         "commit rate",
         "check",
     ]);
-    for (p, pts) in sweeps {
-        for pt in pts {
+    for search in searches {
+        for pt in &search.points {
             t.add_row([
-                p.name().to_string(),
+                search.protocol.name().to_string(),
                 format!("{:.0}", pt.offered_txn_per_s),
                 format!("{:.0}", pt.admitted_txn_per_s),
                 format!("{:.0}", pt.throughput_txn_per_s),
@@ -667,21 +768,21 @@ fn paper_max_txn_per_s(tpcc: bool, p: Protocol) -> Option<f64> {
 }
 
 /// The side-by-side table: per protocol, its maximum throughput and Tiga's ratio over it (when
-/// `max_by_protocol` is given; the paper's figures are its TPC-C row when `tpcc`), and its
-/// latency at the common load against Tiga's.
+/// `searches` are given; the paper's figures are its TPC-C row when `tpcc`), and its latency at
+/// the common load against Tiga's.
 pub fn print_comparison(
     regions: &[String],
-    max_by_protocol: Option<&[(Protocol, f64)]>,
+    searches: Option<&[Search]>,
     common: &[Point],
     common_load: f64,
     tpcc: bool,
 ) {
-    let max_of = |p: Protocol| max_by_protocol?.iter().find(|(q, _)| *q == p).map(|(_, t)| *t);
-    let tiga_max = max_of(Protocol::Tiga);
+    let search_of = |p: Protocol| searches?.iter().find(|s| s.protocol == p);
+    let tiga_max = search_of(Protocol::Tiga).map(Search::max_txn_per_s);
     let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
     let ratio = |num: f64, den: f64| if den > 0.0 { format!("{:.2}", num / den) } else { "-".into() };
     let mut header = vec!["protocol".to_string()];
-    if max_by_protocol.is_some() {
+    if searches.is_some() {
         header.extend(["max txn/s", "Tiga ×", "paper max txn/s", "paper Tiga ×"].map(String::from));
     }
     header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
@@ -692,9 +793,11 @@ pub fn print_comparison(
     t.set_header(header);
     for pt in common {
         let mut row = vec![pt.protocol.name().to_string()];
-        if max_by_protocol.is_some() {
-            let max = max_of(pt.protocol).unwrap_or(0.0);
-            row.push(format!("{max:.0}"));
+        if searches.is_some() {
+            let search = search_of(pt.protocol);
+            let max = search.map_or(0.0, Search::max_txn_per_s);
+            let bound = if search.is_some_and(Search::max_is_lower_bound) { "≥ " } else { "" };
+            row.push(format!("{bound}{max:.0}"));
             row.push(tiga_max.map_or("-".into(), |t| ratio(t, max)));
             match (paper_max_txn_per_s(tpcc, pt.protocol), paper_max_txn_per_s(tpcc, Protocol::Tiga)) {
                 (Some(paper), Some(tiga)) => {
@@ -719,12 +822,18 @@ pub fn print_comparison(
         row.push(pt.verdict.label().into());
         t.add_row(row);
     }
-    if max_by_protocol.is_some() {
+    if searches.is_some() {
         println!(
             "\nSide by side: maximum throughput, and latency at a common load of {common_load:.0} txn/s \
              (Tiga ×: Tiga's maximum throughput over the protocol's; paper: the Tiga paper's Table 1{}):\n{t}",
             if tpcc { ", TPC-C row" } else { "" }
         );
+        if searches.is_some_and(|s| s.iter().any(Search::max_is_lower_bound)) {
+            println!(
+                "≥: the sweep stopped before this protocol's throughput stopped rising (its next point would offer more \
+                 than {PAST_SATURATION_TXNS_MAX:.0} transactions); pass --load with higher loads to go on."
+            );
+        }
     } else {
         println!("\nSide by side at {common_load:.0} txn/s:\n{t}");
     }
@@ -783,13 +892,8 @@ fn print_skew_sweep(protocols: &[Protocol], skews: &[f64], points: &[Point], loa
 
 /// One result per protocol: its common-load run, with the maximum throughput, the ratios and
 /// both sweeps in `extra`.
-fn json_results(
-    sweeps: &[(Protocol, Vec<Point>)],
-    max_by_protocol: &[(Protocol, f64)],
-    common: Vec<Point>,
-    skew_points: &[Point],
-) -> Vec<RunResult> {
-    let tiga_max = max_by_protocol.iter().find(|(p, _)| *p == Protocol::Tiga).map(|(_, t)| *t);
+fn json_results(searches: &[Search], common: Vec<Point>, skew_points: &[Point]) -> Vec<RunResult> {
+    let tiga_max = searches.iter().find(|s| s.protocol == Protocol::Tiga).map(Search::max_txn_per_s);
     let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
     let brief = |pt: &Point| {
         serde_json::json!({
@@ -809,7 +913,8 @@ fn json_results(
         .into_iter()
         .map(|pt| {
             let mut r = pt.result;
-            let max = max_by_protocol.iter().find(|(p, _)| *p == pt.protocol).map_or(0.0, |(_, t)| *t);
+            let search = searches.iter().find(|s| s.protocol == pt.protocol);
+            let max = search.map_or(0.0, Search::max_txn_per_s);
             r.extra.insert("max_throughput_txn_per_s".into(), max.into());
             if let Some(t) = tiga_max.filter(|_| max > 0.0) {
                 r.extra.insert("tiga_throughput_ratio".into(), (t / max).into());
@@ -817,9 +922,11 @@ fn json_results(
             if let Some(t) = tiga_p50.filter(|t| *t > 0.0) {
                 r.extra.insert("p50_over_tiga".into(), (pt.latency_ms.p50 / t).into());
             }
-            let sweep: Vec<_> =
-                sweeps.iter().filter(|(p, _)| *p == pt.protocol).flat_map(|(_, pts)| pts.iter().map(brief)).collect();
-            r.extra.insert("throughput_search".into(), sweep.into());
+            if let Some(search) = search {
+                r.extra.insert("throughput_search".into(), search.points.iter().map(brief).collect::<Vec<_>>().into());
+                r.extra.insert("throughput_search_end".into(), search.end.name().into());
+                r.extra.insert("max_throughput_is_lower_bound".into(), search.max_is_lower_bound().into());
+            }
             let skews: Vec<_> = skew_points.iter().filter(|p| p.protocol == pt.protocol).map(brief).collect();
             if !skews.is_empty() {
                 r.extra.insert("skew_sweep".into(), skews.into());
@@ -834,4 +941,61 @@ fn json_results(
             r
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loads a sweep from 250 txn/s over `duration_s` runs on a protocol whose throughput at
+    /// each load is `curve(load)`, and why it ends.
+    fn sweep_on(curve: impl Fn(f64) -> f64, duration_s: f64) -> (Vec<f64>, SearchEnd) {
+        let mut sweep = Sweep::new(250.0, duration_s);
+        let mut loads = Vec::new();
+        loop {
+            match sweep.next_load() {
+                Ok(load) => {
+                    loads.push(load);
+                    sweep.record(curve(load));
+                }
+                Err(end) => return (loads, end),
+            }
+        }
+    }
+
+    #[test]
+    fn a_hard_knee_ends_one_doubling_past_saturation() {
+        let (loads, end) = sweep_on(|load| load.min(1_000.0), 3.0);
+        assert_eq!(loads, [250.0, 500.0, 1_000.0, 2_000.0, 4_000.0]);
+        assert_eq!(end, SearchEnd::Saturated);
+    }
+
+    #[test]
+    fn a_soft_knee_is_followed_while_throughput_rises_then_bounded_by_cost() {
+        // Saturated at 2,500 offered (2,000 sustained), yet still 41 % more per doubling.
+        let curve = |load: f64| load.min(40.0 * load.sqrt());
+        let (loads, end) = sweep_on(curve, 3.0);
+        assert_eq!(loads, [250.0, 500.0, 1_000.0, 2_000.0, 2_500.0, 5_000.0, 10_000.0, 20_000.0]);
+        // 40,000 txn/s for 3 s would offer 120,000 transactions.
+        assert_eq!(end, SearchEnd::CostBound);
+        // The same curve over 1 s runs goes one doubling further.
+        let (loads, end) = sweep_on(curve, 1.0);
+        assert_eq!(loads.last(), Some(&80_000.0));
+        assert_eq!(end, SearchEnd::CostBound);
+    }
+
+    #[test]
+    fn a_collapse_past_saturation_ends_the_sweep() {
+        let curve = |load: f64| if load <= 1_000.0 { load } else { 1_000.0 * 1_000.0 / load };
+        let (loads, end) = sweep_on(curve, 3.0);
+        assert_eq!(loads, [250.0, 500.0, 1_000.0, 2_000.0, 4_000.0]);
+        assert_eq!(end, SearchEnd::Saturated);
+    }
+
+    #[test]
+    fn a_protocol_that_never_saturates_ends_at_the_load_bound() {
+        let (loads, end) = sweep_on(|load| load, 3.0);
+        assert_eq!(loads.last(), Some(&1_024_000.0));
+        assert_eq!(end, SearchEnd::PointsBound);
+    }
 }
