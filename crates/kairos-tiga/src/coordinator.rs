@@ -890,6 +890,11 @@ impl Coordinator {
             return;
         }
         self.arrivals += 1;
+        // Ids grow with invocation time, and a retry keeps its id: the first is the oldest.
+        let oldest = self.pending.first_key_value().map(|(_, p)| p.invoked_at);
+        if self.admission.on_arrival(ctx.now(), self.pending.len(), oldest) {
+            ctx.metric("tiga.admission_steps_down", 1);
+        }
         if !self.admission.admits(self.pending.len()) {
             self.stats.admission_dropped += 1;
             ctx.metric("tiga.admission_dropped", 1);

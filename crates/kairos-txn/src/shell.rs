@@ -546,6 +546,10 @@ impl TxnShell {
             return None;
         }
         self.arrivals += 1;
+        let oldest = self.pending.first_key_value().map(|(_, p)| p.invoked_at);
+        if self.admission.on_arrival(ctx.now(), self.pending.len(), oldest) {
+            ctx.metric("txn.admission_steps_down", 1);
+        }
         let attempt = if !self.admission.admits(self.pending.len()) {
             self.stats.admission_dropped += 1;
             ctx.metric("txn.admission_dropped", 1);
