@@ -226,7 +226,8 @@ pub struct TxnBenchArgs {
     pub load: Vec<f64>,
     /// First load of the saturation sweep, txn/s (default 2,000 for MicroBench, 250 for TPC-C). The sweep doubles
     /// the load until throughput stops following it, then keeps doubling while that raises the best throughput by
-    /// 10 %, up to points that offer 100,000 transactions; a maximum where it stopped at that bound is shown "≥".
+    /// 10 %, up to points that offer 100,000 transactions (or after one that took 30 s of wall time); a maximum where it
+    /// stopped at that bound is shown "≥".
     #[arg(long)]
     pub sweep_start: Option<f64>,
     /// Load at which latencies are compared, txn/s (default: half the smallest maximum throughput found).

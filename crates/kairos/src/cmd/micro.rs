@@ -35,6 +35,12 @@ const PAST_SATURATION_GAIN_MIN: f64 = 0.10;
 /// machines, so this bounds such a point to about half a minute; the protocols that saturate
 /// above it (Tiga, Calvin+) are bound by CPU and their maximum is marked as a lower bound.
 const PAST_SATURATION_TXNS_MAX: f64 = 100_000.0;
+/// A point past saturation runs only if the point before it took at most this much wall time
+/// (the next offers twice the load). A dependency-graph protocol's wall time per transaction
+/// grows with what it has in flight: Janus on TPC-C took 12 s at 4,000 txn/s offered, 85 s at
+/// 8,000 and over five minutes at 16,000. This bound depends on the machine (the points
+/// themselves do not, under `--cpu-us`); the search says when it applied.
+const PAST_SATURATION_WALL_BEFORE_MAX: Duration = Duration::from_secs(30);
 /// Most points of one protocol's saturation sweep.
 const SWEEP_POINTS_MAX: usize = 16;
 /// Highest offered load the harness accepts, txn/s.
@@ -449,7 +455,8 @@ pub enum SearchEnd {
     /// [`PAST_SATURATION_GAIN_MIN`].
     Saturated,
     /// The next point past saturation would offer more than [`PAST_SATURATION_TXNS_MAX`]
-    /// transactions: a higher load might still sustain more.
+    /// transactions, or the last took more than [`PAST_SATURATION_WALL_BEFORE_MAX`]: a higher
+    /// load might still sustain more.
     CostBound,
     /// The sweep ran out of points or loads before it saturated.
     PointsBound,
@@ -486,7 +493,8 @@ impl Search {
 /// went from 184 at its first saturated load to 351 at 2,000 offered, Janus from 404 to
 /// 3,298). So past it the sweep keeps doubling while each doubling raises the best throughput
 /// by [`PAST_SATURATION_GAIN_MIN`], as long as a point offers at most
-/// [`PAST_SATURATION_TXNS_MAX`] transactions; a search that stops at that bound says so.
+/// [`PAST_SATURATION_TXNS_MAX`] transactions and the one before it took at most
+/// [`PAST_SATURATION_WALL_BEFORE_MAX`]; a search that stops at these bounds says so.
 fn saturation_search(
     args: &TxnBenchArgs,
     sweep_start: f64,
@@ -506,7 +514,7 @@ fn saturation_search(
         match sweep.next_load() {
             Ok(load) => {
                 let p = run(load)?;
-                sweep.record(p.throughput_txn_per_s);
+                sweep.record(p.throughput_txn_per_s, Duration::from_secs_f64(p.result.wall_s));
                 points.push(p);
             }
             Err(end) => break end,
@@ -519,6 +527,7 @@ fn saturation_search(
 struct Sweep {
     next_load: f64,
     duration_s: f64,
+    last_wall: Duration,
     points: usize,
     best: f64,
     saturated: bool,
@@ -527,7 +536,15 @@ struct Sweep {
 
 impl Sweep {
     fn new(start_load: f64, duration_s: f64) -> Self {
-        Sweep { next_load: start_load, duration_s, points: 0, best: 0.0, saturated: false, end: None }
+        Sweep {
+            next_load: start_load,
+            duration_s,
+            last_wall: Duration::ZERO,
+            points: 0,
+            best: 0.0,
+            saturated: false,
+            end: None,
+        }
     }
 
     /// The load of the next point, or why the sweep ends.
@@ -538,15 +555,19 @@ impl Sweep {
         if self.points >= SWEEP_POINTS_MAX || self.next_load > LOAD_MAX {
             return Err(SearchEnd::PointsBound);
         }
-        if self.saturated && self.next_load * self.duration_s > PAST_SATURATION_TXNS_MAX {
+        if self.saturated
+            && (self.next_load * self.duration_s > PAST_SATURATION_TXNS_MAX
+                || self.last_wall > PAST_SATURATION_WALL_BEFORE_MAX)
+        {
             return Err(SearchEnd::CostBound);
         }
         Ok(self.next_load)
     }
 
-    /// Takes the throughput of the point run at [`Sweep::next_load`].
-    fn record(&mut self, throughput: f64) {
+    /// Takes the throughput of the point run at [`Sweep::next_load`], and the wall time it took.
+    fn record(&mut self, throughput: f64, wall: Duration) {
         let load = self.next_load;
+        self.last_wall = wall;
         self.points += 1;
         if self.saturated {
             if throughput < self.best * (1.0 + PAST_SATURATION_GAIN_MIN) {
@@ -831,7 +852,9 @@ pub fn print_comparison(
         if searches.is_some_and(|s| s.iter().any(Search::max_is_lower_bound)) {
             println!(
                 "≥: the sweep stopped before this protocol's throughput stopped rising (its next point would offer more \
-                 than {PAST_SATURATION_TXNS_MAX:.0} transactions); pass --load with higher loads to go on."
+                 than {PAST_SATURATION_TXNS_MAX:.0} transactions, or its last took more than {} s of wall time); pass \
+                 --load with higher loads to go on.",
+                PAST_SATURATION_WALL_BEFORE_MAX.as_secs()
             );
         }
     } else {
@@ -948,15 +971,21 @@ mod tests {
     use super::*;
 
     /// The loads a sweep from 250 txn/s over `duration_s` runs on a protocol whose throughput at
-    /// each load is `curve(load)`, and why it ends.
+    /// each load is `curve(load)`, each point taking a second of wall time, and why it ends.
     fn sweep_on(curve: impl Fn(f64) -> f64, duration_s: f64) -> (Vec<f64>, SearchEnd) {
+        sweep_timed(|load| (curve(load), Duration::from_secs(1)), duration_s)
+    }
+
+    /// As `sweep_on`, with the wall time of each point from the curve too.
+    fn sweep_timed(curve: impl Fn(f64) -> (f64, Duration), duration_s: f64) -> (Vec<f64>, SearchEnd) {
         let mut sweep = Sweep::new(250.0, duration_s);
         let mut loads = Vec::new();
         loop {
             match sweep.next_load() {
                 Ok(load) => {
                     loads.push(load);
-                    sweep.record(curve(load));
+                    let (throughput, wall) = curve(load);
+                    sweep.record(throughput, wall);
                 }
                 Err(end) => return (loads, end),
             }
@@ -981,6 +1010,10 @@ mod tests {
         // The same curve over 1 s runs goes one doubling further.
         let (loads, end) = sweep_on(curve, 1.0);
         assert_eq!(loads.last(), Some(&80_000.0));
+        assert_eq!(end, SearchEnd::CostBound);
+        // Points whose wall time grows faster than their load stop it sooner: 40 s at 10,000.
+        let (loads, end) = sweep_timed(|load| (curve(load), Duration::from_secs_f64(load / 250.0)), 3.0);
+        assert_eq!(loads.last(), Some(&10_000.0));
         assert_eq!(end, SearchEnd::CostBound);
     }
 
