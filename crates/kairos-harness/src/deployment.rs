@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use kairos_clock::ClockPreset;
+use kairos_core::history::{HistoryRecord, OpType};
 use kairos_core::{LatencyMatrix, Message, NodeId};
 use kairos_sim::{CpuModel, Role, Sim, SimConfig};
 use kairos_workload::txn::ShardId;
@@ -158,4 +159,13 @@ impl TxnDeployment {
         }
         Ok((sim, topology, process_regions))
     }
+}
+
+/// Commits completed in `[duration/3, duration]` of virtual time, per second, for a run whose
+/// load lasted `duration`: the window skips the start (no commits before one wide-area round
+/// trip) and the drain after the load. Every bench's throughput is this.
+pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
+    let (from, to) = (duration.as_nanos() as u64 / 3, duration.as_nanos() as u64);
+    let commits = history.iter().filter(|r| r.event.op_type == OpType::Ok && (from..=to).contains(&r.time)).count();
+    commits as f64 / ((to - from) as f64 / 1e9)
 }

@@ -36,5 +36,5 @@ pub mod tiga;
 pub mod twopc_agreement;
 pub mod wire_calibration;
 
-pub use deployment::TxnDeployment;
+pub use deployment::{window_throughput, TxnDeployment};
 pub use error::DeployError;

@@ -396,17 +396,6 @@ fn transactions_that_never_reach_a_leader_are_abandoned_and_release_their_keys()
     }
 }
 
-/// Commits per second in `[duration/3, duration]` of virtual time (as `bench` counts them).
-fn window_throughput(out: &kairos_harness::tiga::Outcome, duration: Duration) -> f64 {
-    let (from, to) = (duration.as_nanos() as u64 / 3, duration.as_nanos() as u64);
-    let commits = out
-        .history
-        .iter()
-        .filter(|r| r.event.op_type == kairos_core::OpType::Ok && (from..=to).contains(&r.time))
-        .count();
-    commits as f64 / ((to - from) as f64 / 1e9)
-}
-
 /// Past saturation, open-loop load without admission control queues at the leaders until
 /// heartbeats arrive late enough to look like failures: view changes and retransmissions
 /// bring committed throughput down to a fraction of the maximum. The adaptive in-flight limit
@@ -429,7 +418,7 @@ fn past_saturation_admission_control_keeps_throughput_where_open_loop_load_colla
         d.config.admission_control = admission_control;
         let out = d.run(|_| {}).unwrap();
         let m = |k: &str| out.metrics.get(k).copied().unwrap_or(0);
-        let throughput = window_throughput(&out, duration);
+        let throughput = kairos_harness::window_throughput(&out.history, duration);
         eprintln!("admission control {admission_control}: {throughput:.0} txn/s, {:?}", out.metrics);
         (throughput, m("tiga.views_decided"), m("tiga.admission_dropped"))
     };

@@ -14,9 +14,8 @@ use crate::stats::{self, Percentiles};
 use crate::CliError;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use kairos_check::{CheckReport, Model};
-use kairos_core::history::{HistoryRecord, OpType};
 use kairos_harness::micro::{Bench, Protocol, RunOutcome, TpccBench, TpccOutcome};
-use kairos_harness::TxnDeployment;
+use kairos_harness::{window_throughput, TxnDeployment};
 use kairos_sim::CpuModel;
 use kairos_txn::shell::KindSample;
 use kairos_txn::shell::ShellConfig;
@@ -261,14 +260,6 @@ impl TpccBenchArgs {
         bench.tpcc = Some(TpccBench { scale, mix, delivery });
         Ok((protocols, bench))
     }
-}
-
-/// Commits completed in `[duration/3, duration]` of virtual time, per second: the window
-/// skips the start (no commits before one wide-area round trip) and the drain after the load.
-pub fn window_throughput(history: &[HistoryRecord], duration: Duration) -> f64 {
-    let (from, to) = (duration.as_nanos() as u64 / 3, duration.as_nanos() as u64);
-    let commits = history.iter().filter(|r| r.event.op_type == OpType::Ok && (from..=to).contains(&r.time)).count();
-    commits as f64 / ((to - from) as f64 / 1e9)
 }
 
 /// Runs one protocol at one load and skew, with a progress bar, and checks its history.

@@ -252,7 +252,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
         // Commits in the measurement window, as `bench micro` counts them: dividing every
         // commit (including the drain after the load) by the load's duration overstates
         // throughput at saturation.
-        throughput_ops_per_s: super::micro::window_throughput(&outcome.history, d.base.duration),
+        throughput_ops_per_s: kairos_harness::window_throughput(&outcome.history, d.base.duration),
         latency_ms: summary.overall,
         latency_ms_by_region: summary.by_group,
         latency_cdf_ms: cdf,
