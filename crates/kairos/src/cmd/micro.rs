@@ -558,17 +558,15 @@ impl Sweep {
     /// Takes the throughput of the point run at [`Sweep::next_load`], and the wall time it took.
     fn record(&mut self, throughput: f64, wall: Duration) {
         let load = self.next_load;
-        self.last_wall = wall;
-        self.points += 1;
+        let gained = throughput >= self.best * (1.0 + PAST_SATURATION_GAIN_MIN);
+        (self.last_wall, self.points, self.best) = (wall, self.points + 1, self.best.max(throughput));
         if self.saturated {
-            if throughput < self.best * (1.0 + PAST_SATURATION_GAIN_MIN) {
+            if !gained {
                 self.end = Some(SearchEnd::Saturated);
             }
-            self.best = self.best.max(throughput);
             self.next_load = load * 2.0;
             return;
         }
-        self.best = self.best.max(throughput);
         let share = throughput / load;
         self.saturated = share < SATURATED_SHARE;
         // Double while throughput follows the load; approach the first saturated load in
