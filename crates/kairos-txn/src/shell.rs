@@ -546,6 +546,8 @@ impl TxnShell {
             return None;
         }
         self.arrivals += 1;
+        // Ids grow with invocation time (`next_seq`), and a retry keeps its id: the first is
+        // the oldest.
         let oldest = self.pending.first_key_value().map(|(_, p)| p.invoked_at);
         if self.admission.on_arrival(ctx.now(), self.pending.len(), oldest) {
             ctx.metric("txn.admission_steps_down", 1);
