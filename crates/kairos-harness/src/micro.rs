@@ -166,8 +166,9 @@ pub struct TpccOutcome {
     /// running their pieces would leave these at 0.
     pub orders_placed: u64,
     pub payments_made: u64,
-    /// The rows were read with transactions still in flight: a peer's coordinators had not
-    /// settled ([`settle`]) within the drain's length after the drain. A condition across
+    /// The rows were read with transactions still in flight: the world had not settled
+    /// ([`settle`]; Tiga's: [`crate::tiga::settle`]) within the drain's length after the
+    /// drain. A condition across
     /// shards may then fail on a transaction applied on one shard and not yet on another, so
     /// a bench reports such a failure without judging the run by it.
     pub read_in_flight: bool,

@@ -311,11 +311,19 @@ impl Deployment {
         }
         let (busiest_server, busiest_server_wire) = busiest_server;
         busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
-        let tpcc = self.tpcc_outcome(&sim, &topology);
         let kinds = (0..process_regions.len())
             .filter_map(|i| sim.role::<Coordinator>(NodeId((servers + i) as u32)))
             .flat_map(|c| c.kind_samples().iter().copied())
             .collect();
+        let (trace_hash, stats, metrics) = (sim.trace_hash(), sim.stats().clone(), sim.metrics().clone());
+        let history = sim.take_history();
+        // The run is measured; its rows are read once nothing is in flight.
+        let tpcc = if self.tpcc.is_some() {
+            let quiescent = settle(&mut sim, &topology, process_regions.len(), drain);
+            self.tpcc_outcome(&sim, &topology).map(|t| TpccOutcome { read_in_flight: !quiescent, ..t })
+        } else {
+            None
+        };
         Ok(Outcome {
             tpcc,
             kinds,
@@ -323,10 +331,10 @@ impl Deployment {
             busiest_server,
             busiest_server_wire,
             coordinators,
-            trace_hash: sim.trace_hash(),
-            stats: sim.stats().clone(),
-            metrics: sim.metrics().clone(),
-            history: sim.take_history(),
+            trace_hash,
+            stats,
+            metrics,
+            history,
             process_regions,
             topology,
             wall: started.elapsed(),
@@ -334,6 +342,35 @@ impl Deployment {
             leaders,
         })
     }
+}
+
+/// Runs `sim` (a Tiga world with `coordinators` coordinators) on, in steps of 100 ms and for
+/// at most `max`, until it is quiescent: no coordinator has a transaction in flight and every
+/// live server is [`Server::quiescent`]. Past saturation a run's end finds leaders that have
+/// not yet executed what they logged, and multi-shard transactions executed on one shard and
+/// not yet on another; the end-of-run checks across shards must not read the rows then.
+/// Returns whether it became quiescent.
+pub fn settle(sim: &mut Sim<TigaMsg>, topology: &Topology, coordinators: usize, max: Duration) -> bool {
+    let servers = topology.shard_count() * topology.replicas_per_shard();
+    let quiescent = |sim: &Sim<TigaMsg>| {
+        let coordinators_done = (servers..servers + coordinators)
+            .filter_map(|n| sim.role::<Coordinator>(NodeId(n as u32)))
+            .all(|c| c.inflight() == 0);
+        let servers_done = (0..servers)
+            .map(|n| NodeId(n as u32))
+            .filter(|n| sim.is_up(*n))
+            .filter_map(|n| sim.role::<Server>(n))
+            .all(Server::quiescent);
+        coordinators_done && servers_done
+    };
+    let until = sim.now() + max;
+    while !quiescent(sim) {
+        if sim.now() >= until {
+            return false;
+        }
+        sim.run_until((sim.now() + Duration::from_millis(100)).min(until));
+    }
+    true
 }
 
 /// A Tiga replica's executed state, as the TPC-C checks compare it.

@@ -136,6 +136,10 @@ impl ReleaseQueue {
         self.incoming.len() + self.blocked.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.incoming.is_empty() && self.blocked.is_empty()
+    }
+
     /// The first not-yet-examined and the first blocked entry (for invariants).
     pub fn heads(&self) -> impl Iterator<Item = &Entry> {
         self.incoming.first().into_iter().chain(self.blocked.first())

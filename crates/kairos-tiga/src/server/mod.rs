@@ -602,6 +602,15 @@ impl Server {
         self.executed == self.log.len() && !self.txns.values().any(|t| t.status == Status::Released)
     }
 
+    /// Whether this replica has nothing left to do for the transactions it knows: it is
+    /// [`Server::settled`] and its priority queue is empty (nothing waits for its timestamp
+    /// or for a key). Once every replica and coordinator is quiescent, each shard's executed
+    /// state holds exactly the transactions committed there, so conditions across shards
+    /// can be checked on it.
+    pub fn quiescent(&self) -> bool {
+        self.settled() && self.pq.is_empty()
+    }
+
     /// Sends heartbeats to these view-manager nodes (without them, views never change).
     pub fn with_view_managers(mut self, nodes: Vec<NodeId>) -> Self {
         self.view_managers = nodes;
