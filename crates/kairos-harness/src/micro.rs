@@ -553,8 +553,14 @@ pub fn settle<P: PeerProtocol>(sim: &mut Sim<P::Msg>, topology: &Topology, coord
             .filter_map(|n| sim.role::<P::Coordinator>(NodeId(n as u32)))
             .all(P::coordinator_settled)
     };
+    run_until_quiet(sim, max, settled)
+}
+
+/// Runs `sim` on in steps of 100 ms, for at most `max`, until `quiet` holds; returns whether
+/// it did (the end-of-run settling of the peers' worlds and of Tiga's).
+pub(crate) fn run_until_quiet<M: Message>(sim: &mut Sim<M>, max: Duration, quiet: impl Fn(&Sim<M>) -> bool) -> bool {
     let until = sim.now() + max;
-    while !settled(sim) {
+    while !quiet(sim) {
         if sim.now() >= until {
             return false;
         }

@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::micro::{tpcc_outcome_of, ReplicaData, TpccBench, TpccOutcome};
+use crate::micro::{run_until_quiet, tpcc_outcome_of, ReplicaData, TpccBench, TpccOutcome};
 use kairos_tiga::tpcc::TpccShard;
 use kairos_workload::tpcc::{TpccSource, WarehouseDb};
 use kairos_workload::{KindSample, Partitioner, Placement, TxnSource};
@@ -344,8 +344,8 @@ impl Deployment {
     }
 }
 
-/// Runs `sim` (a Tiga world with `coordinators` coordinators) on, in steps of 100 ms and for
-/// at most `max`, until it is quiescent: no coordinator has a transaction in flight and every
+/// Runs `sim` (a Tiga world with `coordinators` coordinators) on, for at most `max`, until it
+/// is quiescent: no coordinator has a transaction in flight and every
 /// live server is [`Server::quiescent`]. Past saturation a run's end finds leaders that have
 /// not yet executed what they logged, and multi-shard transactions executed on one shard and
 /// not yet on another; the end-of-run checks across shards must not read the rows then.
@@ -363,14 +363,7 @@ pub fn settle(sim: &mut Sim<TigaMsg>, topology: &Topology, coordinators: usize, 
             .all(Server::quiescent);
         coordinators_done && servers_done
     };
-    let until = sim.now() + max;
-    while !quiescent(sim) {
-        if sim.now() >= until {
-            return false;
-        }
-        sim.run_until((sim.now() + Duration::from_millis(100)).min(until));
-    }
-    true
+    run_until_quiet(sim, max, quiescent)
 }
 
 /// A Tiga replica's executed state, as the TPC-C checks compare it.

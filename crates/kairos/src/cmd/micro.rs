@@ -485,6 +485,13 @@ impl Search {
     }
 }
 
+/// [`Search::max_txn_per_s_within_p50_bound`] of `protocol`'s search, against its p50 in `common`.
+fn p50_bounded_max(searches: &[Search], common: &[Point], protocol: Protocol) -> Option<f64> {
+    let search = searches.iter().find(|s| s.protocol == protocol)?;
+    let common_p50_ms = common.iter().find(|p| p.protocol == protocol)?.latency_ms.p50;
+    search.max_txn_per_s_within_p50_bound(common_p50_ms)
+}
+
 /// Of `(throughput, p50 ms)` points, the best throughput whose p50 is at most
 /// [`P50_BOUND_OVER_COMMON`] × `common_p50_ms`. Past their knee many protocols commit more only
 /// by queueing longer (Tiga on TPC-C under measured CPU: 102k txn/s at p50 230 ms, 128k at
@@ -810,8 +817,8 @@ pub fn print_comparison(
     let search_of = |p: Protocol| searches?.iter().find(|s| s.protocol == p);
     let tiga_max = search_of(Protocol::Tiga).map(Search::max_txn_per_s);
     let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
-    let tiga_bounded =
-        search_of(Protocol::Tiga).zip(tiga_p50).and_then(|(s, p50)| s.max_txn_per_s_within_p50_bound(p50));
+    let bounded_max = |p: Protocol| searches.and_then(|s| p50_bounded_max(s, common, p));
+    let tiga_bounded = bounded_max(Protocol::Tiga);
     let ratio = |num: f64, den: f64| if den > 0.0 { format!("{:.2}", num / den) } else { "-".into() };
     let mut header = vec!["protocol".to_string()];
     if searches.is_some() {
@@ -832,7 +839,7 @@ pub fn print_comparison(
             let bound = if search.is_some_and(Search::max_is_lower_bound) { "≥ " } else { "" };
             row.push(format!("{bound}{max:.0}"));
             row.push(tiga_max.map_or("-".into(), |t| ratio(t, max)));
-            let bounded = search.and_then(|s| s.max_txn_per_s_within_p50_bound(pt.latency_ms.p50));
+            let bounded = bounded_max(pt.protocol);
             row.push(bounded.map_or("-".into(), |b| format!("{b:.0}")));
             row.push(match (tiga_bounded, bounded) {
                 (Some(t), Some(b)) => ratio(t, b),
@@ -941,11 +948,7 @@ fn print_skew_sweep(protocols: &[Protocol], skews: &[f64], points: &[Point], loa
 fn json_results(searches: &[Search], common: Vec<Point>, skew_points: &[Point]) -> Vec<RunResult> {
     let tiga_max = searches.iter().find(|s| s.protocol == Protocol::Tiga).map(Search::max_txn_per_s);
     let tiga_p50 = common.iter().find(|p| p.protocol == Protocol::Tiga).map(|p| p.latency_ms.p50);
-    let tiga_bounded = searches
-        .iter()
-        .find(|s| s.protocol == Protocol::Tiga)
-        .zip(tiga_p50)
-        .and_then(|(s, p50)| s.max_txn_per_s_within_p50_bound(p50));
+    let tiga_bounded = p50_bounded_max(searches, &common, Protocol::Tiga);
     let brief = |pt: &Point| {
         serde_json::json!({
             "offered_txn_per_s": pt.offered_txn_per_s,
