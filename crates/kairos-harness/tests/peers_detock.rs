@@ -127,6 +127,7 @@ fn after_a_lossy_run_every_home_executed_everything_it_read() {
         for n in replicas {
             let s = world.sim.role::<Server>(*n).unwrap();
             assert_eq!((s.unexecuted(), s.keys_tracked()), (0, 0), "{n:?} {:?}", s.stats());
+            assert!(s.waits_idle(), "{n:?} {:?}", s.stats());
             written += s.store().map_or(0, |st| st.len());
         }
     }

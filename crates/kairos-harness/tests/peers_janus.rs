@@ -119,6 +119,7 @@ fn after_a_contended_lossy_run_every_replica_applied_every_key_in_the_same_order
         for s in &servers {
             assert!(s.waiting_for().is_empty(), "{:?} still waits for {:?}", s.stats(), s.waiting_for());
             assert_eq!(s.records(), 0, "{:?}", s.stats());
+            assert!(s.waits_idle(), "{:?}", s.stats());
             assert!(s.stats().forgotten > 1_000, "{:?}", s.stats());
         }
         for key in 0..keys {

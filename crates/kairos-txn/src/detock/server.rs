@@ -29,8 +29,9 @@ use kairos_workload::{reads_only, Pieces, Topology};
 
 use super::msg::{Batch, DetockMsg, LoggedTxn};
 use super::{home, DetockConfig};
-use crate::janus::graph::{plan, Known};
+use crate::janus::graph::Known;
 use crate::janus::msg::{Dep, ShardSet};
+use crate::janus::waits::Waits;
 use crate::store::Store;
 
 kairos_core::timers! {
@@ -59,8 +60,6 @@ struct Vertex {
     pieces: Pieces,
     /// The previous transaction on each of its keys, in the log of that key's shard.
     deps: Vec<Dep>,
-    /// An incomplete ancestor the last plan found (so that the next walk stops there).
-    blocked_on: Option<Dep>,
 }
 
 impl Vertex {
@@ -103,8 +102,9 @@ struct Home {
     /// The last transaction logged on each key (in its shard's log), while it is unexecuted.
     last_on_key: BTreeMap<Key, TxnId>,
     vertices: BTreeMap<TxnId, Vertex>,
-    /// Incomplete transaction → the complete ones waiting for it.
-    waiters: BTreeMap<TxnId, BTreeSet<TxnId>>,
+    /// The complete transactions that wait, and for which incomplete ones ("committed" to
+    /// the planner is complete here).
+    waits: Waits,
     store: Store,
     /// Values read by executed transactions of this shard, kept for resubmissions.
     results: BTreeMap<TxnId, Vec<(Key, Value)>>,
@@ -175,6 +175,12 @@ impl Server {
     /// Transactions in the executor's graph not yet executed (0 at a follower).
     pub fn unexecuted(&self) -> usize {
         self.home.as_ref().map_or(0, |h| h.vertices.len())
+    }
+
+    /// No blocked component is registered and no completion awaited
+    /// ([`Waits::is_idle`]).
+    pub fn waits_idle(&self) -> bool {
+        self.home.as_ref().is_none_or(|h| h.waits.is_idle())
     }
 
     /// Keys whose last logged transaction has not run here (0 at a follower): what the
@@ -392,15 +398,12 @@ impl Server {
                 keys: t.keys.clone(),
                 pieces: t.pieces.clone(),
                 deps: Vec::new(),
-                blocked_on: None,
             });
             v.seen |= 1 << s;
             v.deps.extend(deps);
             if v.complete() {
                 complete.push(t.txn);
-                if let Some(w) = h.waiters.remove(&t.txn) {
-                    complete.extend(w);
-                }
+                complete.extend(h.waits.committed(t.txn));
             }
             // Another home logged a transaction of this shard: log it here too, unless this
             // home did already (its entry is on the way), so that one lost submission cannot
@@ -419,34 +422,26 @@ impl Server {
     /// Executes whatever of `roots` and their ancestry can run, and registers the rest with
     /// the incomplete ancestor each waits for.
     fn try_execute(&mut self, ctx: &mut Ctx<'_, DetockMsg>, roots: &[TxnId]) {
-        let Some(h) = self.home.as_mut() else { return };
-        let outcome = {
+        let mut roots = roots.to_vec();
+        while !roots.is_empty() {
+            let Some(h) = self.home.as_mut() else { return };
             let vertices = &h.vertices;
-            let incomplete = |t: &TxnId| vertices.get(t).is_some_and(|v| !v.complete());
-            plan(roots, |t| match vertices.get(&t) {
+            let outcome = h.waits.walk(&roots, |t| match vertices.get(&t) {
                 // Executed here: executed transactions leave the graph.
                 None => Known::Executed,
-                Some(v) if v.complete() => match v.blocked_on {
-                    Some(u) if incomplete(&u.txn) => Known::BlockedOn(u),
-                    _ => Known::Committed(&v.deps),
-                },
+                Some(v) if v.complete() => Known::Committed(&v.deps),
                 Some(_) => Known::Waiting,
-            })
-        };
-        for (t, u) in outcome.blocked {
-            if let Some(v) = h.vertices.get_mut(&t) {
-                v.blocked_on = Some(u);
+            });
+            for component in outcome.run {
+                if component.len() > 1 {
+                    self.stats.cycles += 1;
+                    ctx.metric("detock.cycles", 1);
+                }
+                for t in component {
+                    self.execute(ctx, t);
+                }
             }
-            h.waiters.entry(u.txn).or_default().insert(t);
-        }
-        for component in outcome.run {
-            if component.len() > 1 {
-                self.stats.cycles += 1;
-                ctx.metric("detock.cycles", 1);
-            }
-            for t in component {
-                self.execute(ctx, t);
-            }
+            roots = outcome.next;
         }
     }
 

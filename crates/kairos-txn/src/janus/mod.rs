@@ -13,10 +13,11 @@
 //!   majority of every shard answered, the coordinator accepts the union of all replies at a
 //!   majority of every shard, then commits it.
 //! - **Commit**: every replica of every shard learns the transaction's final dependencies and
-//!   executes it once its ancestors can be ordered ([`graph`]): each strongly connected
-//!   component of the committed dependency graph runs as a unit, components dependencies
-//!   first, members in transaction-id order. An ancestor on other shards is learned by asking
-//!   one of its servers (*inquire*). The closest replica of each shard sends the values read.
+//!   executes it once its ancestors can be ordered ([`graph`]; what waits between walks:
+//!   [`waits`]): each strongly connected component of the committed dependency graph runs
+//!   as a unit, components dependencies first, members in transaction-id order. An
+//!   ancestor on other shards is learned by asking one of its servers (*inquire*). The
+//!   closest replica of each shard sends the values read.
 //!
 //! ## Strict serializability
 //! Take two conflicting transactions on shard s. Their pre-accept quorums on s (all replicas
@@ -69,6 +70,7 @@ pub mod coordinator;
 pub mod graph;
 pub mod msg;
 pub mod server;
+pub mod waits;
 
 use crate::store::Store;
 use std::time::Duration;

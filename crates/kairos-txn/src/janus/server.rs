@@ -31,8 +31,9 @@ use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::{reads_only, Pieces, Topology};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::graph::{plan, Known};
+use super::graph::Known;
 use super::msg::{shards_of, Answer, Dep, JanusMsg, ShardSet};
+use super::waits::Waits;
 use super::JanusConfig;
 use crate::store::Store;
 
@@ -74,24 +75,11 @@ struct Vertex {
     reply: bool,
     /// Values read, once executed here.
     reads: Vec<(Key, Value)>,
-    /// Committed, and found waiting for this uncommitted ancestor by the last walk.
-    blocked_on: Option<Dep>,
 }
 
 impl Vertex {
     fn new(shards: ShardSet, keys: Vec<Key>, pieces: Pieces, status: Status, deps: Vec<Dep>) -> Self {
-        Vertex {
-            shards,
-            keys,
-            pieces,
-            status,
-            deps,
-            reported: None,
-            listed: false,
-            reply: false,
-            reads: Vec::new(),
-            blocked_on: None,
-        }
+        Vertex { shards, keys, pieces, status, deps, reported: None, listed: false, reply: false, reads: Vec::new() }
     }
 }
 
@@ -102,14 +90,14 @@ struct Accessors {
     last_executed: Option<Dep>,
 }
 
-/// An ancestor not committed here, and who waits for it.
+/// An ancestor not committed here that execution waits for (who waits: [`Waits`]), and the
+/// inquiries about it.
 #[derive(Clone, Debug)]
 struct Blocker {
     shards: ShardSet,
     since: LocalTime,
     asked_at: Option<LocalTime>,
     asked: u32,
-    waiters: BTreeSet<TxnId>,
 }
 
 /// A key's writes here, as a count and a hash chain of the writers (the cross-replica check:
@@ -153,6 +141,8 @@ pub struct Server {
     uncommitted_queue: VecDeque<(LocalTime, TxnId)>,
     accessors: BTreeMap<Key, Accessors>,
     blockers: BTreeMap<TxnId, Blocker>,
+    /// The committed transactions that wait, and what for.
+    waits: Waits,
     /// Servers waiting for a transaction's commit (inquiries not answered yet).
     inquirers: BTreeMap<TxnId, BTreeSet<NodeId>>,
     inquirers_total: usize,
@@ -181,6 +171,7 @@ impl Server {
             uncommitted_queue: VecDeque::new(),
             accessors: BTreeMap::new(),
             blockers: BTreeMap::new(),
+            waits: Waits::default(),
             inquirers: BTreeMap::new(),
             inquirers_total: 0,
             store: Store::default(),
@@ -210,9 +201,14 @@ impl Server {
     }
 
     /// The uncommitted ancestors execution waits for here: (transaction, its shards, how many
-    /// transactions wait for it, inquiries sent about it).
+    /// blocked components wait for it, inquiries sent about it).
     pub fn waiting_for(&self) -> Vec<(TxnId, ShardSet, usize, u32)> {
-        self.blockers.iter().map(|(t, b)| (*t, b.shards, b.waiters.len(), b.asked)).collect()
+        self.blockers.iter().map(|(t, b)| (*t, b.shards, self.waits.waiting_for_commit(*t), b.asked)).collect()
+    }
+
+    /// No blocked component is registered and no commit awaited ([`Waits::is_idle`]).
+    pub fn waits_idle(&self) -> bool {
+        self.waits.is_idle()
     }
 
     /// Transactions this server holds a record of (executed ones until forgotten).
@@ -354,15 +350,16 @@ impl Server {
             return;
         }
         self.stats.commits += 1;
-        self.learn_commit(ctx, txn, shards, keys, pieces, deps);
+        let woken = self.learn_commit(ctx, txn, shards, keys, pieces, deps);
         if let Some(v) = self.vertices.get_mut(&txn) {
             v.reply |= reply;
         }
-        self.try_execute(ctx, &[txn]);
+        self.try_execute(ctx, &[&[txn], &woken[..]].concat());
     }
 
     /// `txn` is committed with `deps` (from its coordinator or an inquiry); `keys` and
-    /// `pieces`: what it runs on this shard, if known. Wakes what waited for it.
+    /// `pieces`: what it runs on this shard, if known. Returns what waited for it and may run
+    /// now (for the caller to walk, with `txn`).
     fn learn_commit(
         &mut self,
         ctx: &mut Ctx<'_, JanusMsg>,
@@ -371,7 +368,7 @@ impl Server {
         keys: Vec<Key>,
         pieces: Pieces,
         deps: Vec<Dep>,
-    ) {
+    ) -> Vec<TxnId> {
         let local = shards & self.my_bit() != 0;
         // A fresh record starts below committed, so that the commit below fills it in.
         let v = self
@@ -379,7 +376,7 @@ impl Server {
             .entry(txn)
             .or_insert_with(|| Vertex::new(shards, Vec::new(), Pieces::default(), Status::Accepted, Vec::new()));
         if v.status == Status::Executed {
-            return;
+            return Vec::new();
         }
         if v.status < Status::Committed {
             v.status = Status::Committed;
@@ -401,10 +398,8 @@ impl Server {
                 }
             }
         }
-        if let Some(b) = self.blockers.remove(&txn) {
-            let waiters: Vec<TxnId> = b.waiters.into_iter().collect();
-            self.try_execute(ctx, &waiters);
-        }
+        self.blockers.remove(&txn);
+        self.waits.committed(txn)
     }
 
     fn inquiry_answer(&self, txn: TxnId) -> Option<JanusMsg> {
@@ -430,46 +425,42 @@ impl Server {
             }
             return;
         }
-        let outcome = {
+        let mut roots = roots.to_vec();
+        while !roots.is_empty() {
             let (vertices, executed) = (&self.vertices, &self.executed);
-            let committed = |t: &TxnId| vertices.get(t).is_some_and(|v| v.status >= Status::Committed);
-            plan(roots, |t| {
+            let outcome = self.waits.walk(&roots, |t| {
                 if executed.contains(&t) {
                     return Known::Executed;
                 }
                 match vertices.get(&t) {
-                    Some(v) if v.status == Status::Committed => match v.blocked_on {
-                        Some(u) if !committed(&u.txn) && !executed.contains(&u.txn) => Known::BlockedOn(u),
-                        _ => Known::Committed(&v.deps),
-                    },
+                    Some(v) if v.status == Status::Committed => Known::Committed(&v.deps),
                     _ => Known::Waiting,
                 }
-            })
-        };
-        for component in outcome.run {
-            if component.len() > 1 {
-                self.stats.cycles += 1;
+            });
+            ctx.metric("janus.walk_edges", outcome.edges);
+            for component in outcome.run {
+                if component.len() > 1 {
+                    self.stats.cycles += 1;
+                }
+                for t in component {
+                    self.execute(ctx, t);
+                }
             }
-            for t in component {
-                self.execute(ctx, t);
+            let now = ctx.now();
+            // Ask about every foreign ancestor the walk met at once (a local one's commit is on
+            // its way; the repair round asks about it if it is late).
+            for u in outcome.waiting {
+                let b = self.blockers.entry(u.txn).or_insert_with(|| Blocker {
+                    shards: u.shards,
+                    since: now,
+                    asked_at: None,
+                    asked: 0,
+                });
+                if b.shards & (1 << self.shard) == 0 && b.asked_at.is_none() {
+                    self.inquire(ctx, u.txn);
+                }
             }
-        }
-        let now = ctx.now();
-        let new_blocker =
-            |u: Dep| Blocker { shards: u.shards, since: now, asked_at: None, asked: 0, waiters: BTreeSet::new() };
-        for (t, u) in outcome.blocked {
-            if let Some(v) = self.vertices.get_mut(&t) {
-                v.blocked_on = Some(u);
-            }
-            self.blockers.entry(u.txn).or_insert_with(|| new_blocker(u)).waiters.insert(t);
-        }
-        // Ask about every foreign ancestor the walk met at once (a local one's commit is on
-        // its way; the repair round asks about it if it is late).
-        for u in outcome.waiting {
-            let b = self.blockers.entry(u.txn).or_insert_with(|| new_blocker(u));
-            if b.shards & (1 << self.shard) == 0 && b.asked_at.is_none() {
-                self.inquire(ctx, u.txn);
-            }
+            roots = outcome.next;
         }
     }
 
@@ -539,10 +530,11 @@ impl Server {
             keys.clear();
             pieces = Pieces::default();
         }
-        self.learn_commit(ctx, txn, shards, keys, pieces, deps);
+        let mut roots = self.learn_commit(ctx, txn, shards, keys, pieces, deps);
         if local {
-            self.try_execute(ctx, &[txn]);
+            roots.insert(0, txn);
         }
+        self.try_execute(ctx, &roots);
     }
 
     /// Runs `txn` here (its keys on this shard, if any) and marks it executed.
@@ -598,14 +590,19 @@ impl Server {
 
     fn on_repair(&mut self, ctx: &mut Ctx<'_, JanusMsg>) {
         let now = ctx.now();
-        // A blocker executed here (defensive: its commit normally removes it) no longer
-        // blocks: its waiters run again.
-        let done: Vec<TxnId> = self.blockers.keys().filter(|t| self.executed.contains(t)).copied().collect();
+        // An awaited commit that is known here by now (defensive: learning it normally
+        // wakes its waiters) no longer blocks: its waiters are walked again.
+        let done: Vec<TxnId> = self
+            .waits
+            .commits_awaited()
+            .filter(|t| {
+                self.executed.contains(t) || self.vertices.get(t).is_some_and(|v| v.status >= Status::Committed)
+            })
+            .collect();
         for t in done {
-            if let Some(b) = self.blockers.remove(&t) {
-                let waiters: Vec<TxnId> = b.waiters.into_iter().collect();
-                self.try_execute(ctx, &waiters);
-            }
+            self.blockers.remove(&t);
+            let woken = self.waits.committed(t);
+            self.try_execute(ctx, &woken);
         }
         while let Some(&(at, txn)) = self.uncommitted_queue.front() {
             if now.saturating_since(at) < self.config.inquire_after {
@@ -614,13 +611,7 @@ impl Server {
             self.uncommitted_queue.pop_front();
             if let Some(v) = self.vertices.get(&txn).filter(|v| v.status < Status::Committed) {
                 let shards = v.shards;
-                self.blockers.entry(txn).or_insert_with(|| Blocker {
-                    shards,
-                    since: at,
-                    asked_at: None,
-                    asked: 0,
-                    waiters: BTreeSet::new(),
-                });
+                self.blockers.entry(txn).or_insert_with(|| Blocker { shards, since: at, asked_at: None, asked: 0 });
             }
         }
         let due: Vec<TxnId> = self
