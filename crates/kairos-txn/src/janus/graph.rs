@@ -24,8 +24,8 @@ pub enum Known<'a> {
     /// A member of a blocked component an earlier walk registered, still waiting for a commit
     /// ([`super::waits::Waits`]): the walk stops there.
     Blocked,
-    /// A member of a registered component that no longer waits for a commit, whose first
-    /// member (in id order) is this one: the walk treats the component as one vertex.
+    /// The first member (in id order) of a registered component that no longer waits for a
+    /// commit: the walk treats the component as one vertex, under this member's id.
     Group {
         /// All its members, in id order.
         members: &'a [TxnId],
@@ -33,7 +33,7 @@ pub enum Known<'a> {
         /// [`Wait`]): the rest led to executed transactions or inside.
         deps: &'a [Dep],
     },
-    /// A member of such a component, whose first member is this one.
+    /// Another member of such a component; its first member.
     Member(TxnId),
     /// Not committed here (or not known at all): everything that depends on it waits.
     Waiting,
@@ -89,15 +89,9 @@ pub struct Plan {
 /// Plans the execution of `roots` and their unexecuted ancestors (see the module docs): one
 /// iterative Tarjan walk over them, in which a component is blocked when one of its members
 /// depends on an uncommitted transaction or on a blocked component. Components are decided
-/// as Tarjan emits them, so a component's dependencies are always decided first.
-///
-/// A blocked component lists every reason it has, and is registered as one vertex with them
-/// as its edges ([`super::waits::Waits`]): once its reasons have committed, the next walk
-/// crosses it in as many steps as it had reasons, instead of walking every member's
-/// dependencies again. Under load TPC-C's hot keys form components of thousands of
-/// transactions that grow by a few at each commit; walked whole at each commit, they cost a
-/// server more per commit the longer they grew, and Janus's throughput collapsed under
-/// measured CPU.
+/// as Tarjan emits them, so a component's dependencies are always decided first. A blocked
+/// component lists every reason it has, for [`super::waits::Waits`] to register it by (and
+/// why that matters).
 pub fn plan<'a>(roots: &[TxnId], known: impl Fn(TxnId) -> Known<'a>) -> Plan {
     struct Mark<'a> {
         index: usize,
