@@ -419,8 +419,8 @@ impl Server {
         }
     }
 
-    /// Executes whatever of `roots` and their ancestry can run, and registers the rest with
-    /// the incomplete ancestor each waits for.
+    /// Executes whatever of `roots` and their ancestry can run, registers the rest with
+    /// everything each waits for ([`Waits`]), and walks again what the runs released.
     fn try_execute(&mut self, ctx: &mut Ctx<'_, DetockMsg>, roots: &[TxnId]) {
         let mut roots = roots.to_vec();
         while !roots.is_empty() {

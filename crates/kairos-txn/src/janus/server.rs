@@ -414,8 +414,8 @@ impl Server {
         }))
     }
 
-    /// Executes whatever of `roots` and their ancestry can run, and registers the rest with
-    /// the uncommitted ancestor each waits for.
+    /// Executes whatever of `roots` and their ancestry can run, registers the rest with
+    /// everything each waits for ([`Waits`]), and walks again what the runs released.
     fn try_execute(&mut self, ctx: &mut Ctx<'_, JanusMsg>, roots: &[TxnId]) {
         if self.config.unsafe_execute_without_deps {
             for t in roots {
