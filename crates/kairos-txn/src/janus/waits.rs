@@ -41,8 +41,10 @@ struct Group {
     deps: Vec<Dep>,
     /// Uncommitted transactions among them.
     commits_pending: usize,
-    /// Groups with one of its members among their reasons.
+    /// Groups with one of its members among their reasons (some maybe gone since).
     dependents: Vec<u64>,
+    /// How many of `dependents` were still registered when last counted.
+    dependents_live: usize,
 }
 
 /// One walk's outcome ([`Waits::walk`]).
@@ -108,6 +110,11 @@ impl Waits {
                     dependents.extend(old.dependents);
                 }
             }
+            // Groups taken into others since they registered are gone: carried over, they
+            // would pile up for as long as the component keeps growing.
+            dependents.retain(|g| self.groups.contains_key(g));
+            dependents.sort_unstable();
+            dependents.dedup();
             let mut parents: Vec<u64> = Vec::new();
             let mut commits_pending = 0;
             for wait in &waits {
@@ -122,15 +129,24 @@ impl Waits {
             parents.sort_unstable();
             parents.dedup();
             for p in parents {
-                if let Some(parent) = self.groups.get_mut(&p) {
-                    parent.dependents.push(id);
+                let Some(parent) = self.groups.get_mut(&p) else { continue };
+                parent.dependents.push(id);
+                // A dependent taken into a new group registers again: drop the gone ones
+                // whenever the list has doubled.
+                if parent.dependents.len() >= 2 * parent.dependents_live.max(8) {
+                    let mut dependents = std::mem::take(&mut parent.dependents);
+                    dependents.retain(|g| *g == id || self.groups.contains_key(g));
+                    let parent = self.groups.get_mut(&p).expect("just found");
+                    parent.dependents_live = dependents.len();
+                    parent.dependents = dependents;
                 }
             }
             for m in &members {
                 self.group_of.insert(*m, id);
             }
             let deps = waits.into_iter().map(Wait::dep).collect();
-            self.groups.insert(id, Group { members, deps, commits_pending, dependents });
+            let dependents_live = dependents.len();
+            self.groups.insert(id, Group { members, deps, commits_pending, dependents, dependents_live });
         }
     }
 
