@@ -40,6 +40,11 @@ const PAST_SATURATION_TXNS_MAX: f64 = 100_000.0;
 /// 8,000 and over five minutes at 16,000. This bound depends on the machine (the points
 /// themselves do not, under `--cpu-us`); the search says when it applied.
 const PAST_SATURATION_WALL_BEFORE_MAX: Duration = Duration::from_secs(30);
+/// Nor if it would take more than this, extrapolated from the last two points (the last one's
+/// wall time times its growth over the one before): Janus on TPC-C, once its executions no
+/// longer collapsed, took 4 s at 3,906 txn/s, 18 s at 7,812, and at 15,625 still ran after six
+/// minutes, holding 15 GB.
+const PAST_SATURATION_WALL_PREDICTED_MAX: Duration = Duration::from_secs(60);
 /// Most points of one protocol's saturation sweep.
 const SWEEP_POINTS_MAX: usize = 16;
 /// The latency bound of the side-by-side table's second maximum: a point counts when its
@@ -449,8 +454,9 @@ pub enum SearchEnd {
     /// [`PAST_SATURATION_GAIN_MIN`].
     Saturated,
     /// The next point past saturation would offer more than [`PAST_SATURATION_TXNS_MAX`]
-    /// transactions, or the last took more than [`PAST_SATURATION_WALL_BEFORE_MAX`]: a higher
-    /// load might still sustain more.
+    /// transactions, or the last took more than [`PAST_SATURATION_WALL_BEFORE_MAX`], or the
+    /// next would take more than [`PAST_SATURATION_WALL_PREDICTED_MAX`]: a higher load might
+    /// still sustain more.
     CostBound,
     /// The sweep ran out of points or loads before it saturated.
     PointsBound,
@@ -511,8 +517,9 @@ fn best_within_p50_bound(points: impl Iterator<Item = (f64, f64)>, common_p50_ms
 /// went from 184 at its first saturated load to 351 at 2,000 offered, Janus from 404 to
 /// 3,298). So past it the sweep keeps doubling while each doubling raises the best throughput
 /// by [`PAST_SATURATION_GAIN_MIN`], as long as a point offers at most
-/// [`PAST_SATURATION_TXNS_MAX`] transactions and the one before it took at most
-/// [`PAST_SATURATION_WALL_BEFORE_MAX`]; a search that stops at these bounds says so.
+/// [`PAST_SATURATION_TXNS_MAX`] transactions, the one before it took at most
+/// [`PAST_SATURATION_WALL_BEFORE_MAX`] and it is not foreseen to take more than
+/// [`PAST_SATURATION_WALL_PREDICTED_MAX`]; a search that stops at these bounds says so.
 fn saturation_search(
     args: &TxnBenchArgs,
     sweep_start: f64,
@@ -546,6 +553,8 @@ struct Sweep {
     next_load: f64,
     duration_s: f64,
     last_wall: Duration,
+    /// The wall time of the point before the last one.
+    previous_wall: Duration,
     points: usize,
     best: f64,
     saturated: bool,
@@ -558,6 +567,7 @@ impl Sweep {
             next_load: start_load,
             duration_s,
             last_wall: Duration::ZERO,
+            previous_wall: Duration::ZERO,
             points: 0,
             best: 0.0,
             saturated: false,
@@ -575,17 +585,26 @@ impl Sweep {
         }
         if self.saturated
             && (self.next_load * self.duration_s > PAST_SATURATION_TXNS_MAX
-                || self.last_wall > PAST_SATURATION_WALL_BEFORE_MAX)
+                || self.last_wall > PAST_SATURATION_WALL_BEFORE_MAX
+                || self.next_wall_predicted() > PAST_SATURATION_WALL_PREDICTED_MAX)
         {
             return Err(SearchEnd::CostBound);
         }
         Ok(self.next_load)
     }
 
+    /// The next point's wall time: the last one's, times its growth over the one before (at
+    /// least 1).
+    fn next_wall_predicted(&self) -> Duration {
+        let growth = self.last_wall.as_secs_f64() / self.previous_wall.as_secs_f64().max(1e-9);
+        self.last_wall.mul_f64(growth.clamp(1.0, 1e6))
+    }
+
     /// Takes the throughput of the point run at [`Sweep::next_load`], and the wall time it took.
     fn record(&mut self, throughput: f64, wall: Duration) {
         let load = self.next_load;
         let gained = throughput >= self.best * (1.0 + PAST_SATURATION_GAIN_MIN);
+        self.previous_wall = self.last_wall;
         (self.last_wall, self.points, self.best) = (wall, self.points + 1, self.best.max(throughput));
         if self.saturated {
             if !gained {
@@ -882,9 +901,10 @@ pub fn print_comparison(
         if searches.is_some_and(|s| s.iter().any(Search::max_is_lower_bound)) {
             println!(
                 "≥: the sweep stopped before this protocol's throughput stopped rising (its next point would offer more \
-                 than {PAST_SATURATION_TXNS_MAX:.0} transactions, or its last took more than {} s of wall time); pass \
-                 --load with higher loads to go on.",
-                PAST_SATURATION_WALL_BEFORE_MAX.as_secs()
+                 than {PAST_SATURATION_TXNS_MAX:.0} transactions, or its last took more than {} s of wall time, or its \
+                 next would take more than {} s, going by the last two); pass --load with higher loads to go on.",
+                PAST_SATURATION_WALL_BEFORE_MAX.as_secs(),
+                PAST_SATURATION_WALL_PREDICTED_MAX.as_secs()
             );
         }
     } else {
@@ -1060,6 +1080,11 @@ mod tests {
         assert_eq!(end, SearchEnd::CostBound);
         // Points whose wall time grows faster than their load stop it sooner: 40 s at 10,000.
         let (loads, end) = sweep_timed(|load| (curve(load), Duration::from_secs_f64(load / 250.0)), 3.0);
+        assert_eq!(loads.last(), Some(&10_000.0));
+        assert_eq!(end, SearchEnd::CostBound);
+        // Or with the square of the load: 16 s at 10,000, so 64 s foreseen at 20,000.
+        let square = |load: f64| Duration::from_secs_f64((load / 2_500.0).powi(2));
+        let (loads, end) = sweep_timed(|load| (curve(load), square(load)), 3.0);
         assert_eq!(loads.last(), Some(&10_000.0));
         assert_eq!(end, SearchEnd::CostBound);
     }
