@@ -88,7 +88,7 @@ impl Waits {
 
     /// What a walk sees of `txn` if it is grouped.
     fn known(&self, txn: TxnId) -> Option<Known<'_>> {
-        let g = &self.groups[self.group_of.get(&txn)?];
+        let g = self.groups.get(self.group_of.get(&txn)?)?;
         Some(if g.commits_pending > 0 {
             Known::Blocked
         } else if g.members[0] == txn {
