@@ -36,9 +36,8 @@ const PAST_SATURATION_GAIN_MIN: f64 = 0.10;
 const PAST_SATURATION_TXNS_MAX: f64 = 100_000.0;
 /// A point past saturation runs only if the point before it took at most this much wall time
 /// (the next offers twice the load). A dependency-graph protocol's wall time per transaction
-/// grows with what it has in flight: Janus on TPC-C took 12 s at 4,000 txn/s offered, 85 s at
-/// 8,000 and over five minutes at 16,000. This bound depends on the machine (the points
-/// themselves do not, under `--cpu-us`); the search says when it applied.
+/// grows with what it has in flight (Janus and Detock on TPC-C). This bound depends on the
+/// machine (the points themselves do not, under `--cpu-us`); the search says when it applied.
 const PAST_SATURATION_WALL_BEFORE_MAX: Duration = Duration::from_secs(30);
 /// Nor if it would take more than this, extrapolated from the last two points (the last one's
 /// wall time times its growth over the one before): Janus on TPC-C, once its executions no
