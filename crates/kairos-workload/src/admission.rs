@@ -68,19 +68,23 @@
 //! --load 1500 --kill-leader-at-s 1.5`) throughput did not come back to 90% of before within
 //! the 5 s run.
 //!
-//! The limit itself keeps its value, and until its first step down it **regrows** without
-//! damping (up to [`STEP_MAX`] per floor while at least half of it is in use and latency stays
-//! within the target), so a limit that a crash's stall took down comes back within a few
-//! round trips (the leader-kill experiment recovers in 0.70 s, as with a reset). It used to
-//! start again at the maximum, and that was a collapse under overload: a server far enough
-//! behind sends its heartbeat late, a view change follows, every coordinator's limit went back
-//! to the maximum, the flood behind it delayed the next heartbeats, and so on. Tiga at
-//! 130,000 txn/s offered, about 2.6× its maximum (`kairos bench micro --load 130000
-//! --duration-s 10`, measured CPU), committed nothing in the measurement window; with 500 µs
-//! handlers (`--cpu-us 500`), 0 txn/s at 4,400 offered and 60 at 6,600, against about 1,050
-//! at saturation. Kept, the limit sheds what the first false view change let in and no other
-//! follows: 53,205 txn/s at 130,000 offered (49,694 at 65,000), and 946 and 1,040 with 500 µs
-//! handlers.
+//! What the limit does then depends on why the view changed. **After a crash** (the limit
+//! came down, if at all, on stalls and give-ups) it starts again at the maximum, so the
+//! transactions stuck across the outage and the arrivals behind them go in at once (the
+//! leader-kill experiment: back at 90 % of before 0.70 s after the crash, detection included).
+//! **Under overload** — a step down within the last [`FLOOR_WINDOW`] on finished transactions
+//! that had queued beyond the target — it keeps its value, and until its next step down it
+//! **regrows** undamped (up to [`STEP_MAX`] per floor while at least half of it is in use and
+//! latency stays within the target). A reset there was a collapse: a server far enough behind
+//! sends its heartbeat late, a view change follows, every coordinator's limit went back to the
+//! maximum, the flood behind it delayed the next heartbeats, and so on. Tiga at 130,000 txn/s
+//! offered, about 2.6× its maximum (`kairos bench micro --load 130000 --duration-s 10`,
+//! measured CPU), committed nothing in the measurement window; with 500 µs handlers
+//! (`--cpu-us 500`), 0 txn/s at 4,400 offered and 60 at 6,600, against about 1,050 at
+//! saturation. With the limit kept, the first false view change is the only one: 53,111 txn/s
+//! at 130,000 offered (49,220 at 65,000), and 946 and 905 with 500 µs handlers.
+//! (At 8,800 that model still collapses: every arrival, refused or not, costs its
+//! coordinator 500 µs there, and the coordinators saturate.)
 //!
 //! Written here rather than taken from a crate: the well-known adaptive limiters (tower's,
 //! Netflix's concurrency-limits) read the wall clock and run inside an async stack, while the
@@ -156,7 +160,14 @@ pub struct AdmissionLimit {
     in_flight_peak: usize,
     gave_up: bool,
     steps_down: u64,
-    /// Since the paths changed, and until the first step down: steps up are not damped.
+    /// The finishes' own share of the samples since the last step: what shows queueing (a
+    /// stall sample shows only that something is stuck).
+    finish_latency_sum: Duration,
+    finish_target_sum: Duration,
+    /// The last step down taken while finished transactions had queued beyond the target.
+    queueing_at: Option<LocalTime>,
+    /// Since the paths changed with the limit kept, until its first step down: steps up are
+    /// not damped.
     regrowing: bool,
 }
 
@@ -183,6 +194,9 @@ impl AdmissionLimit {
             in_flight_peak: 0,
             gave_up: false,
             steps_down: 0,
+            finish_latency_sum: Duration::ZERO,
+            finish_target_sum: Duration::ZERO,
+            queueing_at: None,
             regrowing: false,
         }
     }
@@ -201,13 +215,16 @@ impl AdmissionLimit {
     /// limit learned describes the old paths, so it forgets them — no floor, and the
     /// transactions invoked before `now` (they ran across the change) ignored. Without this a
     /// lasting rise of the round trip reads as queueing until the floor window forgets the old
-    /// floor, and the limit sheds load the servers could take. The limit keeps its value and
-    /// regrows undamped until its next step down (module docs: *When the paths change*).
+    /// floor, and the limit sheds load the servers could take. The limit goes back to the
+    /// maximum, unless it came down on queueing lately: then it keeps its value and regrows
+    /// undamped until its next step down (module docs: *When the paths change*).
     pub fn paths_changed(&mut self, now: LocalTime) {
         if self.adaptive {
             let fresh = AdmissionLimit::new(self.max as usize, true);
-            let (limit, steps_down) = (self.limit, self.steps_down);
-            *self = AdmissionLimit { since: now, steps_down, limit, regrowing: true, ..fresh };
+            let overloaded = self.queueing_at.is_some_and(|t| now.saturating_since(t) <= FLOOR_WINDOW);
+            let (limit, regrowing) = if overloaded { (self.limit, true) } else { (fresh.limit, false) };
+            let (steps_down, queueing_at) = (self.steps_down, self.queueing_at);
+            *self = AdmissionLimit { since: now, steps_down, queueing_at, limit, regrowing, ..fresh };
         }
     }
 
@@ -278,6 +295,8 @@ impl AdmissionLimit {
             self.latency_sum += latency;
             self.floor_sum += path_floor;
             self.samples += 1;
+            self.finish_latency_sum += latency;
+            self.finish_target_sum += path_floor + QUEUEING_TARGET;
         }
         if now < self.step_until {
             return false;
@@ -330,9 +349,14 @@ impl AdmissionLimit {
         let floor_mean = if self.samples > 0 { self.floor_sum / self.samples } else { floor };
         // What carries the finishes of the last window at the target latency (Little's law).
         let carries = self.finishes_per_s * (floor_mean + QUEUEING_TARGET).as_secs_f64();
+        let queueing = self.finish_latency_sum > self.finish_target_sum;
         (self.latency_sum, self.floor_sum, self.samples) = (Duration::ZERO, Duration::ZERO, 0);
+        (self.finish_latency_sum, self.finish_target_sum) = (Duration::ZERO, Duration::ZERO);
         (self.in_flight_peak, self.gave_up) = (0, false);
         if step < 1.0 {
+            if queueing {
+                self.queueing_at = Some(now);
+            }
             self.regrowing = false;
             self.limit = (self.limit.min(peak) * step).max(carries.min(self.max)).max(LIMIT_MIN);
             self.steps_down += 1;
@@ -498,11 +522,10 @@ mod tests {
         assert!(b.steps_down() > 0 && b.limit() < 1000, "{} {}", b.steps_down(), b.limit());
     }
 
-    /// Overload: the limit came down to what the servers carry, then a server far behind sent
-    /// its heartbeat late and a view change followed. The limit keeps its value (a reset to the
-    /// maximum let the whole overload in at once, and the next heartbeats came late too: the
-    /// collapse the module docs describe), and regrows undamped while the new paths show no
-    /// queueing, so after a real crash's stall it is back within a few round trips.
+    /// Overload: the limit came down on queueing, then a server far behind sent its heartbeat
+    /// late and a view change followed. The limit keeps its value (a reset to the maximum let
+    /// the whole overload in at once, and the next heartbeats came late too: the collapse the
+    /// module docs describe), and regrows undamped while the new paths show no queueing.
     #[test]
     fn after_the_paths_change_the_limit_keeps_its_value_and_regrows_undamped() {
         let mut a = AdmissionLimit::new(1000, true);
@@ -531,6 +554,24 @@ mod tests {
         let down = a.limit();
         feed(&mut a, &mut now, 100, ms(100), down);
         assert!(a.limit() < down * 12 / 10, "damped again: {down} → {}", a.limit());
+    }
+
+    /// A crash: transactions stop finishing, the stalls take the limit down, then the view
+    /// changes. Nothing had queued, so the limit starts again at the maximum and what was stuck
+    /// across the outage goes in with the arrivals behind it.
+    #[test]
+    fn after_a_crash_stall_the_paths_change_puts_the_limit_back_at_the_maximum() {
+        let mut a = AdmissionLimit::new(1000, true);
+        let mut now = LocalTime::from_secs(1);
+        feed(&mut a, &mut now, 500, ms(100), 300);
+        let stalled_since = now;
+        for _ in 0..1000 {
+            now = now + ms(1);
+            a.on_arrival(now, 300, Some(stalled_since));
+        }
+        assert!(a.limit() < 300, "the stall took the limit down: {}", a.limit());
+        a.paths_changed(now);
+        assert_eq!(a.limit(), 1000);
     }
 
     /// NCC's coordinators next to their servers commit in 0.5 ms, but a transaction that meets
