@@ -430,13 +430,13 @@ fn past_saturation_admission_control_keeps_throughput_where_open_loop_load_colla
     assert!(open < 0.5 * limited && views > 0, "{open} txn/s, {views} views: the negative control collapses");
 }
 
-/// Far past saturation (4×, 10 s), the initial flood still delays a server's heartbeat enough
-/// for one view change. The coordinators' limits used to go back to the maximum at every view
-/// change, the flood came again, the next heartbeats came late too, and the run committed
-/// nothing in its measurement window (0 txn/s, 20,483 transactions without an outcome). A limit
-/// that came down on queueing now keeps its value across a view change
-/// (`kairos_workload::admission`, *When the paths change*), so what the first view change let
-/// in is shed and throughput stays near the maximum.
+/// Far past saturation (4×, 10 s), the initial flood still delays servers' heartbeats enough
+/// for a view change or two. The coordinators' limits used to go back to the maximum at every
+/// view change, the flood came again, the next heartbeats came late too (ten view changes),
+/// and the run committed nothing in its measurement window (0 txn/s, 20,483 transactions
+/// without an outcome). A limit that came down on queueing now keeps its value across a view
+/// change (`kairos_workload::admission`, *When the paths change*), so what the first view
+/// change let in is shed and throughput stays near the maximum.
 #[test]
 fn far_past_saturation_a_view_change_does_not_let_the_whole_overload_back_in() {
     let duration = Duration::from_secs(10);
