@@ -151,7 +151,16 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         })
         .collect();
     let need = c.majority();
-    c.send_round(op, Stage::Write, chains, need, now, out);
+    if op.rtt == 0 {
+        // The first try of a write that began with it (not an insert after its lookup) goes to
+        // a majority first, as reads do (see `crate::hedge`): a write is complete once a
+        // majority holds its tuple, whichever majority.
+        c.send_round_majority_first(op, Stage::Write, chains, need, now, out);
+    } else {
+        // A retry or a rewrite (contention) asks every replica: one failed CAS — a reader
+        // wrote this writer's tuple back there — must not cost another round.
+        c.send_round(op, Stage::Write, chains, need, now, out);
+    }
 }
 
 /// A new key's directory entry and first value went out together: if another client's slot
@@ -461,7 +470,9 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     // FIFO per (client, node): this chain runs after the write's own chain on every node, so
     // the word it expects is the guessed tuple even where the write's reply is not in yet.
     let expected = op.tuple & !meta::VERIFIED;
-    for node in c.alive_replicas(slot) {
+    // The nodes the last round wrote (a replica it did not reach has no T to verify); the
+    // primary also gets the in-place copy.
+    for node in c.alive_replicas(slot).into_iter().filter(|n| op.nodes.contains(n) || Some(*n) == primary) {
         let l = &c.cfg.layout;
         let mut verbs = vec![Verb::Cas { addr: l.meta_word(slot, c.cfg.writer), expected, new: verified }];
         if Some(node) == primary {
