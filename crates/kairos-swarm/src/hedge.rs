@@ -44,7 +44,7 @@ pub const WIDEN_AFTER_RTTS: u32 = 8;
 /// Replies per window of the windowed minimum.
 const WINDOW_REPLIES: u32 = 256;
 
-/// The lowest chain round trip over the last one or two windows of [`WINDOW_REPLIES`] replies.
+/// The lowest chain round trip over the last one or two windows of `WINDOW_REPLIES` replies.
 #[derive(Clone, Debug, Default)]
 pub struct RttFloor {
     current: Option<Duration>,

@@ -14,8 +14,9 @@
 //! majority. Nobody needs the writer's help to lock: a reader can lock `X` on a node the
 //! writer's chain never reached.
 //!
-//! **Write** (update, insert of a known key, delete). One round trip to every alive replica
-//! (the op waits for a majority): fill a buffer, read its lock word, CAS this writer's metadata
+//! **Write** (update, insert of a known key, delete). One round trip to a majority of the alive
+//! replicas (the first try goes to a majority first and widens when one is slow, see
+//! [`crate::hedge`]; retries ask every alive replica): fill a buffer, read its lock word, CAS this writer's metadata
 //! word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing above `T` was
 //! read, the guess was fresh: done in 1 RTT; in the background the word is flipped to
 //! `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs above
