@@ -46,7 +46,7 @@
 //! Every acceptor state a correct Paxos needs to survive a crash is persisted through the
 //! host ([`Ctx::persist`]) before the handler's messages leave: the promised ballot, the
 //! highest ballot granted to another replica, the highest round campaigned with, and every
-//! slot with the ballot it was accepted in (a journal of [`Change`]s, compacted into one
+//! slot with the ballot it was accepted in (a journal of `Change`s, compacted into one
 //! snapshot after `max(1024, log length)` records). A restarted replica
 //! ([`MultiPaxos::recover`]) is a voter at once, as it was: it keeps its promises and its
 //! acknowledged slots, and forgets only what is volatile (its role, the commit index, which

@@ -128,7 +128,7 @@ pub struct Durable {
     /// older one) that reaches this member again later, even once it is primary, is refused
     /// too, so a write its client saw fail never runs.
     pub refused_writes: BTreeMap<u32, u64>,
-    /// Restarted without its disk and not yet allowed to vote ([`amnesia`]).
+    /// Restarted without its disk and not yet allowed to vote (`amnesia`).
     pub amnesiac: bool,
 }
 
@@ -199,7 +199,7 @@ pub struct MemberStats {
     pub ignored_messages: u64,
     /// Client writes that reached the primary again after they ran (answered, not re-run).
     pub retried_writes: u64,
-    /// Restarted without its disk ([`amnesia`]).
+    /// Restarted without its disk (`amnesia`).
     pub disk_lost: bool,
     /// Vote requests refused because this member was amnesiac.
     pub votes_refused_amnesiac: u64,
@@ -1247,7 +1247,7 @@ impl Process for Member {
     /// change since. (The host verified every record's checksum; a snapshot or record that
     /// still does not decode was written by another version of Kairos: replay stops there,
     /// keeping a prefix of the journal, `journal_unreadable` counts it, and the member has
-    /// forgotten what came after, so it comes back amnesiac: see [`amnesia`].)
+    /// forgotten what came after, so it comes back amnesiac: see `amnesia`.)
     fn on_recover(&mut self, stored: &Stored) {
         let snapshot = stored.snapshot.as_deref().map(postcard::from_bytes::<Durable>);
         let mut unreadable = matches!(snapshot, Some(Err(_)));
@@ -1271,7 +1271,7 @@ impl Process for Member {
         }
     }
 
-    /// Restarted without its disk: see [`amnesia`].
+    /// Restarted without its disk: see `amnesia`.
     fn on_amnesia(&mut self) {
         self.stats.disk_lost = true;
         self.enter_amnesia();

@@ -16,7 +16,7 @@
 //! prepare phase it first marks the end of the wait for a super quorum (then shards with
 //! f + 1 replies are decided on the slow path) and afterwards resends unanswered prepares and
 //! finalizes. Commits and aborts being delivered have their own (`FINISH_TIMER_BASE + seq`),
-//! and [`PING_TIMER`] re-pings every replica every `ping_interval`.
+//! and `PING_TIMER` re-pings every replica every `ping_interval`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

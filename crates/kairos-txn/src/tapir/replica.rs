@@ -218,7 +218,7 @@ impl Replica {
     }
 
     /// The decisions taken since the first `taken` (those still kept: the last
-    /// [`DECISIONS_KEPT`]), and how many were ever taken. A restarted replica counts again
+    /// `DECISIONS_KEPT`), and how many were ever taken. A restarted replica counts again
     /// from 0.
     pub fn decisions_since(&self, taken: u64) -> (impl Iterator<Item = &(OpId, Decision)>, u64) {
         let kept_from = self.decisions_taken - self.decisions.len() as u64;
@@ -490,7 +490,7 @@ impl Process for Replica {
 
     fn on_timer(&mut self, _ctx: &mut Ctx<'_, TapirMsg>, _timer: TimerId) {}
 
-    /// The prepared-key indexes agree with the prepared table ([`Replica::check_indexes`]),
+    /// The prepared-key indexes agree with the prepared table (`Replica::check_indexes`),
     /// checked after every 64th handler, or every n-th with n prepared transactions if more: the
     /// check is linear in the prepared table, so this keeps its cost per handler constant (run
     /// after every handler it took most of a Tapir run's time; every 64th, 82% of a run's time

@@ -4,7 +4,7 @@
 //! - [`resp`]: RESP2 parsing (limit-checked) and reply encoding.
 //! - [`commands`]: Redis commands → Tiga operations, and their outputs → replies.
 //! - [`cluster`]: `kairos cluster up`, the paper's deployment as local processes.
-//! - [`bench`]: `kairos cluster bench`, that deployment measured through Redis connections.
+//! - [`bench`](mod@bench): `kairos cluster bench`, that deployment measured through Redis connections.
 //! - [`gateway`]: the gateway's role (a coordinator that hands results back) and the RESP
 //!   listener with its per-connection state (pipelines, MULTI/EXEC).
 //!
