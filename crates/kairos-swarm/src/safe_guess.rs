@@ -16,13 +16,14 @@
 //!
 //! **Write** (update, insert of a known key, delete). One round trip to a majority of the alive
 //! replicas (the first try goes to a majority first and widens when one is slow, see
-//! [`crate::hedge`]; retries ask every alive replica): fill a buffer, read its lock word, CAS this writer's metadata
-//! word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing above `T` was
-//! read, the guess was fresh: done in 1 RTT; in the background the word is flipped to
-//! `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs above
-//! what it saw and the writer **always** races readers for `T` — however few replies showed `T`
-//! as a maximum: a reader may have read `T` on other nodes, or on these before the newer tuple
-//! landed, and returned it (the writer's replies are no proof of the contrary). The race:
+//! [`crate::hedge`]; retries ask every alive replica): fill a buffer, read its lock word, CAS
+//! this writer's metadata word to the guessed tuple `T|GUESSED`, read every writer's word. If
+//! nothing above `T` was read, the guess was fresh: done in 1 RTT; in the background the word
+//! is flipped to `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the
+//! clock resyncs above what it saw and the writer **always** races readers for `T` — however
+//! few replies showed `T` as a maximum: a reader may have read `T` on other nodes, or on these
+//! before the newer tuple landed, and returned it (the writer's replies are no proof of the
+//! contrary). The race:
 //! 1. If fewer than a majority are known to hold a tuple above `T`, read the highest one seen,
 //!    `M` (its value), so that the lock round can write it where it is missing.
 //! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is

@@ -350,7 +350,7 @@ fn a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operat
     // W's second update T: its chain runs on B only (after the VERIFIED flip queued there); on C
     // it waits behind the flip, on P behind the first update's chain.
     lab.invoke(w, 2, update(b"W second"));
-    lab.widen(w);
+    lab.widen(w); // T's first try too, so that its chain to B exists whichever majority it picked
     assert!(lab.apply(w, b, usize::MAX).is_some(), "the VERIFIED flip of W's first update on B");
     let t_on_b = lab.apply(w, b, usize::MAX);
     assert!(t_on_b.is_some(), "T lands whole on B; its reply is slow");
