@@ -223,6 +223,19 @@ fn swarm_kv_campaign_seed_353_a_reads_later_iterations_ask_every_replica() {
     assert!(o.metrics.get("rounds_widened").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
 }
 
+/// Campaign seed 6083 (swarm-kv, once writes went to a majority first): a write's first try
+/// reached the primary and, its chain to the other node of its majority stalled, nowhere else;
+/// then the primary crashed (16 µs in). A reader had seen that tuple as its maximum on the
+/// primary, kept it (a read's maximum never goes down) and, finding its value on no node that
+/// answered, read again — 320 times, until its chains to the dead primary timed out and it
+/// suspected it. A read now starts over when no node that showed its maximum answered the
+/// round.
+#[test]
+fn swarm_kv_campaign_seed_6083_a_read_whose_maximum_sits_on_a_silent_node_starts_over() {
+    let o = campaign_seed_run(&SwarmRun::draw(6083, false, Some(Protocol::SwarmKv)));
+    assert!(o.metrics.get("read_restarts").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
+}
+
 /// Campaign seed 3233 (swarm-kv): one memory node crashed, and a client whose chains stall for
 /// up to 1.5 ms (FIFO behind each other) then suspected a second, live node — and failed 142
 /// operations as unavailable before the seed ended. A client no longer suspects a majority:

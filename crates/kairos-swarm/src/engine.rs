@@ -196,6 +196,9 @@ pub(crate) struct Op {
     /// [`crate::safe_guess`]) — and the nodes whose words showed it in the latest iteration.
     pub read_max: u64,
     pub max_from: NodeSet,
+    /// A read: rounds in a row in which no node of `max_from` answered (see
+    /// [`crate::safe_guess`]'s read rules).
+    pub max_silent: u32,
     pub iterations: u32,
     pub observed: NodeMap<Vec<u64>>,
     pub target: u64,
@@ -242,6 +245,7 @@ impl Op {
             prev_max: 0,
             read_max: 0,
             max_from: NodeSet::default(),
+            max_silent: 0,
             iterations: 0,
             observed: NodeMap::new(),
             target: 0,
@@ -284,6 +288,7 @@ impl Op {
             prev_max,
             read_max,
             max_from,
+            max_silent,
             iterations,
             observed,
             target,
@@ -301,7 +306,7 @@ impl Op {
             done,
         } = self;
         (*id, *op, *slot, *started, *rtt, *round, *stage) = (new_id, kv, None, now, 0, 0, Stage::Queued);
-        (*need, *failed, *tuple, *buf, *prev_max, *read_max, *iterations) = (0, 0, 0, None, 0, 0, 0);
+        (*need, *failed, *tuple, *buf, *prev_max, *read_max, *max_silent, *iterations) = (0, 0, 0, None, 0, 0, 0, 0);
         (*target, *value, *lock_for, *fresh, *dir_word, *dir_claims, *dir_stash) = (0, None, 0, false, 0, 0, None);
         (*round_started, *done) = (now, false);
         nodes.clear();

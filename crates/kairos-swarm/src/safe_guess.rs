@@ -514,6 +514,10 @@ fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 
 /// The value of `target` from any replied copy (in-place or buffer). A copy whose header names
 /// `target` but whose hash fails was torn by a concurrent write (counted as `torn_copies`).
+/// Rounds in a row without an answer from any node that showed a read's maximum before the
+/// read gives that maximum up and starts over (see `after_read`).
+const MAX_SILENT_ROUNDS: u32 = 2;
+
 fn find_value(c: &mut Client, op: &Op, target: u64) -> Option<Vec<u8>> {
     let max = c.cfg.layout.config.value_size as usize;
     let mut torn = 0;
@@ -553,6 +557,7 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let x = here.max(op.read_max);
     if meta::id(x) != meta::id(op.read_max) {
         op.max_from.clear();
+        op.max_silent = 0;
     }
     op.read_max = x;
     for (node, ws) in &words {
@@ -585,10 +590,17 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             return reader_lock(c, op, x, v, now, out);
         }
         // X's copy was torn, or no node that answered holds X: read again (X stays the
-        // candidate) — unless every node that showed X is now suspected (crashed): then X's
-        // value may be gone for good, and the read starts over.
+        // candidate) — unless every node that showed X is suspected, or none of them answered
+        // for `MAX_SILENT_ROUNDS` rounds in a row: X may sit only on a node that crashed (a
+        // majority-first write reaches two nodes; one can die before the round widens), and
+        // keeping X as the maximum would spin until the crash is suspected (campaign seed
+        // 6083: 320 iterations). Then the read starts over, which is safe at any time. One
+        // silent round is not enough: a holder that is only slow answers the next one, and a
+        // read that starts over then misses X (schedule of campaign seed 8350).
         c.bump("lock_value_misses");
-        if !op.max_from.iter().any(|n| c.members.is_alive(*n)) {
+        let answered = op.max_from.iter().any(|n| op.replies.contains_key(n));
+        op.max_silent = if answered { 0 } else { op.max_silent + 1 };
+        if op.max_silent >= MAX_SILENT_ROUNDS || !op.max_from.iter().any(|n| c.members.is_alive(*n)) {
             restart_read(c, op);
         }
         return read_round(c, op, now, out);
@@ -609,6 +621,7 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 /// rests only on what the read saw since it last started).
 fn restart_read(c: &mut Client, op: &mut Op) {
     c.bump("read_restarts");
+    op.max_silent = 0;
     op.read_max = 0;
     op.max_from.clear();
     op.prev_max = 0;
