@@ -61,8 +61,10 @@
 //!    take 1 RTT. Lost → the words read back are the next iteration (`X` stays a candidate
 //!    unless its writer holds the lock somewhere: then the writer is moving above `X`). The
 //!    lock round needs `X`'s value from a node that answered; if none of the nodes that showed
-//!    `X` is alive any more, `X`'s value may be lost for good and the read starts over (safe:
-//!    every rule rests only on what the read saw since it started).
+//!    `X` is alive any more, or none of them answered for two rounds in a row (a crash not yet
+//!    suspected: a majority-first write can leave `X` on one node), `X`'s value may be lost for
+//!    good and the read starts over (safe: every rule rests only on what the read saw since it
+//!    started).
 //! c. the maximum was once `x0`, an *earlier* operation of `X`'s writer (lower tuple, another
 //!    buffer — a rewrite keeps its buffer) → `x0`'s operation completed before `X`'s began,
 //!    both within the read: return `x0`. This needs the maximum to be monotone: with a
