@@ -223,19 +223,6 @@ fn swarm_kv_campaign_seed_353_a_reads_later_iterations_ask_every_replica() {
     assert!(o.metrics.get("rounds_widened").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
 }
 
-/// Campaign seed 6083 (swarm-kv, once writes went to a majority first): a write's first try
-/// reached the primary and, its chain to the other node of its majority stalled, nowhere else;
-/// then the primary crashed (16 µs in). A reader had seen that tuple as its maximum on the
-/// primary, kept it (a read's maximum never goes down) and, finding its value on no node that
-/// answered, read again — 320 times, until its chains to the dead primary timed out and it
-/// suspected it. A read now starts over when no node that showed its maximum answered the
-/// round.
-#[test]
-fn swarm_kv_campaign_seed_6083_a_read_whose_maximum_sits_on_a_silent_node_starts_over() {
-    let o = campaign_seed_run(&SwarmRun::draw(6083, false, Some(Protocol::SwarmKv)));
-    assert!(o.metrics.get("read_restarts").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
-}
-
 /// Campaign seed 3233 (swarm-kv): one memory node crashed, and a client whose chains stall for
 /// up to 1.5 ms (FIFO behind each other) then suspected a second, live node — and failed 142
 /// operations as unavailable before the seed ended. A client no longer suspects a majority:
@@ -253,18 +240,14 @@ fn swarm_kv_campaign_seed_3233_a_client_never_suspects_a_majority() {
 /// out. A help round that had to retry a claim kept its replies as a create does, and once the
 /// entry was in, went on as a create: a get then ran the stale writer's lock race, round after
 /// round (33,519 of them in seed 9574). A help round now goes on as the lookup it is, and asks
-/// every live node that lacks the entry, so that one slow node does not hold it. Since writes
-/// go to a majority first, those two seeds no longer take the help path; seeds 7, 37, 44 and
-/// 68 do (found by scanning the campaign), so the path stays exercised.
+/// every live node that lacks the entry, so that one slow node does not hold it.
 #[test]
 fn swarm_kv_campaign_seeds_1331_and_9574_a_lookups_help_goes_on_as_a_lookup() {
-    let mut helped = Vec::new();
-    for seed in [1331, 9574, 7, 37, 44, 68] {
+    for seed in [1331, 9574] {
         let run = SwarmRun::draw(seed, false, Some(Protocol::SwarmKv));
         let o = campaign_seed_run(&run);
-        helped.push((seed, o.metrics.get("directory_entries_helped").copied().unwrap_or(0)));
+        assert!(o.metrics.get("directory_entries_helped").copied().unwrap_or(0) > 0, "seed {seed}: {:?}", o.metrics);
     }
-    assert!(helped.iter().filter(|(_, n)| *n > 0).count() >= 3, "help rounds per seed: {helped:?}");
 }
 
 /// Campaign seed 911 (dm-abd, once campaigns created keys): the owner's insert of a fresh key

@@ -16,9 +16,14 @@ use kairos_core::LocalTime;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
-    let chains = c.meta_read_chains(slot, matches!(op.op, KvOp::Get { .. }));
+    let get = matches!(op.op, KvOp::Get { .. });
+    let chains = c.meta_read_chains(slot, get);
     let need = c.majority();
-    c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
+    if get {
+        c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
+    } else {
+        c.send_round(op, Stage::AbdRead, chains, need, now, out);
+    }
 }
 
 fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
@@ -120,9 +125,7 @@ fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         chains.push((node, verbs, shape));
     }
     let need = c.majority();
-    // Majority-first like DM-ABD's other rounds (see `crate::hedge`): the write-back is
-    // complete once a majority holds the tuple.
-    c.send_round_majority_first(op, Stage::AbdBack, chains, need, now, out);
+    c.send_round(op, Stage::AbdBack, chains, need, now, out);
 }
 
 fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
@@ -144,7 +147,7 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), ..Shape::default() }));
     }
     let need = c.majority();
-    c.send_round_majority_first(op, Stage::AbdWrite, chains, need, now, out);
+    c.send_round(op, Stage::AbdWrite, chains, need, now, out);
 }
 
 fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {

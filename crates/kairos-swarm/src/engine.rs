@@ -196,9 +196,6 @@ pub(crate) struct Op {
     /// [`crate::safe_guess`]) — and the nodes whose words showed it in the latest iteration.
     pub read_max: u64,
     pub max_from: NodeSet,
-    /// A read: rounds in a row in which no node of `max_from` answered (see
-    /// [`crate::safe_guess`]'s read rules).
-    pub max_silent: u32,
     pub iterations: u32,
     pub observed: NodeMap<Vec<u64>>,
     pub target: u64,
@@ -245,7 +242,6 @@ impl Op {
             prev_max: 0,
             read_max: 0,
             max_from: NodeSet::default(),
-            max_silent: 0,
             iterations: 0,
             observed: NodeMap::new(),
             target: 0,
@@ -288,7 +284,6 @@ impl Op {
             prev_max,
             read_max,
             max_from,
-            max_silent,
             iterations,
             observed,
             target,
@@ -306,7 +301,7 @@ impl Op {
             done,
         } = self;
         (*id, *op, *slot, *started, *rtt, *round, *stage) = (new_id, kv, None, now, 0, 0, Stage::Queued);
-        (*need, *failed, *tuple, *buf, *prev_max, *read_max, *max_silent, *iterations) = (0, 0, 0, None, 0, 0, 0, 0);
+        (*need, *failed, *tuple, *buf, *prev_max, *read_max, *iterations) = (0, 0, 0, None, 0, 0, 0);
         (*target, *value, *lock_for, *fresh, *dir_word, *dir_claims, *dir_stash) = (0, None, 0, false, 0, 0, None);
         (*round_started, *done) = (now, false);
         nodes.clear();
@@ -591,10 +586,10 @@ impl Client {
         }
     }
 
-    /// Like [`Client::send_round`], but to a majority first (a read, or a write's first try):
-    /// the chain that reads the in-place copy (the primary's) and the next ones, rotated by slot
-    /// so that every client picks the same majority for a key and the other replicas share the
-    /// load; the rest wait in `op.spare` until the round widens (see [`crate::hedge`]).
+    /// Like [`Client::send_round`] for a read round, but to a majority first: the chain that
+    /// reads the in-place copy (the primary's) and the next ones, rotated by slot so that the
+    /// other replicas share the load; the rest wait in `op.spare` until the round widens (see
+    /// [`crate::hedge`]).
     pub(crate) fn send_round_majority_first(
         &mut self,
         op: &mut Op,
@@ -1164,7 +1159,7 @@ impl KvClient for Client {
     }
 
     fn tick_interval(&self) -> Duration {
-        // Majority-first rounds (SWARM-KV, DM-ABD) widen within a few round trips.
+        // Majority-first reads (SWARM-KV, DM-ABD) widen within a few round trips.
         match self.cfg.protocol {
             Protocol::SwarmKv | Protocol::DmAbd => self.widen_after(),
             Protocol::Raw | Protocol::Fusee => self.cfg.chain_timeout / 4,

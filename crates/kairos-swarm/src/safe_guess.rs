@@ -14,16 +14,14 @@
 //! majority. Nobody needs the writer's help to lock: a reader can lock `X` on a node the
 //! writer's chain never reached.
 //!
-//! **Write** (update, insert of a known key, delete). One round trip to a majority of the alive
-//! replicas (the first try goes to a majority first and widens when one is slow, see
-//! [`crate::hedge`]; retries ask every alive replica): fill a buffer, read its lock word, CAS
-//! this writer's metadata word to the guessed tuple `T|GUESSED`, read every writer's word. If
-//! nothing above `T` was read, the guess was fresh: done in 1 RTT; in the background the word
-//! is flipped to `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the
-//! clock resyncs above what it saw and the writer **always** races readers for `T` — however
-//! few replies showed `T` as a maximum: a reader may have read `T` on other nodes, or on these
-//! before the newer tuple landed, and returned it (the writer's replies are no proof of the
-//! contrary). The race:
+//! **Write** (update, insert of a known key, delete). One round trip to every alive replica
+//! (the op waits for a majority): fill a buffer, read its lock word, CAS this writer's metadata
+//! word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing above `T` was
+//! read, the guess was fresh: done in 1 RTT; in the background the word is flipped to
+//! `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs above
+//! what it saw and the writer **always** races readers for `T` — however few replies showed `T`
+//! as a maximum: a reader may have read `T` on other nodes, or on these before the newer tuple
+//! landed, and returned it (the writer's replies are no proof of the contrary). The race:
 //! 1. If fewer than a majority are known to hold a tuple above `T`, read the highest one seen,
 //!    `M` (its value), so that the lock round can write it where it is missing.
 //! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is
@@ -61,10 +59,8 @@
 //!    take 1 RTT. Lost → the words read back are the next iteration (`X` stays a candidate
 //!    unless its writer holds the lock somewhere: then the writer is moving above `X`). The
 //!    lock round needs `X`'s value from a node that answered; if none of the nodes that showed
-//!    `X` is alive any more, or none of them answered for two rounds in a row (a crash not yet
-//!    suspected: a majority-first write can leave `X` on one node), `X`'s value may be lost for
-//!    good and the read starts over (safe: every rule rests only on what the read saw since it
-//!    started).
+//!    `X` is alive any more, `X`'s value may be lost for good and the read starts over (safe:
+//!    every rule rests only on what the read saw since it started).
 //! c. the maximum was once `x0`, an *earlier* operation of `X`'s writer (lower tuple, another
 //!    buffer — a rewrite keeps its buffer) → `x0`'s operation completed before `X`'s began,
 //!    both within the read: return `x0`. This needs the maximum to be monotone: with a
@@ -155,16 +151,7 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         })
         .collect();
     let need = c.majority();
-    if op.rtt == 0 {
-        // The first try of a write that began with it (not an insert after its lookup) goes to
-        // a majority first, as reads do (see `crate::hedge`): a write is complete once a
-        // majority holds its tuple, whichever majority.
-        c.send_round_majority_first(op, Stage::Write, chains, need, now, out);
-    } else {
-        // A retry or a rewrite (contention) asks every replica: one failed CAS — a reader
-        // wrote this writer's tuple back there — must not cost another round.
-        c.send_round(op, Stage::Write, chains, need, now, out);
-    }
+    c.send_round(op, Stage::Write, chains, need, now, out);
 }
 
 /// A new key's directory entry and first value went out together: if another client's slot
@@ -474,9 +461,7 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     // FIFO per (client, node): this chain runs after the write's own chain on every node, so
     // the word it expects is the guessed tuple even where the write's reply is not in yet.
     let expected = op.tuple & !meta::VERIFIED;
-    // The nodes the last round wrote (a replica it did not reach has no T to verify); the
-    // primary also gets the in-place copy.
-    for node in c.alive_replicas(slot).into_iter().filter(|n| op.nodes.contains(n) || Some(*n) == primary) {
+    for node in c.alive_replicas(slot) {
         let l = &c.cfg.layout;
         let mut verbs = vec![Verb::Cas { addr: l.meta_word(slot, c.cfg.writer), expected, new: verified }];
         if Some(node) == primary {
@@ -516,10 +501,6 @@ fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 
 /// The value of `target` from any replied copy (in-place or buffer). A copy whose header names
 /// `target` but whose hash fails was torn by a concurrent write (counted as `torn_copies`).
-/// Rounds in a row without an answer from any node that showed a read's maximum before the
-/// read gives that maximum up and starts over (see `after_read`).
-const MAX_SILENT_ROUNDS: u32 = 2;
-
 fn find_value(c: &mut Client, op: &Op, target: u64) -> Option<Vec<u8>> {
     let max = c.cfg.layout.config.value_size as usize;
     let mut torn = 0;
@@ -559,7 +540,6 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let x = here.max(op.read_max);
     if meta::id(x) != meta::id(op.read_max) {
         op.max_from.clear();
-        op.max_silent = 0;
     }
     op.read_max = x;
     for (node, ws) in &words {
@@ -592,17 +572,10 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             return reader_lock(c, op, x, v, now, out);
         }
         // X's copy was torn, or no node that answered holds X: read again (X stays the
-        // candidate) — unless every node that showed X is suspected, or none of them answered
-        // for `MAX_SILENT_ROUNDS` rounds in a row: X may sit only on a node that crashed (a
-        // majority-first write reaches two nodes; one can die before the round widens), and
-        // keeping X as the maximum would spin until the crash is suspected (campaign seed
-        // 6083: 320 iterations). Then the read starts over, which is safe at any time. One
-        // silent round is not enough: a holder that is only slow answers the next one, and a
-        // read that starts over then misses X (schedule of campaign seed 8350).
+        // candidate) — unless every node that showed X is now suspected (crashed): then X's
+        // value may be gone for good, and the read starts over.
         c.bump("lock_value_misses");
-        let answered = op.max_from.iter().any(|n| op.replies.contains_key(n));
-        op.max_silent = if answered { 0 } else { op.max_silent + 1 };
-        if op.max_silent >= MAX_SILENT_ROUNDS || !op.max_from.iter().any(|n| c.members.is_alive(*n)) {
+        if !op.max_from.iter().any(|n| c.members.is_alive(*n)) {
             restart_read(c, op);
         }
         return read_round(c, op, now, out);
@@ -623,7 +596,6 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 /// rests only on what the read saw since it last started).
 fn restart_read(c: &mut Client, op: &mut Op) {
     c.bump("read_restarts");
-    op.max_silent = 0;
     op.read_max = 0;
     op.max_from.clear();
     op.prev_max = 0;
