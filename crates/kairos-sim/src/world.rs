@@ -235,9 +235,8 @@ impl<M: Message> Sim<M> {
         id
     }
 
-    /// Schedules a fault (or repair) at true time `at` (not before now).
-    /// Schedules `fault` at `at` (a [`Fault::Replay`] starts keeping sent messages now, if
-    /// nothing did: `REPLAY_BUFFER_DEFAULT` of them).
+    /// Schedules `fault` (or a repair) at true time `at` (not before now). A [`Fault::Replay`]
+    /// starts keeping sent messages now, if nothing did: `REPLAY_BUFFER_DEFAULT` of them.
     pub fn schedule(&mut self, at: SimTime, fault: Fault) {
         if matches!(fault, Fault::Replay(_)) && self.replay.is_none() {
             self.keep_sent_for_replay(REPLAY_BUFFER_DEFAULT);
