@@ -6,7 +6,8 @@
 //! delay (OWD) to the farthest member of the shard's *closest* super quorum, plus the margin Δ
 //! and the configured shift (saturating at 0); zero with `zero_headroom`. OWDs come from the
 //! replies (`owd_ns`, measured by the servers): per (shard, replica) a window of the samples
-//! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank),
+//! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank,
+//! rounded up to 10 µs: [`crate::owd_window`]),
 //! capped at `owd_cap`; with no sample in the window, the configured initial bound.
 //!
 //! **Per-transaction quorum choice** (`quorum_choice`, beyond the paper; needs the one-way
@@ -91,6 +92,7 @@ use thiserror::Error;
 
 use crate::msg::{Key, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId};
 use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
+use crate::owd_window::OwdWindow;
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::ProcessSlots;
 use kairos_workload::{
@@ -189,9 +191,6 @@ impl Timer for CoordinatorTimer {
     }
 }
 
-/// Samples kept per (shard, replica) window at most (oldest dropped first).
-const OWD_SAMPLES_MAX: usize = 65_536;
-
 /// How a finished transaction turned out, for the front end that submitted it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completion {
@@ -213,103 +212,6 @@ pub fn ops_invocation(ops: &[Op]) -> Vec<MicroOp> {
         }
     }
     out
-}
-
-/// A time-ordered window of OWD samples with an order-statistic split: `lower` holds the
-/// `rank` smallest samples (rank = nearest rank of the percentile), `upper` the rest, so the
-/// estimate is `lower`'s maximum and every update costs O(log n).
-#[derive(Clone, Debug, Default)]
-struct OwdWindow {
-    samples: VecDeque<(LocalTime, u64)>,
-    lower: BTreeMap<u64, u32>,
-    lower_len: usize,
-    upper: BTreeMap<u64, u32>,
-}
-
-fn multiset_add(m: &mut BTreeMap<u64, u32>, v: u64) {
-    *m.entry(v).or_insert(0) += 1;
-}
-
-fn multiset_remove(m: &mut BTreeMap<u64, u32>, v: u64) -> bool {
-    match m.get_mut(&v) {
-        Some(c) if *c > 1 => {
-            *c -= 1;
-            true
-        }
-        Some(_) => {
-            m.remove(&v);
-            true
-        }
-        None => false,
-    }
-}
-
-impl OwdWindow {
-    fn push(&mut self, at: LocalTime, v: u64, p: f64) {
-        if self.samples.len() >= OWD_SAMPLES_MAX {
-            if let Some((_, old)) = self.samples.pop_front() {
-                self.remove(old);
-            }
-        }
-        self.samples.push_back((at, v));
-        match self.lower.last_key_value() {
-            Some((&max, _)) if v > max => multiset_add(&mut self.upper, v),
-            _ => {
-                multiset_add(&mut self.lower, v);
-                self.lower_len += 1;
-            }
-        }
-        self.rebalance(p);
-    }
-
-    fn remove(&mut self, v: u64) {
-        let in_lower = matches!(self.lower.last_key_value(), Some((&max, _)) if v <= max);
-        if in_lower {
-            if multiset_remove(&mut self.lower, v) {
-                self.lower_len -= 1;
-            }
-        } else {
-            multiset_remove(&mut self.upper, v);
-        }
-    }
-
-    /// Drops samples that arrived more than `window` before `now`.
-    fn expire(&mut self, now: LocalTime, window: Duration, p: f64) {
-        let oldest = now.saturating_sub(window);
-        let mut changed = false;
-        while let Some(&(at, v)) = self.samples.front() {
-            if at >= oldest {
-                break;
-            }
-            self.samples.pop_front();
-            self.remove(v);
-            changed = true;
-        }
-        if changed {
-            self.rebalance(p);
-        }
-    }
-
-    fn rebalance(&mut self, p: f64) {
-        let n = self.samples.len();
-        let rank = if n == 0 { 0 } else { ((p * n as f64).ceil() as usize).clamp(1, n) };
-        while self.lower_len > rank {
-            let Some((&v, _)) = self.lower.last_key_value() else { break };
-            multiset_remove(&mut self.lower, v);
-            self.lower_len -= 1;
-            multiset_add(&mut self.upper, v);
-        }
-        while self.lower_len < rank {
-            let Some((&v, _)) = self.upper.first_key_value() else { break };
-            multiset_remove(&mut self.upper, v);
-            multiset_add(&mut self.lower, v);
-            self.lower_len += 1;
-        }
-    }
-
-    fn estimate(&self) -> Option<u64> {
-        self.lower.last_key_value().map(|(v, _)| *v)
-    }
 }
 
 /// A replica's latest fast reply, with the leader's result (none for followers).
@@ -382,7 +284,7 @@ impl Coordinator {
         region_owd_initial: Vec<Vec<Duration>>,
         process_id: u64,
     ) -> Self {
-        let owd = topology.shards.iter().map(|rs| vec![OwdWindow::default(); rs.len()]).collect();
+        let owd = topology.shards.iter().map(|rs| vec![OwdWindow::new(config.owd_cap); rs.len()]).collect();
         let p = config.owd_percentile;
         let owd_percentile = if p.is_nan() { 0.5 } else { p.clamp(0.0, 1.0) };
         let admission = AdmissionLimit::new(config.inflight_max, config.admission_control);
@@ -444,8 +346,8 @@ impl Coordinator {
     pub fn owd_estimate(&mut self, now: LocalTime, shard: ShardId, replica: u32) -> Option<Duration> {
         let (window, p, cap) = (self.config.owd_window, self.owd_percentile, self.config.owd_cap);
         let w = self.owd.get_mut(shard as usize)?.get_mut(replica as usize)?;
-        w.expire(now, window, p);
-        let est = match w.estimate() {
+        w.expire(now, window);
+        let est = match w.estimate(p) {
             Some(ns) => Duration::from_nanos(ns),
             None => self.owd_initial.get(shard as usize).and_then(|r| r.get(replica as usize)).copied().unwrap_or(cap),
         };
@@ -671,10 +573,10 @@ impl Coordinator {
             return self.ignore(ctx);
         }
         if kind == ReplyKind::Fast && owd_ns > 0 {
-            let (now, window, p) = (ctx.now(), self.config.owd_window, self.owd_percentile);
+            let (now, window) = (ctx.now(), self.config.owd_window);
             if let Some(w) = self.owd.get_mut(shard as usize).and_then(|rs| rs.get_mut(replica as usize)) {
-                w.expire(now, window, p);
-                w.push(now, owd_ns, p);
+                w.expire(now, window);
+                w.push(now, owd_ns);
             }
         }
         let is_leader = self.topology.leader.get(shard as usize) == Some(&replica);
@@ -1202,32 +1104,6 @@ mod tests {
         assert_eq!(h.c.owd_estimate(h.now, 0, 2), Some(ms(50)));
         assert_eq!(h.c.owd_estimate(h.now, 0, 3), None);
         assert_eq!(h.c.owd_estimate(h.now, 9, 0), None);
-    }
-
-    #[test]
-    fn owd_window_matches_a_sorted_reference() {
-        let mut w = OwdWindow::default();
-        let mut rng = Rng::seed_from_u64(3);
-        let mut all: Vec<(LocalTime, u64)> = Vec::new();
-        for p in [0.0, 0.5, 0.9, 1.0] {
-            for i in 0..400u64 {
-                let now = LocalTime::from_millis(i * 10);
-                let v = rand::Rng::random_range(&mut rng, 0..50u64);
-                w.expire(now, Duration::from_millis(1000), p);
-                w.push(now, v, p);
-                all.push((now, v));
-                let mut live: Vec<u64> = all
-                    .iter()
-                    .filter(|(t, _)| *t >= now.saturating_sub(Duration::from_millis(1000)))
-                    .map(|x| x.1)
-                    .collect();
-                live.sort_unstable();
-                let rank = ((p * live.len() as f64).ceil() as usize).clamp(1, live.len());
-                assert_eq!(w.estimate(), Some(live[rank - 1]), "p {p} step {i}");
-            }
-            w = OwdWindow::default();
-            all.clear();
-        }
     }
 
     #[test]

@@ -120,6 +120,7 @@ pub mod coordinator;
 pub mod cow_map;
 pub mod msg;
 pub mod ops;
+mod owd_window;
 mod release_queue;
 pub mod server;
 pub mod topology;
