@@ -83,6 +83,7 @@
 //! `tiga.ignored_replies` (garbage, stale or late replies).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kairos_core::{
@@ -232,7 +233,7 @@ struct ReplicaReplies {
 struct Pending {
     ops: Vec<Op>,
     /// One piece per involved shard, by shard id.
-    pieces: Vec<Piece>,
+    pieces: Vec<Arc<Piece>>,
     slot: u64,
     invoked_at: LocalTime,
     sends: u32,
@@ -462,7 +463,7 @@ impl Coordinator {
     }
 
     /// Validates a transaction and splits it into pieces, changing nothing.
-    fn plan(&self, me: NodeId, ops: &[Op], tpcc: &Pieces) -> Result<(TxnId, Vec<Piece>), TxnError> {
+    fn plan(&self, me: NodeId, ops: &[Op], tpcc: &Pieces) -> Result<(TxnId, Vec<Arc<Piece>>), TxnError> {
         if ops.is_empty() {
             return Err(TxnError::NoKeys);
         }
@@ -511,7 +512,9 @@ impl Coordinator {
         let pieces = by_shard
             .into_iter()
             .map(|(shard, ops)| {
-                Piece::new(txn, shard, shards.clone(), ops).with_txn_ops(txn_ops.clone()).with_tpcc(tpcc.clone())
+                Arc::new(
+                    Piece::new(txn, shard, shards.clone(), ops).with_txn_ops(txn_ops.clone()).with_tpcc(tpcc.clone()),
+                )
             })
             .collect();
         Ok((txn, pieces))
@@ -555,7 +558,10 @@ impl Coordinator {
         for piece in &p.pieces {
             let replicas = self.topology.shards.get(piece.shard as usize).map_or(&[][..], Vec::as_slice);
             for &node in replicas {
-                ctx.send(node, TigaMsg::Submit(Submit { view: self.view, piece: piece.clone(), ts, send_time: now }));
+                ctx.send(
+                    node,
+                    TigaMsg::Submit(Submit { view: self.view, piece: Arc::clone(piece), ts, send_time: now }),
+                );
             }
         }
         ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
@@ -983,7 +989,7 @@ mod tests {
             .iter()
             .filter_map(|e| match e {
                 Effect::Send { to, msg: TigaMsg::Submit(Submit { piece, ts, send_time, .. }) } => {
-                    Some((*to, piece.clone(), *ts, *send_time))
+                    Some((*to, Piece::clone(piece), *ts, *send_time))
                 }
                 _ => None,
             })

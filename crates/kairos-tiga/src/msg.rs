@@ -129,7 +129,8 @@ pub enum ReplyKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Submit {
     pub view: u64,
-    pub piece: Piece,
+    /// Shared by the submits to every replica of the shard (on the wire, the piece itself).
+    pub piece: Arc<Piece>,
     pub ts: Ts,
     /// The coordinator's clock when it sent the submit (one-way delay samples).
     pub send_time: LocalTime,

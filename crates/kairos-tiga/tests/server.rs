@@ -52,7 +52,10 @@ fn piece(seq: u32, shards: &[ShardId], keys: &[u64]) -> Piece {
 /// Submits `piece` with a timestamp `after` from now.
 fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Effect<TigaMsg>> {
     let now = h.now();
-    h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 0, piece, ts: Ts::at(now + after), send_time: now }))
+    h.deliver(
+        COORDINATOR,
+        TigaMsg::Submit(Submit { view: 0, piece: piece.into(), ts: Ts::at(now + after), send_time: now }),
+    )
 }
 
 /// A reply to the coordinator: (transaction's sequence number, kind, timestamp, the versions
@@ -107,7 +110,10 @@ fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
         let now = h.now();
         assert!(Ts::at(now) > released);
         let ts = Ts::from_nanos(released.as_nanos() - 1);
-        h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 0, piece: piece(2, &[0], &[6]), ts, send_time: now }));
+        h.deliver(
+            COORDINATOR,
+            TigaMsg::Submit(Submit { view: 0, piece: piece(2, &[0], &[6]).into(), ts, send_time: now }),
+        );
     }
     let bumped = replies(&leader.advance(Duration::from_millis(1)));
     assert_eq!(bumped.len(), 1, "the leader bumps and releases it: {bumped:?}");
@@ -372,7 +378,7 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     // The coordinator resends transaction 1 in view 1.
     let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + Duration::from_millis(5), h.now());
-    let resend = h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 1, piece, ts, send_time }));
+    let resend = h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 1, piece: piece.into(), ts, send_time }));
     assert_eq!(
         replies(&resend),
         vec![(1, ReplyKind::Slow, now + Duration::from_nanos(1), None)],

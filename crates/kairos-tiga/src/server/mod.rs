@@ -749,7 +749,7 @@ impl Server {
         if status == Status::Queued {
             self.pq.insert((ts, txn));
         }
-        self.txns.insert(txn, Txn::new(Arc::new(piece), ts, status, owd_ns));
+        self.txns.insert(txn, Txn::new(piece, ts, status, owd_ns));
         if self.is_leader() && self.txns[&txn].piece.shards.len() > 1 {
             // This leader's timestamp for the transaction is settled now: announce it at once,
             // so that no other leader ever waits on a lock for it (announcing at release could
