@@ -238,10 +238,26 @@ struct Pending {
     invoked_at: LocalTime,
     sends: u32,
     invoke: Vec<MicroOp>,
-    replies: BTreeMap<(ShardId, u32), ReplicaReplies>,
-    first_leader_ts: BTreeMap<ShardId, Ts>,
+    /// Each replica's latest replies: `width` entries per piece, in `pieces`' order, by
+    /// replica index.
+    replies: Vec<ReplicaReplies>,
+    width: usize,
+    /// Each piece's leader's first fast-reply timestamp (to count revised timestamps).
+    first_leader_ts: Vec<Option<Ts>>,
     /// The transaction's type, for per-type statistics (TPC-C).
     kind: Option<u8>,
+}
+
+impl Pending {
+    /// The replies of the replicas of the `i`th piece's shard.
+    fn replies_of(&self, i: usize) -> &[ReplicaReplies] {
+        self.replies.get(i * self.width..(i + 1) * self.width).unwrap_or(&[])
+    }
+
+    /// The latest fast reply of the leader `leader` of the `i`th piece's shard.
+    fn leader_fast(&self, i: usize, leader: Option<&u32>) -> Option<&Fast> {
+        self.replies_of(i).get(*leader? as usize)?.fast.as_ref()
+    }
 }
 
 /// The coordinator role (see the module docs).
@@ -434,15 +450,17 @@ impl Coordinator {
                 self.next_seq += 1;
                 let invoke = ops_invocation(&ops);
                 ctx.record(HistoryEvent::new(OpType::Invoke, self.process_id_base + slot, "txn", invoke.clone()));
+                let width = self.topology.shards.iter().map(Vec::len).max().unwrap_or(0);
                 let p = Pending {
+                    replies: vec![ReplicaReplies::default(); pieces.len() * width],
+                    width,
+                    first_leader_ts: vec![None; pieces.len()],
                     ops,
                     pieces,
                     slot,
                     invoked_at: ctx.now(),
                     sends: 0,
                     invoke,
-                    replies: BTreeMap::new(),
-                    first_leader_ts: BTreeMap::new(),
                     kind,
                 };
                 self.pending.insert(txn, p);
@@ -535,8 +553,8 @@ impl Coordinator {
         for txn in inflight {
             if let Some(p) = self.pending.get_mut(&txn) {
                 if !self.config.unsafe_accept_old_view_replies {
-                    p.replies.clear();
-                    p.first_leader_ts.clear();
+                    p.replies.fill(ReplicaReplies::default());
+                    p.first_leader_ts.fill(None);
                 }
                 p.sends = p.sends.saturating_sub(1);
             }
@@ -587,8 +605,9 @@ impl Coordinator {
         }
         let is_leader = self.topology.leader.get(shard as usize) == Some(&replica);
         let Some(p) = self.pending.get_mut(&txn) else { return self.ignore(ctx) };
-        let Some(piece) = p.pieces.iter().find(|pc| pc.shard == shard) else { return self.ignore(ctx) };
-        let r = p.replies.entry((shard, replica)).or_default();
+        let Some(i) = p.pieces.iter().position(|pc| pc.shard == shard) else { return self.ignore(ctx) };
+        let piece = &p.pieces[i];
+        let Some(r) = p.replies.get_mut(i * p.width + replica as usize) else { return self.ignore(ctx) };
         match kind {
             ReplyKind::Fast => {
                 if r.fast.as_ref().is_some_and(|f| f.ts > ts) {
@@ -608,7 +627,7 @@ impl Coordinator {
                 };
                 r.fast = Some(Fast { ts, hash, result });
                 if is_leader {
-                    p.first_leader_ts.entry(shard).or_insert(ts);
+                    p.first_leader_ts[i].get_or_insert(ts);
                 }
             }
             ReplyKind::Slow => {
@@ -644,7 +663,7 @@ impl Coordinator {
             self.stats.committed_slow += 1;
             ctx.metric("tiga.committed_slow", 1);
         }
-        let mut firsts = p.first_leader_ts.values();
+        let mut firsts = p.first_leader_ts.iter().flatten();
         let first = firsts.next();
         if firsts.any(|t| Some(t) != first) {
             self.stats.ts_revised += 1;
@@ -664,17 +683,21 @@ impl Coordinator {
     /// A committed transaction's history micro-ops (see the module docs) and its outputs in
     /// transaction order, from the leaders' results.
     fn completion(&self, p: &Pending) -> (Vec<MicroOp>, Vec<OpOutput>) {
-        let result = |shard: ShardId| -> Option<&PieceResult> {
-            let leader = *self.topology.leader.get(shard as usize)?;
-            p.replies.get(&(shard, leader))?.fast.as_ref()?.result.as_ref()
+        let result = |i: usize| -> Option<&PieceResult> {
+            p.leader_fast(i, self.topology.leader.get(p.pieces.get(i)?.shard as usize))?.result.as_ref()
         };
-        let piece_of = |key: &[u8]| p.pieces.iter().find(|pc| self.config.shard_of(&self.topology, key) == pc.shard);
+        let piece_of = |key: &[u8]| {
+            let shard = self.config.shard_of(&self.topology, key);
+            p.pieces.iter().position(|pc| pc.shard == shard)
+        };
+        // Each piece's distinct keys, in the order its result's versions follow.
+        let piece_keys: Vec<_> = p.pieces.iter().map(|pc| distinct_keys(&pc.ops)).collect();
         let mut history = Vec::new();
         for (k, read, written) in distinct_keys(&p.ops) {
             let version = piece_of(k)
-                .and_then(|pc| {
-                    let i = distinct_keys(&pc.ops).iter().position(|d| d.0 == k)?;
-                    result(pc.shard)?.versions.get(i).copied()
+                .and_then(|i| {
+                    let at = piece_keys[i].iter().position(|d| d.0 == k)?;
+                    result(i)?.versions.get(at).copied()
                 })
                 .unwrap_or(0);
             let key = history_key(k);
@@ -687,15 +710,14 @@ impl Coordinator {
         }
         // Each piece's outputs are in its operations' order, which is the transaction's order
         // restricted to that shard.
-        let mut next: BTreeMap<ShardId, usize> = BTreeMap::new();
+        let mut next = vec![0usize; p.pieces.len()];
         let outputs = p
             .ops
             .iter()
             .map(|op| {
-                let shard = self.config.shard_of(&self.topology, &op.key);
-                let i = next.entry(shard).or_insert(0);
-                let out = result(shard).and_then(|r| r.outputs.get(*i).cloned()).unwrap_or(OpOutput::Nil);
-                *i += 1;
+                let Some(i) = piece_of(&op.key) else { return OpOutput::Nil };
+                let out = result(i).and_then(|r| r.outputs.get(next[i]).cloned()).unwrap_or(OpOutput::Nil);
+                next[i] += 1;
                 out
             })
             .collect();
@@ -704,22 +726,21 @@ impl Coordinator {
 
     /// `Some(every shard fast)` if `p` is committed, else `None`.
     fn committed_path(&self, p: &Pending) -> Option<bool> {
-        let leader_fast = |shard: ShardId| -> Option<&Fast> {
-            let leader = *self.topology.leader.get(shard as usize)?;
-            p.replies.get(&(shard, leader))?.fast.as_ref()
-        };
-        let t_star = p.pieces.iter().map(|pc| leader_fast(pc.shard).map(|f| f.ts)).collect::<Option<Vec<_>>>()?;
-        let t_star = t_star.into_iter().max()?;
+        let leader_fast = |i: usize| p.leader_fast(i, self.topology.leader.get(p.pieces[i].shard as usize));
+        let mut t_star = None;
+        for i in 0..p.pieces.len() {
+            t_star = t_star.max(Some(leader_fast(i)?.ts));
+        }
+        let t_star = t_star?;
         let (sq, f) = (self.topology.super_quorum(), self.topology.f());
         let mut all_fast = true;
-        for pc in &p.pieces {
-            let lf = leader_fast(pc.shard)?;
+        for i in 0..p.pieces.len() {
+            let lf = leader_fast(i)?;
             if lf.ts != t_star {
                 return None;
             }
-            let replicas = p.replies.range((pc.shard, 0)..=(pc.shard, u32::MAX)).map(|(_, r)| r);
             let (mut same, mut synced) = (0, 0);
-            for r in replicas {
+            for r in p.replies_of(i) {
                 let hash_ok = |x: &Fast| x.hash == lf.hash || self.config.unsafe_ignore_log_hash;
                 same += usize::from(r.fast.as_ref().is_some_and(|x| x.ts == t_star && hash_ok(x)));
                 synced += usize::from(r.slow_ts == Some(t_star));
