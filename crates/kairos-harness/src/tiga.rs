@@ -102,6 +102,9 @@ pub struct Outcome {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoleBusy {
     pub leaders: Duration,
+    /// Pieces the leaders appended to their logs as final (one per shard a transaction
+    /// touched): what `leaders` is spent on.
+    pub leader_pieces: u64,
     pub followers: Duration,
     pub coordinators: Duration,
 }
@@ -304,8 +307,12 @@ impl Deployment {
         let mut busiest_server = (Duration::ZERO, Duration::ZERO);
         for (s, replicas) in topology.shards.iter().enumerate() {
             for (r, node) in replicas.iter().enumerate() {
-                let role = if r as u32 == topology.leader[s] { &mut busy.leaders } else { &mut busy.followers };
+                let leader = r as u32 == topology.leader[s];
+                let role = if leader { &mut busy.leaders } else { &mut busy.followers };
                 *role += sim.busy_time(*node);
+                if leader {
+                    busy.leader_pieces += sim.role::<Server>(*node).map_or(0, |s| s.stats().finalized);
+                }
                 busiest_server = busiest_server.max((sim.busy_time(*node), sim.wire_time(*node)));
             }
         }

@@ -129,7 +129,9 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         }
         print_table(d, &outcome, &r);
         if matches!(d.base.cpu, CpuModel::Measured { .. }) {
-            print_cpu(&outcome, r.committed);
+            for (key, us) in print_cpu(&outcome, r.committed) {
+                r.extra.insert(key.into(), us.into());
+            }
         }
         if d.kill_leader.is_some() {
             print_recovery(d, &outcome, &mut r, 1);
@@ -157,19 +159,25 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The measured CPU time per committed transaction, by role (what `kairos cluster bench
-/// --no-delay` measures on real processes for the same roles).
-fn print_cpu(outcome: &Outcome, committed: u64) {
+/// Prints the measured CPU time per committed transaction by role (what `kairos cluster
+/// bench --no-delay` measures on real processes for the same roles), and per piece at the
+/// leaders; returns the figures for `--json`.
+fn print_cpu(outcome: &Outcome, committed: u64) -> [(&'static str, f64); 5] {
     let per = |d: Duration| d.as_secs_f64() * 1e6 / committed.max(1) as f64;
     let b = &outcome.busy;
+    let figures = [
+        ("leaders_cpu_us_per_txn", per(b.leaders)),
+        ("leader_cpu_us_per_piece", b.leaders.as_secs_f64() * 1e6 / b.leader_pieces.max(1) as f64),
+        ("followers_cpu_us_per_txn", per(b.followers)),
+        ("coordinators_cpu_us_per_txn", per(b.coordinators)),
+        ("all_cpu_us_per_txn", per(b.leaders + b.followers + b.coordinators)),
+    ];
+    let [leaders, piece, followers, coordinators, all] = figures.map(|(_, us)| us);
     println!(
-        "measured CPU per committed transaction: leaders {:.1} µs, followers {:.1} µs, coordinators {:.1} µs \
-         (all servers and coordinators: {:.1} µs)",
-        per(b.leaders),
-        per(b.followers),
-        per(b.coordinators),
-        per(b.leaders + b.followers + b.coordinators)
+        "measured CPU per committed transaction: leaders {leaders:.1} µs ({piece:.1} µs per piece), followers \
+         {followers:.1} µs, coordinators {coordinators:.1} µs (all servers and coordinators: {all:.1} µs)"
     );
+    figures
 }
 
 /// Runs one deployment with a progress bar and checks its history.
