@@ -210,6 +210,10 @@ pub struct RunOutcome {
     pub busiest_server: Duration,
     /// The part of `busiest_server` charged for its messages (measured-CPU model).
     pub busiest_server_wire: Duration,
+    /// The simulated CPU time of all coordinators together, and the part of it charged for
+    /// their messages.
+    pub coordinators_busy: Duration,
+    pub coordinators_wire: Duration,
     pub wall: Duration,
     /// TPC-C runs: the end-of-run checks of the servers' databases.
     pub tpcc: Option<TpccOutcome>,
@@ -420,6 +424,9 @@ impl Bench {
             .map(|n| (sim.busy_time(NodeId(n as u32)), sim.wire_time(NodeId(n as u32))))
             .max()
             .unwrap_or_default();
+        let coordinator_nodes = || (0..process_regions.len()).map(|i| NodeId((servers + i) as u32));
+        let coordinators_busy = coordinator_nodes().map(|n| sim.busy_time(n)).sum();
+        let coordinators_wire = coordinator_nodes().map(|n| sim.wire_time(n)).sum();
         let coordinators = process_regions
             .iter()
             .enumerate()
@@ -449,6 +456,8 @@ impl Bench {
             coordinators,
             busiest_server,
             busiest_server_wire,
+            coordinators_busy,
+            coordinators_wire,
             wall: started.elapsed(),
             tpcc,
             kinds,
@@ -522,6 +531,8 @@ impl Bench {
             coordinators,
             busiest_server: o.busiest_server,
             busiest_server_wire: o.busiest_server_wire,
+            coordinators_busy: o.busy.coordinators,
+            coordinators_wire: o.busy.coordinators_wire,
             wall: o.wall,
             tpcc: o.tpcc,
             kinds: o.kinds,

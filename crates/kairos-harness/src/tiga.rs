@@ -107,6 +107,8 @@ pub struct RoleBusy {
     pub leader_pieces: u64,
     pub followers: Duration,
     pub coordinators: Duration,
+    /// The part of `coordinators` charged for their messages (measured-CPU model).
+    pub coordinators_wire: Duration,
 }
 
 impl Outcome {
@@ -317,7 +319,9 @@ impl Deployment {
             }
         }
         let (busiest_server, busiest_server_wire) = busiest_server;
-        busy.coordinators = (0..process_regions.len()).map(|i| sim.busy_time(NodeId((servers + i) as u32))).sum();
+        let coordinator_nodes = || (0..process_regions.len()).map(|i| NodeId((servers + i) as u32));
+        busy.coordinators = coordinator_nodes().map(|n| sim.busy_time(n)).sum();
+        busy.coordinators_wire = coordinator_nodes().map(|n| sim.wire_time(n)).sum();
         let kinds = (0..process_regions.len())
             .filter_map(|i| sim.role::<Coordinator>(NodeId((servers + i) as u32)))
             .flat_map(|c| c.kind_samples().iter().copied())

@@ -104,6 +104,10 @@ pub struct Point {
     pub busiest_server_us_per_commit: f64,
     /// The part of it charged for the busiest server's messages (sending and receiving), µs.
     pub busiest_server_wire_us_per_commit: f64,
+    /// Simulated CPU time of all coordinators together per committed transaction, and the part
+    /// of it charged for their messages, µs.
+    pub coordinators_us_per_commit: f64,
+    pub coordinators_wire_us_per_commit: f64,
     pub verdict: Verdict,
     /// TPC-C runs: what the end-of-run checks of the databases found.
     pub tpcc: Option<TpccOutcome>,
@@ -321,6 +325,8 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         busiest_server_us_per_commit: outcome.busiest_server.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
         busiest_server_wire_us_per_commit: outcome.busiest_server_wire.as_secs_f64() * 1e6
             / totals.committed.max(1) as f64,
+        coordinators_us_per_commit: outcome.coordinators_busy.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
+        coordinators_wire_us_per_commit: outcome.coordinators_wire.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
         verdict,
         tpcc: outcome.tpcc.clone(),
         by_type: type_stats(&outcome.kinds),
@@ -845,7 +851,10 @@ pub fn print_comparison(
     }
     header.extend(["p50 ms", "p90 ms", "p50 / Tiga"].map(String::from));
     header.extend(regions.iter().map(|r| format!("{r} p50/p90 ms")));
-    header.extend(["commit rate", "msgs / commit", "busiest µs / commit (wire)", "check"].map(String::from));
+    header.extend(
+        ["commit rate", "msgs / commit", "busiest µs / commit (wire)", "coordinators µs / commit (wire)", "check"]
+            .map(String::from),
+    );
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header);
@@ -883,6 +892,7 @@ pub fn print_comparison(
         row.push(format!("{:.3}", pt.commit_rate));
         row.push(format!("{:.1}", pt.messages_per_commit));
         row.push(format!("{:.1} ({:.1})", pt.busiest_server_us_per_commit, pt.busiest_server_wire_us_per_commit));
+        row.push(format!("{:.1} ({:.1})", pt.coordinators_us_per_commit, pt.coordinators_wire_us_per_commit));
         row.push(pt.verdict.label().into());
         t.add_row(row);
     }
@@ -979,6 +989,8 @@ fn json_results(searches: &[Search], common: Vec<Point>, skew_points: &[Point]) 
             "messages_per_commit": pt.messages_per_commit,
             "busiest_server_us_per_commit": pt.busiest_server_us_per_commit,
             "busiest_server_wire_us_per_commit": pt.busiest_server_wire_us_per_commit,
+            "coordinators_us_per_commit": pt.coordinators_us_per_commit,
+            "coordinators_wire_us_per_commit": pt.coordinators_wire_us_per_commit,
             "verdict": pt.verdict.label().trim_end_matches('*'),
         })
     };
@@ -1019,6 +1031,8 @@ fn json_results(searches: &[Search], common: Vec<Point>, skew_points: &[Point]) 
             r.extra.insert("messages_per_commit".into(), pt.messages_per_commit.into());
             r.extra.insert("busiest_server_us_per_commit".into(), pt.busiest_server_us_per_commit.into());
             r.extra.insert("busiest_server_wire_us_per_commit".into(), pt.busiest_server_wire_us_per_commit.into());
+            r.extra.insert("coordinators_us_per_commit".into(), pt.coordinators_us_per_commit.into());
+            r.extra.insert("coordinators_wire_us_per_commit".into(), pt.coordinators_wire_us_per_commit.into());
             r
         })
         .collect()
