@@ -7,7 +7,7 @@
 //! and the configured shift (saturating at 0); zero with `zero_headroom`. OWDs come from the
 //! replies (`owd_ns`, measured by the servers): per (shard, replica) a window of the samples
 //! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank,
-//! rounded up to 10 µs: [`crate::owd_window`]),
+//! rounded up to 10 µs: `owd_window.rs`),
 //! capped at `owd_cap`; with no sample in the window, the configured initial bound.
 //!
 //! **Per-transaction quorum choice** (`quorum_choice`, beyond the paper; needs the one-way
