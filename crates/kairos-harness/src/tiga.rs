@@ -103,8 +103,9 @@ pub struct Outcome {
 pub struct RoleBusy {
     pub leaders: Duration,
     /// Pieces the leaders appended to their logs as final (one per shard a transaction
-    /// touched): what `leaders` is spent on.
-    pub leader_pieces: u64,
+    /// touched): what `leaders` is spent on. `None` when a view change moved a leader (the
+    /// roles are the first view's, so the figure would mix roles).
+    pub leader_pieces: Option<u64>,
     pub followers: Duration,
     pub coordinators: Duration,
     /// The part of `coordinators` charged for their messages (measured-CPU model).
@@ -305,15 +306,16 @@ impl Deployment {
             .map(|v| v.view().clone())
             .max_by_key(|v| v.number);
         let leaders = last_view.as_ref().map_or_else(|| topology.leader.clone(), |v| v.leaders.clone());
-        let mut busy = RoleBusy::default();
+        let leaders_moved = leaders != topology.leader;
+        let mut busy = RoleBusy { leader_pieces: (!leaders_moved).then_some(0), ..RoleBusy::default() };
         let mut busiest_server = (Duration::ZERO, Duration::ZERO);
         for (s, replicas) in topology.shards.iter().enumerate() {
             for (r, node) in replicas.iter().enumerate() {
                 let leader = r as u32 == topology.leader[s];
                 let role = if leader { &mut busy.leaders } else { &mut busy.followers };
                 *role += sim.busy_time(*node);
-                if leader {
-                    busy.leader_pieces += sim.role::<Server>(*node).map_or(0, |s| s.stats().finalized);
+                if let Some(pieces) = busy.leader_pieces.as_mut().filter(|_| leader) {
+                    *pieces += sim.role::<Server>(*node).map_or(0, |s| s.stats().finalized);
                 }
                 busiest_server = busiest_server.max((sim.busy_time(*node), sim.wire_time(*node)));
             }

@@ -7,7 +7,7 @@
 //! and the configured shift (saturating at 0); zero with `zero_headroom`. OWDs come from the
 //! replies (`owd_ns`, measured by the servers): per (shard, replica) a window of the samples
 //! of the last `owd_window` of local time, estimate = its `owd_percentile` (nearest rank,
-//! rounded up to 10 µs: `owd_window.rs`),
+//! rounded up to its 10 µs bucket, coarser when `owd_cap` exceeds 655 ms: `owd_window.rs`),
 //! capped at `owd_cap`; with no sample in the window, the configured initial bound.
 //!
 //! **Per-transaction quorum choice** (`quorum_choice`, beyond the paper; needs the one-way
@@ -249,7 +249,9 @@ struct Pending {
 }
 
 impl Pending {
-    /// The replies of the replicas of the `i`th piece's shard.
+    /// The replies of the replicas of the `i`th piece's shard: `width` slots, of which a shard
+    /// with fewer replicas leaves the last ones empty (no reply is ever stored there: replies
+    /// come only from the shard's replicas, and an empty slot counts toward no quorum).
     fn replies_of(&self, i: usize) -> &[ReplicaReplies] {
         self.replies.get(i * self.width..(i + 1) * self.width).unwrap_or(&[])
     }

@@ -2,13 +2,13 @@
 //! the last `owd_window` of local time from one (shard, replica), and their percentile.
 //!
 //! Samples are counted in buckets of 10 µs (coarser when the cap would need more than 65,536
-//! of them) in a Fenwick tree, so adding, expiring and the percentile each cost O(log buckets)
-//! with no allocation, and the estimate is the percentile sample **rounded up** to its bucket:
+//! of them) in a Fenwick tree, so adding or expiring a sample and the percentile each cost
+//! O(log buckets), and the estimate is the percentile sample **rounded up** to its bucket:
 //! never below the exact figure, at most one bucket above (0.01 ms against delays of
-//! milliseconds, and a margin of 10 ms on top). Samples above the cap count in the
-//! top bucket, whose value the coordinator caps anyway. An ordered multiset (two `BTreeMap`s
-//! split at the percentile) did the same exactly, and took a quarter of a coordinator's time in
-//! a profile at 40,000 txn/s; the tree is one array, allocated on the first sample.
+//! milliseconds, and a margin of 10 ms on top). Samples above the cap count in the top bucket,
+//! whose value the coordinator caps anyway. An ordered multiset (two `BTreeMap`s split at the
+//! percentile) did the same exactly, and took a quarter of a coordinator's time in a profile at
+//! 40,000 txn/s; the tree is one array, allocated once, at the first sample.
 
 use kairos_core::LocalTime;
 use std::collections::VecDeque;
