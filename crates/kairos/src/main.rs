@@ -13,14 +13,6 @@ mod report;
 mod result;
 mod stats;
 
-/// mimalloc, not glibc's malloc: every role of every protocol allocates per message, and a
-/// profile of Tiga's servers under load put 17 % of their time in malloc/free and the page
-/// faults of glibc's heap. With mimalloc the handlers' measured CPU per transaction fell by
-/// 10-15 % in `kairos bench tiga --measured-cpu` (all roles alike), the checker by a third,
-/// for 5 % more resident memory. It applies to every protocol in a run, so comparisons stay even.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use clap::Parser;
 use std::process::ExitCode;
 
