@@ -307,7 +307,7 @@ impl Server {
     /// the view starts), except the transactions of truncated entries (at-most-once: a resend
     /// of one is answered, never run again).
     fn clear_volatile(&mut self) {
-        let kept: Vec<(TxnId, super::Txn)> =
+        let kept: Vec<(TxnId, Box<super::Txn>)> =
             self.truncated.iter().filter_map(|t| self.txns.remove(&t.txn).map(|x| (t.txn, x))).collect();
         self.txns.clear();
         for (id, mut t) in kept {
