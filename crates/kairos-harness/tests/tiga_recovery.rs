@@ -4,7 +4,7 @@
 //! and catches up too, without a vote until it serves in a newer view.
 
 use kairos_check::{check, Model};
-use kairos_core::{NodeId, SimTime};
+use kairos_core::{NodeId, Process, SimTime, Stored};
 use kairos_harness::tiga::Deployment;
 use kairos_harness::TxnDeployment;
 use kairos_sim::Fault;
@@ -152,4 +152,42 @@ fn a_leader_probes_a_dead_follower_instead_of_streaming_its_log_to_it() {
     // entries against 15,502 without the fault); resending the log every 400 ms, as before
     // the probe state, sent 24,993.
     assert!(down <= alive * 11 / 10, "log entries sent: {down} with a follower down, {alive} without");
+}
+
+/// A replica journals a log entry whose piece it already journaled as released by reference,
+/// not by a second copy of the piece; a restart rebuilds the same log from those references,
+/// and a journal missing the records they name is found not whole rather than recovered short.
+#[test]
+fn log_entries_journaled_by_reference_recover_and_a_missing_target_is_not_whole() {
+    let d = Deployment {
+        base: TxnDeployment { load_txn_per_s: 600.0, duration: Duration::from_secs(1), ..Default::default() },
+        ..Deployment::default()
+    };
+    let mut world = d.build().unwrap();
+    world.sim.run_until(SimTime::from_secs(4));
+    assert!(world.sim.violation().is_none(), "{:?}", world.sim.violation());
+    let topology = world.topology.clone();
+    for node in [topology.shards[0][0], topology.shards[0][1]] {
+        let replica = topology.shards[0].iter().position(|n| *n == node).unwrap() as u32;
+        let log_len = world.sim.role::<Server>(node).unwrap().log().len();
+        let stored = world.sim.stored(node).clone();
+        // postcard writes an enum's variant index first: 0 Logged, 1 Released, 2 LoggedReleased.
+        let count = |kind: u8| stored.records.iter().filter(|r| r.first() == Some(&kind)).count();
+        let (released, by_reference) = (count(1), count(2));
+        assert!(log_len > 100, "the shard did work: {log_len}");
+        assert!(by_reference * 10 >= log_len as usize * 9, "{by_reference} of {log_len} entries by reference");
+        assert!(released >= by_reference, "each reference names a released piece");
+
+        let recover = |stored: &Stored| {
+            let mut fresh = Server::new(topology.clone(), d.config.clone(), 0, replica);
+            fresh.on_recover(stored);
+            fresh.stats().clone()
+        };
+        let whole = recover(&stored);
+        assert_eq!((whole.recovered_entries, whole.journal_unreadable), (log_len, 0), "{whole:?}");
+        let mut torn = stored.clone();
+        torn.records.retain(|r| r.first() != Some(&1));
+        let torn = recover(&torn);
+        assert!(torn.journal_unreadable > 0, "a reference to a missing record is noticed: {torn:?}");
+    }
 }

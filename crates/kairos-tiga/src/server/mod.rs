@@ -31,7 +31,8 @@
 //! synchronized; followers execute up to it.
 //!
 //! **Durable state.** Every replica journals each entry joining its log and each transaction
-//! it releases ([`Ctx::persist`]: durable before the reply or `SyncAck` leaves), and writes
+//! it releases ([`Ctx::persist`]: durable before the reply or `SyncAck` leaves; an entry whose
+//! piece the journal holds as released names it instead of writing it again), and writes
 //! one snapshot of its view, log and released transactions once a checkpoint is on disk, at
 //! every view it starts serving in, and after `max(4096, 4 × the log it holds)` records. Its
 //! checkpoints go to disk apart, a few pages at a time (see `durable.rs`), so no snapshot carries
@@ -118,6 +119,10 @@ enum Record {
     Logged(LogEntry),
     /// The transaction was released at this timestamp (and answered on the fast path).
     Released(LogEntry),
+    /// The entry of a transaction whose piece this journal holds as released (a `Released`
+    /// record, or its snapshot's released list) joined the log at `ts`: the piece is not
+    /// written a second time (serializing it was a tenth of a replica's handler time).
+    LoggedReleased { txn: TxnId, ts: Ts },
 }
 
 /// The whole durable state: the view, the last view served in, the log, and what was released
@@ -195,6 +200,9 @@ struct Txn {
     /// Leader: its round-1 timestamp went to the other involved leaders (at arrival, or at
     /// release with `TigaConfig::announce_at_release`); agreement is evaluated only after.
     announced: bool,
+    /// Its piece is durable as released ([`Record::Released`], or in a snapshot written while
+    /// it was released) since its last release: its log entry may be journaled by reference.
+    released_journaled: bool,
 }
 
 impl Txn {
@@ -215,6 +223,7 @@ impl Txn {
             lowered: false,
             agree_sent_at: LocalTime::ZERO,
             announced: false,
+            released_journaled: false,
         })
     }
 }
@@ -949,6 +958,7 @@ impl Server {
             self.stats.revoked += 1;
         }
         t.executed = false;
+        t.released_journaled = false;
         let piece = t.piece.clone();
         let ts = t.ts;
         if let Some(tpcc) = self.store.tpcc.as_mut() {
@@ -1217,6 +1227,7 @@ impl Server {
         if t.status == Status::Final {
             return;
         }
+        let by_reference = t.status == Status::Released && t.released_journaled;
         t.status = Status::Final;
         t.agreed = Some(t.ts);
         t.undo.clear();
@@ -1228,8 +1239,10 @@ impl Server {
                 self.pq.unlocked(*k);
             }
         }
-        self.log.push(entry.clone());
-        self.journal(ctx, Record::Logged(entry));
+        let record =
+            if by_reference { Record::LoggedReleased { txn: id, ts: entry.ts } } else { Record::Logged(entry.clone()) };
+        self.log.push(entry);
+        self.journal(ctx, record);
         self.stats.finalized += 1;
         let me = self.replica as usize;
         self.sync_point[me] = self.log.len();
@@ -1595,24 +1608,36 @@ impl Server {
         ctx.send(id.coordinator(), reply.clone());
         let t = self.txns.entry(id).or_insert_with(|| Txn::new(entry.piece.clone(), ts, Status::Final, owd_ns));
         let released_at = t.ts;
+        // By reference only if the piece journaled as released is the leader's (a coordinator
+        // could have sent this replica another under the same id).
+        let by_reference = t.status == Status::Released
+            && t.released_journaled
+            && (Arc::ptr_eq(&t.piece, &entry.piece) || t.piece == entry.piece);
         t.ts = ts;
         t.status = Status::Final;
         t.last_reply = Some(reply);
         let entry =
             if self.config.unsafe_follower_keeps_own_ts { LogEntry { ts: released_at, ..entry } } else { entry };
-        self.log.push(entry.clone());
-        self.journal(ctx, Record::Logged(entry));
+        let record =
+            if by_reference { Record::LoggedReleased { txn: id, ts: entry.ts } } else { Record::Logged(entry.clone()) };
+        self.log.push(entry);
+        self.journal(ctx, record);
     }
 
     /// Makes a change (already applied in memory) durable, or the whole state once the journal
     /// is long (module docs).
-    fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) {
+    /// Returns whether it is durable (the record, or a snapshot holding what it says).
+    fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) -> bool {
         if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(4 * self.log.held() as u64) {
             return self.write_snapshot(ctx);
         }
-        if let Ok(bytes) = postcard::to_allocvec(&record) {
-            ctx.persist(bytes);
-            self.journaled += 1;
+        match postcard::to_allocvec(&record) {
+            Ok(bytes) => {
+                ctx.persist(bytes);
+                self.journaled += 1;
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -1897,6 +1922,14 @@ impl Process for Server {
                 Ok(Record::Released(e)) => {
                     released.insert(e.piece.txn, e);
                 }
+                Ok(Record::LoggedReleased { txn, ts }) => match released.remove(&txn) {
+                    Some(e) => log.push(LogEntry { ts, piece: e.piece }),
+                    // The record it names is not there: the journal is not whole.
+                    None => {
+                        self.stats.journal_unreadable += 1;
+                        break;
+                    }
+                },
                 Err(_) => {
                     self.stats.journal_unreadable += 1;
                     break;

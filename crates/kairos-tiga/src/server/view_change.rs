@@ -1067,7 +1067,8 @@ impl Server {
     }
 
     /// Makes the whole durable state one journal snapshot.
-    pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
+    /// Returns whether it was written.
+    pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) -> bool {
         let released = self.released_entries();
         // The log from the checkpoint on disk on (its pages are apart; a replica may hold a
         // little more log than that, which recovery does not need).
@@ -1082,16 +1083,23 @@ impl Server {
             log: self.log.range(from, self.log.len()),
             released,
         };
-        if let Ok(bytes) = postcard::to_allocvec(&snapshot) {
-            ctx.persist_snapshot(bytes);
-            self.journaled = 0;
+        match postcard::to_allocvec(&snapshot) {
+            Ok(bytes) => {
+                ctx.persist_snapshot(bytes);
+                self.journaled = 0;
+                true
+            }
+            Err(_) => false,
         }
     }
 
     pub(super) fn journal_released(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
         if let Some(t) = self.txns.get(&id) {
             let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
-            self.journal(ctx, Record::Released(entry));
+            let durable = self.journal(ctx, Record::Released(entry));
+            if let Some(t) = self.txns.get_mut(&id) {
+                t.released_journaled = durable;
+            }
         }
     }
 }
