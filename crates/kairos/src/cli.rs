@@ -132,6 +132,10 @@ pub struct TigaArgs {
     /// Zipf skew of MicroBench's key choice (0 = uniform).
     #[arg(long, default_value_t = 0.5)]
     pub skew: f64,
+    /// Keys per shard MicroBench draws its keys from (paper: 1,000,000). Fewer keys: more
+    /// transactions conflict, and each replica's state is smaller.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys_per_shard: u64,
     /// Clock preset of every node (synchronization error measured in the Tiga paper).
     #[arg(long, value_enum, default_value_t = ClockArg::Chrony)]
     pub clock: ClockArg,

@@ -179,6 +179,7 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--kill-shard", "5"], "--kill-shard"),
         (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--restart-after-s", "5000"], "--restart-after-s"),
         (vec!["bench", "tiga", "--kill-shard", "1"], "--kill-leader-at-s"),
+        (vec!["bench", "tiga", "--keys-per-shard", "0"], "--keys-per-shard"),
         (vec!["bench", "tiga", "--message-cost-us", "3"], "--measured-cpu"),
         (vec!["bench", "micro", "--message-cost-us", "20000"], "--message-cost-us"),
         (vec!["bench", "tiga", "--announce-at-release-ms", "0"], "--announce-at-release-ms"),

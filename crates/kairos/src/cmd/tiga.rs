@@ -28,6 +28,12 @@ impl TigaArgs {
         if !(0.0..=5.0).contains(&self.skew) {
             return Err(CliError::Usage(format!("--skew is a Zipf exponent between 0 and 5, not {}", self.skew)));
         }
+        if !(1..=100_000_000).contains(&self.keys_per_shard) {
+            return Err(CliError::Usage(format!(
+                "--keys-per-shard must be between 1 and 100,000,000, not {}",
+                self.keys_per_shard
+            )));
+        }
         if !(self.duration_s > 0.0 && self.duration_s <= 3_600.0) {
             return Err(CliError::Usage(format!(
                 "--duration-s must be between 0 and 3600 virtual seconds, not {}",
@@ -78,6 +84,7 @@ impl TigaArgs {
                 clock: self.clock.into(),
                 placement: self.placement.into(),
                 skew: self.skew,
+                keys_per_shard: self.keys_per_shard,
                 duration: Duration::from_secs_f64(self.duration_s),
                 loss: self.loss,
                 cpu: if self.measured_cpu {
