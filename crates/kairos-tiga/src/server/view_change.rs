@@ -973,6 +973,11 @@ impl Server {
         }
         self.log.truncate(from);
         self.rebuild_from_log();
+        // The truncation is durable before any entry adopted below is journaled: the records
+        // of those entries would otherwise follow the old log in the journal, and a write torn
+        // before the snapshot at the end (a prefix of this handler's records survives) would
+        // recover the dropped suffix with the new entries after it.
+        self.write_snapshot(ctx);
         self.leader_heard_at = ctx.now();
         self.become_normal(ctx);
         for e in entries {
