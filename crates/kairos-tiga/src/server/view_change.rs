@@ -1071,8 +1071,7 @@ impl Server {
         ctx.set_timer(super::ServerTimer::ViewChangeRetry, self.config.view_change_retry);
     }
 
-    /// Makes the whole durable state one journal snapshot.
-    /// Returns whether it was written.
+    /// Makes the whole durable state one journal snapshot; returns whether it was written.
     pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) -> bool {
         let released = self.released_entries();
         // The log from the checkpoint on disk on (its pages are apart; a replica may hold a
