@@ -310,6 +310,7 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
     if let Some(t) = outcome.tpcc.as_ref().filter(|t| !t.holds()) {
         progress::say(&bar, tpcc_failures(t));
     }
+    let us_per_commit = |d: Duration| d.as_secs_f64() * 1e6 / totals.committed.max(1) as f64;
     Ok(Point {
         protocol,
         offered_txn_per_s: bench.base.load_txn_per_s,
@@ -322,11 +323,10 @@ pub fn run_point(bench: &Bench, protocol: Protocol) -> Result<Point, CliError> {
         latency_ms_by_region: result.latency_ms_by_region.clone(),
         commit_rate: totals.commit_rate(),
         messages_per_commit: outcome.stats.messages_sent as f64 / totals.committed.max(1) as f64,
-        busiest_server_us_per_commit: outcome.busiest_server.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
-        busiest_server_wire_us_per_commit: outcome.busiest_server_wire.as_secs_f64() * 1e6
-            / totals.committed.max(1) as f64,
-        coordinators_us_per_commit: outcome.coordinators_busy.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
-        coordinators_wire_us_per_commit: outcome.coordinators_wire.as_secs_f64() * 1e6 / totals.committed.max(1) as f64,
+        busiest_server_us_per_commit: us_per_commit(outcome.busiest_server),
+        busiest_server_wire_us_per_commit: us_per_commit(outcome.busiest_server_wire),
+        coordinators_us_per_commit: us_per_commit(outcome.coordinators_busy),
+        coordinators_wire_us_per_commit: us_per_commit(outcome.coordinators_wire),
         verdict,
         tpcc: outcome.tpcc.clone(),
         by_type: type_stats(&outcome.kinds),
