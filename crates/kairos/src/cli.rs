@@ -307,8 +307,9 @@ and the replicas of each shard compared. The table is `bench micro`'s.\n\n\
 The customers and orders are scaled down tenfold from TPC-C's (300 customers and initial orders per district) so \
 that 18 replicas fit in one process; the warehouses, districts and items (100,000), where TPC-C's contention lies, are \
 not scaled. \
-Tapir does not run TPC-C yet. Tiga runs it as general one-shot transactions whose keys are placed by \
-warehouse, each leader executing the pieces of its warehouses speculatively (undone on a timestamp revision).",
+Tiga runs it as general one-shot transactions whose keys are placed by warehouse, each leader executing the pieces \
+of its warehouses speculatively (undone on a timestamp revision); Tapir's replicas, which apply commits in any \
+order, run a commit's pieces once they hold the versions its reads saw.",
     after_help = "Examples:\n  kairos bench tpcc\n  kairos bench tpcc --protocols janus,calvin+,detock --load 500,1000,2000\n  \
 kairos bench tpcc --mix new-order=50,payment=50 --json results/tpcc.json"
 )]

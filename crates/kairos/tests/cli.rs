@@ -191,7 +191,6 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "tpcc", "--mix", "new-order=44,payment=44"], "sum to 88, not 100"),
         (vec!["bench", "tpcc", "--warehouses", "0"], "at least one warehouse"),
         (vec!["bench", "tpcc", "--warehouses", "4"], "4 warehouses cannot be spread over 6 shards"),
-        (vec!["bench", "tpcc", "--protocols", "tapir", "--load", "100"], "tapir does not run TPC-C yet"),
     ] {
         let o = kairos(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));

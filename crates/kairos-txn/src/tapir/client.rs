@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{reads_only, Pieces, Topology};
 
 use super::ir::{Confirms, ConsensusQuorum};
 use super::msg::{OpId, PrepareResult, ReadResult, TapirMsg};
@@ -91,6 +91,10 @@ struct Txn {
     /// Keys by shard (deduplicated, sorted).
     keys: BTreeMap<ShardId, Vec<Key>>,
     reads: BTreeMap<Key, ReadResult>,
+    /// TPC-C's pieces (none for MicroBench), and whether they only read (then the keys are
+    /// read and validated, not written).
+    pieces: Pieces,
+    reads_only: bool,
     phase: Phase,
     /// Sends of the current phase's messages (first send included).
     sends: u32,
@@ -206,7 +210,16 @@ impl Coordinator {
             let msg = TapirMsg::Read { txn: a.txn, attempt: a.attempt, keys: keys[s].clone() };
             ctx.send(self.replicas(*s)[*r as usize], msg);
         }
-        let txn = Txn { attempt: a.attempt, keys, reads: BTreeMap::new(), phase: Phase::Reading { asked }, sends: 1 };
+        let reads_only = reads_only(&a.pieces);
+        let txn = Txn {
+            attempt: a.attempt,
+            keys,
+            reads: BTreeMap::new(),
+            pieces: a.pieces,
+            reads_only,
+            phase: Phase::Reading { asked },
+            sends: 1,
+        };
         self.txns.insert(a.txn, txn);
         ctx.set_timer(ClientTimer::Txn(a.txn.seq()), self.config.retry_interval);
     }
@@ -257,10 +270,12 @@ impl Coordinator {
         ts
     }
 
-    /// `txn`'s keys at `shard`, each with the version read.
+    /// `txn`'s keys at `shard`, each with the version read, and the keys it writes there
+    /// (all of them, unless the transaction only reads).
     fn reads_at(txn: &Txn, shard: ShardId) -> (Vec<(Key, Ts)>, Vec<Key>) {
         let keys = txn.keys.get(&shard).cloned().unwrap_or_default();
-        (keys.iter().map(|k| (*k, txn.reads.get(k).map_or(Ts::ZERO, |r| r.version))).collect(), keys)
+        let reads = keys.iter().map(|k| (*k, txn.reads.get(k).map_or(Ts::ZERO, |r| r.version))).collect();
+        (reads, if txn.reads_only { Vec::new() } else { keys })
     }
 
     fn prepare_msg(txn: &Txn, op: OpId, shard: ShardId, ts: Ts) -> TapirMsg {
@@ -431,14 +446,17 @@ impl Coordinator {
         let last_shard = txn.keys.keys().next_back().copied().filter(|_| txn.keys.len() > 1);
         let msgs = txn
             .keys
-            .iter()
-            .map(|(&shard, keys)| {
+            .keys()
+            .map(|&shard| {
                 if self.config.unsafe_abort_last_shard_on_commit && Some(shard) == last_shard {
                     return (shard, TapirMsg::Abort { op, shard });
                 }
+                let (reads, writes) = Self::reads_at(&txn, shard);
                 let writes =
-                    keys.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.value).saturating_add(1))).collect();
-                (shard, TapirMsg::Commit { op, shard, ts, reads: keys.clone(), writes })
+                    writes.iter().map(|k| (*k, txn.reads.get(k).map_or(0, |r| r.value).saturating_add(1))).collect();
+                let here = txn.pieces.iter().filter(|p| self.topology.shard_of_key(u64::from(p.w)) == shard).cloned();
+                let pieces = here.collect::<Vec<_>>().into();
+                (shard, TapirMsg::Commit { op, shard, ts, reads, writes, pieces })
             })
             .collect();
         self.finish(ctx, op, msgs);

@@ -129,6 +129,10 @@ pub struct TapirConfig {
     pub records_max: usize,
     /// Finished transactions a replica remembers (to ignore their late prepares).
     pub done_max: usize,
+    /// Committed TPC-C transactions a replica holds at most while their pieces wait for a
+    /// predecessor's commit (see [`replica`]); beyond, a commit is left unacknowledged and
+    /// comes again.
+    pub held_max: usize,
     /// Keys of one transaction at one shard, at most (larger messages are ignored).
     pub keys_max: usize,
     /// TEST ONLY — a known bug: replicas skip the prepared-transaction conflict checks
@@ -143,6 +147,10 @@ pub struct TapirConfig {
     /// TEST ONLY — a known bug, for the negative control of the cross-replica decision check:
     /// a coordinator that commits a multi-shard transaction tells its last shard to abort it.
     pub unsafe_abort_last_shard_on_commit: bool,
+    /// TEST ONLY — a known bug, for the negative control of the TPC-C checks: replicas run a
+    /// commit's pieces as it arrives, as IR applies values, instead of in the order of the
+    /// versions read, so replicas that get two commits in different orders diverge.
+    pub unsafe_pieces_in_arrival_order: bool,
 }
 
 impl Default for TapirConfig {
@@ -160,23 +168,26 @@ impl Default for TapirConfig {
             prepared_max: 100_000,
             records_max: 200_000,
             done_max: 200_000,
+            held_max: 100_000,
             keys_max: 64,
             unsafe_skip_prepared_check: false,
             unsafe_unindexed_writes: false,
             unsafe_abort_last_shard_on_commit: false,
+            unsafe_pieces_in_arrival_order: false,
         }
     }
 }
 
 /// Tapir as a [`Peer`] of the protocol-neutral deployment.
 ///
-/// It does not run TPC-C's pieces yet ([`Peer::RUNS_PIECES`] is false): its replicas apply
-/// commits as they arrive (IR's inconsistent operations), ordered only by the versions the
-/// written values carry, which is right for values but not for pieces, which do not commute.
-/// TPC-C on Tapir needs the interactive form, the client computing the rows it writes.
+/// It runs TPC-C's pieces: its replicas apply commits as they arrive (IR's inconsistent
+/// operations), which is right for values but not for pieces, which do not commute, so a
+/// commit that carries pieces runs them only once the replica holds the versions it read
+/// (see [`replica`]).
 pub struct Tapir;
 
 impl Peer for Tapir {
+    const RUNS_PIECES: bool = true;
     type Msg = TapirMsg;
     type Server = Replica;
     type Coordinator = Coordinator;
@@ -269,8 +280,9 @@ mod tests {
                 op,
                 shard,
                 ts,
-                reads: keys.clone(),
+                reads: reads.clone(),
                 writes: keys.iter().map(|k| (*k, ts.as_nanos() / 2)).collect(),
+                pieces: Default::default(),
             },
             9 => TapirMsg::Abort { op, shard },
             _ => TapirMsg::Done { op, shard, replica },

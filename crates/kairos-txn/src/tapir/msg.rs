@@ -3,6 +3,7 @@
 //! coordinator find the closest replica of every shard.
 
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
+use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
 
 /// Identifies one IR consensus operation (one prepare) of a transaction: the shell's attempt
@@ -94,12 +95,16 @@ pub enum TapirMsg {
     },
     /// Coordinator → every replica of a shard: IR inconsistent operation, apply the writes at
     /// the commit timestamp `ts` (which becomes their version) and drop the prepared entry.
+    /// `reads` are the shard's keys with the versions the execution phase read, `pieces` the
+    /// transaction's TPC-C pieces for the shard's warehouses (none for MicroBench): a replica
+    /// runs them once its store holds exactly the versions read (see [`super::replica`]).
     Commit {
         op: OpId,
         shard: ShardId,
         ts: Ts,
-        reads: Vec<Key>,
+        reads: Vec<(Key, Ts)>,
         writes: Vec<(Key, Value)>,
+        pieces: Pieces,
     },
     /// IR inconsistent operation: drop the prepared entry of `op` (or older) of the transaction.
     Abort {

@@ -26,6 +26,30 @@
 //! newest [`OpId`] per transaction, the last `done_max` transactions) so that a late or
 //! duplicated prepare of a finished operation is ignored.
 //!
+//! # TPC-C: pieces run in the order of the versions read
+//! IR applies commits in whatever order they arrive, which is right for the values of
+//! MicroBench's keys (a version is a commit timestamp; the newest stays) but not for TPC-C's
+//! pieces, which change rows in place and do not commute (two new-orders of a district take
+//! consecutive order ids). A commit that carries pieces therefore runs them, and writes its
+//! keys, only once this replica's store holds, for every key it writes, exactly the version
+//! the transaction read; until then it is *held* (decided and acknowledged, its prepared entry
+//! kept so that conflicting prepares here still abstain or retry), and the commit that writes
+//! the awaited version releases it.
+//!
+//! Why that order exists and is the serial order: the transaction reads every key it writes,
+//! and TAPIR-OCC commits transactions serializably in timestamp order, so on each key the
+//! committed writers form a chain in which each read the version the previous one wrote. A
+//! replica that applies the chain link by link runs every piece on the rows the transaction
+//! saw, as the serial execution does. A commit whose timestamp is not past a key's version
+//! here was applied already (a late duplicate); one that finds a key at a version between the
+//! one it read and its own timestamp would break the chain, which TAPIR-OCC rules out: it is
+//! counted (`pieces_out_of_order`) and reported by the replica's invariant.
+//!
+//! A predecessor whose commit never comes (its coordinator crashed, or gave up delivering it)
+//! holds its successors here for good; the replica then lags behind on those keys as it would
+//! on their values without pieces (its reads are stale and abort), and the end-of-run checks
+//! compare only replicas that applied as much.
+//!
 //! # Durable state: a journal of the messages that change it
 //! A replica that forgot its store, prepared list and IR record and answered as if fresh would
 //! be unsafe: its validation would accept stale reads, and together with one other replica that
@@ -44,7 +68,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, Stored, TimerId};
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
-use kairos_workload::Topology;
+use kairos_workload::{Pieces, Topology};
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +92,11 @@ pub struct ReplicaStats {
     pub replayed: u64,
     /// Journal records a restart could not decode (written by another version of Kairos).
     pub journal_unreadable: u64,
+    /// Commits that had to wait for a predecessor's before running their pieces.
+    pub commits_held: u64,
+    /// Commits that found a key at a version between the one they read and their own
+    /// timestamp (module docs: impossible under TAPIR-OCC; the invariant reports it).
+    pub pieces_out_of_order: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -76,6 +105,28 @@ struct Prepared {
     ts: Ts,
     reads: Vec<Key>,
     writes: Vec<Key>,
+}
+
+/// A committed transaction whose pieces wait for the versions it read (module docs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Held {
+    op: OpId,
+    ts: Ts,
+    reads: Vec<(Key, Ts)>,
+    writes: Vec<(Key, Value)>,
+    pieces: Pieces,
+}
+
+/// Where a commit with pieces stands against this replica's store (module docs).
+enum Order {
+    /// Every written key is at the version read: run it now.
+    Next,
+    /// This key is not yet at the version read (which follows).
+    Waits(Key, Ts),
+    /// Every written key is at or past the commit's timestamp: it ran here already.
+    Ran,
+    /// A written key is past the version read but before the commit: the chain is broken.
+    Broken,
 }
 
 /// How a transaction attempt ended at a replica (the cross-replica check compares them: every
@@ -113,6 +164,7 @@ struct State {
     records: BTreeMap<TxnId, Record>,
     done: BTreeMap<TxnId, OpId>,
     done_order: VecDeque<TxnId>,
+    held: BTreeMap<TxnId, Held>,
 }
 
 /// See the module docs.
@@ -130,6 +182,10 @@ pub struct Replica {
     records: BTreeMap<TxnId, Record>,
     done: BTreeMap<TxnId, OpId>,
     done_order: VecDeque<TxnId>,
+    /// Committed transactions whose pieces wait (module docs), and the index of what each
+    /// waits for: (key, version) → the transactions waiting for that key to reach it.
+    held: BTreeMap<TxnId, Held>,
+    waiting: BTreeMap<(Key, Ts), Vec<TxnId>>,
     /// Journal records written since the last snapshot.
     journaled: usize,
     /// The latest decisions, in the order taken, and how many were ever taken (not journaled:
@@ -161,6 +217,8 @@ impl Replica {
             records: BTreeMap::new(),
             done: BTreeMap::new(),
             done_order: VecDeque::new(),
+            held: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             journaled: 0,
             decisions: VecDeque::new(),
             decisions_taken: 0,
@@ -178,10 +236,12 @@ impl Replica {
             records: self.records.clone(),
             done: self.done.clone(),
             done_order: self.done_order.clone(),
+            held: self.held.clone(),
         }
     }
 
-    /// Takes `s` as the state, rebuilding the prepared-key indexes from the prepared list.
+    /// Takes `s` as the state, rebuilding the prepared-key indexes from the prepared list and
+    /// the waiting index from the held commits.
     fn restore(&mut self, s: State) {
         (self.store, self.last_read, self.records, self.done, self.done_order) =
             (s.store, s.last_read, s.records, s.done, s.done_order);
@@ -191,11 +251,18 @@ impl Replica {
         for p in s.prepared.into_values() {
             self.prepare(p.op, p.ts, p.reads, p.writes);
         }
+        self.waiting.clear();
+        self.held = s.held;
+        for (txn, h) in &self.held {
+            if let Order::Waits(k, v) = self.order(h) {
+                self.waiting.entry((k, v)).or_default().push(*txn);
+            }
+        }
     }
 
     /// Journals `msg` (already handled), or the whole state once the journal is long.
     fn journal(&mut self, ctx: &mut Ctx<'_, TapirMsg>, msg: &TapirMsg) {
-        let size = self.store.len() + self.prepared.len() + self.records.len() + self.done.len();
+        let size = self.store.len() + self.prepared.len() + self.records.len() + self.done.len() + self.held.len();
         if self.journaled >= RECORDS_PER_SNAPSHOT.max(size) {
             if let Ok(bytes) = postcard::to_allocvec(&self.state()) {
                 ctx.persist_snapshot(bytes);
@@ -242,6 +309,11 @@ impl Replica {
     /// Transactions in the prepared list.
     pub fn prepared_count(&self) -> usize {
         self.prepared.len()
+    }
+
+    /// Committed transactions whose pieces wait for a predecessor's commit (module docs).
+    pub fn held_count(&self) -> usize {
+        self.held.len()
     }
 
     fn ignore(&mut self, ctx: &mut Ctx<'_, TapirMsg>) {
@@ -307,6 +379,19 @@ impl Replica {
                      {expected}"
                 ));
             }
+        }
+        // Every held commit waits under exactly the (key, version) it needs next.
+        for (txn, c) in &self.held {
+            let Order::Waits(k, v) = self.order(c) else {
+                return Err(format!("held {txn:?} at {} could run, but waits", c.ts));
+            };
+            if !self.waiting.get(&(k, v)).is_some_and(|w| w.contains(txn)) {
+                return Err(format!("held {txn:?} at {} is not indexed under key {k} at version {v}", c.ts));
+            }
+        }
+        let indexed: usize = self.waiting.values().map(Vec::len).sum();
+        if indexed != self.held.len() {
+            return Err(format!("the waiting index lists {indexed} commits; {} are held", self.held.len()));
         }
         Ok(())
     }
@@ -435,22 +520,110 @@ impl Replica {
         ctx.send(from, reply);
     }
 
-    fn on_commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, op: OpId, ts: Ts, reads: &[Key], writes: &[(Key, Value)]) {
-        for &(k, v) in writes {
-            self.store.put(k, v, ts.as_nanos());
+    /// Applies a commit, or holds it until its pieces can run (module docs). Returns whether
+    /// it was taken (false: too many are held; it stays unacknowledged and comes again).
+    fn on_commit(&mut self, ctx: &mut Ctx<'_, TapirMsg>, c: Held) -> bool {
+        let writes_rows = !c.pieces.is_empty() && !c.writes.is_empty();
+        if writes_rows && (self.finished(c.op) || self.held.contains_key(&c.op.txn)) {
+            // A retransmission: its pieces ran or wait here already.
+            return true;
         }
-        for &k in reads {
+        let ordered = writes_rows && !self.config.unsafe_pieces_in_arrival_order;
+        if ordered && self.held.len() >= self.config.held_max {
+            self.ignore(ctx);
+            return false;
+        }
+        for &(k, _) in &c.reads {
             let r = self.last_read.entry(k).or_insert(Ts::ZERO);
-            *r = (*r).max(ts);
+            *r = (*r).max(c.ts);
         }
-        if !self.finished(op) {
+        if !self.finished(c.op) {
             self.stats.commits += 1;
-            self.decide(op, Decision::Committed(ts));
+            self.decide(c.op, Decision::Committed(c.ts));
         }
-        self.unprepare(op.txn);
-        self.records.remove(&op.txn);
-        self.mark_done(op);
+        self.records.remove(&c.op.txn);
+        self.mark_done(c.op);
         ctx.metric("tapir.replica_commits", 1);
+        if !ordered {
+            for &(k, v) in &c.writes {
+                self.store.put(k, v, c.ts.as_nanos());
+            }
+            self.run_pieces(&c);
+            self.unprepare(c.op.txn);
+            return true;
+        }
+        let txn = c.op.txn;
+        self.held.insert(txn, c);
+        self.release(txn);
+        if self.held.contains_key(&txn) {
+            self.stats.commits_held += 1;
+            ctx.metric("tapir.commits_held", 1);
+        }
+        true
+    }
+
+    /// Where held commit `c` stands against the store (its written keys were checked to be
+    /// among those it read).
+    fn order(&self, c: &Held) -> Order {
+        let (mut ran, mut waits) = (0, None);
+        for &(k, _) in &c.writes {
+            let read = c.reads.iter().find(|(r, _)| *r == k).map_or(Ts::ZERO, |(_, v)| *v);
+            let at = self.committed_at(k);
+            if at >= c.ts {
+                ran += 1;
+            } else if at > read {
+                return Order::Broken;
+            } else if at < read {
+                waits = waits.or(Some((k, read)));
+            }
+        }
+        match (ran, waits) {
+            (0, None) => Order::Next,
+            (0, Some((k, v))) => Order::Waits(k, v),
+            (n, None) if n == c.writes.len() => Order::Ran,
+            _ => Order::Broken,
+        }
+    }
+
+    /// Runs held commit `txn` if its turn has come, then every held commit that this makes
+    /// next, in turn.
+    fn release(&mut self, txn: TxnId) {
+        let mut ready = vec![txn];
+        while let Some(txn) = ready.pop() {
+            let Some(c) = self.held.get(&txn) else { continue };
+            let run = match self.order(c) {
+                Order::Waits(k, v) => {
+                    self.waiting.entry((k, v)).or_default().push(txn);
+                    continue;
+                }
+                Order::Next => true,
+                Order::Ran => false,
+                // Reported by the invariant; applied so that nothing stays held for it.
+                Order::Broken => {
+                    self.stats.pieces_out_of_order += 1;
+                    true
+                }
+            };
+            let Some(c) = self.held.remove(&txn) else { continue };
+            if run {
+                for &(k, v) in &c.writes {
+                    self.store.put(k, v, c.ts.as_nanos());
+                }
+                self.run_pieces(&c);
+                for &(k, _) in &c.writes {
+                    ready.extend(self.waiting.remove(&(k, c.ts)).into_iter().flatten());
+                }
+            }
+            self.unprepare(txn);
+        }
+    }
+
+    /// Runs a commit's pieces for this replica's warehouses.
+    fn run_pieces(&mut self, c: &Held) {
+        if !c.pieces.is_empty() {
+            let keys: Vec<Key> = c.reads.iter().map(|(k, _)| *k).collect();
+            self.store.run_pieces(&c.pieces, &keys);
+        }
     }
 
     fn on_abort(&mut self, op: OpId) {
@@ -496,8 +669,15 @@ impl Process for Replica {
     /// after every handler it took most of a Tapir run's time; every 64th, 82% of a run's time
     /// past saturation, where thousands of transactions stay prepared).
     fn invariants(&self) -> Result<(), String> {
+        if self.stats.pieces_out_of_order > 0 {
+            return Err(format!(
+                "{} commits found a key past the version they read and before their timestamp: TPC-C pieces ran \
+                 out of the serial order",
+                self.stats.pieces_out_of_order
+            ));
+        }
         let n = self.handlers_since_check.get() + 1;
-        let every = INDEX_CHECK_EVERY.max(u32::try_from(self.prepared.len()).unwrap_or(u32::MAX));
+        let every = INDEX_CHECK_EVERY.max(u32::try_from(self.prepared.len().max(self.held.len())).unwrap_or(u32::MAX));
         if n < every {
             self.handlers_since_check.set(n);
             return Ok(());
@@ -563,12 +743,18 @@ impl Replica {
                 let reads = reads.into_iter().map(|(k, _)| k).collect();
                 self.on_finalize(ctx, from, Prepared { op, ts, reads, writes }, result);
             }
-            TapirMsg::Commit { op, shard: s, ts, reads, writes } => {
-                if s != shard || !self.keys_ok(reads.iter().copied()) || !self.keys_ok(writes.iter().map(|(k, _)| *k)) {
+            TapirMsg::Commit { op, shard: s, ts, reads, writes, pieces } => {
+                let read = |k: Key| reads.iter().any(|(r, _)| *r == k);
+                if s != shard
+                    || !self.keys_ok(reads.iter().map(|(k, _)| *k))
+                    || !self.keys_ok(writes.iter().map(|(k, _)| *k))
+                    || !writes.iter().all(|(k, _)| read(*k))
+                {
                     return self.ignore(ctx);
                 }
-                self.on_commit(ctx, op, ts, &reads, &writes);
-                ctx.send(from, TapirMsg::Done { op, shard, replica });
+                if self.on_commit(ctx, Held { op, ts, reads, writes, pieces }) {
+                    ctx.send(from, TapirMsg::Done { op, shard, replica });
+                }
             }
             TapirMsg::Abort { op, shard: s } => {
                 if s != shard {
@@ -626,7 +812,8 @@ mod tests {
     }
 
     fn commit(r: &mut Replica, op: OpId, ts: u64, key: Key, value: Value) {
-        deliver(r, TapirMsg::Commit { op, shard: 0, ts: t(ts), reads: vec![key], writes: vec![(key, value)] });
+        let (reads, writes, pieces) = (vec![(key, Ts::ZERO)], vec![(key, value)], Pieces::default());
+        deliver(r, TapirMsg::Commit { op, shard: 0, ts: t(ts), reads, writes, pieces });
     }
 
     #[test]
@@ -732,7 +919,8 @@ mod tests {
         let config = TapirConfig { done_max: 100, ..TapirConfig::default() };
         let mut stored = Stored::default();
         let mut r = Replica::new(&topology, &config, 0, 1);
-        let commit = TapirMsg::Commit { op: op(1, 1, 1), shard: 0, ts: t(9), reads: vec![], writes: vec![(3, 7)] };
+        let (reads, writes, pieces) = (vec![(3, Ts::ZERO)], vec![(3, 7)], Pieces::default());
+        let commit = TapirMsg::Commit { op: op(1, 1, 1), shard: 0, ts: t(9), reads, writes, pieces };
         deliver_stored(&mut r, &mut stored, commit);
         let answer = deliver_stored(&mut r, &mut stored, prepare_msg(op(2, 1, 1), 20, &[(3, 9)], &[3]));
         assert!(matches!(answer[..], [TapirMsg::PrepareReply { result: PrepareResult::Ok, .. }]), "{answer:?}");
@@ -754,8 +942,9 @@ mod tests {
                 op: op(100 + i as u32, 1, 1),
                 shard: 0,
                 ts: t(100 + i),
-                reads: vec![],
+                reads: vec![(i % 10, Ts::ZERO)],
                 writes: vec![(i % 10, i)],
+                pieces: Pieces::default(),
             };
             deliver_stored(&mut r, &mut stored, c);
         }
@@ -804,5 +993,61 @@ mod tests {
             Some(PrepareResult::Ok),
             "the conflict goes unseen"
         );
+    }
+
+    /// Two new-orders of one district (consecutive order ids: their pieces do not commute)
+    /// reach two replicas in opposite orders. The one that gets the second first holds it
+    /// until the first arrives; both end with the same rows. A late duplicate changes nothing,
+    /// and a replica restarted while holding one holds it again after its replay.
+    #[test]
+    fn commits_with_pieces_run_in_the_order_of_the_versions_read() {
+        use kairos_workload::tpcc::input::NewOrderLine;
+        use kairos_workload::tpcc::piece::{Piece, Step};
+        use kairos_workload::tpcc::{ConflictKey, TpccScale};
+        let topology = Topology { shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)]], leader: vec![0] };
+        let scale = TpccScale::small(1, 100);
+        let key = ConflictKey::DistrictOrders { w: 0, d: 0 }.encode(&scale);
+        let fresh = || {
+            let mut r = Replica::new(&topology, &TapirConfig::default(), 0, 1);
+            *r.store_mut() = Store::tpcc(&scale, 7, 0, 1);
+            r
+        };
+        let new_order = |seq: u32, customer: u32, read: u64, ts: u64| {
+            let lines = vec![NewOrderLine { item: 3, supply_w: 0, quantity: 2 }];
+            let piece = Piece { w: 0, steps: vec![Step::NewOrder { d: 0, customer, lines, date: ts }] };
+            let (reads, writes) = (vec![(key, t(read))], vec![(key, read + 1)]);
+            TapirMsg::Commit { op: op(seq, 1, 1), shard: 0, ts: t(ts), reads, writes, pieces: vec![piece].into() }
+        };
+        let (first, second) = (new_order(1, 4, 0, 10), new_order(2, 5, 10, 20));
+
+        let mut in_order = fresh();
+        deliver(&mut in_order, first.clone());
+        deliver(&mut in_order, second.clone());
+        let mut reversed = fresh();
+        let mut stored = Stored::default();
+        let done = deliver_stored(&mut reversed, &mut stored, second.clone());
+        assert!(matches!(done[..], [TapirMsg::Done { .. }]), "a held commit is acknowledged: {done:?}");
+        assert_eq!((reversed.held_count(), reversed.store().get(key).version), (1, 0));
+        assert!(!reversed.store().same_data(in_order.store()));
+
+        let mut restarted = fresh();
+        restarted.on_recover(&stored);
+        assert_eq!(restarted.held_count(), 1);
+        for r in [&mut reversed, &mut restarted] {
+            deliver(r, first.clone());
+            assert_eq!((r.held_count(), r.store().get(key).version, r.stats().commits_held), (0, 20, 1));
+            assert!(r.store().same_data(in_order.store()));
+            deliver(r, first.clone());
+            deliver(r, second.clone());
+            assert!(r.store().same_data(in_order.store()), "duplicates change nothing");
+            assert_eq!(r.invariants(), Ok(()));
+        }
+        // The negative control of the rule: run as they arrive, the rows differ.
+        let config = TapirConfig { unsafe_pieces_in_arrival_order: true, ..TapirConfig::default() };
+        let mut unordered = Replica::new(&topology, &config, 0, 1);
+        *unordered.store_mut() = Store::tpcc(&scale, 7, 0, 1);
+        deliver(&mut unordered, second);
+        deliver(&mut unordered, first);
+        assert!(!unordered.store().same_data(in_order.store()));
     }
 }

@@ -78,7 +78,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, a delivery per district as in the paper's");
     println!("code, each transaction split into one-shot pieces per warehouse; 400 txn/s for 2 virtual seconds");
     println!("(fixed 5 µs per handler). Every history is checked strictly serializable over the conflict keys,");
-    println!("and every run's databases against TPC-C's consistency conditions. (Tapir does not run TPC-C yet.)");
+    println!("and every run's databases against TPC-C's consistency conditions.");
     println!("Maximum throughput: `kairos bench tpcc`.\n");
     let tpcc = Bench {
         base: TxnDeployment { shards: 6, load_txn_per_s: 400.0, ..bench.base.clone() },
