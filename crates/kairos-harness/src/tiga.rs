@@ -106,6 +106,8 @@ pub struct RoleBusy {
     /// touched): what `leaders` is spent on. `None` when a view change moved a leader (the
     /// roles are the first view's, so the figure would mix roles).
     pub leader_pieces: Option<u64>,
+    /// The longest single handler of any leader (a stall: everything queued waits for it).
+    pub leader_handler_max: Duration,
     pub followers: Duration,
     pub coordinators: Duration,
     /// The part of `coordinators` charged for their messages (measured-CPU model).
@@ -314,6 +316,9 @@ impl Deployment {
                 let leader = r as u32 == topology.leader[s];
                 let role = if leader { &mut busy.leaders } else { &mut busy.followers };
                 *role += sim.busy_time(*node);
+                if leader {
+                    busy.leader_handler_max = busy.leader_handler_max.max(sim.longest_handler(*node));
+                }
                 if let Some(pieces) = busy.leader_pieces.as_mut().filter(|_| leader) {
                     *pieces += sim.role::<Server>(*node).map_or(0, |s| s.stats().finalized);
                 }

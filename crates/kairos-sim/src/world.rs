@@ -126,6 +126,8 @@ struct Node<M> {
     wake_pending: bool,
     inbox_len_max: usize,
     busy_ns_total: u64,
+    /// The longest single handler (its whole charge).
+    handler_ns_max: u64,
     /// The part of `busy_ns_total` charged for sending and receiving messages (measured model).
     wire_ns_total: u64,
     /// What the node made durable: it survives crashes (unless the disk is wiped).
@@ -215,6 +217,7 @@ impl<M: Message> Sim<M> {
             wake_pending: false,
             inbox_len_max: 0,
             busy_ns_total: 0,
+            handler_ns_max: 0,
             wire_ns_total: 0,
             stored: Stored::default(),
             crash_mid_write: false,
@@ -474,6 +477,7 @@ impl<M: Message> Sim<M> {
         n.role = Some(role);
         n.busy_until = now + cost;
         n.busy_ns_total += duration_nanos(cost);
+        n.handler_ns_max = n.handler_ns_max.max(duration_nanos(cost));
         n.wire_ns_total += duration_nanos(wire_cost);
         let depart = now + cost;
         if self.nodes[node.index()].crash_mid_write && self.tear_write(node, &mut effects) {
@@ -740,6 +744,11 @@ impl<M: Message> Sim<M> {
     /// Total simulated CPU time the node has been busy.
     pub fn busy_time(&self, node: NodeId) -> Duration {
         Duration::from_nanos(self.nodes[node.index()].busy_ns_total)
+    }
+    /// The CPU time of the node's longest single handler: how long it stalled everything
+    /// queued behind it (a copy of its whole state, say).
+    pub fn longest_handler(&self, node: NodeId) -> Duration {
+        Duration::from_nanos(self.nodes[node.index()].handler_ns_max)
     }
     /// The part of [`Sim::busy_time`] charged for sending and receiving messages (the
     /// measured-CPU model's per-message cost; zero under the other models).

@@ -252,6 +252,8 @@ fn the_cpu_model_queues_work_beyond_a_nodes_capacity() {
     let served = over.role::<Order>(NodeId(1)).unwrap().seen.len();
     assert!((1_900..=2_000).contains(&served), "the server works at its capacity of 10/ms: {served}");
     assert!(over.busy_time(NodeId(1)) >= Duration::from_millis(190));
+    // Every handler costs the same fixed 100 µs: the longest is that, however long the queue.
+    assert_eq!(over.longest_handler(NodeId(1)), Duration::from_micros(100));
 }
 
 #[test]

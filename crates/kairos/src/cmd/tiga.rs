@@ -175,12 +175,13 @@ fn print_cpu(outcome: &Outcome, committed: u64) -> Vec<(&'static str, f64)> {
     let piece = b.leader_pieces.map(|n| b.leaders.as_secs_f64() * 1e6 / n.max(1) as f64);
     let [leaders, followers, coordinators, all] =
         [b.leaders, b.followers, b.coordinators, b.leaders + b.followers + b.coordinators].map(per);
+    let longest_ms = b.leader_handler_max.as_secs_f64() * 1e3;
     println!(
-        "measured CPU per committed transaction: leaders {leaders:.1} µs ({}), followers {followers:.1} µs, \
-         coordinators {coordinators:.1} µs (all servers and coordinators: {all:.1} µs)",
+        "measured CPU per committed transaction: leaders {leaders:.1} µs ({}; longest handler {longest_ms:.2} ms), \
+         followers {followers:.1} µs, coordinators {coordinators:.1} µs (all servers and coordinators: {all:.1} µs)",
         piece.map_or("per piece: - (a view change moved a leader)".into(), |us| format!("{us:.1} µs per piece")),
     );
-    let mut figures = vec![("leaders_cpu_us_per_txn", leaders)];
+    let mut figures = vec![("leaders_cpu_us_per_txn", leaders), ("leader_handler_ms_max", longest_ms)];
     figures.extend(piece.map(|us| ("leader_cpu_us_per_piece", us)));
     figures.extend([
         ("followers_cpu_us_per_txn", followers),
