@@ -65,20 +65,6 @@ impl Protocol {
         Protocol::NccPaxos,
     ];
 
-    /// Whether the protocol runs TPC-C (its servers run a transaction's pieces).
-    pub fn runs_tpcc(self) -> bool {
-        match self {
-            Protocol::Tiga => true,
-            Protocol::TwoPlPaxos => TwoPlPaxos::RUNS_PIECES,
-            Protocol::OccPaxos => OccPaxos::RUNS_PIECES,
-            Protocol::Tapir => Tapir::RUNS_PIECES,
-            Protocol::Janus => Janus::RUNS_PIECES,
-            Protocol::CalvinPlus => CalvinPlus::RUNS_PIECES,
-            Protocol::Detock => Detock::RUNS_PIECES,
-            Protocol::Ncc | Protocol::NccPaxos => NccPaxos::RUNS_PIECES,
-        }
-    }
-
     /// The name on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
@@ -366,13 +352,6 @@ impl Bench {
         let shell = self.shell.clone();
         let tpcc = self.tpcc;
         if let Some(t) = &tpcc {
-            if !P::RUNS_PIECES {
-                return Err(DeployError::Shape(format!(
-                    "{} does not run TPC-C yet; run it with --protocols {}",
-                    P::PROTOCOL,
-                    Protocol::ALL.iter().filter(|p| p.runs_tpcc()).map(|p| p.name()).collect::<Vec<_>>().join(",")
-                )));
-            }
             t.scale.validate(self.base.shards).map_err(|e| DeployError::Shape(e.to_string()))?;
             t.mix.validate().map_err(|e| DeployError::Shape(e.to_string()))?;
         }

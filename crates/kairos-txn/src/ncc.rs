@@ -116,6 +116,4 @@ impl Peer for NccPaxos {
     fn coordinator_settled(c: &TxnCoordinator) -> bool {
         c.settled()
     }
-
-    const RUNS_PIECES: bool = true;
 }

@@ -66,6 +66,4 @@ impl Peer for OccPaxos {
     fn coordinator_settled(c: &TxnCoordinator) -> bool {
         c.settled()
     }
-
-    const RUNS_PIECES: bool = true;
 }

@@ -9,7 +9,9 @@ use kairos_workload::Topology;
 use crate::shell::{TxnShell, TxnStats};
 use crate::store::Store;
 
-/// How a peer protocol plugs into the deployment.
+/// How a peer protocol plugs into the deployment. Its servers run a transaction's TPC-C
+/// pieces ([`Store::run_pieces`]) in the step that writes the transaction's keys there, so
+/// that every peer runs TPC-C.
 pub trait Peer: 'static {
     type Msg: Message;
     type Server: Process<Msg = Self::Msg> + 'static;
@@ -24,9 +26,6 @@ pub trait Peer: 'static {
     fn coordinator_stats(c: &Self::Coordinator) -> TxnStats {
         Self::shell(c).stats()
     }
-    /// Whether the servers run a transaction's pieces ([`Store::run_pieces`]) where they write
-    /// its keys, so that the protocol can run TPC-C (a deployment refuses TPC-C otherwise).
-    const RUNS_PIECES: bool = false;
     /// A server's store, if it keeps one (a Detock follower only logs): a TPC-C deployment
     /// puts the shard's warehouses in it before the server starts, and checks their
     /// consistency at the end of the run.

@@ -77,6 +77,4 @@ impl Peer for TwoPlPaxos {
     fn coordinator_settled(c: &TxnCoordinator) -> bool {
         c.settled()
     }
-
-    const RUNS_PIECES: bool = true;
 }

@@ -204,8 +204,6 @@ impl Peer for CalvinPlus {
     fn store_mut(server: &mut Server) -> Option<&mut Store> {
         Some(server.store_mut())
     }
-
-    const RUNS_PIECES: bool = true;
 }
 
 /// Calvin+'s commit latency without loss or queueing for a coordinator in `region`, a

@@ -172,8 +172,6 @@ impl Peer for Detock {
     fn store_mut(server: &mut Server) -> Option<&mut Store> {
         server.store_mut()
     }
-
-    const RUNS_PIECES: bool = true;
 }
 
 /// Detock's commit latency without loss, conflicts or queueing for a coordinator in `region`

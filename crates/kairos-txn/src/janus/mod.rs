@@ -156,8 +156,6 @@ impl Peer for Janus {
     fn store_mut(server: &mut Server) -> Option<&mut Store> {
         Some(server.store_mut())
     }
-
-    const RUNS_PIECES: bool = true;
 }
 
 /// Janus's fast-path commit latency without conflicts or queueing for a coordinator in

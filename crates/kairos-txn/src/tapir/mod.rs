@@ -187,7 +187,6 @@ impl Default for TapirConfig {
 pub struct Tapir;
 
 impl Peer for Tapir {
-    const RUNS_PIECES: bool = true;
     type Msg = TapirMsg;
     type Server = Replica;
     type Coordinator = Coordinator;

@@ -88,11 +88,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         }),
         ..bench.clone()
     };
-    let tpcc_peers = Protocol::ALL
-        .into_iter()
-        .filter(|p| p.runs_tpcc())
-        .map(|p| super::micro::run_point(&tpcc, p))
-        .collect::<Result<Vec<_>, _>>()?;
+    let tpcc_peers =
+        Protocol::ALL.into_iter().map(|p| super::micro::run_point(&tpcc, p)).collect::<Result<Vec<_>, _>>()?;
     super::micro::print_comparison(&regions, None, &tpcc_peers, tpcc.base.load_txn_per_s, true);
     super::micro::print_by_type(&tpcc_peers, tpcc.base.load_txn_per_s);
     println!();

@@ -164,11 +164,11 @@ fn type_stats(samples: &[KindSample]) -> Vec<TypeStats> {
 impl TxnBenchArgs {
     /// Validates the flags: the protocols in order (each once; `all`: every protocol that
     /// `runs` the workload) and the base bench.
-    pub fn to_bench(&self, runs: impl Fn(Protocol) -> bool) -> Result<(Vec<Protocol>, Bench), CliError> {
+    pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
         let mut protocols = Vec::new();
         for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
             let named: Vec<Protocol> = if name.eq_ignore_ascii_case("all") {
-                Protocol::ALL.into_iter().filter(|p| runs(*p)).collect()
+                Protocol::ALL.to_vec()
             } else {
                 vec![name
                     .parse()
@@ -236,7 +236,7 @@ fn check_load(flag: &str, l: f64) -> Result<(), CliError> {
 impl MicroBenchArgs {
     /// Validates the flags: the protocols in order (each once) and the base bench.
     pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
-        let (protocols, mut bench) = self.run.to_bench(|_| true)?;
+        let (protocols, mut bench) = self.run.to_bench()?;
         if let Some(l) = self.sweep_load {
             check_load("--sweep-load", l)?;
         }
@@ -253,7 +253,7 @@ impl MicroBenchArgs {
 impl TpccBenchArgs {
     /// Validates the flags: the protocols (`all`: those that run TPC-C) and the TPC-C bench.
     pub fn to_bench(&self) -> Result<(Vec<Protocol>, Bench), CliError> {
-        let (protocols, mut bench) = self.run.to_bench(Protocol::runs_tpcc)?;
+        let (protocols, mut bench) = self.run.to_bench()?;
         let mix = TpccMix::parse(&self.mix).map_err(|e| CliError::Usage(format!("--mix: {e}")))?;
         let scale = TpccScale {
             warehouses: self.warehouses,
