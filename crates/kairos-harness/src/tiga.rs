@@ -106,7 +106,8 @@ pub struct RoleBusy {
     /// touched): what `leaders` is spent on. `None` when a view change moved a leader (the
     /// roles are the first view's, so the figure would mix roles).
     pub leader_pieces: Option<u64>,
-    /// The longest single handler of any leader (a stall: everything queued waits for it).
+    /// The longest single handler of a first-view leader (a stall: everything queued behind
+    /// it waits).
     pub leader_handler_max: Duration,
     pub followers: Duration,
     pub coordinators: Duration,
