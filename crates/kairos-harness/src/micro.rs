@@ -373,7 +373,15 @@ impl Bench {
                     Some(terminal) => Box::new(TpccSource { terminal: terminal.clone() }),
                     None => Box::new(slot.workload.clone()),
                 };
-                let config = ShellConfig { shard_count: slot.topology.shard_count(), ..shell.clone() };
+                let t = &slot.topology;
+                let leader_first = |(s, rs): (usize, &Vec<NodeId>)| {
+                    let mut rs = rs.clone();
+                    let leader = t.leader.get(s).map_or(0, |&l| l as usize).min(rs.len());
+                    rs.rotate_left(leader);
+                    rs
+                };
+                let pre_read_replicas = t.shards.iter().enumerate().map(leader_first).collect();
+                let config = ShellConfig { shard_count: t.shard_count(), pre_read_replicas, ..shell.clone() };
                 let shell = TxnShell::new(source, slot.load.clone(), config, slot.process_base);
                 Box::new(P::coordinator(&slot.topology, &c, shell))
             },

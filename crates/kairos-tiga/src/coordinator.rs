@@ -96,6 +96,7 @@ use crate::ops::{distinct_keys, history_key, key_id, Op, OpOutput};
 use crate::owd_window::OwdWindow;
 use crate::topology::{TigaConfig, Topology};
 use kairos_workload::history::ProcessSlots;
+use kairos_workload::tpcc::pre_read::{self, PreRead, PreReadAnswer, PreReadRequest};
 use kairos_workload::{
     path_of_shards, reads_only, AdmissionLimit, Finish, KindSample, OpenLoop, Pieces, TxnSource, TxnWork,
     KIND_SAMPLES_MAX,
@@ -246,6 +247,9 @@ struct Pending {
     first_leader_ts: Vec<Option<Ts>>,
     /// The transaction's type, for per-type statistics (TPC-C).
     kind: Option<u8>,
+    /// The pre-read a by-name TPC-C transaction waits for before its pieces are sent (while
+    /// it waits, `sends` counts pre-read requests; see [`Coordinator::send`]).
+    pre_read: Option<PreRead>,
 }
 
 impl Pending {
@@ -464,6 +468,7 @@ impl Coordinator {
                     sends: 0,
                     invoke,
                     kind,
+                    pre_read: pre_read::pre_read_of(&tpcc),
                 };
                 self.pending.insert(txn, p);
                 self.send(ctx, txn);
@@ -564,8 +569,22 @@ impl Coordinator {
         }
     }
 
-    /// (Re)sends `txn` with a fresh timestamp and re-arms its retry timer.
+    /// (Re)sends `txn` with a fresh timestamp and re-arms its retry timer; or, while it waits
+    /// for its pre-read, (re)sends that, to the customer's shard's leader and then to the next
+    /// replica each time (any replica can answer: `kairos_workload::tpcc::pre_read`).
     fn send(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
+        if let Some((read, p)) = self.pending.get_mut(&txn).and_then(|p| Some((p.pre_read?, p))) {
+            let shard = read.shard(self.topology.shard_count()) as usize;
+            let replicas = self.topology.shards.get(shard).map_or(&[][..], Vec::as_slice);
+            let leader = self.topology.leader.get(shard).copied().unwrap_or(0) as usize;
+            if !replicas.is_empty() {
+                let to = replicas[(leader + p.sends as usize) % replicas.len()];
+                p.sends += 1;
+                ctx.metric("tiga.pre_reads_sent", 1);
+                ctx.send(to, TigaMsg::PreRead(PreReadRequest { txn, read }));
+            }
+            return ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
+        }
         let now = ctx.now();
         let shards: Vec<ShardId> = match self.pending.get(&txn) {
             Some(p) => p.pieces.iter().map(|pc| pc.shard).collect(),
@@ -585,6 +604,26 @@ impl Coordinator {
             }
         }
         ctx.set_timer(retry_timer(txn), self.config.retry_timeout);
+    }
+
+    /// A replica answered `txn`'s pre-read: name the customer by id in its pieces and send
+    /// them. Answers from outside the customer's shard, late or duplicated ones are ignored.
+    fn on_pre_read_answer(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, answer: PreReadAnswer) {
+        let shards = self.topology.shard_count();
+        let from_shard =
+            self.topology.shards.get(answer.read.shard(shards) as usize).is_some_and(|rs| rs.contains(&from));
+        let Some(p) = self.pending.get_mut(&answer.txn).filter(|p| from_shard && p.pre_read == Some(answer.read))
+        else {
+            return self.ignore(ctx);
+        };
+        p.pre_read = None;
+        p.sends = 0;
+        if let (Some(customer), Some(first)) = (answer.customer, p.pieces.first()) {
+            let tpcc = pre_read::resolve(&first.tpcc, answer.read, customer);
+            p.pieces = p.pieces.iter().map(|pc| Arc::new((**pc).clone().with_tpcc(tpcc.clone()))).collect();
+        }
+        ctx.metric("tiga.pre_reads_answered", 1);
+        self.send(ctx, answer.txn);
     }
 
     fn ignore(&mut self, ctx: &mut Ctx<'_, TigaMsg>) {
@@ -862,6 +901,7 @@ impl Process for Coordinator {
         match msg {
             TigaMsg::Reply(reply) => self.on_reply(ctx, from, reply),
             TigaMsg::NewView { view } => self.on_new_view(ctx, from, view),
+            TigaMsg::PreReadAnswer(answer) => self.on_pre_read_answer(ctx, from, answer),
             _ => self.ignore(ctx),
         }
     }

@@ -9,6 +9,7 @@ use crate::server::Checkpoint;
 use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
 use kairos_core::LocalTime;
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -211,6 +212,22 @@ pub enum TigaMsg {
     ViewProbe { nonce: u64 },
     /// View-manager node → server: the highest view number it holds (applied or accepted).
     ViewFloor { nonce: u64, view: u64 },
+
+    // ---- TPC-C ----
+    /// Coordinator → a replica of the customer's shard: a by-name transaction's pre-read
+    /// (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for TigaMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        TigaMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        TigaMsg::PreReadAnswer(answer)
+    }
 }
 
 impl TigaMsg {
@@ -234,6 +251,8 @@ impl TigaMsg {
             TigaMsg::Paxos(_) => "paxos",
             TigaMsg::ViewProbe { .. } => "viewprobe",
             TigaMsg::ViewFloor { .. } => "viewfloor",
+            TigaMsg::PreRead(_) => "preread",
+            TigaMsg::PreReadAnswer(_) => "prereadanswer",
         }
     }
 }

@@ -20,7 +20,7 @@
 use crate::ops::Op;
 use kairos_workload::decimal_key;
 use kairos_workload::tpcc::piece::Access;
-use kairos_workload::tpcc::{piece, Piece, PieceUndo, TpccScale, WarehouseDb};
+use kairos_workload::tpcc::{piece, pre_read, Piece, PieceUndo, PreReadAnswer, PreReadRequest, TpccScale, WarehouseDb};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -42,6 +42,12 @@ pub struct TpccShard {
 }
 
 impl TpccShard {
+    /// Answers a by-name transaction's pre-read, if this shard holds the warehouse (names
+    /// never change, so the committed tables answer as well as the speculative ones).
+    pub fn answer_pre_read(&self, request: PreReadRequest) -> Option<PreReadAnswer> {
+        pre_read::answer(self.warehouses.iter().find(|db| db.w == request.read.w).map(|db| &**db), request)
+    }
+
     /// Shard `shard`'s (of `shards`) warehouses, populated from `seed` as every replica does.
     pub fn populate(scale: &TpccScale, seed: u64, shard: u32, shards: u32) -> TpccShard {
         let warehouses = (0..scale.warehouses)

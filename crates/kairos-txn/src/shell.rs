@@ -47,6 +47,14 @@
 //! on in `kairos bench micro`; the same rule as Tiga's coordinator), so that no protocol's
 //! throughput collapses past saturation.
 //!
+//! # Pre-reads
+//! A TPC-C payment or order-status naming its customer by last name first asks a replica of
+//! the customer's shard (its leader first, the next replica after `pre_read_timeout`) which
+//! customer that is, then runs its first attempt with the customer named by id
+//! (`kairos_workload::tpcc::pre_read`). The invocation is recorded before the pre-read, so the
+//! latency includes it; a transaction whose pre-read goes unanswered [`PRE_READ_SENDS_MAX`]
+//! times fails, having taken no effect. Tiga's coordinator does the same.
+//!
 //! # Attempts
 //! An aborted attempt is retried under the same [`TxnId`] (so wound-wait keeps its age) after
 //! a randomized exponential backoff, up to `max_attempts`; latency runs from the invocation to
@@ -59,8 +67,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, OpType, Stored, Timer, TimerId};
+use kairos_core::{Ctx, HistoryEvent, LocalTime, MicroOp, NodeId, OpType, Stored, Timer, TimerId};
 use kairos_workload::history::{increment_completion, increment_invocation, ProcessSlots};
+use kairos_workload::tpcc::pre_read::{self, pre_read_of, PreRead, PreReadAnswer, PreReadMsg, PreReadRequest};
 use kairos_workload::txn::{Key, TxnId, Value};
 use kairos_workload::{path_of_shards, AdmissionLimit, Finish, OpenLoop};
 use kairos_workload::{reads_only, Pieces, TxnSource, TxnWork};
@@ -74,21 +83,27 @@ pub enum ShellTimer {
     Arrival,
     /// An aborted transaction (its sequence number) is due for its next attempt.
     Backoff(u32),
+    /// A transaction's (its sequence number) pre-read is overdue: ask the next replica.
+    PreRead(u32),
 }
 
 /// The first id of [`ShellTimer::Backoff`].
 const BACKOFF_TIMER_BASE: u64 = 1 << 40;
+/// The first id of [`ShellTimer::PreRead`].
+const PRE_READ_TIMER_BASE: u64 = 1 << 41;
 
 impl Timer for ShellTimer {
     fn id(self) -> TimerId {
         match self {
             ShellTimer::Arrival => TimerId(0),
             ShellTimer::Backoff(seq) => TimerId(BACKOFF_TIMER_BASE + u64::from(seq)),
+            ShellTimer::PreRead(seq) => TimerId(PRE_READ_TIMER_BASE + u64::from(seq)),
         }
     }
     fn from_id(id: TimerId) -> Option<Self> {
         match id.0 {
             0 => Some(ShellTimer::Arrival),
+            n if n >= PRE_READ_TIMER_BASE => u32::try_from(n - PRE_READ_TIMER_BASE).ok().map(ShellTimer::PreRead),
             n => u32::try_from(n.checked_sub(BACKOFF_TIMER_BASE)?).ok().map(ShellTimer::Backoff),
         }
     }
@@ -147,6 +162,12 @@ pub struct ShellConfig {
     /// Backoff before retry k (1-based) is uniform in [0, backoff_base · 2^(k−1)], capped.
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// Each shard's replicas, its leader first: where the pre-read of a by-name TPC-C
+    /// transaction goes (module docs). Empty: no pre-read; the pieces look the name up where
+    /// the customer lives, with no round trip of their own.
+    pub pre_read_replicas: Vec<Vec<NodeId>>,
+    /// A pre-read unanswered this long is sent to the shard's next replica.
+    pub pre_read_timeout: Duration,
 }
 
 impl Default for ShellConfig {
@@ -158,6 +179,8 @@ impl Default for ShellConfig {
             max_attempts: 10,
             backoff_base: Duration::from_millis(10),
             backoff_max: Duration::from_secs(1),
+            pre_read_replicas: Vec::new(),
+            pre_read_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -241,7 +264,20 @@ struct Pending {
     invoked_at: LocalTime,
     attempt: u32,
     invoke: Vec<MicroOp>,
+    /// The pre-read the transaction waits for before its first attempt, if any.
+    pre_read: Option<PreReadWait>,
 }
+
+/// A pre-read in flight.
+#[derive(Copy, Clone, Debug)]
+struct PreReadWait {
+    read: PreRead,
+    /// Requests sent so far (the k-th goes to replica k − 1 of the shard, leader first).
+    sends: u32,
+}
+
+/// Pre-read requests per transaction before it is recorded as failed (it took no effect).
+pub const PRE_READ_SENDS_MAX: u32 = 10;
 
 /// See the module docs.
 pub struct TxnShell {
@@ -389,14 +425,19 @@ impl TxnShell {
         }
     }
 
-    /// A shell timer fired: a new transaction arrived, or an aborted one's backoff is over.
-    pub fn on_timer<M>(&mut self, ctx: &mut Ctx<'_, M>, timer: ShellTimer) -> Option<Attempt> {
+    /// A shell timer fired: a new transaction arrived, an aborted one's backoff is over, or a
+    /// pre-read is overdue.
+    pub fn on_timer<M: PreReadMsg>(&mut self, ctx: &mut Ctx<'_, M>, timer: ShellTimer) -> Option<Attempt> {
         let seq = match timer {
             ShellTimer::Arrival => return self.on_arrival(ctx),
+            ShellTimer::PreRead(seq) => {
+                self.send_pre_read(ctx, TxnId::new(ctx.me(), seq));
+                return None;
+            }
             ShellTimer::Backoff(seq) => seq,
         };
         let txn = TxnId::new(ctx.me(), seq);
-        let p = self.pending.get_mut(&txn)?;
+        let p = self.pending.get_mut(&txn).filter(|p| p.pre_read.is_none())?;
         p.attempt += 1;
         self.stats.attempts += 1;
         ctx.metric("txn.attempts", 1);
@@ -406,11 +447,25 @@ impl TxnShell {
     /// Invokes a transaction on `keys` now (outside the open loop, e.g. from a test), or
     /// `None` if it is refused (no keys, too many in flight, ids too far ahead of the clock).
     pub fn invoke<M>(&mut self, ctx: &mut Ctx<'_, M>, keys: Vec<Key>) -> Option<Attempt> {
-        self.invoke_work(ctx, TxnWork { keys, pieces: Pieces::default(), kind: None })
+        self.register(ctx, TxnWork { keys, pieces: Pieces::default(), kind: None })
     }
 
-    /// Invokes a transaction that runs `work` (see [`TxnShell::invoke`]).
-    pub fn invoke_work<M>(&mut self, ctx: &mut Ctx<'_, M>, work: TxnWork) -> Option<Attempt> {
+    /// Invokes a transaction that runs `work` (see [`TxnShell::invoke`]). A by-name TPC-C
+    /// transaction first sends its pre-read (module docs) and returns `None`: its first
+    /// attempt comes from [`TxnShell::on_pre_read_answer`].
+    pub fn invoke_work<M: PreReadMsg>(&mut self, ctx: &mut Ctx<'_, M>, work: TxnWork) -> Option<Attempt> {
+        let attempt = self.register(ctx, work)?;
+        let read = pre_read_of(&attempt.pieces).filter(|_| !self.config.pre_read_replicas.is_empty());
+        if let (Some(read), Some(p)) = (read, self.pending.get_mut(&attempt.txn)) {
+            p.pre_read = Some(PreReadWait { read, sends: 0 });
+            self.send_pre_read(ctx, attempt.txn);
+            return None;
+        }
+        Some(attempt)
+    }
+
+    /// Records the invocation of `work` and files it as pending, or refuses it.
+    fn register<M>(&mut self, ctx: &mut Ctx<'_, M>, work: TxnWork) -> Option<Attempt> {
         let TxnWork { keys, pieces, kind } = work;
         if keys.is_empty() {
             return None;
@@ -441,6 +496,7 @@ impl TxnShell {
                 invoked_at: ctx.now(),
                 attempt: 1,
                 invoke,
+                pre_read: None,
             },
         );
         self.stats.invoked += 1;
@@ -448,6 +504,61 @@ impl TxnShell {
         ctx.metric("txn.invoked", 1);
         ctx.metric("txn.attempts", 1);
         Some(Attempt { txn, keys, pieces, attempt: 1 })
+    }
+
+    /// Sends `txn`'s pre-read to the next replica of the customer's shard (its leader first)
+    /// and arms its timeout; after [`PRE_READ_SENDS_MAX`] unanswered requests the transaction
+    /// fails (it took no effect).
+    fn send_pre_read<M: PreReadMsg>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
+        let shards = self.config.pre_read_replicas.len();
+        let Some(wait) = self.pending.get_mut(&txn).and_then(|p| p.pre_read.as_mut()) else { return };
+        let replicas = &self.config.pre_read_replicas[wait.read.shard(shards) as usize];
+        if wait.sends >= PRE_READ_SENDS_MAX || replicas.is_empty() {
+            return self.give_up_before_running(ctx, txn);
+        }
+        let to = replicas[wait.sends as usize % replicas.len()];
+        wait.sends += 1;
+        ctx.metric("txn.pre_reads_sent", 1);
+        ctx.send(to, M::pre_read_request(PreReadRequest { txn, read: wait.read }));
+        ctx.set_timer(ShellTimer::PreRead(txn.seq()), self.config.pre_read_timeout);
+    }
+
+    /// A replica answered a pre-read: returns the transaction's first attempt, its customer
+    /// named by id. Ignores an answer from a node outside the customer's shard, or for a
+    /// transaction not waiting for exactly this pre-read (a late or duplicated answer).
+    pub fn on_pre_read_answer<M>(
+        &mut self,
+        ctx: &mut Ctx<'_, M>,
+        from: NodeId,
+        answer: PreReadAnswer,
+    ) -> Option<Attempt> {
+        let shards = self.config.pre_read_replicas.len();
+        let p = self.pending.get_mut(&answer.txn)?;
+        let genuine = p.pre_read.is_some_and(|w| {
+            w.read == answer.read && self.config.pre_read_replicas[w.read.shard(shards) as usize].contains(&from)
+        });
+        if !genuine {
+            ctx.metric("txn.pre_read_answers_ignored", 1);
+            return None;
+        }
+        p.pre_read = None;
+        if let Some(customer) = answer.customer {
+            p.pieces = pre_read::resolve(&p.pieces, answer.read, customer);
+        }
+        ctx.metric("txn.pre_reads_answered", 1);
+        Some(Attempt { txn: answer.txn, keys: p.keys.clone(), pieces: p.pieces.clone(), attempt: p.attempt })
+    }
+
+    /// `txn` never ran (its pre-read went unanswered): it fails, having taken no effect.
+    fn give_up_before_running<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
+        self.finished(ctx, txn, Finish::Aborted);
+        let Some(p) = self.pending.remove(&txn) else { return };
+        self.sample_kind(&p, false, ctx.now());
+        ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
+        self.slots.give_back(p.slot);
+        self.stats.failed += 1;
+        ctx.metric("txn.failed", 1);
+        ctx.metric("txn.pre_reads_unanswered", 1);
     }
 
     /// The shell's invariant, for its coordinator's [`kairos_core::Process::invariants`]: one
@@ -541,7 +652,7 @@ impl TxnShell {
         }
     }
 
-    fn on_arrival<M>(&mut self, ctx: &mut Ctx<'_, M>) -> Option<Attempt> {
+    fn on_arrival<M: PreReadMsg>(&mut self, ctx: &mut Ctx<'_, M>) -> Option<Attempt> {
         if !self.generating(self.arrival_due) {
             return None;
         }
@@ -578,14 +689,14 @@ mod tests {
         TxnShell::new(Box::new(FixedKeys::new(vec![vec![1, 2]])), OpenLoop::default(), config, 100)
     }
 
-    fn with_ctx<R>(f: impl FnOnce(&mut Ctx<'_, ()>) -> R) -> (R, Vec<Effect<()>>) {
+    fn with_ctx<R>(f: impl FnOnce(&mut Ctx<'_, PreReadOnly>) -> R) -> (R, Vec<Effect<PreReadOnly>>) {
         let mut rng = Rng::seed_from_u64(1);
         let mut effects = Vec::new();
         let r = f(&mut Ctx::new(NodeId(7), LocalTime::ZERO, &mut rng, &mut effects));
         (r, effects)
     }
 
-    fn history(effects: &[Effect<()>]) -> Vec<&HistoryEvent> {
+    fn history(effects: &[Effect<PreReadOnly>]) -> Vec<&HistoryEvent> {
         effects.iter().filter_map(|e| if let Effect::History(h) = e { Some(h) } else { None }).collect()
     }
 
@@ -633,15 +744,101 @@ mod tests {
         assert_eq!(st.commit_rate(), 0.0);
     }
 
-    fn with_ctx_at<R>(now: LocalTime, f: impl FnOnce(&mut Ctx<'_, ()>) -> R) -> (R, Vec<Effect<()>>) {
+    fn with_ctx_at<R>(now: LocalTime, f: impl FnOnce(&mut Ctx<'_, PreReadOnly>) -> R) -> (R, Vec<Effect<PreReadOnly>>) {
         let mut rng = Rng::seed_from_u64(1);
         let mut effects = Vec::new();
         let r = f(&mut Ctx::new(NodeId(7), now, &mut rng, &mut effects));
         (r, effects)
     }
 
+    /// A message type that carries pre-reads, for the shell's pre-read tests.
+    #[derive(Clone, Debug, PartialEq)]
+    enum PreReadOnly {
+        Request(PreReadRequest),
+        Answer(PreReadAnswer),
+    }
+
+    impl PreReadMsg for PreReadOnly {
+        fn pre_read_request(request: PreReadRequest) -> Self {
+            PreReadOnly::Request(request)
+        }
+        fn pre_read_answer(answer: PreReadAnswer) -> Self {
+            PreReadOnly::Answer(answer)
+        }
+    }
+
+    /// A by-name payment asks the customer's shard's leader first, the next replica after a
+    /// timeout, runs with the customer named by id once a replica of that shard answers, and
+    /// ignores answers from elsewhere or for another lookup; unanswered, it fails (no effect).
+    #[test]
+    fn a_by_name_transaction_pre_reads_its_customer_first() {
+        use kairos_workload::tpcc::{piece::split, CustomerRef, TpccTxn};
+        let payment = TpccTxn::Payment {
+            w: 0,
+            d: 1,
+            customer_w: 1,
+            customer_d: 2,
+            customer: CustomerRef::LastName(5),
+            amount_cents: 100,
+            date: 0,
+        };
+        let work = || TxnWork { keys: vec![1, 2], pieces: split(&payment).into(), kind: Some(1) };
+        let replicas = vec![vec![NodeId(0), NodeId(1), NodeId(2)], vec![NodeId(4), NodeId(3), NodeId(5)]];
+        let config = ShellConfig { pre_read_replicas: replicas, shard_count: 2, ..ShellConfig::default() };
+        let mut s = TxnShell::new(Box::new(FixedKeys::new(vec![vec![1]])), OpenLoop::default(), config, 100);
+        let sent = |fx: &[Effect<PreReadOnly>]| -> Vec<(NodeId, PreReadOnly)> {
+            fx.iter()
+                .filter_map(|e| if let Effect::Send { to, msg } = e { Some((*to, msg.clone())) } else { None })
+                .collect()
+        };
+        let (a, fx) = with_ctx(|ctx| s.invoke_work(ctx, work()));
+        assert_eq!(a, None, "the first attempt waits for the pre-read");
+        let read = PreRead { w: 1, d: 2, last_name: 5 };
+        let PreReadOnly::Request(request) = sent(&fx)[0].1 else { panic!("{fx:?}") };
+        assert_eq!((sent(&fx)[0].0, request.read), (NodeId(4), read), "the leader of warehouse 1's shard first");
+        assert_eq!(s.inflight(), 1);
+        let txn = request.txn;
+        let (_, fx) = with_ctx(|ctx| s.on_timer(ctx, ShellTimer::PreRead(txn.seq())));
+        assert_eq!(sent(&fx)[0].0, NodeId(3), "then the next replica");
+        let answer = PreReadAnswer { txn, read, customer: Some(17) };
+        let (a, _) = with_ctx(|ctx| s.on_pre_read_answer(ctx, NodeId(0), answer));
+        assert_eq!(a, None, "a node of another shard cannot answer");
+        let wrong = PreReadAnswer { read: PreRead { last_name: 6, ..read }, ..answer };
+        assert_eq!(with_ctx(|ctx| s.on_pre_read_answer(ctx, NodeId(5), wrong)).0, None);
+        let a = with_ctx(|ctx| s.on_pre_read_answer(ctx, NodeId(5), answer)).0.expect("the first attempt");
+        assert_eq!((a.txn, a.attempt, a.keys.clone()), (txn, 1, vec![1, 2]));
+        assert_eq!(&a.pieces[..], &split(&payment.clone().resolved(17))[..]);
+        assert_eq!(with_ctx(|ctx| s.on_pre_read_answer(ctx, NodeId(5), answer)).0, None, "a duplicate");
+        assert_eq!(with_ctx(|ctx| s.on_timer(ctx, ShellTimer::PreRead(txn.seq()))).1.len(), 0, "a stale timer");
+
+        let (_, fx) = with_ctx(|ctx| s.invoke_work(ctx, work()));
+        let PreReadOnly::Request(PreReadRequest { txn: second, .. }) = sent(&fx)[0].1 else { panic!("{fx:?}") };
+        let mut fx = Vec::new();
+        for _ in 1..=PRE_READ_SENDS_MAX {
+            fx = with_ctx(|ctx| s.on_timer(ctx, ShellTimer::PreRead(second.seq()))).1;
+        }
+        assert!(sent(&fx).is_empty(), "{fx:?}");
+        let events: Vec<_> =
+            fx.iter().filter_map(|e| if let Effect::History(h) = e { Some(h.op_type) } else { None }).collect();
+        assert_eq!(events, vec![OpType::Fail], "unanswered, it fails having taken no effect");
+        assert_eq!((s.inflight(), s.stats().failed), (1, 1));
+    }
+
+    #[test]
+    fn shell_timer_ids_round_trip() {
+        for t in [
+            ShellTimer::Arrival,
+            ShellTimer::Backoff(0),
+            ShellTimer::Backoff(u32::MAX),
+            ShellTimer::PreRead(0),
+            ShellTimer::PreRead(u32::MAX),
+        ] {
+            assert_eq!(ShellTimer::from_id(t.id()), Some(t));
+        }
+    }
+
     /// Applies the `Persist` effects of a call, as a host does.
-    fn persisted(stored: &mut Stored, effects: Vec<Effect<()>>) {
+    fn persisted(stored: &mut Stored, effects: Vec<Effect<PreReadOnly>>) {
         for e in effects {
             if let Effect::Persist(p) = e {
                 stored.apply(p);

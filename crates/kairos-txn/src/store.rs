@@ -10,7 +10,7 @@
 //! for them ([`Store::run_pieces`]) in the same step as it writes the transaction's keys, so
 //! the rows change exactly when and where the keys' counters do.
 
-use kairos_workload::tpcc::{piece, Piece, TpccScale, WarehouseDb};
+use kairos_workload::tpcc::{piece, pre_read, Piece, PreReadAnswer, PreReadRequest, TpccScale, WarehouseDb};
 use kairos_workload::txn::{Key, Value};
 use std::collections::BTreeMap;
 
@@ -44,6 +44,12 @@ impl Store {
             .map(|w| WarehouseDb::populate(scale, seed, w))
             .collect();
         Store { scale: Some(*scale), warehouses, ..Store::default() }
+    }
+
+    /// Answers a by-name TPC-C transaction's pre-read, if this store holds the warehouse
+    /// (`kairos_workload::tpcc::pre_read`: names never change, so any replica may answer).
+    pub fn answer_pre_read(&self, request: PreReadRequest) -> Option<PreReadAnswer> {
+        pre_read::answer(self.warehouses.iter().find(|db| db.w == request.read.w), request)
     }
 
     /// Runs those of `pieces` that are for this store's warehouses (a transaction's pieces for

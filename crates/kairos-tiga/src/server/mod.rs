@@ -1862,6 +1862,10 @@ impl Process for Server {
             TigaMsg::InstallCheckpoint { view, checkpoint, commit_point } if view == current => {
                 self.on_install_checkpoint(ctx, from, checkpoint, commit_point)
             }
+            TigaMsg::PreRead(request) => match self.committed.tpcc.as_ref().and_then(|t| t.answer_pre_read(request)) {
+                Some(answer) => ctx.send(from, TigaMsg::PreReadAnswer(answer)),
+                None => ctx.metric("tiga.server_ignored", 1),
+            },
             _ => ctx.metric("tiga.server_ignored", 1),
         }
     }

@@ -167,6 +167,12 @@ impl Process for Coordinator {
     fn on_message(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, from: NodeId, msg: CalvinMsg) {
         match msg {
             CalvinMsg::Reply { txn, reads, fast } => self.on_reply(ctx, txn, &reads, fast),
+            CalvinMsg::PreReadAnswer(answer) => {
+                if let Some(a) = self.shell.on_pre_read_answer(ctx, from, answer) {
+                    self.begin(ctx, a);
+                }
+            }
+
             CalvinMsg::Pong { nonce }
                 if nonce == self.ping_round && !self.ping_answered && self.sequencers().contains(&from) =>
             {

@@ -2,6 +2,7 @@
 //! deadline-ordered multicast of each shard's epochs and its quorum replies, the epoch reports
 //! to the schedulers, their results back to the sequencer, and the pulls that repair loss.
 
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
@@ -102,4 +103,18 @@ pub enum CalvinMsg {
         from: ShardId,
         reads: Vec<(TxnId, Vec<(Key, Value)>)>,
     },
+    /// Coordinator → a replica of the customer's shard: a by-name TPC-C transaction's
+    /// pre-read (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for CalvinMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        CalvinMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        CalvinMsg::PreReadAnswer(answer)
+    }
 }

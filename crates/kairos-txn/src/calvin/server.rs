@@ -788,6 +788,11 @@ impl Process for Server {
     fn on_message(&mut self, ctx: &mut Ctx<'_, CalvinMsg>, from: NodeId, msg: CalvinMsg) {
         match msg {
             CalvinMsg::Submit { txn, keys, pieces } => self.on_submit(ctx, from, txn, keys, pieces),
+            CalvinMsg::PreRead(request) => {
+                if let Some(answer) = self.store.answer_pre_read(request) {
+                    ctx.send(from, CalvinMsg::PreReadAnswer(answer));
+                }
+            }
             CalvinMsg::Ping { nonce } => {
                 if self.sequencer.is_some() {
                     ctx.send(from, CalvinMsg::Pong { nonce });
@@ -814,7 +819,8 @@ impl Process for Server {
             | CalvinMsg::Report(_)
             | CalvinMsg::Results { .. }
             | CalvinMsg::Reply { .. }
-            | CalvinMsg::Pong { .. } => ctx.metric("calvin.ignored", 1),
+            | CalvinMsg::Pong { .. }
+            | CalvinMsg::PreReadAnswer(_) => ctx.metric("calvin.ignored", 1),
         }
     }
 

@@ -140,8 +140,14 @@ impl Process for Coordinator {
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, msg: DetockMsg) {
-        if let DetockMsg::Reply { txn, shard, reads } = msg {
-            self.on_reply(ctx, from, txn, shard, reads);
+        match msg {
+            DetockMsg::Reply { txn, shard, reads } => self.on_reply(ctx, from, txn, shard, reads),
+            DetockMsg::PreReadAnswer(answer) => {
+                if let Some(a) = self.shell.on_pre_read_answer(ctx, from, answer) {
+                    self.begin(ctx, a);
+                }
+            }
+            _ => {}
         }
     }
 

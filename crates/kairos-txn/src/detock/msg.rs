@@ -2,6 +2,7 @@
 //! replication of each home's log batches to its shard's followers, the log exchange between
 //! homes, and the pulls that repair loss.
 
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
@@ -43,4 +44,18 @@ pub enum DetockMsg {
     LogSync(Arc<Batch>),
     /// A home missing `shard`'s batches from `from` on asks that shard's home for them again.
     SyncFetch { shard: ShardId, from: u64 },
+    /// Coordinator → a replica of the customer's shard: a by-name TPC-C transaction's
+    /// pre-read (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for DetockMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        DetockMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        DetockMsg::PreReadAnswer(answer)
+    }
 }

@@ -546,6 +546,11 @@ impl Process for Server {
     fn on_message(&mut self, ctx: &mut Ctx<'_, DetockMsg>, from: NodeId, msg: DetockMsg) {
         match msg {
             DetockMsg::Submit { txn, keys, pieces } => self.on_submit(ctx, from, txn, keys, pieces),
+            DetockMsg::PreRead(request) => {
+                if let Some(answer) = self.store().and_then(|s| s.answer_pre_read(request)) {
+                    ctx.send(from, DetockMsg::PreReadAnswer(answer));
+                }
+            }
             // Log batches are accepted only from the home that wrote them.
             DetockMsg::Append(batch) if self.home_node(batch.shard) == Some(from) => self.on_append(ctx, from, batch),
             DetockMsg::AppendAck { shard, number } if shard == self.shard => {
@@ -555,9 +560,11 @@ impl Process for Server {
             }
             DetockMsg::LogSync(batch) if self.home_node(batch.shard) == Some(from) => self.on_log_sync(ctx, batch),
             DetockMsg::SyncFetch { shard, from: first } => self.on_sync_fetch(ctx, from, shard, first),
-            DetockMsg::Append(_) | DetockMsg::AppendAck { .. } | DetockMsg::LogSync(_) | DetockMsg::Reply { .. } => {
-                ctx.metric("detock.ignored", 1)
-            }
+            DetockMsg::Append(_)
+            | DetockMsg::AppendAck { .. }
+            | DetockMsg::LogSync(_)
+            | DetockMsg::Reply { .. }
+            | DetockMsg::PreReadAnswer(_) => ctx.metric("detock.ignored", 1),
         }
     }
 

@@ -287,6 +287,11 @@ impl Process for Coordinator {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, JanusMsg>, from: NodeId, msg: JanusMsg) {
         match msg {
+            JanusMsg::PreReadAnswer(answer) => {
+                if let Some(a) = self.shell.on_pre_read_answer(ctx, from, answer) {
+                    self.begin(ctx, a);
+                }
+            }
             JanusMsg::PreAcceptOk { txn, shard, replica, deps } if self.is_replica(from, shard, replica) => {
                 self.on_pre_accept_ok(ctx, txn, shard, replica, deps)
             }

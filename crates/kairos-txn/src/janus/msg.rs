@@ -3,6 +3,7 @@
 //! dependencies and the execution replies, and the inquiry a server sends for a dependency
 //! whose commit it has not seen.
 
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -75,6 +76,20 @@ pub enum JanusMsg {
     },
     /// The answer to an inquiry.
     InquireReply(Answer),
+    /// Coordinator → a replica of the customer's shard: a by-name TPC-C transaction's
+    /// pre-read (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for JanusMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        JanusMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        JanusMsg::PreReadAnswer(answer)
+    }
 }
 
 /// A server's answer to an inquiry: `txn`'s shards and committed dependencies, and its keys

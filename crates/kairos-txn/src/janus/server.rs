@@ -648,6 +648,11 @@ impl Process for Server {
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, JanusMsg>, from: NodeId, msg: JanusMsg) {
         match msg {
+            JanusMsg::PreRead(request) => {
+                if let Some(answer) = self.store.answer_pre_read(request) {
+                    ctx.send(from, JanusMsg::PreReadAnswer(answer));
+                }
+            }
             // Only a transaction's own coordinator pre-accepts, accepts and commits it.
             JanusMsg::PreAccept { txn, shards, keys, pieces } if from == txn.coordinator() => {
                 self.on_pre_accept(ctx, txn, shards, keys, pieces)

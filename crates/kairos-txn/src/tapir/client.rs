@@ -669,7 +669,13 @@ impl Process for Coordinator {
             }
             TapirMsg::FinalizeReply { op, shard, replica } => self.on_finalize_reply(ctx, op, shard, replica),
             TapirMsg::Done { op, shard, replica } => self.on_done(ctx, op, shard, replica),
+            TapirMsg::PreReadAnswer(answer) => {
+                if let Some(a) = self.shell.on_pre_read_answer(ctx, from, answer) {
+                    self.begin(ctx, a);
+                }
+            }
             TapirMsg::Ping { .. }
+            | TapirMsg::PreRead(_)
             | TapirMsg::Read { .. }
             | TapirMsg::Prepare { .. }
             | TapirMsg::Finalize { .. }

@@ -2,6 +2,7 @@
 //! finalize round, IR's inconsistent operations (commit, abort), and a ping that lets a
 //! coordinator find the closest replica of every shard.
 
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -117,4 +118,18 @@ pub enum TapirMsg {
         shard: ShardId,
         replica: u32,
     },
+    /// Coordinator → a replica of the customer's shard: a by-name TPC-C transaction's
+    /// pre-read (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for TapirMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        TapirMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        TapirMsg::PreReadAnswer(answer)
+    }
 }

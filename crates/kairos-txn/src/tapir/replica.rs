@@ -716,6 +716,11 @@ impl Replica {
         let (shard, replica) = (self.shard, self.replica);
         match msg {
             TapirMsg::Ping { nonce } => ctx.send(from, TapirMsg::Pong { nonce, shard, replica }),
+            TapirMsg::PreRead(request) => {
+                if let Some(answer) = self.store.answer_pre_read(request) {
+                    ctx.send(from, TapirMsg::PreReadAnswer(answer));
+                }
+            }
             TapirMsg::Read { txn, attempt, keys } => {
                 if !self.keys_ok(keys.iter().copied()) {
                     return self.ignore(ctx);
@@ -767,7 +772,8 @@ impl Replica {
             | TapirMsg::ReadReply { .. }
             | TapirMsg::PrepareReply { .. }
             | TapirMsg::FinalizeReply { .. }
-            | TapirMsg::Done { .. } => self.ignore(ctx),
+            | TapirMsg::Done { .. }
+            | TapirMsg::PreReadAnswer(_) => self.ignore(ctx),
         }
     }
 }

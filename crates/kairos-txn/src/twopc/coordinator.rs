@@ -484,6 +484,12 @@ impl Process for TxnCoordinator {
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, TxnMsg>, from: NodeId, msg: TxnMsg) {
+        if let TxnMsg::PreReadAnswer(answer) = msg {
+            if let Some(a) = self.shell.on_pre_read_answer(ctx, from, answer) {
+                self.start(ctx, a);
+            }
+            return;
+        }
         let shard = match &msg {
             TxnMsg::ReadReply { shard, .. }
             | TxnMsg::Executed { shard, .. }

@@ -89,6 +89,7 @@ pub mod server;
 
 use kairos_consensus::paxos::{PaxosConfig, PaxosMsg};
 use kairos_core::LatencyMatrix;
+use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -224,6 +225,20 @@ pub enum TxnMsg {
         shard: ShardId,
         leader: Option<u32>,
     },
+    /// Coordinator → a replica of the customer's shard: a by-name TPC-C transaction's
+    /// pre-read (`kairos_workload::tpcc::pre_read`).
+    PreRead(PreReadRequest),
+    /// Replica → coordinator: the pre-read's answer.
+    PreReadAnswer(PreReadAnswer),
+}
+
+impl PreReadMsg for TxnMsg {
+    fn pre_read_request(request: PreReadRequest) -> Self {
+        TxnMsg::PreRead(request)
+    }
+    fn pre_read_answer(answer: PreReadAnswer) -> Self {
+        TxnMsg::PreReadAnswer(answer)
+    }
 }
 
 impl From<PaxosMsg<Record>> for TxnMsg {

@@ -1040,6 +1040,11 @@ impl Process for TxnServer {
                 self.paxos.on_message(ctx, from, m);
                 self.apply_committed(ctx);
             }
+            TxnMsg::PreRead(request) => {
+                if let Some(answer) = self.store.answer_pre_read(request) {
+                    ctx.send(from, TxnMsg::PreReadAnswer(answer));
+                }
+            }
             TxnMsg::Read { .. } | TxnMsg::Prepare { .. } if self.cc == Cc::Ncc => {
                 ctx.metric("txn.server_bad_request", 1);
             }
@@ -1064,7 +1069,8 @@ impl Process for TxnServer {
             | TxnMsg::Waiting { .. }
             | TxnMsg::Vote { .. }
             | TxnMsg::DecideAck { .. }
-            | TxnMsg::NotLeader { .. } => ctx.metric("txn.server_unexpected", 1),
+            | TxnMsg::NotLeader { .. }
+            | TxnMsg::PreReadAnswer(_) => ctx.metric("txn.server_unexpected", 1),
         }
         self.sync_leadership(ctx);
     }

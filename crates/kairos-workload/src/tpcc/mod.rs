@@ -25,6 +25,7 @@ pub mod db;
 pub mod input;
 pub mod keys;
 pub mod piece;
+pub mod pre_read;
 pub mod scale;
 
 pub use consistency::ConsistencyReport;
@@ -32,6 +33,7 @@ pub use db::WarehouseDb;
 pub use input::{CustomerRef, TpccSource, TpccTerminal, TpccTxn};
 pub use keys::ConflictKey;
 pub use piece::{Piece, PieceError, PieceUndo, StepOutput};
+pub use pre_read::{PreRead, PreReadAnswer, PreReadMsg, PreReadRequest};
 pub use scale::{DeliveryScope, TpccError, TpccMix, TpccScale};
 
 use rand::Rng;

@@ -11,8 +11,9 @@
 //! the piece declares. The paper runs payment and order-status by last name (60 % of them) as
 //! multi-shot: a **pre-read** at the shard leader of the customer's warehouse
 //! ([`look_up_customer`]) finds the customer id, then the transaction runs one-shot with that
-//! id ([`TpccTxn::resolved`]). Here the keys do not depend on the id (a customer lies under its
-//! district's customers key), so a piece may also carry the name and resolve it where the customer
+//! id ([`TpccTxn::resolved`]); every protocol here does so, as a round trip of its own before
+//! the first attempt ([`super::pre_read`]). A piece may still carry the name (a deployment
+//! without pre-reads, or a name no customer has) and then resolves it where the customer
 //! lives; TPC-C never adds a customer or changes a name, so both ways pick the same customer
 //! and a lookup can never go stale (the one-shot part has nothing to validate).
 //!
