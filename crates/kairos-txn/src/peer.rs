@@ -49,6 +49,7 @@ pub trait Peer: 'static {
 #[cfg(test)]
 pub(crate) mod fuzz {
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, TimerId};
+    use kairos_workload::tpcc::{PreRead, PreReadAnswer, PreReadMsg, PreReadRequest};
     use kairos_workload::txn::Key;
     use kairos_workload::{FixedKeys, OpenLoop, Topology};
     use rand::{Rng as _, SeedableRng};
@@ -60,6 +61,17 @@ pub(crate) mod fuzz {
     /// is node 9).
     pub fn three_by_three() -> Topology {
         Topology { shards: (0..3).map(|s| (0..3).map(|r| NodeId(s * 3 + r)).collect()).collect(), leader: vec![0; 3] }
+    }
+
+    /// A pre-read request or answer for any warehouse, district and name.
+    fn random_pre_read<M: PreReadMsg>(rng: &mut Rng) -> M {
+        let txn = kairos_workload::txn::TxnId::new(NodeId(rng.random_range(0..12)), rng.random_range(0..6));
+        let read = PreRead { w: rng.random(), d: rng.random(), last_name: rng.random() };
+        if rng.random() {
+            M::pre_read_request(PreReadRequest { txn, read })
+        } else {
+            M::pre_read_answer(PreReadAnswer { txn, read, customer: rng.random::<bool>().then(|| rng.random()) })
+        }
     }
 
     /// What [`no_message_or_timer_panics`] needs to know of a protocol.
@@ -85,7 +97,7 @@ pub(crate) mod fuzz {
         g: &Garbage<P::Msg, P::Coordinator>,
     ) -> Vec<P::Server>
     where
-        P::Msg: Clone,
+        P::Msg: Clone + PreReadMsg,
     {
         let topology = three_by_three();
         let mut servers: Vec<P::Server> = (0..9).map(|i| P::server(&topology, config, i / 3, i % 3)).collect();
@@ -102,7 +114,7 @@ pub(crate) mod fuzz {
         for i in 0..20_000u64 {
             let now = LocalTime(i * 1_000_000);
             let from = NodeId(rng.random_range(0..12));
-            let msg = (g.random_msg)(&mut rng);
+            let msg = if i % 13 == 0 { random_pre_read(&mut rng) } else { (g.random_msg)(&mut rng) };
             let mut ctx = Ctx::new(me, now, &mut role_rng, &mut effects);
             if i % 50 == 0 {
                 (g.invoke)(coordinator, &mut ctx, vec![rng.random_range(0..9), rng.random_range(0..9)]);

@@ -334,6 +334,7 @@ mod tests {
     use crate::shell::{ShellConfig, TxnShell};
     use kairos_consensus::paxos::Ballot;
     use kairos_core::{Ctx, LocalTime, NodeId, Process, Rng, Timer, TimerId};
+    use kairos_workload::tpcc::PreRead;
     use kairos_workload::FixedKeys;
     use kairos_workload::OpenLoop;
     use kairos_workload::Topology;
@@ -347,7 +348,10 @@ mod tests {
         let tk = TxnKey { txn: TxnId::new(NodeId(6), 0), attempt: u32::MAX };
         let tk0 = TxnKey { txn: TxnId::new(NodeId(99), 1), attempt: 0 };
         let b = Ballot { round: u64::MAX, replica: u32::MAX };
+        let read = PreRead { w: u32::MAX, d: u32::MAX, last_name: u32::MAX };
         vec![
+            TxnMsg::PreRead(PreReadRequest { txn: tk.txn, read }),
+            TxnMsg::PreReadAnswer(PreReadAnswer { txn: tk0.txn, read, customer: Some(u32::MAX) }),
             TxnMsg::Read { tk, age_ns: 0, keys: vec![], shared: false },
             TxnMsg::Read { tk: tk0, age_ns: u64::MAX, keys: vec![0; 1000], shared: true },
             TxnMsg::Read { tk: tk0, age_ns: 1, keys: vec![1, 0, 1], shared: false },
