@@ -1106,6 +1106,50 @@ mod tests {
         h.deliver(from, msg);
     }
 
+    /// A by-name TPC-C transaction asks the customer's shard's leader, then the next replica,
+    /// ignores an answer from another shard, and submits its pieces with the customer named by
+    /// id once a replica of the shard answers (once: a duplicate answer changes nothing).
+    #[test]
+    fn a_by_name_tpcc_transaction_pre_reads_before_it_submits() {
+        use kairos_workload::tpcc::{piece::split, CustomerRef, TpccTxn};
+        let mut h = H::std();
+        let t = topology(3, 3);
+        let payment = TpccTxn::Payment {
+            w: 0,
+            d: 1,
+            customer_w: 1,
+            customer_d: 2,
+            customer: CustomerRef::LastName(5),
+            amount_cents: 100,
+            date: 0,
+        };
+        let ops = vec![Op::new(tk(1), crate::ops::OpKind::IncrBy(1))];
+        let (txn, fx) = h.run(|c, ctx| c.submit_work(ctx, ops, split(&payment).into(), Some(1)));
+        let txn = txn.unwrap();
+        let pre_reads = |fx: &[Effect<TigaMsg>]| -> Vec<(NodeId, PreReadRequest)> {
+            fx.iter()
+                .filter_map(|e| match e {
+                    Effect::Send { to, msg: TigaMsg::PreRead(r) } => Some((*to, *r)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let read = PreRead { w: 1, d: 2, last_name: 5 };
+        assert!(submits(&fx).is_empty(), "nothing is submitted before the pre-read");
+        assert_eq!(pre_reads(&fx), vec![(node(&t, 1, 0), PreReadRequest { txn, read })]);
+        let fx = h.timer(retry_timer(txn).id());
+        assert_eq!(pre_reads(&fx), vec![(node(&t, 1, 1), PreReadRequest { txn, read })]);
+        let answer = PreReadAnswer { txn, read, customer: Some(17) };
+        let fx = h.deliver(node(&t, 0, 0), TigaMsg::PreReadAnswer(answer));
+        assert!(submits(&fx).is_empty() && pre_reads(&fx).is_empty(), "another shard's node cannot answer");
+        let fx = h.deliver(node(&t, 1, 2), TigaMsg::PreReadAnswer(answer));
+        let sent = submits(&fx);
+        assert!(!sent.is_empty());
+        let resolved = split(&payment.resolved(17));
+        assert!(sent.iter().all(|(_, piece, _, _)| piece.tpcc[..] == resolved[..]));
+        assert!(submits(&h.deliver(node(&t, 1, 2), TigaMsg::PreReadAnswer(answer))).is_empty());
+    }
+
     #[test]
     fn timer_ids_decode_to_the_timer_that_set_them() {
         use CoordinatorTimer::*;
