@@ -50,6 +50,10 @@ pub enum Protocol {
     /// leader would be ([`Bench::unreplicated`]; no fault tolerance).
     Ncc,
     NccPaxos,
+    /// 2PL+Paxos in its native interactive form ([`TpccBench::interactive`]).
+    TwoPlPaxosInteractive,
+    /// OCC+Paxos in its native interactive form ([`TpccBench::interactive`]).
+    OccPaxosInteractive,
 }
 
 impl Protocol {
@@ -65,6 +69,18 @@ impl Protocol {
         Protocol::NccPaxos,
     ];
 
+    /// 2PL+Paxos and OCC+Paxos run interactively, as those protocols natively run a
+    /// transaction ([`TpccBench::interactive`]): on TPC-C besides their one-shot form, where
+    /// the two differ; on MicroBench they would be the same runs.
+    pub const INTERACTIVE: [Protocol; 2] = [Protocol::TwoPlPaxosInteractive, Protocol::OccPaxosInteractive];
+
+    /// The protocols a comparison runs by default: every one, and on TPC-C the interactive
+    /// forms besides.
+    pub fn all(tpcc: bool) -> Vec<Protocol> {
+        let interactive: &[Protocol] = if tpcc { &Protocol::INTERACTIVE } else { &[] };
+        Protocol::ALL.iter().chain(interactive).copied().collect()
+    }
+
     /// The name on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,6 +93,8 @@ impl Protocol {
             Protocol::Detock => "detock",
             Protocol::Ncc => "ncc",
             Protocol::NccPaxos => "ncc+",
+            Protocol::TwoPlPaxosInteractive => "2pl-paxos-interactive",
+            Protocol::OccPaxosInteractive => "occ-paxos-interactive",
         }
     }
 }
@@ -89,14 +107,14 @@ impl fmt::Display for Protocol {
 
 /// A protocol name that is not one of [`Protocol::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown protocol {0:?}; the protocols are {names}", names = Protocol::ALL.map(Protocol::name).join(", "))]
+#[error("unknown protocol {0:?}; the protocols are {names}", names = Protocol::all(true).into_iter().map(Protocol::name).collect::<Vec<_>>().join(", "))]
 pub struct UnknownProtocol(pub String);
 
 impl FromStr for Protocol {
     type Err = UnknownProtocol;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim().to_ascii_lowercase();
-        Protocol::ALL.into_iter().find(|p| p.name() == s).ok_or(UnknownProtocol(s))
+        Protocol::all(true).into_iter().find(|p| p.name() == s).ok_or(UnknownProtocol(s))
     }
 }
 
@@ -121,6 +139,14 @@ pub struct TpccBench {
     pub scale: TpccScale,
     pub mix: TpccMix,
     pub delivery: DeliveryScope,
+    /// Run the peers interactively: a by-name payment or order-status looks its customer up in
+    /// the round that reads its keys (2PL's execute round, under the customers key's lock;
+    /// OCC's, whose version the prepare validates) instead of in a pre-read round trip of its
+    /// own before it starts (`kairos_workload::tpcc::pre_read`, the one-shot form every
+    /// protocol runs by default). The lookup runs where the piece runs, at the customer's
+    /// shard leader under that same lock or validated version; TPC-C never changes a name, so
+    /// it finds the customer the execute round would. Tiga has no interactive form (ignored).
+    pub interactive: bool,
 }
 
 impl TpccBench {
@@ -380,7 +406,9 @@ impl Bench {
                     rs.rotate_left(leader);
                     rs
                 };
-                let pre_read_replicas = t.shards.iter().enumerate().map(leader_first).collect();
+                let pre_reads = tpcc.is_some_and(|t| !t.interactive);
+                let pre_read_replicas =
+                    if pre_reads { t.shards.iter().enumerate().map(leader_first).collect() } else { Vec::new() };
                 let config = ShellConfig { shard_count: t.shard_count(), pre_read_replicas, ..shell.clone() };
                 let shell = TxnShell::new(source, slot.load.clone(), config, slot.process_base);
                 Box::new(P::coordinator(&slot.topology, &c, shell))
@@ -473,6 +501,18 @@ impl Bench {
                 Ok(outcome)
             }
             Protocol::NccPaxos => self.run_peer::<NccPaxos>(&Default::default(), progress),
+            Protocol::TwoPlPaxosInteractive | Protocol::OccPaxosInteractive => {
+                let mut bench = self.clone();
+                if let Some(t) = bench.tpcc.as_mut() {
+                    t.interactive = true;
+                }
+                let mut outcome = match protocol {
+                    Protocol::TwoPlPaxosInteractive => bench.run_peer::<TwoPlPaxos>(&Default::default(), progress),
+                    _ => bench.run_peer::<OccPaxos>(&Default::default(), progress),
+                }?;
+                outcome.protocol = protocol;
+                Ok(outcome)
+            }
         }
     }
 

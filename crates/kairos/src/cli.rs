@@ -218,8 +218,9 @@ pub struct TigaBenchArgs {
 #[derive(Args, Debug, Clone)]
 pub struct TxnBenchArgs {
     /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, detock, ncc (one server
-    /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos); `all` names them
-    /// all.
+    /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos), and on TPC-C
+    /// 2pl-paxos-interactive and occ-paxos-interactive (a by-name customer looked up in the execute round instead of in a
+    /// pre-read round trip of its own); `all` names them all.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub protocols: Vec<String>,
     #[command(flatten)]

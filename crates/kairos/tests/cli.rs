@@ -166,6 +166,7 @@ fn bad_arguments_are_refused_with_a_reason() {
             vec!["bench", "micro", "--protocols", "slog"],
             "tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, detock, ncc, ncc+",
         ),
+        (vec!["bench", "micro", "--protocols", "occ-paxos-interactive"], "only on TPC-C"),
         (vec!["sim", "calvin+", "--seeds", "1", "--faults", "crash,torn"], "Calvin+ has no recovery"),
         (vec!["sim", "janus", "--seeds", "1", "--faults", "crash"], "Janus has no recovery"),
         (vec!["sim", "detock", "--seeds", "1", "--faults", "crash"], "Detock has no recovery"),

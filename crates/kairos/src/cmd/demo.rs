@@ -89,7 +89,7 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
         ..bench.clone()
     };
     let tpcc_peers =
-        Protocol::ALL.into_iter().map(|p| super::micro::run_point(&tpcc, p)).collect::<Result<Vec<_>, _>>()?;
+        Protocol::all(true).into_iter().map(|p| super::micro::run_point(&tpcc, p)).collect::<Result<Vec<_>, _>>()?;
     super::micro::print_comparison(&regions, None, &tpcc_peers, tpcc.base.load_txn_per_s, true);
     super::micro::print_by_type(&tpcc_peers, tpcc.base.load_txn_per_s);
     println!();
