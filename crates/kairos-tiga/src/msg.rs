@@ -9,7 +9,7 @@ use crate::server::Checkpoint;
 use crate::view::{ServerState, View};
 use kairos_consensus::paxos::PaxosMsg;
 use kairos_core::LocalTime;
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -221,14 +221,7 @@ pub enum TigaMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for TigaMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        TigaMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        TigaMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(TigaMsg);
 
 impl TigaMsg {
     /// A short name of the message's kind (traces, tests).

@@ -514,7 +514,8 @@ impl TxnShell {
         let Some(wait) = self.pending.get_mut(&txn).and_then(|p| p.pre_read.as_mut()) else { return };
         let replicas = &self.config.pre_read_replicas[wait.read.shard(shards) as usize];
         if wait.sends >= PRE_READ_SENDS_MAX || replicas.is_empty() {
-            return self.give_up_before_running(ctx, txn);
+            ctx.metric("txn.pre_reads_unanswered", 1);
+            return self.fail(ctx, txn);
         }
         let to = replicas[wait.sends as usize % replicas.len()];
         wait.sends += 1;
@@ -547,18 +548,6 @@ impl TxnShell {
         }
         ctx.metric("txn.pre_reads_answered", 1);
         Some(Attempt { txn: answer.txn, keys: p.keys.clone(), pieces: p.pieces.clone(), attempt: p.attempt })
-    }
-
-    /// `txn` never ran (its pre-read went unanswered): it fails, having taken no effect.
-    fn give_up_before_running<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
-        self.finished(ctx, txn, Finish::Aborted);
-        let Some(p) = self.pending.remove(&txn) else { return };
-        self.sample_kind(&p, false, ctx.now());
-        ctx.record(HistoryEvent::new(OpType::Fail, self.process(p.slot), "txn", p.invoke));
-        self.slots.give_back(p.slot);
-        self.stats.failed += 1;
-        ctx.metric("txn.failed", 1);
-        ctx.metric("txn.pre_reads_unanswered", 1);
     }
 
     /// The shell's invariant, for its coordinator's [`kairos_core::Process::invariants`]: one
@@ -608,6 +597,11 @@ impl TxnShell {
             ctx.set_timer(ShellTimer::Backoff(txn.seq()), after);
             return;
         }
+        self.fail(ctx, txn);
+    }
+
+    /// `txn` ends without having taken effect (its attempts spent, or its pre-read unanswered).
+    fn fail<M>(&mut self, ctx: &mut Ctx<'_, M>, txn: TxnId) {
         self.finished(ctx, txn, Finish::Aborted);
         let Some(p) = self.pending.remove(&txn) else { return };
         self.sample_kind(&p, false, ctx.now());

@@ -49,7 +49,7 @@ impl Store {
     /// Answers a by-name TPC-C transaction's pre-read, if this store holds the warehouse
     /// (`kairos_workload::tpcc::pre_read`: names never change, so any replica may answer).
     pub fn answer_pre_read(&self, request: PreReadRequest) -> Option<PreReadAnswer> {
-        pre_read::answer(self.warehouses.iter().find(|db| db.w == request.read.w), request)
+        pre_read::answer(&self.warehouses, request)
     }
 
     /// Runs those of `pieces` that are for this store's warehouses (a transaction's pieces for

@@ -2,7 +2,7 @@
 //! deadline-ordered multicast of each shard's epochs and its quorum replies, the epoch reports
 //! to the schedulers, their results back to the sequencer, and the pulls that repair loss.
 
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
@@ -110,11 +110,4 @@ pub enum CalvinMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for CalvinMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        CalvinMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        CalvinMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(CalvinMsg);

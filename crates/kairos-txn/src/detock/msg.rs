@@ -2,7 +2,7 @@
 //! replication of each home's log batches to its shard's followers, the log exchange between
 //! homes, and the pulls that repair loss.
 
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use std::sync::Arc;
 
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
@@ -51,11 +51,4 @@ pub enum DetockMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for DetockMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        DetockMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        DetockMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(DetockMsg);

@@ -3,7 +3,7 @@
 //! dependencies and the execution replies, and the inquiry a server sends for a dependency
 //! whose commit it has not seen.
 
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -83,14 +83,7 @@ pub enum JanusMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for JanusMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        JanusMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        JanusMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(JanusMsg);
 
 /// A server's answer to an inquiry: `txn`'s shards and committed dependencies, and its keys
 /// on `shard` (the answering server's shard), so that a lagging replica of that shard can

@@ -2,7 +2,7 @@
 //! finalize round, IR's inconsistent operations (commit, abort), and a ping that lets a
 //! coordinator find the closest replica of every shard.
 
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, Ts, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -125,11 +125,4 @@ pub enum TapirMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for TapirMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        TapirMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        TapirMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(TapirMsg);

@@ -89,7 +89,7 @@ pub mod server;
 
 use kairos_consensus::paxos::{PaxosConfig, PaxosMsg};
 use kairos_core::LatencyMatrix;
-use kairos_workload::tpcc::{PreReadAnswer, PreReadMsg, PreReadRequest};
+use kairos_workload::tpcc::{PreReadAnswer, PreReadRequest};
 use kairos_workload::txn::{Key, ShardId, TxnId, Value};
 use kairos_workload::Pieces;
 use serde::{Deserialize, Serialize};
@@ -232,14 +232,7 @@ pub enum TxnMsg {
     PreReadAnswer(PreReadAnswer),
 }
 
-impl PreReadMsg for TxnMsg {
-    fn pre_read_request(request: PreReadRequest) -> Self {
-        TxnMsg::PreRead(request)
-    }
-    fn pre_read_answer(answer: PreReadAnswer) -> Self {
-        TxnMsg::PreReadAnswer(answer)
-    }
-}
+kairos_workload::impl_pre_read_msg!(TxnMsg);
 
 impl From<PaxosMsg<Record>> for TxnMsg {
     fn from(m: PaxosMsg<Record>) -> Self {

@@ -58,10 +58,27 @@ pub struct PreReadAnswer {
     pub customer: Option<u32>,
 }
 
-/// A protocol's message type carries pre-reads (each protocol adds the two variants).
+/// A protocol's message type carries pre-reads: it has the variants `PreRead(PreReadRequest)`
+/// and `PreReadAnswer(PreReadAnswer)`, and says so with [`crate::impl_pre_read_msg!`].
 pub trait PreReadMsg: Sized {
     fn pre_read_request(request: PreReadRequest) -> Self;
     fn pre_read_answer(answer: PreReadAnswer) -> Self;
+}
+
+/// Implements [`PreReadMsg`] for a message enum with the variants `PreRead(PreReadRequest)` and
+/// `PreReadAnswer(PreReadAnswer)`.
+#[macro_export]
+macro_rules! impl_pre_read_msg {
+    ($msg:ident) => {
+        impl $crate::tpcc::PreReadMsg for $msg {
+            fn pre_read_request(request: $crate::tpcc::PreReadRequest) -> Self {
+                $msg::PreRead(request)
+            }
+            fn pre_read_answer(answer: $crate::tpcc::PreReadAnswer) -> Self {
+                $msg::PreReadAnswer(answer)
+            }
+        }
+    };
 }
 
 /// The pre-read `pieces` need before they can run one-shot: the first step naming a customer
@@ -77,9 +94,9 @@ pub fn pre_read_of(pieces: &[Piece]) -> Option<PreRead> {
     })
 }
 
-/// Answers `request` from the warehouse's tables, if this replica holds them.
-pub fn answer(db: Option<&WarehouseDb>, request: PreReadRequest) -> Option<PreReadAnswer> {
-    let db = db.filter(|db| db.w == request.read.w)?;
+/// Answers `request` from the warehouse's tables, if this replica holds them among `dbs`.
+pub fn answer<'a>(dbs: impl IntoIterator<Item = &'a WarehouseDb>, request: PreReadRequest) -> Option<PreReadAnswer> {
+    let db = dbs.into_iter().find(|db| db.w == request.read.w)?;
     let customer = look_up_customer(db, request.read.d, request.read.last_name);
     Some(PreReadAnswer { txn: request.txn, read: request.read, customer })
 }
@@ -139,10 +156,10 @@ mod tests {
         assert_eq!(read, PreRead { w: 1, d: 4, last_name: 7 });
         assert_eq!(read.shard(2), 1);
         let txn = TxnId::new(NodeId(9), 1);
-        assert_eq!(answer(None, PreReadRequest { txn, read }), None);
+        assert_eq!(answer([], PreReadRequest { txn, read }), None);
         let other = WarehouseDb::populate(&scale, 3, 0);
-        assert_eq!(answer(Some(&other), PreReadRequest { txn, read }), None, "warehouse 0 cannot answer for 1");
-        let a = answer(Some(&db), PreReadRequest { txn, read }).unwrap();
+        assert_eq!(answer([&other], PreReadRequest { txn, read }), None, "warehouse 0 cannot answer for 1");
+        let a = answer([&other, &db], PreReadRequest { txn, read }).unwrap();
         let id = a.customer.expect("every last name of the scale exists");
         assert_eq!(Some(id), db.districts[4].customer_by_last_name(7));
         let resolved = resolve(&pieces, read, id);
