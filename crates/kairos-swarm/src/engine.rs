@@ -929,7 +929,7 @@ impl Client {
         }
         if op.stage == Stage::DirHelp {
             let slot = index::entry_slot(op.dir_word);
-            self.index.insert(op.op.key().to_vec(), slot);
+            self.index.insert(op.op.key(), slot);
             return self.begin(op, now, out);
         }
         match op.stage {
@@ -950,7 +950,7 @@ impl Client {
                 match op.slot {
                     Some(slot) => {
                         if op.stage == Stage::Create || !self.help_install(op, fp, slot, now, out) {
-                            self.index.insert(op.op.key().to_vec(), slot);
+                            self.index.insert(op.op.key(), slot);
                             self.begin(op, now, out);
                         }
                     }
@@ -1038,7 +1038,7 @@ impl KvClient for Client {
             out.complete(op_id, Err(KvError::Busy(self.ops.len())), 0);
             return;
         }
-        let key = kv.key().to_vec();
+        let key = index::InlineKey::from_slice(kv.key());
         let mut op = match self.spare_ops.pop() {
             Some(mut op) => {
                 op.reuse(op_id, kv, now);

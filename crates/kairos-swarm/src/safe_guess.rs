@@ -164,12 +164,11 @@ fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             lowest = Some(lowest.map_or(s, |l| l.min(s)));
         }
     }
-    let key = op.op.key().to_vec();
     match lowest {
         Some(s) if Some(s) != op.slot => {
             c.bump("insert_redirects");
             op.slot = Some(s);
-            c.index.insert(key, s);
+            c.index.insert(op.op.key(), s);
             match prepare_write(c, op, now) {
                 Ok(()) => write_round(c, op, now, out),
                 Err(e) => c.finish(op, Err(e), now, out),
@@ -177,7 +176,7 @@ fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         }
         _ => {
             if let Some(s) = op.slot {
-                c.index.insert(key, s);
+                c.index.insert(op.op.key(), s);
             }
             after_write(c, op, now, out)
         }
