@@ -621,7 +621,7 @@ pub fn in_doubt<P: PeerProtocol>(world: &PeerWorld<P::Msg>) -> usize {
                 .iter()
                 .filter(|n| sim.is_up(**n))
                 .filter_map(|n| sim.role::<P::Server>(*n))
-                .max_by_key(|s| P::store(s).map_or(0, |store| store.writes_applied()))
+                .max_by_key(|s| P::applied(s))
                 .map(P::in_doubt)
         })
         .sum()

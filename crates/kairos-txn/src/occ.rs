@@ -63,6 +63,11 @@ impl Peer for OccPaxos {
         server.prepared_count()
     }
 
+    /// The Multi-Paxos log applied: a read-only commit or an abort writes nothing.
+    fn applied(server: &TxnServer) -> u64 {
+        server.paxos().applied()
+    }
+
     fn coordinator_settled(c: &TxnCoordinator) -> bool {
         c.settled()
     }

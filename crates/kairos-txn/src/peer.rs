@@ -38,6 +38,14 @@ pub trait Peer: 'static {
     fn in_doubt(_server: &Self::Server) -> usize {
         0
     }
+    /// How much of its shard's order the server has applied: of a shard's live replicas, the
+    /// one with the most is the one whose [`Peer::in_doubt`] counts (a follower that has not
+    /// learned the last decisions yet would count decided attempts). It must grow with every
+    /// record applied, including those that write nothing (a read-only commit, an abort); by
+    /// default the writes the store applied.
+    fn applied(server: &Self::Server) -> u64 {
+        Self::store(server).map_or(0, Store::writes_applied)
+    }
     /// Whether the coordinator has nothing in flight: no transaction pending and nothing it
     /// still owes the servers (a decision they have not acknowledged).
     fn coordinator_settled(c: &Self::Coordinator) -> bool {
