@@ -76,8 +76,10 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("The Tiga paper's TPC-C deployment: 6 shards × 3 replicas in sc / fi / br, one warehouse per shard");
     println!("(10 districts; tables scaled down), the mix new-order / payment / delivery / order-status /");
     println!("stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, a delivery per district as in the paper's");
-    println!("code, each transaction split into one-shot pieces per warehouse; 400 txn/s for 2 virtual seconds");
-    println!("(fixed 5 µs per handler). Every history is checked strictly serializable over the conflict keys,");
+    println!("code, each transaction split into one-shot pieces per warehouse, a payment or order-status by");
+    println!("customer name first pre-reading the customer's id in a round trip of its own (2PL and OCC also");
+    println!("interactively: the lookup rides their execute round); 400 txn/s for 2 virtual seconds (fixed 5 µs");
+    println!("per handler). Every history is checked strictly serializable over the conflict keys,");
     println!("and every run's databases against TPC-C's consistency conditions.");
     println!("Maximum throughput: `kairos bench tpcc`.\n");
     let tpcc = Bench {
