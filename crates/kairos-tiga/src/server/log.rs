@@ -1,11 +1,6 @@
 //! A shard's log as one replica holds it: absolute positions from 0, with the entries below
 //! `base` dropped once a checkpoint covers them (log truncation).
-//!
-//! Beside each entry the log keeps its piece's encoding when the journal made one
-//! ([`super::journal_codec`]), so that a journal snapshot copies those bytes instead of
-//! encoding every piece again.
 
-use super::journal_codec::PieceBytes;
 use crate::msg::LogEntry;
 use std::collections::VecDeque;
 
@@ -13,7 +8,7 @@ use std::collections::VecDeque;
 pub struct Log {
     /// The position of the first entry held.
     base: u64,
-    entries: VecDeque<(LogEntry, Option<PieceBytes>)>,
+    entries: VecDeque<LogEntry>,
 }
 
 impl Log {
@@ -37,29 +32,16 @@ impl Log {
         self.entries.len()
     }
     pub fn get(&self, pos: u64) -> Option<&LogEntry> {
-        self.entries.get(usize::try_from(pos.checked_sub(self.base)?).ok()?).map(|(e, _)| e)
+        self.entries.get(usize::try_from(pos.checked_sub(self.base)?).ok()?)
     }
     /// Copies of positions `from .. to` (clamped to what is held).
     pub fn range(&self, from: u64, to: u64) -> Vec<LogEntry> {
-        self.range_with_bytes(from, to).map(|(e, _)| e.clone()).collect()
-    }
-    /// Positions `from .. to` (clamped to what is held), each with its piece's encoding if
-    /// the log keeps it.
-    pub fn range_with_bytes(
-        &self,
-        from: u64,
-        to: u64,
-    ) -> impl ExactSizeIterator<Item = (&LogEntry, Option<&[u8]>)> + Clone {
-        let from = from.max(self.base).min(self.len());
-        let to = to.min(self.len()).max(from);
-        self.entries.range((from - self.base) as usize..(to - self.base) as usize).map(|(e, b)| (e, b.as_deref()))
+        let from = from.max(self.base);
+        let to = to.min(self.len());
+        (from..to).filter_map(|p| self.get(p).cloned()).collect()
     }
     pub fn push(&mut self, e: LogEntry) {
-        self.entries.push_back((e, None));
-    }
-    /// Appends `e`, keeping `piece_bytes`, the encoding of its piece.
-    pub fn push_encoded(&mut self, e: LogEntry, piece_bytes: Option<PieceBytes>) {
-        self.entries.push_back((e, piece_bytes));
+        self.entries.push_back(e);
     }
     /// Drops positions `pos ..` (`pos` at or above `base`).
     pub fn truncate(&mut self, pos: u64) {
@@ -72,11 +54,14 @@ impl Log {
         self.base += drop as u64;
     }
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &LogEntry> {
-        self.entries.iter().map(|(e, _)| e)
+        self.entries.iter()
     }
     /// Takes the held entries out, leaving an empty log at the same base.
     pub fn take(&mut self) -> Vec<LogEntry> {
-        std::mem::take(&mut self.entries).into_iter().map(|(e, _)| e).collect()
+        let base = self.base;
+        let entries = std::mem::take(&mut self.entries).into();
+        self.base = base;
+        entries
     }
 }
 

@@ -76,7 +76,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod durable;
-mod journal_codec;
 mod log;
 mod reply_gate;
 pub mod view_change;
@@ -126,18 +125,22 @@ enum Record {
     LoggedReleased { txn: TxnId, ts: Ts },
 }
 
-/// The whole durable state: the view, the last view served in, the log, and what was released
-/// and is not in the log (written by [`journal_codec::snapshot`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Snapshot {
-    head: SnapshotHead,
-    log: Vec<LogEntry>,
-    released: Vec<LogEntry>,
+impl Record {
+    /// The record of `entry` joining the log: by reference when its piece is durable as
+    /// released, whole otherwise.
+    fn logged(entry: &LogEntry, by_reference: bool) -> Record {
+        if by_reference {
+            Record::LoggedReleased { txn: entry.piece.txn, ts: entry.ts }
+        } else {
+            Record::Logged(entry.clone())
+        }
+    }
 }
 
-/// A snapshot's fields before its log.
+/// The whole durable state: the view, the last view served in, the log, and what was released
+/// and is not in the log.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-struct SnapshotHead {
+struct Snapshot {
     view: View,
     last_normal: u64,
     /// Whether the replica may vote in a view change (see [`view_change`]): a replica that
@@ -152,6 +155,8 @@ struct SnapshotHead {
     /// The position of `log`'s first entry: at or below the checkpoint on disk (its pages are
     /// apart, see [`durable`]), 0 without one.
     log_from: u64,
+    log: Vec<LogEntry>,
+    released: Vec<LogEntry>,
 }
 
 pub type Hash = [u8; 20];
@@ -210,9 +215,6 @@ struct Txn {
     /// Its piece is durable as released ([`Record::Released`], or in a snapshot written while
     /// it was released) since its last release: its log entry may be journaled by reference.
     released_journaled: bool,
-    /// The encoding of `piece`, made when its release was journaled; it moves to the log with
-    /// the entry ([`journal_codec`]).
-    piece_bytes: Option<journal_codec::PieceBytes>,
 }
 
 impl Txn {
@@ -234,7 +236,6 @@ impl Txn {
             agree_sent_at: LocalTime::ZERO,
             announced: false,
             released_journaled: false,
-            piece_bytes: None,
         })
     }
 }
@@ -1251,14 +1252,15 @@ impl Server {
         t.undo.clear();
         t.tpcc_undo = TpccUndo::default();
         let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
-        let piece_bytes = t.piece_bytes.take();
         for k in Self::keys(&entry.piece) {
             if self.locked.get(k) == Some(&id) {
                 self.locked.remove(k);
                 self.pq.unlocked(*k);
             }
         }
-        self.log_and_journal(ctx, entry, by_reference, piece_bytes);
+        let record = Record::logged(&entry, by_reference);
+        self.log.push(entry);
+        self.journal(ctx, record);
         self.stats.finalized += 1;
         let me = self.replica as usize;
         self.sync_point[me] = self.log.len();
@@ -1628,53 +1630,27 @@ impl Server {
         let released_at = t.ts;
         // By reference only if the piece journaled as released is the leader's (a coordinator
         // could have sent this replica another under the same id).
-        let same_piece = Arc::ptr_eq(&t.piece, &entry.piece);
-        let by_reference =
-            t.status == Status::Released && t.released_journaled && (same_piece || t.piece == entry.piece);
-        let piece_bytes = t.piece_bytes.take().filter(|_| same_piece);
+        let by_reference = t.status == Status::Released
+            && t.released_journaled
+            && (Arc::ptr_eq(&t.piece, &entry.piece) || t.piece == entry.piece);
         t.ts = ts;
         t.status = Status::Final;
         t.last_reply = Some(reply);
         let entry =
             if self.config.unsafe_follower_keeps_own_ts { LogEntry { ts: released_at, ..entry } } else { entry };
-        self.log_and_journal(ctx, entry, by_reference, piece_bytes);
-    }
-
-    /// Appends `entry` to the log and journals it: by reference when its piece is durable as
-    /// released, whole otherwise. The log keeps the piece's encoding (`piece_bytes`, made now
-    /// if it is not given and the record needs it).
-    fn log_and_journal(
-        &mut self,
-        ctx: &mut Ctx<'_, TigaMsg>,
-        entry: LogEntry,
-        by_reference: bool,
-        piece_bytes: Option<journal_codec::PieceBytes>,
-    ) {
-        if by_reference {
-            let record = Record::LoggedReleased { txn: entry.piece.txn, ts: entry.ts };
-            self.log.push_encoded(entry, piece_bytes);
-            self.journal(ctx, record);
-        } else {
-            let piece_bytes = piece_bytes.or_else(|| journal_codec::encode_piece(&entry.piece));
-            let (logged, bytes) = (entry.clone(), piece_bytes.clone());
-            self.log.push_encoded(entry, piece_bytes);
-            self.journal_with(ctx, || journal_codec::entry_record(&logged, bytes.as_deref(), false));
-        }
+        let record = Record::logged(&entry, by_reference);
+        self.log.push(entry);
+        self.journal(ctx, record);
     }
 
     /// Makes a change (already applied in memory) durable, or the whole state once the journal
     /// is long (module docs). Returns whether it is durable (the record, or a snapshot holding
     /// what it says).
     fn journal(&mut self, ctx: &mut Ctx<'_, TigaMsg>, record: Record) -> bool {
-        self.journal_with(ctx, || postcard::to_allocvec(&record))
-    }
-
-    /// [`Server::journal`] of the record `encode` writes.
-    fn journal_with(&mut self, ctx: &mut Ctx<'_, TigaMsg>, encode: impl FnOnce() -> postcard::Result<Vec<u8>>) -> bool {
         if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(4 * self.log.held() as u64) {
             return self.write_snapshot(ctx);
         }
-        match encode() {
+        match postcard::to_allocvec(&record) {
             Ok(bytes) => {
                 ctx.persist(bytes);
                 self.journaled += 1;
@@ -1742,18 +1718,13 @@ impl Server {
 
     /// The transactions released and not yet in the log, at the timestamps they were released.
     fn released_entries(&self) -> Vec<LogEntry> {
-        self.released_with_bytes().into_iter().map(|(e, _)| e).collect()
-    }
-
-    /// [`Server::released_entries`], each with its piece's encoding if it was made.
-    fn released_with_bytes(&self) -> Vec<(LogEntry, Option<journal_codec::PieceBytes>)> {
-        let mut released: Vec<(LogEntry, Option<journal_codec::PieceBytes>)> = self
+        let mut released: Vec<LogEntry> = self
             .txns
             .values()
             .filter(|t| t.status == Status::Released)
-            .map(|t| (LogEntry { ts: t.ts, piece: t.piece.clone() }, t.piece_bytes.clone()))
+            .map(|t| LogEntry { ts: t.ts, piece: t.piece.clone() })
             .collect();
-        released.sort_by_key(|(e, _)| (e.ts, e.piece.txn));
+        released.sort_by_key(|e| (e.ts, e.piece.txn));
         released
     }
 
@@ -1944,17 +1915,18 @@ impl Process for Server {
     /// docs of [`view_change`]); with a journal it cannot read whole, it does not vote.
     fn on_recover(&mut self, stored: &Stored) {
         self.state = ServerState::Recovering;
-        let head = SnapshotHead {
+        let mut snapshot = Snapshot {
             view: self.view.clone(),
             last_normal: 0,
             voter: true,
             amnesiac: false,
             view_floor: None,
             log_from: 0,
+            log: Vec::new(),
+            released: Vec::new(),
         };
-        let mut snapshot = Snapshot { head, log: Vec::new(), released: Vec::new() };
-        match stored.snapshot.as_deref().map(journal_codec::decode_snapshot) {
-            Some(Ok(s)) if s.head.view.fits(&self.topology) => snapshot = s,
+        match stored.snapshot.as_deref().map(postcard::from_bytes::<Snapshot>) {
+            Some(Ok(s)) if s.view.fits(&self.topology) => snapshot = s,
             Some(_) => {
                 // Without its snapshot it does not know its view: as after a lost disk.
                 self.stats.journal_unreadable += 1;
@@ -1965,7 +1937,7 @@ impl Process for Server {
         let mut released: BTreeMap<TxnId, LogEntry> = snapshot.released.into_iter().map(|e| (e.piece.txn, e)).collect();
         let mut log = snapshot.log;
         for r in &stored.records {
-            match journal_codec::decode_record(r) {
+            match postcard::from_bytes::<Record>(r) {
                 Ok(Record::Logged(e)) => {
                     released.remove(&e.piece.txn);
                     log.push(e);
@@ -1987,7 +1959,6 @@ impl Process for Server {
                 }
             }
         }
-        let snapshot = snapshot.head;
         self.view = snapshot.view;
         self.topology.leader = self.view.leaders.clone();
         self.config.preventive = self.view.preventive;

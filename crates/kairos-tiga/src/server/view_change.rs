@@ -80,7 +80,7 @@
 //! the view would ask it again). The first view it hears of would not do as a floor: a
 //! replayed message can carry a view long past.
 
-use super::{Log, Server, Status};
+use super::{Log, Record, Server, Status};
 use crate::msg::{
     LogEntry, LogReport, ReplyKind, ServerReply, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind,
 };
@@ -1073,20 +1073,21 @@ impl Server {
 
     /// Makes the whole durable state one journal snapshot; returns whether it was written.
     pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) -> bool {
-        let released = self.released_with_bytes();
+        let released = self.released_entries();
         // The log from the checkpoint on disk on (its pages are apart; a replica may hold a
         // little more log than that, which recovery does not need).
         let from = self.durable.position().max(self.log.base());
-        let head = super::SnapshotHead {
+        let snapshot = super::Snapshot {
             view: self.view.clone(),
             last_normal: self.last_normal,
             voter: self.voter,
             amnesiac: self.vc.amnesia,
             view_floor: self.vc.view_floor,
             log_from: from,
+            log: self.log.range(from, self.log.len()),
+            released,
         };
-        let log = self.log.range_with_bytes(from, self.log.len());
-        match super::journal_codec::snapshot(&head, log, &released) {
+        match postcard::to_allocvec(&snapshot) {
             Ok(bytes) => {
                 ctx.persist_snapshot(bytes);
                 self.journaled = 0;
@@ -1097,12 +1098,9 @@ impl Server {
     }
 
     pub(super) fn journal_released(&mut self, ctx: &mut Ctx<'_, TigaMsg>, id: TxnId) {
-        if let Some(t) = self.txns.get_mut(&id) {
-            if t.piece_bytes.is_none() {
-                t.piece_bytes = super::journal_codec::encode_piece(&t.piece);
-            }
-            let (entry, bytes) = (LogEntry { ts: t.ts, piece: t.piece.clone() }, t.piece_bytes.clone());
-            let durable = self.journal_with(ctx, || super::journal_codec::entry_record(&entry, bytes.as_deref(), true));
+        if let Some(t) = self.txns.get(&id) {
+            let entry = LogEntry { ts: t.ts, piece: t.piece.clone() };
+            let durable = self.journal(ctx, Record::Released(entry));
             if let Some(t) = self.txns.get_mut(&id) {
                 t.released_journaled = durable;
             }
