@@ -6,7 +6,7 @@
 
 use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
-use kairos_sim::{Sim, SimStats};
+use kairos_sim::{AloneCost, Sim, SimStats};
 use kairos_tiga::coordinator::{Coordinator, CoordinatorStats};
 use kairos_tiga::msg::{ShardId, TigaMsg, Ts, TxnId};
 use kairos_tiga::server::Server;
@@ -46,6 +46,10 @@ pub struct Deployment {
     /// Run TPC-C instead of MicroBench (the keys placed by warehouse: the `Integer`
     /// partitioner).
     pub tpcc: Option<TpccBench>,
+    /// Record shard 0's leader's inputs and, after the run, handle them again on a fresh
+    /// instance with nothing else running ([`Sim::replay_alone`]): its CPU on a host of its
+    /// own ([`RoleBusy::leader_alone`]). Keeps a copy of every message it received.
+    pub replay_leader_alone: bool,
 }
 
 /// The recovery experiment's fault: the leader of `shard` in view 0 crashes at `at` (true time
@@ -66,6 +70,7 @@ impl Default for Deployment {
             config: TigaConfig::default(),
             kill_leader: None,
             tpcc: None,
+            replay_leader_alone: false,
         }
     }
 }
@@ -113,6 +118,20 @@ pub struct RoleBusy {
     pub coordinators: Duration,
     /// The part of `coordinators` charged for their messages (measured-CPU model).
     pub coordinators_wire: Duration,
+    /// [`Deployment::replay_leader_alone`]: shard 0's leader in the run and alone.
+    pub leader_alone: Option<LeaderAlone>,
+}
+
+/// Shard 0's leader's CPU in the run and replayed alone ([`Deployment::replay_leader_alone`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaderAlone {
+    /// Pieces it finalized.
+    pub pieces: u64,
+    /// Its simulated CPU time in the run.
+    pub in_run: Duration,
+    /// Its longest handler in the run.
+    pub in_run_handler_max: Duration,
+    pub alone: AloneCost,
 }
 
 impl Outcome {
@@ -284,6 +303,9 @@ impl Deployment {
         }
         let drain = self.config.retry_timeout * self.config.max_sends + Duration::from_secs(1);
         let end = SimTime::ZERO + self.base.duration + drain;
+        if self.replay_leader_alone {
+            sim.record_inputs(topology.leader_node(0));
+        }
         const SLICES: u32 = 100;
         for i in 1..=SLICES {
             sim.run_until(SimTime::from_nanos(end.as_nanos() / SLICES as u64 * i as u64));
@@ -327,6 +349,13 @@ impl Deployment {
             }
         }
         let (busiest_server, busiest_server_wire) = busiest_server;
+        if self.replay_leader_alone && !leaders_moved {
+            let leader = topology.leader_node(0);
+            let pieces = sim.role::<Server>(leader).map_or(0, |s| s.stats().finalized);
+            let (in_run, in_run_handler_max) = (sim.busy_time(leader), sim.longest_handler(leader));
+            busy.leader_alone =
+                sim.replay_alone(leader).map(|alone| LeaderAlone { pieces, in_run, in_run_handler_max, alone });
+        }
         let coordinator_nodes = || (0..process_regions.len()).map(|i| NodeId((servers + i) as u32));
         busy.coordinators = coordinator_nodes().map(|n| sim.busy_time(n)).sum();
         busy.coordinators_wire = coordinator_nodes().map(|n| sim.wire_time(n)).sum();

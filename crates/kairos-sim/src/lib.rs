@@ -36,4 +36,4 @@ pub mod cpu_clock;
 pub use config::{CpuModel, Limits, NetworkConfig, SimConfig, WireCost};
 pub use fault::{Fault, FaultKinds, FaultRates, ScheduledFault};
 pub use trace::{TraceEntry, TraceKind};
-pub use world::{Role, RoleFactory, Sim, SimStats, Violation, WorldCheck};
+pub use world::{AloneCost, Role, RoleFactory, Sim, SimStats, Violation, WorldCheck};

@@ -97,6 +97,7 @@ struct ReplayBuffer<M> {
 }
 
 /// Work waiting for a node's CPU.
+#[derive(Clone)]
 enum Work<M> {
     Start,
     Message { from: NodeId, msg: M },
@@ -160,6 +161,28 @@ pub struct Sim<M: Message> {
     next_timer_generation: u64,
     world_checks: Vec<(u64, WorldCheck<M>)>,
     violation: Option<Violation>,
+    /// [`Sim::record_inputs`]: one node's inputs, for [`Sim::replay_alone`].
+    recorded: Option<RecordedInputs<M>>,
+}
+
+/// Every input one incarnation of a node handled, in order, with its local clock reading.
+struct RecordedInputs<M> {
+    node: NodeId,
+    incarnation: u32,
+    inputs: Vec<(LocalTime, Work<M>)>,
+}
+
+/// What [`Sim::replay_alone`] measured: a node's recorded inputs handled again by a fresh
+/// instance of its role with nothing else running between its handlers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AloneCost {
+    /// Handlers run (start, messages, timers).
+    pub handlers: u64,
+    /// Their CPU time (thread CPU clock, the measured model's per-handler clock overhead
+    /// subtracted as in the run).
+    pub cpu: Duration,
+    /// The longest of them.
+    pub handler_max: Duration,
 }
 
 impl<M: Message> Sim<M> {
@@ -188,6 +211,7 @@ impl<M: Message> Sim<M> {
             next_timer_generation: 0,
             world_checks: Vec::new(),
             violation: None,
+            recorded: None,
         }
     }
 
@@ -414,6 +438,9 @@ impl<M: Message> Sim<M> {
         let n = &mut self.nodes[node.index()];
         let Some(mut role) = n.role.take() else { return };
         let local: LocalTime = n.clock.read(now, &mut n.clock_rng);
+        if let Some(r) = self.recorded.as_mut().filter(|r| r.node == node && r.incarnation == n.incarnation) {
+            r.inputs.push((local, work.clone()));
+        }
         let mut effects = std::mem::take(&mut self.effects);
         let kind = match &work {
             Work::Start => TraceKind::Start,
@@ -741,6 +768,55 @@ impl<M: Message> Sim<M> {
     pub fn inbox_len_max(&self, node: NodeId) -> usize {
         self.nodes[node.index()].inbox_len_max
     }
+    /// Records every input `node` handles from now on (its start, messages and timers, with
+    /// its local clock reading), until it crashes, for [`Sim::replay_alone`]. Keeps a copy of
+    /// each message: memory grows with the run.
+    pub fn record_inputs(&mut self, node: NodeId) {
+        let incarnation = self.nodes[node.index()].incarnation;
+        self.recorded = Some(RecordedInputs { node, incarnation, inputs: Vec::new() });
+    }
+
+    /// Handles the inputs [`Sim::record_inputs`] recorded again, in order and at the same
+    /// local times, on a fresh instance of the node's role (made by its factory, with the
+    /// random stream of its first incarnation), and measures each handler's CPU time as the
+    /// measured-CPU model does. Nothing else runs between its handlers, so the figure is the
+    /// role's cost on a host of its own, without the other simulated nodes (and the
+    /// simulator) evicting its data from the caches between its handlers; the run's own
+    /// [`Sim::busy_time`] includes that. Effects are dropped after each handler, outside the
+    /// measurement (as the run applies them outside it). `None` if nothing was recorded, or
+    /// if the recording did not start with the node's first start (a fresh instance could
+    /// not follow it).
+    pub fn replay_alone(&mut self, node: NodeId) -> Option<AloneCost> {
+        let recorded = self.recorded.take().filter(|r| r.node == node && r.incarnation == 0)?;
+        if !matches!(recorded.inputs.first(), Some((_, Work::Start))) {
+            return None;
+        }
+        let seed = self.config.seed;
+        let n = &mut self.nodes[node.index()];
+        let mut role = (n.factory)(node);
+        let mut rng = Rng::seed_from_u64(mix(seed, node.0 as u64, 0));
+        let mut effects = Vec::new();
+        let overhead = crate::cpu_clock::overhead();
+        let mut cost = AloneCost::default();
+        for (local, work) in recorded.inputs {
+            let started = crate::cpu_clock::now();
+            {
+                let mut ctx = Ctx::new(node, local, &mut rng, &mut effects);
+                match work {
+                    Work::Start => role.on_start(&mut ctx),
+                    Work::Message { from, msg } => role.on_message(&mut ctx, from, msg),
+                    Work::Timer(id) => role.on_timer(&mut ctx, id),
+                }
+            }
+            let spent = crate::cpu_clock::now().saturating_sub(started).saturating_sub(overhead);
+            effects.clear();
+            cost.handlers += 1;
+            cost.cpu += spent;
+            cost.handler_max = cost.handler_max.max(spent);
+        }
+        Some(cost)
+    }
+
     /// Total simulated CPU time the node has been busy.
     pub fn busy_time(&self, node: NodeId) -> Duration {
         Duration::from_nanos(self.nodes[node.index()].busy_ns_total)

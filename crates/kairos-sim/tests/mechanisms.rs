@@ -494,3 +494,20 @@ fn the_measured_model_charges_each_message_its_wire_cost_at_both_ends() {
     let flat = WireCost::flat(Duration::from_micros(10));
     assert_eq!((flat.send(1_000), flat.receive(0)), (Duration::from_micros(5), Duration::from_micros(5)));
 }
+
+#[test]
+fn a_recorded_node_replays_alone_every_input_it_handled() {
+    let mut sim = chatter_world(3, &["sc", "fi", "br"], Duration::from_millis(10));
+    sim.record_inputs(NodeId(1));
+    sim.run_until(SimTime::from_millis(200));
+    let handled = sim.trace_log().iter().filter(|e| e.node == NodeId(1)).count() as u64;
+    assert!(handled > 40, "its start, its timers and the others' pings: {handled}");
+    let alone = sim.replay_alone(NodeId(1)).expect("recorded from its start");
+    assert_eq!(alone.handlers, handled);
+    assert!(alone.handler_max <= alone.cpu);
+    assert_eq!(sim.replay_alone(NodeId(1)), None, "a recording replays once");
+    // A fresh instance cannot follow a recording that began after the node's start.
+    sim.record_inputs(NodeId(2));
+    sim.run_until(SimTime::from_millis(300));
+    assert_eq!(sim.replay_alone(NodeId(2)), None);
+}

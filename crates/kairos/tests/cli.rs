@@ -565,6 +565,24 @@ fn bench_tiga_kills_a_leader_and_reports_the_recovery() {
     assert!(r["extra"]["latency_ms_p50_after_recovery_by_region"]["sc"].as_f64().unwrap() > 0.0);
 }
 
+/// `bench tiga --measured-cpu` replays shard 0's leader's inputs alone after the run and
+/// reports its CPU per piece both ways (the figures are machine-dependent; only their
+/// presence and sense are checked).
+#[test]
+fn bench_tiga_measured_cpu_replays_a_leader_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("alone.json");
+    let args = ["bench", "tiga", "--load", "1000", "--duration-s", "0.5", "--measured-cpu", "--message-cost-us", "0"];
+    let o = kairos(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("replayed alone on a fresh instance"), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let extra = &v[0]["extra"];
+    for key in ["leader0_cpu_us_per_piece", "leader0_alone_cpu_us_per_piece", "leader0_alone_handler_ms_max"] {
+        assert!(extra[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {extra}");
+    }
+}
+
 /// `kairos cluster bench` on plain loopback: the paper's deployment as 16 real processes, every
 /// region's transactions committed, CPU per transaction measured, and the gateways' merged
 /// history checked (the command fails if it is not strictly serializable).

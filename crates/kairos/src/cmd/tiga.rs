@@ -120,6 +120,7 @@ pub fn bench(args: TigaBenchArgs) -> Result<(), CliError> {
         println!("CPU: {}", super::net::cpu_header(&wire));
         for d in &mut deployments {
             d.base.cpu = CpuModel::Measured { scale: 1.0, floor: Duration::ZERO, wire };
+            d.replay_leader_alone = true;
         }
         message_cost = Some(source);
     }
@@ -183,6 +184,22 @@ fn print_cpu(outcome: &Outcome, committed: u64) -> Vec<(&'static str, f64)> {
     );
     let mut figures = vec![("leaders_cpu_us_per_txn", leaders), ("leader_handler_ms_max", longest_ms)];
     figures.extend(piece.map(|us| ("leader_cpu_us_per_piece", us)));
+    if let Some(a) = &b.leader_alone {
+        let per_piece = |d: Duration| d.as_secs_f64() * 1e6 / a.pieces.max(1) as f64;
+        let (in_run, alone) = (per_piece(a.in_run), per_piece(a.alone.cpu));
+        let alone_longest_ms = a.alone.handler_max.as_secs_f64() * 1e3;
+        println!(
+            "shard 0's leader: {in_run:.1} µs per piece in the run (longest handler {:.2} ms); its {} handlers replayed \
+             alone on a fresh instance: {alone:.1} µs per piece (longest {alone_longest_ms:.2} ms)",
+            a.in_run_handler_max.as_secs_f64() * 1e3,
+            a.alone.handlers,
+        );
+        figures.extend([
+            ("leader0_cpu_us_per_piece", in_run),
+            ("leader0_alone_cpu_us_per_piece", alone),
+            ("leader0_alone_handler_ms_max", alone_longest_ms),
+        ]);
+    }
     figures.extend([
         ("followers_cpu_us_per_txn", followers),
         ("coordinators_cpu_us_per_txn", coordinators),
