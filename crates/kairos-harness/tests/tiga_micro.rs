@@ -327,7 +327,7 @@ fn checkpoints_agree_across_replicas_and_with_a_replay_of_the_log() {
                 .iter()
                 .map(|(k, e)| {
                     assert_eq!(e.value.as_deref(), Some(e.version.to_string().as_bytes()), "value = version");
-                    (k.clone(), e.version)
+                    (k.to_vec(), e.version)
                 })
                 .collect();
             assert_eq!(replay, state, "{placement:?}: a checkpoint is the replay of the log prefix");

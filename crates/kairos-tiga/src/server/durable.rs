@@ -21,7 +21,7 @@
 use super::{Checkpoint, KeyMaps, KeyStamp, Recent};
 use crate::cow_map::{CowMap, BUCKETS};
 use crate::msg::Key;
-use crate::ops::{Bytes, Entry};
+use crate::ops::{Entry, StoreKey};
 use crate::tpcc::TpccShard;
 use kairos_core::{Ctx, Stored};
 use kairos_workload::tpcc::{TpccScale, WarehouseDb};
@@ -58,7 +58,7 @@ struct Manifest {
 /// A page as read back.
 #[derive(Deserialize)]
 enum Page {
-    State(Vec<(Bytes, Entry)>),
+    State(Vec<(StoreKey, Entry)>),
     Maps(Vec<(Key, KeyStamp)>),
     Recent(Recent),
     Warehouse(WarehouseDb),
@@ -67,7 +67,7 @@ enum Page {
 /// A page as written: the same encoding as [`Page`], from references (no copy of the entries).
 #[derive(Serialize)]
 enum PageOut<'a> {
-    State(Vec<(&'a Bytes, &'a Entry)>),
+    State(Vec<(&'a StoreKey, &'a Entry)>),
     Maps(Vec<(&'a Key, &'a KeyStamp)>),
     Recent(&'a Recent),
     Warehouse(&'a WarehouseDb),

@@ -63,7 +63,7 @@ use crate::cow_map::{Bucket, CowMap};
 use crate::msg::{
     Agreement, Key, LogEntry, Piece, PieceResult, ReplyKind, ServerReply, ShardId, Submit, TigaMsg, Ts, TxnId,
 };
-use crate::ops::{self, Bytes, Entry, Store};
+use crate::ops::{self, Entry, Store, StoreKey};
 use crate::release_queue::ReleaseQueue;
 use crate::topology::{TigaConfig, Topology};
 use crate::tpcc::{TpccShard, TpccUndo};
@@ -193,7 +193,7 @@ struct Txn {
     last_reply: Option<TigaMsg>,
     /// Leader: the entries the current execution's writes replaced, and what reverts its
     /// TPC-C pieces (warehouse index, undo record).
-    undo: Vec<(Bytes, Option<Entry>)>,
+    undo: Vec<(StoreKey, Option<Entry>)>,
     tpcc_undo: TpccUndo,
     /// Leader: other involved leaders' round-1 timestamps, and round-2 confirmations.
     peer_ts: BTreeMap<ShardId, Ts>,
@@ -339,7 +339,7 @@ impl KeyMaps {
 /// as long as copying it would (100 ms at 90,000 keys), which is what [`CowMap`] avoids.
 #[derive(Default)]
 struct Retired {
-    stores: Vec<Arc<Bucket<Bytes, Entry>>>,
+    stores: Vec<Arc<Bucket<StoreKey, Entry>>>,
     stamps: Vec<Arc<Bucket<Key, KeyStamp>>>,
     segments: Vec<Arc<Recent>>,
 }
@@ -536,6 +536,9 @@ pub struct Server {
     release_timer_at: Option<Ts>,
     /// Journal records written since the last snapshot.
     journaled: u64,
+    /// Where a journal record is encoded before it is copied out at its size (kept between
+    /// records: see [`Server::journal`]).
+    record_buf: Vec<u8>,
     /// Leader: its synchronization and agreement-retry timers run.
     leader_timers_armed: bool,
     /// Follower: when its leader's log synchronization last arrived (local ns).
@@ -592,6 +595,7 @@ impl Server {
             absent: BTreeSet::new(),
             release_timer_at: None,
             journaled: 0,
+            record_buf: Vec::new(),
             leader_timers_armed: false,
             leader_heard_at: LocalTime::ZERO,
             sync_sent_at: vec![LocalTime::ZERO; n],
@@ -1650,9 +1654,15 @@ impl Server {
         if self.journaled >= JOURNAL_RECORDS_PER_SNAPSHOT.max(4 * self.log.held() as u64) {
             return self.write_snapshot(ctx);
         }
-        match postcard::to_allocvec(&record) {
-            Ok(bytes) => {
-                ctx.persist(bytes);
+        // Encoded into a buffer kept between records, then copied out at its exact size: one
+        // allocation per record, where encoding into a fresh vector regrows it at every
+        // doubling of its length.
+        let mut buf = std::mem::take(&mut self.record_buf);
+        buf.clear();
+        match postcard::to_extend(&record, buf) {
+            Ok(buf) => {
+                ctx.persist(buf.clone());
+                self.record_buf = buf;
                 self.journaled += 1;
                 true
             }
