@@ -416,7 +416,8 @@ pub struct Recent {
     /// unless the replica that took the checkpoint had not kept them): a replica that installs
     /// the checkpoint and then leads answers a resend of one of them with its result, which the
     /// coordinator needs to finish it (a reply without one would leave it waiting for good).
-    pub results: Vec<PieceResult>,
+    /// Shared with the replica's own latest results (one copy per executed position).
+    pub results: Vec<Arc<PieceResult>>,
     /// The pieces of the multi-shard transactions among `entries` (each carries the whole
     /// transaction's operations): a replica that installs the checkpoint lists them to the
     /// other shards' leaders in a view change, so a shard that lacks one of them takes it from
@@ -546,7 +547,7 @@ pub struct Server {
     /// Leader: when it last sent each follower log synchronization (local ns).
     sync_sent_at: Vec<LocalTime>,
     /// The results of the log positions just below `executed`, oldest first.
-    results: std::collections::VecDeque<PieceResult>,
+    results: std::collections::VecDeque<Arc<PieceResult>>,
     /// A release pass's buffer for the keys of the entry it examines (no allocation per entry).
     key_scratch: Vec<Key>,
     stats: ServerStats,
@@ -1310,10 +1311,10 @@ impl Server {
             }
             // What the execution returned, for a while: a new leader answers a coordinator's
             // resend of a transaction its log had already executed from it.
-            let result = PieceResult { outputs, versions };
+            let result = Arc::new(PieceResult { outputs, versions });
             let segment = &mut self.segment;
             segment.entries.push(Truncated { ts: entry.ts, txn: piece.txn, position: self.executed });
-            segment.results.push(result.clone());
+            segment.results.push(Arc::clone(&result));
             if piece.shards.len() > 1 && !piece.txn_ops.is_empty() {
                 segment.multi_shard.push(Arc::clone(piece));
             }
@@ -1711,7 +1712,7 @@ impl Server {
                 break;
             }
             for r in segment.results.iter().rev().take(RESULTS_KEPT - self.results.len()) {
-                self.results.push_front(r.clone());
+                self.results.push_front(Arc::clone(r));
             }
             if segment.results.len() < segment.entries.len() || self.results.len() == RESULTS_KEPT {
                 break;

@@ -82,7 +82,8 @@
 
 use super::{Log, Record, Server, Status};
 use crate::msg::{
-    LogEntry, LogReport, ReplyKind, ServerReply, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem, VerifyKind,
+    LogEntry, LogReport, PieceResult, ReplyKind, ServerReply, ShardId, TigaMsg, Ts, TxnId, TxnState, VerifyItem,
+    VerifyKind,
 };
 use crate::view::{ServerState, View};
 use kairos_core::{Ctx, LocalTime, NodeId};
@@ -901,7 +902,7 @@ impl Server {
             }
             let result = if pos < executed {
                 let back = (executed - pos) as usize;
-                self.results[self.results.len() - back].clone()
+                PieceResult::clone(&self.results[self.results.len() - back])
             } else {
                 let r = self.execute(id);
                 let t = self.txns.get_mut(&id).expect("rebuilt");
