@@ -127,9 +127,10 @@ pub struct RoleBusy {
 pub struct LeaderAlone {
     /// Pieces it finalized.
     pub pieces: u64,
-    /// Its simulated CPU time in the run.
+    /// Its handlers' CPU time in the run (without the measured model's per-message cost,
+    /// which the replay does not charge).
     pub in_run: Duration,
-    /// Its longest handler in the run.
+    /// Its longest handler in the run (with that handler's messages' cost, if charged).
     pub in_run_handler_max: Duration,
     pub alone: AloneCost,
 }
@@ -352,7 +353,8 @@ impl Deployment {
         if self.replay_leader_alone && !leaders_moved {
             let leader = topology.leader_node(0);
             let pieces = sim.role::<Server>(leader).map_or(0, |s| s.stats().finalized);
-            let (in_run, in_run_handler_max) = (sim.busy_time(leader), sim.longest_handler(leader));
+            let in_run = sim.busy_time(leader).saturating_sub(sim.wire_time(leader));
+            let in_run_handler_max = sim.longest_handler(leader);
             busy.leader_alone =
                 sim.replay_alone(leader).map(|alone| LeaderAlone { pieces, in_run, in_run_handler_max, alone });
         }
