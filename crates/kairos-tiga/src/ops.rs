@@ -148,9 +148,6 @@ impl InlineBytes {
     pub fn new(bytes: &[u8]) -> Self {
         InlineBytes(smallvec::SmallVec::from_slice(bytes))
     }
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 impl std::ops::Deref for InlineBytes {
@@ -168,7 +165,7 @@ impl std::borrow::Borrow<[u8]> for InlineBytes {
 
 impl BucketKey for InlineBytes {
     fn bucket_hash(&self) -> u64 {
-        self.as_bytes().bucket_hash()
+        self.0.as_slice().bucket_hash()
     }
 }
 
@@ -275,7 +272,7 @@ pub fn undo(store: &mut Store, undo: Vec<(StoreKey, Option<Entry>)>) {
     for (k, old) in undo.into_iter().rev() {
         match old {
             Some(e) => store.keys.insert(k, e),
-            None => store.keys.remove(k.as_bytes()),
+            None => store.keys.remove(&*k),
         };
     }
 }
@@ -292,7 +289,7 @@ pub fn parse_int(v: &[u8]) -> Option<i64> {
 /// A reading operation on a key's value.
 fn read(value: Option<&InlineBytes>, kind: &OpKind) -> OpOutput {
     match kind {
-        OpKind::Get => value.map_or(OpOutput::Nil, |v| OpOutput::Bulk(v.as_bytes().to_vec())),
+        OpKind::Get => value.map_or(OpOutput::Nil, |v| OpOutput::Bulk(v.to_vec())),
         OpKind::Exists => OpOutput::Int(i64::from(value.is_some())),
         OpKind::Strlen => OpOutput::Int(value.map_or(0, |v| v.len() as i64)),
         _ => unreachable!("{kind:?} writes"),
@@ -328,7 +325,7 @@ fn write(value: &mut Option<InlineBytes>, kind: &OpKind) -> OpOutput {
         OpKind::IncrBy(by) => {
             let cur = match value {
                 None => 0,
-                Some(v) => match parse_int(v.as_bytes()) {
+                Some(v) => match parse_int(v) {
                     Some(n) => n,
                     None => return OpOutput::Error(OpError::NotInteger),
                 },
@@ -402,7 +399,7 @@ mod tests {
         for key in [b"k1".to_vec(), vec![9u8; 300]] {
             let bytes = postcard::to_allocvec(&StoreKey::new(&key)).unwrap();
             assert_eq!(bytes, postcard::to_allocvec(&key).unwrap());
-            assert_eq!(postcard::from_bytes::<StoreKey>(&bytes).unwrap().as_bytes(), key.as_slice());
+            assert_eq!(&*postcard::from_bytes::<StoreKey>(&bytes).unwrap(), key.as_slice());
         }
     }
 
