@@ -194,6 +194,17 @@ fn swarm_kv_campaign_seed_8350_a_read_maximum_never_goes_down() {
     campaign_seed(8350, Protocol::SwarmKv);
 }
 
+/// Campaign seed 20563 (swarm-kv): a stalled writer's tuple reached one node only, not the
+/// primary; a read saw it there as its maximum, then that node's replies to the reader were
+/// stalled for ten round trips. Each round ended with the other two nodes, which lack the
+/// tuple's value, so the read went round 12 times (bound 9) until the node answered. A read
+/// round now also waits for one node that showed its maximum, as it waits for the primary.
+#[test]
+fn swarm_kv_campaign_seed_20563_a_read_waits_for_a_holder_of_its_maximum() {
+    let o = campaign_seed(20563, Protocol::SwarmKv);
+    assert!(o.metrics.get("stalled_chains").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
+}
+
 /// Campaign seed 2662 (swarm-kv): a write given up as unavailable (one chain stalled past the
 /// chain timeout, a memory node crashed) returned its buffer to the pool; its chains landed
 /// later, its tuple became the key's maximum, the buffer was reused, and every read of the key

@@ -136,6 +136,10 @@ pub(crate) struct Shape {
     pub lock: Option<usize>,
     /// The timestamp-lock CAS: (verb index, expected, new).
     pub lock_cas: Option<(usize, u64, u64)>,
+    /// A read's chain to a node that showed the read's maximum: the round waits for one such
+    /// reply (unless every such chain failed), since only those nodes are sure to hold the
+    /// maximum's value.
+    pub holder: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -996,11 +1000,13 @@ impl Client {
         if op.failed > 0 {
             self.widen(op, now, out);
         }
-        // The node holding the in-place copy is waited for unless it failed.
-        let waiting = op
-            .shapes
-            .iter()
-            .any(|(n, s)| s.inplace.is_some() && !op.replies.contains_key(n) && !op.failed_nodes.contains(n));
+        // The node holding the in-place copy is waited for unless it failed, and so is one of
+        // the holders of a read's maximum (`Shape::holder`) unless they all failed.
+        let pending = |n: &MemNodeId| !op.replies.contains_key(n) && !op.failed_nodes.contains(n);
+        let inplace_pending = op.shapes.iter().any(|(n, s)| s.inplace.is_some() && pending(n));
+        let holder_replied = op.shapes.iter().any(|(n, s)| s.holder && op.replies.contains_key(n));
+        let holder_pending = !holder_replied && op.shapes.iter().any(|(n, s)| s.holder && pending(n));
+        let waiting = inplace_pending || holder_pending;
         if op.replies.len() >= op.need && !waiting {
             self.advance(op, now, out);
         } else if op.nodes.len() - op.failed < op.need {

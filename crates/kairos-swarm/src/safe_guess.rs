@@ -44,7 +44,11 @@
 //!
 //! **Read** (get). Iterations of one round trip each: read every writer's word on a majority
 //! (and the in-place copy on the primary; from the second iteration on, also the lock word and
-//! copy of the previous iteration's maximum). `X` is the highest tuple the read has seen so far
+//! copy of the previous iteration's maximum, and the round waits for one of the nodes that
+//! showed that maximum as well, unless each of them failed: only they are sure to hold its
+//! value, and a round that ended without them would go round again for nothing, as often as
+//! their replies are late — campaign seed 20563 went round 12 times, bound 9, while one such
+//! node's replies were stalled). `X` is the highest tuple the read has seen so far
 //! — in this iteration **or any earlier one**: the read's maximum never goes down. A lower
 //! maximum in a later iteration only means that its majority missed the nodes holding `X` (a
 //! stalled writer's chain may have reached one node), not that `X` went away; the reference
@@ -481,7 +485,10 @@ fn read_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     if op.prev_max != 0 {
         let l = &c.cfg.layout;
         let (xw, xb) = (meta::writer(op.prev_max), meta::buf(op.prev_max));
-        for (_, verbs, shape) in &mut chains {
+        for (node, verbs, shape) in &mut chains {
+            // Only the nodes that showed the maximum are sure to hold its value: wait for one
+            // of them rather than go round again without it (campaign seed 20563).
+            shape.holder = op.max_from.contains(node);
             shape.lock = Some(verbs.len());
             verbs.push(Verb::Read { addr: l.buffer_lock(xw, xb), len: 8 });
             shape.copy = Some(verbs.len());
