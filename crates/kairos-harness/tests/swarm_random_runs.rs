@@ -205,6 +205,17 @@ fn swarm_kv_campaign_seed_20563_a_read_waits_for_a_holder_of_its_maximum() {
     assert!(o.metrics.get("stalled_chains").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
 }
 
+/// Campaign seed 22175 (swarm-kv): a stale writer fetched the value of the highest tuple it
+/// had seen (M) for its lock round; the round showed a newer tuple of M's writer, which became
+/// M, and the retried lock round wrote the newer tuple's metadata and buffer header over the
+/// older tuple's value. Reads of the newer tuple then returned the older value after the newer
+/// write had completed (not linearizable). A writer now fetches the new M's value first.
+#[test]
+fn swarm_kv_campaign_seed_22175_a_lock_round_writes_m_with_its_own_value() {
+    let o = campaign_seed(22175, Protocol::SwarmKv);
+    assert!(o.metrics.get("writer_lock_retries").copied().unwrap_or(0) > 0, "{:?}", o.metrics);
+}
+
 /// Campaign seed 2662 (swarm-kv): a write given up as unavailable (one chain stalled past the
 /// chain timeout, a memory node crashed) returned its buffer to the pool; its chains landed
 /// later, its tuple became the key's maximum, the buffer was reused, and every read of the key

@@ -26,7 +26,11 @@
 //!    `M` (its value), so that the lock round can write it where it is missing.
 //! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is
 //!    known, then CAS the lock word to `T|WRITER`, then read back. The writer locks only nodes
-//!    that hold (or were just given) a tuple above `T`, unless a majority already does.
+//!    that hold (or were just given) a tuple above `T`, unless a majority already does. `M` is
+//!    always written with the value fetched for `M` itself: when a round shows a higher tuple,
+//!    that one becomes `M` and its value is fetched first (campaign seed 22175: a retried lock
+//!    round wrote a newer tuple's metadata over the older tuple's value, so later reads of the
+//!    newer, VERIFIED tuple returned the older value).
 //! 3. Won on a majority, with a tuple above `T` on a majority: no reader can lock `T` on a
 //!    majority any more, and no reader can even see `T` as a maximum again (every majority read
 //!    meets a node holding more), so rewrite under a fresh timestamp above everything read (same
@@ -269,7 +273,8 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 
 /// What a stale writer learns from any round's replies: its buffer's lock word per node, every
 /// node's words (`observed`), the nodes holding another writer's tuple above T (`above`), and
-/// the highest such tuple (`target`).
+/// the highest such tuple (`target`; when it rises, the value fetched for the old one is
+/// dropped).
 fn learn_stale(c: &Client, op: &mut Op) {
     let w = c.cfg.writer as usize;
     let t = meta::id(op.tuple);
@@ -283,6 +288,9 @@ fn learn_stale(c: &Client, op: &mut Op) {
         }
         if meta::id(top) > meta::id(op.target) {
             op.target = top;
+            // The value fetched was the older target's: the lock round must never write it
+            // under this tuple (campaign seed 22175), so fetch the new target's first.
+            op.value = None;
         }
         op.observed.insert(node, ws);
     }
