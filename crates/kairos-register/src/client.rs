@@ -2,7 +2,7 @@ use crate::{majority, RegisterMsg, Tag, Versioned};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use rand::Rng as _;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 kairos_core::timers! {
@@ -73,6 +73,8 @@ struct InFlight {
     kind: Kind,
     phase: Phase,
     acks: BTreeSet<NodeId>,
+    /// Store phase: the life each acknowledgement came from (see the crate docs).
+    ack_lives: BTreeMap<NodeId, u64>,
     best: Versioned,
     stored: Versioned,
     /// Message rounds sent so far (phases plus retransmissions).
@@ -141,6 +143,7 @@ impl Client {
             kind,
             phase: Phase::Query,
             acks: BTreeSet::new(),
+            ack_lives: BTreeMap::new(),
             best: Versioned::default(),
             stored: Versioned::default(),
             rounds: 0,
@@ -224,8 +227,18 @@ impl Process for Client {
                     self.send_phase(ctx);
                 }
             }
-            RegisterMsg::StoreAck { op, key } if op == f.op && key == f.key && f.phase == Phase::Store => {
+            RegisterMsg::StoreAck { op, key, life, lives } if op == f.op && key == f.key && f.phase == Phase::Store => {
                 f.acks.insert(from);
+                f.ack_lives.insert(from, life);
+                // An acknowledgement from a life that has ended since does not count: that
+                // replica may have forgotten the store (crate docs, "Lives"); it is asked again.
+                for (replica, current) in lives {
+                    if f.ack_lives.get(&replica).is_some_and(|l| *l != current) {
+                        f.ack_lives.remove(&replica);
+                        f.acks.remove(&replica);
+                        ctx.metric("register.acks_of_ended_lives", 1);
+                    }
+                }
                 if f.acks.len() >= quorum {
                     self.finish(ctx, OpType::Ok);
                 }

@@ -21,6 +21,20 @@
 //! them, so the rest of that majority meets every majority of the others. This is safe while
 //! at most one replica is amnesiac at a time; at the very first start every replica recovers
 //! from the (empty) states of the others.
+//!
+//! **Lives.** That argument needs the write to have completed *before* the forgetful replica
+//! asked the others for their state. A write still in flight can count an acknowledgement the
+//! replica gave in its previous life, then reach another replica only after that one answered
+//! the recovery: it completes with a majority of acknowledgements of which one is forgotten
+//! (campaign seeds 29551 and 48604: the write was then held by one replica of three). So a
+//! replica's recovery starts a new *life* (its recovery nonce, kept on its disk), every
+//! acknowledgement of a store names the life that gave it, and a replica that answers another's
+//! recovery records that replica's new life (durably, before it answers) and reports it with
+//! its own acknowledgements. A client drops an acknowledgement whose life a later one reports
+//! ended, and asks that replica again. Take such a write and the replica `a` that acknowledged
+//! it before forgetting: the rest of its majority and `a`'s recovery majority share a replica
+//! `b`; if `b` acknowledged before it answered `a`, its answer carried the write; if after,
+//! its acknowledgement reports `a`'s new life and the client no longer counts `a`'s old one.
 
 mod client;
 mod replica;
@@ -62,9 +76,14 @@ pub enum RegisterMsg {
         key: u64,
         state: Versioned,
     },
+    /// `life`: the acknowledging replica's life (see the crate docs); `lives`: the life of
+    /// each other replica as this one last learned it (when it answered that replica's
+    /// recovery), so that the client drops an acknowledgement of a life that has ended.
     StoreAck {
         op: u64,
         key: u64,
+        life: u64,
+        lives: Vec<(kairos_core::NodeId, u64)>,
     },
     /// A recovering replica asks a peer for its whole state. `nonce` is drawn per recovery and
     /// echoed: a replayed reply to an earlier recovery (of an older incarnation, say the first

@@ -15,6 +15,18 @@ kairos_core::timers! {
 pub const RECOVERY_KEYS_MAX: usize = 65_536;
 /// After this many stored records the replica persists a snapshot of its whole store instead.
 const RECORDS_PER_SNAPSHOT: u64 = 4_096;
+/// Recovery nonces remembered per peer, so that a replayed request of an earlier recovery is
+/// not taken for a new life.
+const NONCES_KEPT: usize = 64;
+
+/// What a snapshot holds: the replica's life, the other replicas' lives as it learned them,
+/// and its whole store (records after it hold single keys).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Snapshot {
+    life: u64,
+    lives: Vec<(NodeId, u64)>,
+    store: Vec<(u64, Versioned)>,
+}
 
 /// Holds the highest-tagged value of every key; serves queries and stores once recovered.
 pub struct Replica {
@@ -38,6 +50,12 @@ pub struct Replica {
     just_recovered: bool,
     /// Test-only: a completed recovery does not persist what it adopted ([`Self::unpersisted_recovery_unsafe`]).
     unpersisted_recovery: bool,
+    /// This replica's life: the nonce of the recovery that gave it its state (crate docs).
+    life: u64,
+    /// Each other replica's life, as learned when answering its recovery.
+    lives: BTreeMap<NodeId, u64>,
+    /// The recovery nonces each other replica sent, latest last (at most [`NONCES_KEPT`]).
+    nonces_seen: BTreeMap<NodeId, std::collections::VecDeque<u64>>,
 }
 
 impl Replica {
@@ -57,6 +75,9 @@ impl Replica {
             changed: Vec::new(),
             just_recovered: false,
             unpersisted_recovery: false,
+            life: 0,
+            lives: BTreeMap::new(),
+            nonces_seen: BTreeMap::new(),
         }
     }
 
@@ -112,8 +133,12 @@ impl Replica {
 
     /// Persists the whole store as a snapshot. Returns whether it could.
     fn persist_store(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) -> bool {
-        let all: Vec<(u64, Versioned)> = self.store.iter().map(|(k, v)| (*k, *v)).collect();
-        let Ok(bytes) = postcard::to_allocvec(&all) else { return false };
+        let snapshot = Snapshot {
+            life: self.life,
+            lives: self.lives.iter().map(|(n, l)| (*n, *l)).collect(),
+            store: self.store.iter().map(|(k, v)| (*k, *v)).collect(),
+        };
+        let Ok(bytes) = postcard::to_allocvec(&snapshot) else { return false };
         ctx.persist_snapshot(bytes);
         self.records_since_snapshot = 0;
         self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
@@ -142,6 +167,19 @@ impl Process for Replica {
         self.just_recovered = false;
         match msg {
             RegisterMsg::RecoverRequest { nonce } => {
+                let seen = self.nonces_seen.entry(from).or_default();
+                if self.peers.contains(&from) && !seen.contains(&nonce) {
+                    // A new recovery of `from`: its acknowledgements of earlier lives are void.
+                    // Durable before the answer leaves (a restart must still report it).
+                    if seen.len() >= NONCES_KEPT {
+                        seen.pop_front();
+                    }
+                    seen.push_back(nonce);
+                    self.lives.insert(from, nonce);
+                    if self.recovered {
+                        self.persist_store(ctx);
+                    }
+                }
                 let entries: Vec<_> = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
                 ctx.send(from, RegisterMsg::RecoverReply { nonce, entries });
             }
@@ -157,6 +195,7 @@ impl Process for Replica {
                 }
                 self.recovery_replies.insert(from);
                 if self.recovery_replies.len() >= majority(self.replica_count - 1) {
+                    self.life = nonce;
                     if !self.unpersisted_recovery {
                         self.persist_store(ctx);
                     }
@@ -174,7 +213,8 @@ impl Process for Replica {
                 if self.adopt(key, state) {
                     self.persist(ctx, key);
                 }
-                ctx.send(from, RegisterMsg::StoreAck { op, key });
+                let lives = self.lives.iter().map(|(n, l)| (*n, *l)).collect();
+                ctx.send(from, RegisterMsg::StoreAck { op, key, life: self.life, lives });
             }
             RegisterMsg::QueryAck { .. } | RegisterMsg::StoreAck { .. } => ctx.metric("register.unexpected_message", 1),
         }
@@ -193,12 +233,19 @@ impl Process for Replica {
     /// not decode leaves it amnesiac: it then recovers from the other replicas, as without a
     /// disk.
     fn on_recover(&mut self, stored: &Stored) {
-        let snapshot: Result<Vec<(u64, Versioned)>, _> =
-            stored.snapshot.as_deref().map_or(Ok(Vec::new()), postcard::from_bytes);
+        // A replica of a replicated register writes its first snapshot when its recovery
+        // completes, so only a lone replica's disk can hold records without one (life 0). A
+        // snapshot that does not decode (one written before lives existed, say) leaves it
+        // amnesiac.
+        let empty = Snapshot { life: 0, lives: Vec::new(), store: Vec::new() };
+        let snapshot = stored.snapshot.as_deref().map_or(Ok(empty), postcard::from_bytes::<Snapshot>);
+        let Ok(snapshot) = snapshot else { return };
         let records: Result<Vec<(u64, Versioned)>, _> =
             stored.records.iter().map(|r| postcard::from_bytes(r)).collect();
-        let (Ok(snapshot), Ok(records)) = (snapshot, records) else { return };
-        for (key, state) in snapshot.into_iter().chain(records) {
+        let Ok(records) = records else { return };
+        self.life = snapshot.life;
+        self.lives = snapshot.lives.into_iter().collect();
+        for (key, state) in snapshot.store.into_iter().chain(records) {
             self.adopt(key, state);
         }
         self.changed.clear();

@@ -275,6 +275,19 @@ fn the_register_survives_lost_disks_regressions() {
     assert_eq!(campaign("register", "1934")["seeds_run"], 1);
 }
 
+/// Long-campaign seeds 29551 and 48604: a write counted a store acknowledgement that a replica
+/// gave before it lost its disk, then reached another replica only after that one had answered
+/// the forgetful replica's recovery; it completed held by one replica of three (the
+/// cross-replica invariant caught it). Acknowledgements now name the replica's life, and one
+/// from a life that has ended is not counted (`kairos_register` docs, "Lives").
+#[test]
+fn the_register_does_not_count_acknowledgements_of_a_forgotten_life() {
+    for seed in ["29551", "48604"] {
+        let s = campaign_in_window("register", seed, "all", LONG_CAMPAIGN_WINDOW, 1.0, 1.0);
+        assert_eq!(s["seeds_run"], 1);
+    }
+}
+
 #[test]
 fn swarm_kv_survives_40_adversarial_deployments() {
     assert_eq!(campaign("swarm-kv", "1..41")["seeds_run"], 40);
