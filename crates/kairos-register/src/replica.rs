@@ -167,8 +167,9 @@ impl Process for Replica {
         self.just_recovered = false;
         match msg {
             RegisterMsg::RecoverRequest { nonce } => {
-                let seen = self.nonces_seen.entry(from).or_default();
-                if self.peers.contains(&from) && !seen.contains(&nonce) {
+                // Only peers' lives are kept (a stranger's requests are answered, not recorded).
+                let seen = self.peers.contains(&from).then(|| self.nonces_seen.entry(from).or_default());
+                if let Some(seen) = seen.filter(|seen| !seen.contains(&nonce)) {
                     // A new recovery of `from`: its acknowledgements of earlier lives are void.
                     // Durable before the answer leaves (a restart must still report it).
                     if seen.len() >= NONCES_KEPT {
