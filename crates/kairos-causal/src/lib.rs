@@ -14,7 +14,9 @@
 //!   not wait for the next write. **Elections** are Raft's: randomized timeouts from `ctx.rng()`, one
 //!   vote per term, votes only for candidates whose last `(term, optime)` is at least the
 //!   voter's, step-down on a higher term or when a primary has not heard from a majority for an
-//!   election timeout. A new primary writes a no-op in its term. A secondary whose last entry is
+//!   election timeout; a member stands only after a **dry run** (MongoDB's `dryRun` vote
+//!   request, Raft's pre-vote) found a majority that would vote for it, so a member that cannot
+//!   win raises nobody's term (`member::election`). A new primary writes a no-op in its term. A secondary whose last entry is
 //!   not in the primary's oplog is told to truncate to the primary's previous optime and pull
 //!   again (**rollback**), until it matches; only entries that never reached a majority can be
 //!   rolled back (counted in `MemberStats::rolled_back_committed`, which tests assert is 0).

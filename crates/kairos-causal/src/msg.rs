@@ -111,12 +111,17 @@ pub struct OpPos {
 /// Between members (who are trusted peers: their `$clusterTime` carries the dummy signature).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerBody {
-    /// A candidate asks for a vote; `last` is its last oplog position.
+    /// A candidate asks for a vote; `last` is its last oplog position. A `dry_run` asks, in
+    /// the asker's current term, whether the vote of the next term would be granted, and
+    /// binds nobody (`member::election`).
     RequestVote {
         last: OpPos,
+        dry_run: bool,
     },
+    /// The answer to a `RequestVote`, echoing its `dry_run`.
     VoteReply {
         granted: bool,
+        dry_run: bool,
     },
     /// The primary's periodic heartbeat (carries its commit point).
     Heartbeat {

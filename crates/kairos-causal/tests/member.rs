@@ -1,11 +1,12 @@
 //! One member at a time, fed exactly the messages and timers a schedule calls for
 //! ([`RoleHarness`], which also checks the member's own invariants after every handler):
-//! elections, the durable vote, and a primary's commit point.
+//! elections and their dry runs, the durable vote, and a primary's commit point.
 
 use kairos_causal::msg::{OpPos, PeerBody, PeerMsg};
-use kairos_causal::{CausalMsg, Member, MemberConfig};
+use kairos_causal::{CausalMsg, Member, MemberConfig, MemberState};
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, NodeId};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,46 +39,120 @@ fn vote_replies(effects: &[Effect<CausalMsg>]) -> Vec<(NodeId, bool)> {
     peer_sent(effects)
         .into_iter()
         .filter_map(|(to, _, b)| match b {
-            PeerBody::VoteReply { granted } => Some((to, granted)),
+            PeerBody::VoteReply { granted, .. } => Some((to, granted)),
             _ => None,
         })
         .collect()
 }
 
-/// Lets the election timeout pass (plus its largest jitter) and returns the vote requests.
-fn stand(h: &mut RoleHarness<Member>) -> Vec<(NodeId, u64)> {
-    let effects = h.advance(config().election_timeout * 2 + Duration::from_millis(10));
-    peer_sent(&effects)
+/// The vote requests among `effects`: (to, term, dry run).
+fn vote_requests(effects: &[Effect<CausalMsg>]) -> Vec<(NodeId, u64, bool)> {
+    peer_sent(effects)
         .into_iter()
-        .filter_map(|(to, term, b)| matches!(b, PeerBody::RequestVote { .. }).then_some((to, term)))
+        .filter_map(|(to, term, b)| match b {
+            PeerBody::RequestVote { dry_run, .. } => Some((to, term, dry_run)),
+            _ => None,
+        })
         .collect()
 }
 
+/// Lets the election timeout pass (plus its largest jitter): the member's dry run.
+fn time_out(h: &mut RoleHarness<Member>) -> Vec<(NodeId, u64, bool)> {
+    vote_requests(&h.advance(config().election_timeout * 2 + Duration::from_millis(10)))
+}
+
+/// Times the member out and answers its dry run yes from member 1: it stands. Returns its real
+/// vote requests.
+fn stand(h: &mut RoleHarness<Member>) -> Vec<(NodeId, u64)> {
+    let term = time_out(h).first().map(|(_, t, _)| *t).expect("a dry run");
+    let effects = h.deliver(NodeId(1), peer(term, PeerBody::VoteReply { granted: true, dry_run: true }));
+    vote_requests(&effects).into_iter().filter(|(_, _, dry)| !dry).map(|(to, t, _)| (to, t)).collect()
+}
+
+fn ask(h: &mut RoleHarness<Member>, candidate: u32, term: u64, last: OpPos, dry_run: bool) -> bool {
+    let replies = vote_replies(&h.deliver(NodeId(candidate), peer(term, PeerBody::RequestVote { last, dry_run })));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    replies[0].1
+}
+
 #[test]
-fn a_member_that_hears_no_primary_asks_every_other_member_for_its_vote() {
+fn a_member_that_hears_no_primary_first_asks_whether_it_would_win_then_stands() {
     let mut h = member(1);
+    let every_other: BTreeSet<NodeId> = [NodeId(1), NodeId(2)].into();
+    let dry = time_out(&mut h);
+    assert_eq!(dry.iter().map(|(n, _, _)| *n).collect::<BTreeSet<_>>(), every_other, "{dry:?}");
+    assert!(dry.iter().all(|(_, term, dry)| *term == 0 && *dry), "a dry run, in its current term: {dry:?}");
+    assert_eq!(h.role().term(), 0, "a dry run raises no term");
+    assert_eq!(h.role().state(), &MemberState::Secondary);
+
     let asked = stand(&mut h);
-    let to: std::collections::BTreeSet<NodeId> = asked.iter().map(|(n, _)| *n).collect();
-    assert_eq!(to, [NodeId(1), NodeId(2)].into(), "{asked:?}");
-    assert!(asked.iter().all(|(_, term)| *term >= 1), "{asked:?}");
+    assert_eq!(asked.iter().map(|(n, _)| *n).collect::<BTreeSet<_>>(), every_other, "{asked:?}");
+    assert!(asked.iter().all(|(_, term)| *term == 1), "{asked:?}");
+    assert_eq!(h.role().term(), 1);
     assert!(!h.role().is_primary(), "one vote (its own) is not a majority of three");
 }
 
 #[test]
+fn a_candidate_whose_election_timed_out_stands_again_after_a_dry_run() {
+    let mut h = member(8);
+    assert_eq!(stand(&mut h)[0].1, 1);
+    assert!(matches!(h.role().state(), MemberState::Candidate { .. }));
+    // Nobody answers: after another timeout, a dry run in term 1, and with a yes, term 2.
+    assert_eq!(stand(&mut h)[0].1, 2);
+    assert_eq!(h.role().term(), 2);
+}
+
+#[test]
+fn a_refused_dry_run_leaves_the_term_alone() {
+    let mut h = member(5);
+    time_out(&mut h);
+    for m in [1, 2] {
+        let effects = h.deliver(NodeId(m), peer(0, PeerBody::VoteReply { granted: false, dry_run: true }));
+        assert!(vote_requests(&effects).is_empty());
+    }
+    // A real vote granted in term 0 does not count toward a dry run either.
+    h.deliver(NodeId(1), peer(0, PeerBody::VoteReply { granted: true, dry_run: false }));
+    assert_eq!((h.role().term(), h.role().state()), (0, &MemberState::Secondary));
+}
+
+#[test]
+fn a_dry_run_answer_binds_nobody() {
+    let mut h = member(4);
+    assert!(ask(&mut h, 1, 5, OpPos::default(), true), "an up-to-date asker, no primary: yes");
+    assert!(ask(&mut h, 2, 5, OpPos::default(), true), "and yes to a second asker");
+    assert!(ask(&mut h, 2, 5, OpPos::default(), false), "the vote of term 5 is still free");
+    assert!(!ask(&mut h, 1, 5, OpPos::default(), false), "and now given");
+}
+
+#[test]
+fn a_member_behind_the_others_wins_no_dry_run() {
+    let mut h = member(6);
+    let term = stand(&mut h)[0].1;
+    h.deliver(NodeId(1), peer(term, PeerBody::VoteReply { granted: true, dry_run: false }));
+    let first = h.role().oplog().last().cloned().expect("a new primary writes an entry");
+    let holds = OpPos { optime: first.optime, term: first.term };
+    assert!(!ask(&mut h, 2, term, holds, true), "a primary says no");
+    // Member 2 stands in the next term with an empty oplog: member 0 steps down, refusing.
+    assert!(!ask(&mut h, 2, term + 1, OpPos::default(), false));
+    assert!(!h.role().is_primary());
+    assert!(!ask(&mut h, 2, term + 1, OpPos::default(), true), "behind: no");
+    assert!(ask(&mut h, 1, term + 1, holds, true), "holding every entry: yes");
+    assert_eq!(h.role().term(), term + 1, "dry runs raised no term");
+}
+
+#[test]
 fn a_vote_is_durable_so_a_restarted_member_never_votes_twice_in_a_term() {
-    let ask = |h: &mut RoleHarness<Member>, candidate: u32| {
-        vote_replies(&h.deliver(NodeId(candidate), peer(5, PeerBody::RequestVote { last: OpPos::default() })))
-    };
+    let ask_term_5 = |h: &mut RoleHarness<Member>, candidate: u32| ask(h, candidate, 5, OpPos::default(), false);
     let mut h = member(2);
-    assert_eq!(ask(&mut h, 1), vec![(NodeId(1), true)], "the first candidate of term 5 gets the vote");
-    assert_eq!(ask(&mut h, 2), vec![(NodeId(2), false)], "and no other candidate of term 5 does");
+    assert!(ask_term_5(&mut h, 1), "the first candidate of term 5 gets the vote");
+    assert!(!ask_term_5(&mut h, 2), "and no other candidate of term 5 does");
     h.restart(Member::new(config(), 0));
     assert_eq!(h.role().term(), 5, "the term survives the restart");
-    assert_eq!(ask(&mut h, 2), vec![(NodeId(2), false)], "nor after a restart with its disk");
+    assert!(!ask_term_5(&mut h, 2), "nor after a restart with its disk");
 
     // Control: the same member on a new disk (it remembers nothing) gives candidate 2 the vote
     // of term 5, a second vote in that term: the journaled vote is what prevents it.
-    assert_eq!(ask(&mut member(2), 2), vec![(NodeId(2), true)]);
+    assert!(ask_term_5(&mut member(2), 2));
 }
 
 #[test]
@@ -85,7 +160,7 @@ fn a_primary_commits_its_first_entry_only_once_a_majority_has_applied_it() {
     let mut h = member(3);
     let asked = stand(&mut h);
     let term = asked.first().map(|(_, t)| *t).expect("it stood for election");
-    h.deliver(NodeId(1), peer(term, PeerBody::VoteReply { granted: true }));
+    h.deliver(NodeId(1), peer(term, PeerBody::VoteReply { granted: true, dry_run: false }));
     assert!(h.role().is_primary(), "its own vote and member 1's are a majority");
     // A new primary writes an entry of its term; only that commits by counting replicas.
     let first = h.role().oplog().last().cloned().expect("a new primary writes an entry of its term");

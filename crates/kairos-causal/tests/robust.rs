@@ -50,8 +50,8 @@ fn random_messages_never_panic_a_member() {
                 .collect();
             let pos = OpPos { optime: ct(&mut rng), term: rng.random_range(0..4) };
             let body = match rng.random_range(0..7) {
-                0 => PeerBody::RequestVote { last: pos },
-                1 => PeerBody::VoteReply { granted: rng.random() },
+                0 => PeerBody::RequestVote { last: pos, dry_run: rng.random() },
+                1 => PeerBody::VoteReply { granted: rng.random(), dry_run: rng.random() },
                 2 => PeerBody::Heartbeat { commit_point: ct(&mut rng) },
                 3 => PeerBody::Pull { last: pos },
                 4 => PeerBody::Batch {

@@ -253,6 +253,20 @@ fn the_causal_replica_set_survives_40_fault_plans() {
     assert_eq!(campaign_with("causal", "59", FAULTS_BEFORE_TORN)["seeds_run"], 1);
 }
 
+/// Long-campaign seed 50868: after the last repair the two members holding every entry split
+/// their votes, then a member lacking three of their entries stood twice, each time raising
+/// both to its term and back to waiting; no primary for 6.7 s, two sessions never answered.
+/// Members now stand only after a dry run found a majority that would vote for them
+/// (`kairos_causal::member::election`). Seed 142: the first version of the dry run never let a
+/// candidate whose election had timed out stand again (its dry-run yeses were not counted).
+#[test]
+fn the_causal_replica_set_elects_a_primary_after_a_split_vote() {
+    for seed in ["50868", "142"] {
+        let s = campaign_in_window("causal", seed, "all", LONG_CAMPAIGN_WINDOW, 1.0, 1.0);
+        assert_eq!(s["seeds_run"], 1);
+    }
+}
+
 #[test]
 fn the_register_survives_40_fault_plans() {
     // Replicas crash and restart from their disks, links are cut and lossy, messages are

@@ -7,6 +7,7 @@
 //! clock) is rebuilt from the oplog.
 
 mod amnesia;
+mod election;
 mod mongo_exec;
 
 pub use mongo_exec::MongoSetConfig;
@@ -21,7 +22,6 @@ use kairos_clock::{
     TimeProofService, DEFAULT_KEY_ROTATION_SECS, DEFAULT_MAX_ACCEPTABLE_DRIFT_SECS,
 };
 use kairos_core::{Ctx, LocalTime, NodeId, Process, Stored, Timer, TimerId};
-use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -279,6 +279,8 @@ pub struct Member {
     stats: MemberStats,
     /// The term probe while amnesiac ([`amnesia`]).
     amnesia: Option<amnesia::Amnesia>,
+    /// The dry run this member is running before it stands ([`election`]).
+    dry_run: Option<election::DryRun>,
 }
 
 impl Member {
@@ -322,6 +324,7 @@ impl Member {
             waiters: Vec::new(),
             stats: MemberStats::default(),
             amnesia: None,
+            dry_run: None,
         };
         m.restore(Durable::default());
         m
@@ -455,12 +458,6 @@ impl Member {
 
     fn others(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.cfg.members.len() as u32).filter(move |&i| i != self.me)
-    }
-
-    fn arm_election(&self, ctx: &mut Ctx<'_, CausalMsg>) {
-        let base = self.cfg.election_timeout;
-        let jitter_ns = ctx.rng().random_range(0..base.as_nanos().max(1) as u64);
-        ctx.set_timer(MemberTimer::Election, base + Duration::from_nanos(jitter_ns));
     }
 
     fn flush_metrics(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
@@ -1076,34 +1073,8 @@ impl Member {
             self.noop_requested = ClusterTime::ZERO;
         }
         self.primary = Some(from);
+        self.dry_run = None;
         self.arm_election(ctx);
-    }
-
-    fn start_election(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
-        if self.is_primary() {
-            return;
-        }
-        if self.d.amnesiac {
-            return self.arm_election(ctx);
-        }
-        // A peer may have pushed the term to its maximum; never wrap (no election then).
-        let Some(term) = self.d.term.checked_add(1) else {
-            ctx.metric("causal.term_exhausted", 1);
-            return;
-        };
-        self.set_vote(term, Some(self.me));
-        self.primary = None;
-        self.state = MemberState::Candidate { votes: BTreeSet::from([self.me]) };
-        ctx.metric("causal.elections_started", 1);
-        self.arm_election(ctx);
-        if self.cfg.majority() <= 1 {
-            return self.become_primary(ctx);
-        }
-        let last = self.last_pos();
-        let others: Vec<u32> = self.others().collect();
-        for m in others {
-            self.send_peer(ctx, m, PeerBody::RequestVote { last });
-        }
     }
 
     fn on_peer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: u32, msg: PeerMsg) {
@@ -1123,27 +1094,8 @@ impl Member {
         }
         let current = msg.term == self.d.term;
         match msg.body {
-            PeerBody::RequestVote { last } => {
-                let up_to_date = (last.term, last.optime) >= (self.last_pos().term, self.last_pos().optime);
-                let free = self.d.voted_for.is_none() || self.d.voted_for == Some(from);
-                let granted = current && free && up_to_date && !self.is_primary() && !self.d.amnesiac;
-                self.stats.votes_refused_amnesiac += u64::from(current && self.d.amnesiac);
-                if granted {
-                    self.set_vote(self.d.term, Some(from));
-                    self.arm_election(ctx);
-                }
-                self.send_peer(ctx, from, PeerBody::VoteReply { granted });
-            }
-            PeerBody::VoteReply { granted } => {
-                if let MemberState::Candidate { votes } = &mut self.state {
-                    if current && granted {
-                        votes.insert(from);
-                        if votes.len() >= self.cfg.majority() {
-                            self.become_primary(ctx);
-                        }
-                    }
-                }
-            }
+            PeerBody::RequestVote { last, dry_run } => self.on_request_vote(ctx, from, msg.term, last, dry_run),
+            PeerBody::VoteReply { granted, dry_run } => self.on_vote_reply(ctx, from, msg.term, granted, dry_run),
             PeerBody::Heartbeat { .. } => {
                 if current && !self.is_primary() {
                     self.follow(ctx, from);
@@ -1233,7 +1185,7 @@ impl Process for Member {
 
     fn on_timer(&mut self, ctx: &mut Ctx<'_, CausalMsg>, timer: TimerId) {
         match MemberTimer::from_id(timer) {
-            Some(MemberTimer::Election) => self.start_election(ctx),
+            Some(MemberTimer::Election) => self.on_election_timeout(ctx),
             Some(MemberTimer::Tick) => self.on_tick(ctx),
             None => {}
         }
