@@ -29,7 +29,7 @@ use std::time::Duration;
 kairos_core::timers! {
     /// A member's timers.
     enum MemberTimer {
-        /// No word from a primary for the election timeout: stand.
+        /// No word from a primary for the election timeout: a dry run, then perhaps an election.
         Election = 1,
         /// Heartbeats, replication and the periodic checks.
         Tick = 2,
