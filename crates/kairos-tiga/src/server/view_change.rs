@@ -962,7 +962,13 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) {
             return;
         }
-        let matches = from <= self.log.len() && (from >= self.executed || self.last_normal == self.view.number);
+        // Below its base the log is this replica's checkpoint: truncating there would drop
+        // nothing below the base and put the leader's entries at the wrong positions (a restart
+        // from a checkpoint at 300 adopted a stale StartView from 268: position 268's
+        // transaction ran at 300; `kairos sim tiga` seed 5398). Saying where it is instead makes
+        // the leader send from there.
+        let matches = (self.log.base()..=self.log.len()).contains(&from)
+            && (from >= self.executed || self.last_normal == self.view.number);
         if !matches || entries.iter().any(|e| !self.validate(&e.piece)) {
             // Our log does not match the leader's up to `from`: say where it does.
             self.send_log_state(ctx, self.executed);
