@@ -351,30 +351,39 @@ fn a_log_report_from_beyond_what_the_leader_asked_is_asked_again() {
     assert!(sent(&e).iter().any(|(_, m)| matches!(m, TigaMsg::Verify { .. })), "merged: {e:?}");
 }
 
-/// A follower restarted from its journaled checkpoint still knows the transactions the
-/// checkpoint covers (as one sent the leader's checkpoint does): a coordinator's resend of one
-/// is answered from the log, not run again.
-#[test]
-fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_of_running_it() {
+/// A follower of shard 0 that ran transactions 1..=10 (position p holds transaction p + 1,
+/// [`numbered_entry`]), took a checkpoint at 10, served in view 1 (replica 1 leads) and
+/// restarted from its journal. Returns it, and the time its entries are stamped from.
+fn follower_restarted_from_its_checkpoint_at_10() -> (RoleHarness<Server>, Ts) {
     let config = TigaConfig { checkpoint_interval: 2, checkpoint_positions_per_key: 0, ..TigaConfig::default() };
     let follower = || Server::new(topology(), config.clone(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
     let mut h = RoleHarness::new(NodeId(2), follower(), 1);
     h.start();
     let now = ns(h.now());
-    let entries = (1..=10u32).map(|i| LogEntry {
-        ts: now + Duration::from_nanos(u64::from(i)),
-        piece: piece(i, &[0], &[2 * u64::from(i)]).into(),
-    });
-    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries: entries.collect(), commit_point: 10 });
+    let entries = (1..=10).map(|i| numbered_entry(now, i)).collect();
+    h.deliver(NodeId(0), TigaMsg::LogSync { view: 0, from: 0, entries, commit_point: 10 });
     assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "a checkpoint covers the ten entries");
     // A view change to replica 1 (node 1): the follower journals its state, checkpoint included.
     h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
-    let back_in_view_1 = TigaMsg::StartView { view: 1, from: 10, entries: Vec::new(), commit_point: 10 };
-    h.deliver(NodeId(1), back_in_view_1.clone());
+    h.deliver(NodeId(1), TigaMsg::StartView { view: 1, from: 10, entries: Vec::new(), commit_point: 10 });
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     h.restart(follower());
     assert_eq!(h.role.checkpoint().map(|c| c.position), Some(10), "the checkpoint came back from the journal");
-    h.deliver(NodeId(1), back_in_view_1);
+    (h, now)
+}
+
+/// Transaction `i` (it increments key 2i), stamped `now` + i ns.
+fn numbered_entry(now: Ts, i: u32) -> LogEntry {
+    LogEntry { ts: now + Duration::from_nanos(u64::from(i)), piece: piece(i, &[0], &[2 * u64::from(i)]).into() }
+}
+
+/// A follower restarted from its journaled checkpoint still knows the transactions the
+/// checkpoint covers (as one sent the leader's checkpoint does): a coordinator's resend of one
+/// is answered from the log, not run again.
+#[test]
+fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_of_running_it() {
+    let (mut h, now) = follower_restarted_from_its_checkpoint_at_10();
+    h.deliver(NodeId(1), TigaMsg::StartView { view: 1, from: 10, entries: Vec::new(), commit_point: 10 });
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     // The coordinator resends transaction 1 in view 1.
     let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + Duration::from_millis(5), h.now());
@@ -393,23 +402,8 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
 /// wrong positions: position 268's transaction ran at 300 (`kairos sim tiga` seed 5398).
 #[test]
 fn a_follower_restarted_from_its_checkpoint_refuses_a_start_view_from_below_it() {
-    let config = TigaConfig { checkpoint_interval: 2, checkpoint_positions_per_key: 0, ..TigaConfig::default() };
-    let follower = || Server::new(topology(), config.clone(), 0, 2).with_view_managers(vec![VIEW_MANAGER]);
-    let mut h = RoleHarness::new(NodeId(2), follower(), 1);
-    h.start();
-    let now = ns(h.now());
-    // Position p holds transaction p + 1.
-    let entry = |i: u32| LogEntry {
-        ts: now + Duration::from_nanos(u64::from(i)),
-        piece: piece(i, &[0], &[2 * u64::from(i)]).into(),
-    };
-    h.deliver(
-        NodeId(0),
-        TigaMsg::LogSync { view: 0, from: 0, entries: (1..=10).map(entry).collect(), commit_point: 10 },
-    );
-    h.deliver(VIEW_MANAGER, TigaMsg::NewView { view: view_1() });
-    h.deliver(NodeId(1), TigaMsg::StartView { view: 1, from: 10, entries: Vec::new(), commit_point: 10 });
-    h.restart(follower());
+    let (mut h, now) = follower_restarted_from_its_checkpoint_at_10();
+    let entry = |i: u32| numbered_entry(now, i);
     assert_eq!((h.role.log().base(), h.role.log().len()), (10, 10), "back from its checkpoint at 10");
 
     let stale = TigaMsg::StartView { view: 1, from: 4, entries: (5..=12).map(entry).collect(), commit_point: 12 };
