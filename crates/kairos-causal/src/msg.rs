@@ -163,6 +163,13 @@ pub struct PeerMsg {
     pub term: u64,
     pub cluster_time: Option<SignedClusterTime>,
     pub body: PeerBody,
+    /// The sender's count of peer messages sent in its current life. A primary's heartbeats
+    /// and batches of one term therefore come numbered upwards (it is primary in a term for one
+    /// life only), so a secondary takes only one newer than the last it took as a sign that
+    /// the primary is alive: a copy of an old heartbeat, replayed after the primary crashed,
+    /// must not put off the election that replaces it.
+    #[serde(default)]
+    pub seq: u64,
 }
 
 /// What a client asks for.
@@ -206,6 +213,16 @@ pub struct Request {
     /// not get a lagging or restarted secondary's.
     #[serde(default)]
     pub secondary_ok: bool,
+    /// For a write: the term of the primary it is meant for, learned from replies
+    /// ([`Reply::term`]). A member runs a write only while it is primary in exactly
+    /// that term; otherwise it refuses with `PrimarySteppedDown` (189) and its term, and the
+    /// session sends the same request again with it. So a copy of a write (a duplicated or
+    /// replayed message) can run only in the term it names, which no member enters twice:
+    /// after a member lost its disk with the writes it refused, copies of them still cannot
+    /// run there (`member::amnesia`). `None`: any term (a client that does not track terms;
+    /// the MongoDB front door, whose copies cannot outlive their TCP connection).
+    #[serde(default)]
+    pub term: Option<u64>,
 }
 
 /// An error reply: `{ok: 0, code, codeName, errmsg}`.
@@ -234,6 +251,12 @@ pub struct Reply {
     pub cluster_time: Option<SignedClusterTime>,
     /// The member's idea of the current primary (index into the member list), like `hello`.
     pub primary_hint: Option<u32>,
+    /// The term of the primary named in `primary_hint` (like `hello`'s `electionId`), when the
+    /// member knows it: it is that primary, or took a heartbeat or batch from it in its current
+    /// term. (Only a primary's heartbeats say it won that term, so a term learned here is the
+    /// term of that primary, which is primary in it for one life only: see `Request::term`.)
+    #[serde(default)]
+    pub term: Option<u64>,
 }
 
 /// Every message of the protocol.
@@ -262,6 +285,8 @@ pub mod codes {
     pub const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
     pub const EXCEEDED_LIMIT: i32 = 2;
     pub const TRANSACTION_TOO_OLD: i32 = 225;
+    /// A write named a term that is not the primary's ([`super::Request::term`]).
+    pub const PRIMARY_STEPPED_DOWN: i32 = 189;
 
     /// The codeName of a code of this module.
     pub fn name(code: i32) -> &'static str {
@@ -278,6 +303,7 @@ pub mod codes {
             NOT_PRIMARY_NO_SECONDARY_OK => "NotPrimaryNoSecondaryOk",
             EXCEEDED_LIMIT => "BadValue",
             TRANSACTION_TOO_OLD => "TransactionTooOld",
+            PRIMARY_STEPPED_DOWN => "PrimarySteppedDown",
             _ => "UnknownError",
         }
     }
@@ -293,6 +319,7 @@ pub mod codes {
                 | NOT_WRITABLE_PRIMARY
                 | NOT_PRIMARY_OR_SECONDARY
                 | EXCEEDED_LIMIT
+                | PRIMARY_STEPPED_DOWN
         ) || (40_482..=40_484).contains(&code)
     }
 }

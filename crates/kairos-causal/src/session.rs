@@ -132,6 +132,8 @@ pub struct SessionStats {
     pub txns: BTreeMap<&'static str, u64>,
     /// TPC-C transactions whose remaining operations were dropped after a failed operation.
     pub txns_abandoned: u64,
+    /// Writes sent again because the primary was in a newer term than they named.
+    pub writes_resent_in_new_term: u64,
 }
 
 /// What a causal session must see again when it next reads a key (its session guarantees):
@@ -149,7 +151,15 @@ struct InFlight {
     op: ClientOp,
     to: NodeId,
     sent_at: LocalTime,
+    /// The request as sent, for sending again with a newer term ([`Request::term`]).
+    req: Request,
+    /// Times it was sent again.
+    resent: u32,
 }
+
+/// Times a write is sent again with a newer term before it is given up (each time the primary
+/// named a higher term than the session knew; more than one is a failover during the retry).
+const RESENDS_MAX: u32 = 2;
 
 /// A client session running a closed loop of list-append operations.
 pub struct Session {
@@ -162,6 +172,9 @@ pub struct Session {
     in_flight: Option<InFlight>,
     operation_time: Option<ClusterTime>,
     cluster_time: Option<SignedClusterTime>,
+    /// The highest primary's term learned from replies ([`Reply::term`]): writes name it
+    /// ([`Request::term`]).
+    term: u64,
     stats: SessionStats,
     /// The remaining operations of the current TPC-C transaction.
     queue: VecDeque<ClientOp>,
@@ -185,6 +198,7 @@ impl Session {
             in_flight: None,
             operation_time: None,
             cluster_time: None,
+            term: 0,
             stats: SessionStats::default(),
             queue: VecDeque::new(),
             ops_started: 0,
@@ -285,11 +299,12 @@ impl Session {
             cluster_time: self.cluster_time,
             max_time_ms: self.cfg.max_time_ms,
             secondary_ok: self.cfg.read_pref != ReadPref::Primary,
+            term: matches!(op, ClientOp::Append { .. }).then_some(self.term),
         };
         self.record(ctx, OpType::Invoke, Self::micro(op));
-        ctx.send(to, CausalMsg::Request(req));
+        ctx.send(to, CausalMsg::Request(req.clone()));
         ctx.set_timer(SessionTimer::OpTimeout, self.cfg.op_timeout);
-        self.in_flight = Some(InFlight { id, op, to, sent_at: now });
+        self.in_flight = Some(InFlight { id, op, to, sent_at: now, req, resent: 0 });
     }
 
     fn finish(&mut self, ctx: &mut Ctx<'_, CausalMsg>, pause: Duration) {
@@ -312,7 +327,15 @@ impl Session {
         if f.id != r.id || f.to != from {
             return;
         }
-        let (op, sent_at) = (f.op, f.sent_at);
+        let (op, sent_at, sent_term) = (f.op, f.sent_at, f.req.term);
+        if r.result.as_ref().is_err_and(|e| e.code == codes::PRIMARY_STEPPED_DOWN)
+            && r.term.is_some()
+            && r.term == sent_term
+        {
+            // A primary refuses only writes naming another term than its own: this answers an
+            // earlier copy, sent before the session learned that term.
+            return;
+        }
         let served_by_secondary = match (self.cfg.members.iter().position(|&m| m == from), r.primary_hint) {
             (Some(me), Some(h)) => h as usize != me,
             _ => false,
@@ -336,6 +359,7 @@ impl Session {
                 self.primary = h as usize;
             }
         }
+        self.term = self.term.max(r.term.unwrap_or(0));
         let now = ctx.now();
         let latency = now.saturating_since(sent_at).as_nanos() as u64;
         let second_half = self.started_at.is_some_and(|s| now.saturating_since(s) >= self.cfg.stop_after / 2);
@@ -376,14 +400,36 @@ impl Session {
             }
             (Err(e), _) => {
                 *self.stats.errors.entry(e.code).or_default() += 1;
+                if e.code == codes::PRIMARY_STEPPED_DOWN && self.resend_in_term(ctx, from, sent_term) {
+                    return;
+                }
                 let not_primary = matches!(e.code, codes::NOT_WRITABLE_PRIMARY | codes::NOT_PRIMARY_NO_SECONDARY_OK);
                 let no_hint = not_primary && r.primary_hint.is_none();
-                if no_hint || e.code == codes::MAX_TIME_MS_EXPIRED {
+                // A primary of a lower term than the session's: it has been replaced.
+                let stale_primary = e.code == codes::PRIMARY_STEPPED_DOWN && r.term < sent_term;
+                if no_hint || stale_primary || e.code == codes::MAX_TIME_MS_EXPIRED {
                     self.rotate(op);
                 }
                 self.fail(ctx, op, Some(e.code));
             }
         }
+    }
+
+    /// A primary refused the write in flight for naming `sent_term`, not its own: when it
+    /// replied in a higher term, sends the same request (same id: it runs at most once) again
+    /// with that term, at most [`RESENDS_MAX`] times. Returns whether it did.
+    fn resend_in_term(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, sent_term: Option<u64>) -> bool {
+        let (term, cluster_time) = (self.term, self.cluster_time);
+        let Some(f) = self.in_flight.as_mut() else { return false };
+        if f.resent >= RESENDS_MAX || sent_term.is_none_or(|t| t >= term) {
+            return false;
+        }
+        f.resent += 1;
+        f.req.term = Some(term);
+        f.req.cluster_time = cluster_time;
+        self.stats.writes_resent_in_new_term += 1;
+        ctx.send(to, CausalMsg::Request(f.req.clone()));
+        true
     }
 
     /// Whether reads promise read-your-writes and monotonic reads even across failovers:

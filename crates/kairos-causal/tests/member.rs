@@ -1,12 +1,15 @@
 //! One member at a time, fed exactly the messages and timers a schedule calls for
 //! ([`RoleHarness`], which also checks the member's own invariants after every handler):
-//! elections and their dry runs, the durable vote, and a primary's commit point.
+//! elections and their dry runs, the durable vote, a primary's commit point, which heartbeats
+//! count as a sign of a primary's life, and the term a client write names.
 
-use kairos_causal::msg::{OpPos, PeerBody, PeerMsg};
+use kairos_causal::msg::{codes, ClientOp, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, Request, WriteConcern};
 use kairos_causal::{CausalMsg, Member, MemberConfig, MemberState};
+use kairos_clock::ClusterTime;
 use kairos_core::harness::{sent, RoleHarness};
-use kairos_core::{Effect, NodeId};
+use kairos_core::{Effect, NodeId, Process};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,8 +23,14 @@ fn member(seed: u64) -> RoleHarness<Member> {
     h
 }
 
+/// A peer message, numbered after every one made before ([`PeerMsg::seq`]).
 fn peer(term: u64, body: PeerBody) -> CausalMsg {
-    CausalMsg::Peer(PeerMsg { term, cluster_time: None, body })
+    static SENT: AtomicU64 = AtomicU64::new(1_000);
+    peer_numbered(term, body, SENT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn peer_numbered(term: u64, body: PeerBody, seq: u64) -> CausalMsg {
+    CausalMsg::Peer(PeerMsg { term, cluster_time: None, body, seq })
 }
 
 /// The peer messages among `effects`: (to, term, body).
@@ -172,4 +181,131 @@ fn a_primary_commits_its_first_entry_only_once_a_majority_has_applied_it() {
     // Member 1 pulls from after that entry: it applied it, and two copies are a majority.
     h.deliver(NodeId(1), peer(term, PeerBody::Pull { last: OpPos { optime: first.optime, term } }));
     assert_eq!(h.role().commit_point(), first.optime);
+}
+
+/// Member 0, elected primary in term 1 with member 1's vote.
+fn primary(seed: u64) -> RoleHarness<Member> {
+    let mut h = member(seed);
+    let term = stand(&mut h)[0].1;
+    h.deliver(NodeId(1), peer(term, PeerBody::VoteReply { granted: true, dry_run: false }));
+    assert!(h.role().is_primary() && h.role().term() == 1);
+    h
+}
+
+/// Client 9's write request `id`, naming `term`, acknowledged at w:1.
+fn write(id: u64, term: Option<u64>) -> CausalMsg {
+    CausalMsg::Request(Request {
+        id,
+        op: ClientOp::Append { key: 1, value: id },
+        read_concern: ReadConcern::Local,
+        write_concern: WriteConcern::W1,
+        after_cluster_time: None,
+        cluster_time: None,
+        max_time_ms: 1_000,
+        secondary_ok: false,
+        term,
+    })
+}
+
+/// The one reply among `effects`.
+fn reply(effects: &[Effect<CausalMsg>]) -> Reply {
+    let replies: Vec<Reply> = sent(effects)
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            CausalMsg::Reply(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    replies[0].clone()
+}
+
+fn error_code(r: &Reply) -> Option<i32> {
+    r.result.as_ref().err().map(|e| e.code)
+}
+
+#[test]
+fn a_write_runs_only_in_the_term_it_names() {
+    let mut h = primary(11);
+    let client = NodeId(9);
+    let entries = h.role().oplog().len();
+    // Named for term 0 (a client that has not heard from this primary yet): refused, and the
+    // reply says which term to name. It ran nowhere and never will, so nothing is remembered.
+    let r = reply(&h.deliver(client, write(1, Some(0))));
+    assert_eq!((error_code(&r), r.term), (Some(codes::PRIMARY_STEPPED_DOWN), Some(1)), "{r:?}");
+    assert_eq!(h.role().oplog().len(), entries);
+    assert!(codes::write_certainly_failed(codes::PRIMARY_STEPPED_DOWN));
+    // A term this primary is not in yet (the client heard of a newer primary): refused too.
+    let r = reply(&h.deliver(client, write(1, Some(2))));
+    assert_eq!(error_code(&r), Some(codes::PRIMARY_STEPPED_DOWN), "{r:?}");
+    // The same request again, naming term 1, runs.
+    let r = reply(&h.deliver(client, write(1, Some(1))));
+    assert_eq!((r.result.is_ok(), r.term), (true, Some(1)), "{r:?}");
+    assert_eq!(h.role().oplog().len(), entries + 1);
+    // A copy still naming term 0 (a replayed message) is answered as the write that ran.
+    let r = reply(&h.deliver(client, write(1, Some(0))));
+    assert!(r.result.is_ok(), "{r:?}");
+    assert_eq!(h.role().oplog().len(), entries + 1);
+    assert_eq!(h.role().stats().writes_refused_other_term, 2);
+}
+
+#[test]
+fn an_amnesiac_member_answers_a_write_as_of_unknown_outcome() {
+    // It cannot tell whether its life before the lost disk ran this request (a copy of one
+    // whose entry can still commit elsewhere): "not primary" would tell the client it failed.
+    let mut h = member(12);
+    h.call(|m, _| m.on_amnesia());
+    let r = reply(&h.deliver(NodeId(9), write(4, Some(1))));
+    assert_eq!(error_code(&r), Some(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE), "{r:?}");
+    assert!(!codes::write_certainly_failed(codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE));
+    assert_eq!(h.role().stats().writes_refused_amnesiac, 1);
+    // Control: the same member with its disk says "not primary", a certain failure.
+    let mut with_disk = member(12);
+    let r = reply(&with_disk.deliver(NodeId(9), write(4, Some(1))));
+    assert_eq!(error_code(&r), Some(codes::NOT_WRITABLE_PRIMARY), "{r:?}");
+}
+
+/// Member 0 follows member 1, primary of term 1 (heartbeat number 100), then gets a heartbeat
+/// of member 1 every second for six seconds, numbered from `first`. Returns whether it started
+/// a dry run in that time.
+fn dry_run_despite_heartbeats(first: u64) -> bool {
+    let mut h = member(13);
+    h.deliver(NodeId(1), peer_numbered(1, PeerBody::Heartbeat { commit_point: ClusterTime::ZERO }, 100));
+    assert_eq!(h.role().term(), 1);
+    let mut dry_runs = 0;
+    for i in 0..6 {
+        dry_runs += vote_requests(&h.advance(Duration::from_secs(1))).len();
+        let hb = peer_numbered(1, PeerBody::Heartbeat { commit_point: ClusterTime::ZERO }, first + i);
+        dry_runs += vote_requests(&h.deliver(NodeId(1), hb)).len();
+    }
+    dry_runs > 0
+}
+
+#[test]
+fn replayed_heartbeats_of_a_crashed_primary_do_not_put_off_the_election() {
+    // Copies of heartbeats older than the newest one taken (the primary crashed after it):
+    // the member times out as if they were not there.
+    assert!(dry_run_despite_heartbeats(90), "old heartbeats re-armed the election timer");
+    // Control: newer heartbeats are a live primary, and keep it a secondary.
+    assert!(!dry_run_despite_heartbeats(101));
+}
+
+#[test]
+fn of_two_members_with_the_same_oplog_in_a_dry_run_at_once_the_lower_numbered_goes_first() {
+    // Member 0 runs a dry run; member 1, with the same (empty) oplog, asks for its own: no,
+    // so that the two do not both stand and split the vote.
+    let mut h = member(14);
+    assert!(!time_out(&mut h).is_empty());
+    assert!(!ask(&mut h, 1, 0, OpPos::default(), true));
+    assert_eq!(h.role().stats().dry_runs_refused_contending, 1);
+    // Once its own dry run is old (it would have stood by now), yes again.
+    h.advance(config().heartbeat * 2);
+    assert!(ask(&mut h, 1, 0, OpPos::default(), true));
+
+    // Member 1 in a dry run says yes to member 0, which goes first.
+    let mut h = RoleHarness::new(NodeId(1), Member::new(config(), 1), 15);
+    h.start();
+    h.advance(config().election_timeout * 2 + Duration::from_millis(10));
+    assert!(ask(&mut h, 0, 0, OpPos::default(), true));
+    assert_eq!(h.role().stats().dry_runs_refused_contending, 0);
 }

@@ -77,9 +77,15 @@ fn random_messages_never_panic_a_member() {
                     cluster_time: signed(&mut rng),
                     max_time_ms: rng.random(),
                     secondary_ok: rng.random(),
+                    term: rng.random_bool(0.5).then(|| rng.random_range(0..5)),
                 })
             } else {
-                CausalMsg::Peer(PeerMsg { term: rng.random_range(0..5), cluster_time: signed(&mut rng), body })
+                CausalMsg::Peer(PeerMsg {
+                    term: rng.random_range(0..5),
+                    cluster_time: signed(&mut rng),
+                    body,
+                    seq: rng.random_range(0..8),
+                })
             };
             let from = NodeId(rng.random_range(0..5));
             let mut ctx = Ctx::new(NodeId(round % 3), now, &mut node_rng, &mut effects);

@@ -18,6 +18,7 @@ fn req(id: u64, op: ClientOp, ct: Option<SignedClusterTime>) -> Request {
         cluster_time: ct,
         max_time_ms: 2_000,
         secondary_ok: true,
+        term: None,
     }
 }
 

@@ -19,6 +19,19 @@
 //! 6.7 s after the repair and two sessions got no answer. With the dry run a member that cannot
 //! win touches nobody's term.
 //!
+//! **Two members in a dry run at once.** Dry-run answers bind nobody, so two members with the
+//! same oplog whose timers fire within a round trip of each other both hear yes, both stand,
+//! and split the vote; with the third member unable to vote (down, or amnesiac) only those two
+//! can elect, and each new pair of timeouts may collide again. So while its own dry run is
+//! younger than two heartbeat intervals, a member says no to a dry run of a higher-numbered
+//! member with the same oplog (yes to a lower-numbered one, and to one whose oplog is ahead).
+//! Over `kairos sim causal --seeds 1..10001 --faults all --load 150 --fault-s 4
+//! --recovery-s 2` (a lost disk in about half the seeds) it took the seeds whose sessions got
+//! no answer after the repair from 2 to 0, and those with fewer than 150 ok operations from 10
+//! to 3. Nor does an old heartbeat count: a secondary follows a primary only on a heartbeat or
+//! batch numbered above the last it took from it ([`crate::msg::PeerMsg::seq`]), so copies of
+//! a crashed primary's heartbeats, replayed, do not put off the election that replaces it.
+//!
 //! Raft's rule against disruptive servers (say no while hearing from a primary) is not applied:
 //! MongoDB's voters do not apply it either, and it cost availability in the campaign: over
 //! `kairos sim causal --seeds 50001..100001` (same window) the sessions' ok operations were
@@ -32,7 +45,7 @@
 
 use super::{Member, MemberState, MemberTimer};
 use crate::msg::{CausalMsg, OpPos, PeerBody};
-use kairos_core::Ctx;
+use kairos_core::{Ctx, LocalTime};
 use rand::Rng as _;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -41,6 +54,7 @@ use std::time::Duration;
 pub(super) struct DryRun {
     term: u64,
     yes: BTreeSet<u32>,
+    started_at: LocalTime,
 }
 
 impl Member {
@@ -65,7 +79,7 @@ impl Member {
         if self.cfg.majority() <= 1 {
             return self.stand(ctx);
         }
-        self.dry_run = Some(DryRun { term: self.d.term, yes: BTreeSet::from([self.me]) });
+        self.dry_run = Some(DryRun { term: self.d.term, yes: BTreeSet::from([self.me]), started_at: ctx.now() });
         ctx.metric("causal.dry_runs_started", 1);
         let last = self.last_pos();
         let others: Vec<u32> = self.others().collect();
@@ -114,7 +128,17 @@ impl Member {
         self.stats.votes_refused_amnesiac += u64::from(current && self.d.amnesiac);
         // A dry run asks about the next term, where this member has given no vote yet.
         let free = dry_run || self.d.voted_for.is_none() || self.d.voted_for == Some(from);
-        let granted = willing && free;
+        // Two members with the same oplog that run their dry runs at once would both stand
+        // and split the vote; while its own dry run is young, the lower-numbered one says no.
+        let contending = dry_run
+            && last == mine
+            && from > self.me
+            && self
+                .dry_run
+                .as_ref()
+                .is_some_and(|r| r.term == term && ctx.now().saturating_since(r.started_at) < self.cfg.heartbeat * 2);
+        self.stats.dry_runs_refused_contending += u64::from(willing && free && contending);
+        let granted = willing && free && !contending;
         if granted && !dry_run {
             self.set_vote(self.d.term, Some(from));
             self.arm_election(ctx);

@@ -203,6 +203,17 @@ pub struct MemberStats {
     pub disk_lost: bool,
     /// Vote requests refused because this member was amnesiac.
     pub votes_refused_amnesiac: u64,
+    /// Dry runs refused to a member with the same oplog while this one ran its own (the
+    /// lower-numbered member goes first, see `election`).
+    pub dry_runs_refused_contending: u64,
+    /// Heartbeats and batches older than one already taken from the same primary (replayed
+    /// or overtaken copies), not taken as a sign of its life.
+    pub stale_primary_messages: u64,
+    /// Write requests refused while amnesiac, answered as of unknown outcome.
+    pub writes_refused_amnesiac: u64,
+    /// Write requests refused because they named another term than this primary's
+    /// ([`crate::msg::Request::term`]).
+    pub writes_refused_other_term: u64,
 }
 
 /// A read waiting for `after` (applied, or committed when `majority`).
@@ -281,6 +292,10 @@ pub struct Member {
     amnesia: Option<amnesia::Amnesia>,
     /// The dry run this member is running before it stands ([`election`]).
     dry_run: Option<election::DryRun>,
+    /// Peer messages sent in this life ([`PeerMsg::seq`]).
+    peer_msgs_sent: std::cell::Cell<u64>,
+    /// The newest heartbeat or batch taken from a primary: `(term, primary, seq)`.
+    primary_heard: Option<(u64, u32, u64)>,
 }
 
 impl Member {
@@ -325,6 +340,8 @@ impl Member {
             stats: MemberStats::default(),
             amnesia: None,
             dry_run: None,
+            peer_msgs_sent: std::cell::Cell::new(0),
+            primary_heard: None,
         };
         m.restore(Durable::default());
         m
@@ -451,7 +468,9 @@ impl Member {
 
     fn send_peer(&self, ctx: &mut Ctx<'_, CausalMsg>, to: u32, body: PeerBody) {
         if let Some(&node) = self.cfg.members.get(to as usize) {
-            let msg = PeerMsg { term: self.d.term, cluster_time: self.peer_time(), body };
+            let seq = self.peer_msgs_sent.get() + 1;
+            self.peer_msgs_sent.set(seq);
+            let msg = PeerMsg { term: self.d.term, cluster_time: self.peer_time(), body, seq };
             ctx.send(node, CausalMsg::Peer(msg));
         }
     }
@@ -518,7 +537,8 @@ impl Member {
             *self.stats.errors.entry(e.code).or_default() += 1;
         }
         ctx.metric("causal.replies", 1);
-        let msg = Reply { id, result, operation_time, cluster_time, primary_hint: self.primary };
+        let term = self.primary_term();
+        let msg = Reply { id, result, operation_time, cluster_time, primary_hint: self.primary, term };
         ctx.send(to, CausalMsg::Reply(msg));
     }
 
@@ -529,11 +549,20 @@ impl Member {
 
     /// Refuses write request `id` of `to`, remembering it durably (see
     /// [`Durable::refused_writes`]).
-    fn refuse_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, id: u64, e: ErrorReply) {
+    fn refuse_write(&mut self, ctx: &mut Ctx<'_, CausalMsg>, to: NodeId, id: u64, mut e: ErrorReply) {
         let r = self.d.refused_writes.entry(to.0).or_default();
         if id > *r {
             *r = id;
             self.journal.push(Change::RefusedWrite { client: to.0, request: id });
+        }
+        if self.d.amnesiac {
+            // This may be a copy of a request its life before the lost disk ran, whose entry
+            // can still commit: the session must not take the refusal as certain.
+            self.stats.writes_refused_amnesiac += 1;
+            e = ErrorReply::new(
+                codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE,
+                format!("{} (this member lost its disk and cannot tell whether it ran this write before)", e.errmsg),
+            );
         }
         self.reply_err(ctx, to, id, e);
     }
@@ -609,6 +638,14 @@ impl Member {
         if !self.is_primary() {
             let e = ErrorReply::new(codes::NOT_WRITABLE_PRIMARY, "not primary: send writes to the primary");
             return self.refuse_write(ctx, from, req.id, e);
+        }
+        if req.term.is_some_and(|t| t != self.d.term) {
+            // Meant for the primary of another term: it runs in none but that one, and this
+            // member is never primary in it, so there is nothing to remember (`Request::term`).
+            // The reply carries this primary's term for the session to send it again with.
+            self.stats.writes_refused_other_term += 1;
+            let e = ErrorReply::new(codes::PRIMARY_STEPPED_DOWN, "the write named another term than this primary's");
+            return self.reply_err(ctx, from, req.id, e);
         }
         if req.write_concern == WriteConcern::Majority && self.pending_writes.len() >= self.cfg.max_waiters {
             let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many writes waiting for majority");
@@ -973,7 +1010,6 @@ impl Member {
     fn on_batch(
         &mut self,
         ctx: &mut Ctx<'_, CausalMsg>,
-        from: u32,
         after: OpPos,
         entries: Vec<Entry>,
         commit_point: ClusterTime,
@@ -982,7 +1018,6 @@ impl Member {
         if self.is_primary() {
             return;
         }
-        self.follow(ctx, from);
         if self.pull_sent.is_none_or(|(_, last)| last != after) {
             // Not the answer to the outstanding pull (a duplicate, a replay, an answer to a
             // pull that timed out): the outstanding pull or its timeout moves things on.
@@ -1063,6 +1098,29 @@ impl Member {
         self.commit_point = self.commit_point.min(self.last_applied());
     }
 
+    /// The term of the primary this member names ([`Reply::term`]): its own when primary, else
+    /// the current term if it took a heartbeat or batch from that primary in it.
+    fn primary_term(&self) -> Option<u64> {
+        match (self.is_primary(), self.primary, self.primary_heard) {
+            (true, _, _) => Some(self.d.term),
+            (false, Some(p), Some((t, heard, _))) => (t == self.d.term && heard == p).then_some(t),
+            _ => None,
+        }
+    }
+
+    /// Whether a heartbeat or batch of `from`, numbered `seq`, in the current `term`, is newer
+    /// than every one taken before from the primary of that term ([`PeerMsg::seq`]); if so it
+    /// becomes the newest. (A member is primary in a term in one life only, so its numbers
+    /// there only grow.)
+    fn fresh_from_primary(&mut self, from: u32, term: u64, seq: u64) -> bool {
+        if self.primary_heard.is_some_and(|(t, p, s)| t == term && p == from && seq <= s) {
+            self.stats.stale_primary_messages += 1;
+            return false;
+        }
+        self.primary_heard = Some((term, from, seq));
+        true
+    }
+
     /// Accepts `from` as the primary of the current term.
     fn follow(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: u32) {
         if matches!(self.state, MemberState::Candidate { .. }) {
@@ -1093,11 +1151,13 @@ impl Member {
             }
         }
         let current = msg.term == self.d.term;
+        let from_primary = matches!(msg.body, PeerBody::Heartbeat { .. } | PeerBody::Batch { .. });
+        let fresh = current && from_primary && self.fresh_from_primary(from, msg.term, msg.seq);
         match msg.body {
             PeerBody::RequestVote { last, dry_run } => self.on_request_vote(ctx, from, msg.term, last, dry_run),
             PeerBody::VoteReply { granted, dry_run } => self.on_vote_reply(ctx, from, msg.term, granted, dry_run),
             PeerBody::Heartbeat { .. } => {
-                if current && !self.is_primary() {
+                if fresh && !self.is_primary() {
                     self.follow(ctx, from);
                     self.send_peer(ctx, from, PeerBody::HeartbeatAck { applied: self.last_pos() });
                     self.maybe_pull(ctx);
@@ -1114,8 +1174,11 @@ impl Member {
                 }
             }
             PeerBody::Batch { after, entries, commit_point, rollback_to } => {
+                if fresh && !self.is_primary() {
+                    self.follow(ctx, from);
+                }
                 if current {
-                    self.on_batch(ctx, from, after, entries, commit_point, rollback_to);
+                    self.on_batch(ctx, after, entries, commit_point, rollback_to);
                 }
             }
             PeerBody::TermProbe { nonce } => self.send_peer(ctx, from, PeerBody::TermAnswer { nonce }),
