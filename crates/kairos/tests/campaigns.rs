@@ -39,6 +39,10 @@ const FAULTS_BEFORE_REPLAY: &str = "crash,partition,oneway,clock-step,loss";
 /// The faults before crashes mid-write existed: regression seeds found then keep their plans.
 const FAULTS_BEFORE_TORN: &str = "crash,partition,oneway,clock-step,loss,dup,replay";
 
+/// The faults before causal replica-set members lost disks in campaigns: its regression seeds
+/// found then keep their plans.
+const CAUSAL_FAULTS_BEFORE_DISK_LOSS: &str = "crash,partition,oneway,clock-step,loss,dup,replay,torn";
+
 /// The fault window of these short campaigns.
 const SHORT_WINDOW: &[&str] = &["--fault-s", "3", "--recovery-s", "1"];
 
@@ -268,8 +272,25 @@ fn the_causal_replica_set_survives_40_fault_plans() {
 #[test]
 fn the_causal_replica_set_elects_a_primary_after_a_split_vote() {
     for seed in ["50868", "142"] {
-        let s = campaign_in_window("causal", seed, "all", LONG_CAMPAIGN_WINDOW, 1.0, 1.0);
+        let s = campaign_in_window("causal", seed, CAUSAL_FAULTS_BEFORE_DISK_LOSS, LONG_CAMPAIGN_WINDOW, 1.0, 1.0);
         assert_eq!(s["seeds_run"], 1);
+    }
+}
+
+/// A member loses its disk in every seed of `--faults disk-loss,dup,replay`. Before members
+/// answered writes they refused while amnesiac as of unknown outcome and writes named their
+/// primary's term, seeds 39, 49, 52, 59, 87 and 94 of these failed: a session read a write it
+/// had been told failed (a copy of it, replayed, had run, or the amnesiac member refused a copy
+/// of a request its former life had run). Seeds 9270 and 7490 of the long window: the
+/// amnesiac member could not vote, and the other two, with the same oplog, split their votes
+/// again and again until the sessions stopped (both fail without the lower-numbered member going
+/// first); see `kairos_causal::member::{amnesia, election}`.
+#[test]
+fn the_causal_replica_set_survives_a_member_losing_its_disk() {
+    let s = campaign_in_window("causal", "1..101", "disk-loss,dup,replay", LONG_CAMPAIGN_WINDOW, 0.7, 1.0);
+    assert_eq!(s["seeds_run"], 100);
+    for seed in ["9270", "7490"] {
+        assert_eq!(campaign_in_window("causal", seed, "all", LONG_CAMPAIGN_WINDOW, 1.0, 1.0)["seeds_run"], 1);
     }
 }
 
@@ -381,9 +402,9 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
 /// with a reason instead of running seeds without any fault.
 #[test]
 fn disk_loss_alone_is_refused_where_no_disk_is_lost() {
-    let o = kairos(&["sim", "causal", "--seeds", "1", "--faults", "disk-loss"]);
+    let o = kairos(&["sim", "tapir", "--seeds", "1", "--faults", "disk-loss"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("only register replicas and Tiga servers"), "{}", text(&o));
+    assert!(text(&o).contains("only register replicas, Tiga servers and causal"), "{}", text(&o));
 }
 
 /// `--show-faults` prints every seed's fault plan, a line per fault (also for a failing seed,

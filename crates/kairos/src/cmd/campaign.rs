@@ -335,10 +335,8 @@ fn run_seed(
                 ..kairos_harness::causal::Deployment::default()
             };
             let mut world = d.build().map_err(|e| usage(&e))?;
-            // No member loses its disk here: an amnesiac member votes safely, but it forgot the
-            // writes it refused, and an old copy of one (a replayed or duplicated message) can
-            // run later (`kairos_causal::member::amnesia` docs).
-            let plan = plan_for(&world.members, d.warmup);
+            // A member may lose its disk: it comes back amnesiac (`kairos_causal::member::amnesia`).
+            let plan = plan_with(&world.members, &world.members, d.warmup);
             world.sim.schedule_all(plan.clone());
             world.sim.run_until(SimTime::ZERO + d.warmup + end + recovery + Duration::from_secs(5));
             // One client per session: its Jepsen process.
@@ -471,7 +469,8 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
              sim tiga --workload tpcc)"
         )));
     }
-    let loses_disks = matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga);
+    let loses_disks =
+        matches!(protocol, CampaignProtocol::Register | CampaignProtocol::Tiga | CampaignProtocol::Causal);
     let no_recovery = match protocol {
         CampaignProtocol::CalvinPlus => Some("Calvin+ has no recovery"),
         CampaignProtocol::Detock => Some("Detock has no recovery (nor has the Tiga paper's code)"),
@@ -491,8 +490,8 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     }
     if kinds.is_empty() {
         return Err(CliError::Usage(format!(
-            "--faults disk-loss: no {name} node loses its disk in these campaigns yet (only register replicas and \
-             Tiga servers do); name other kinds, e.g. --faults crash,torn"
+            "--faults disk-loss: no {name} node loses its disk in these campaigns yet (only register replicas, \
+             Tiga servers and causal replica-set members do); name other kinds, e.g. --faults crash,torn"
         )));
     }
     #[allow(clippy::disallowed_methods)] // wall time of the campaign, for the summary only
@@ -608,7 +607,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         } else if protocol == CampaignProtocol::Fusee {
             ["stalled chains", "paused client"].map(String::from).to_vec()
         } else {
-            // Only the register's and Tiga's plans lose disks (`run_seed`).
+            // Only the register's, Tiga's and the causal replica set's plans lose disks (`run_seed`).
             kinds
         },
         seeds: results,
