@@ -156,6 +156,22 @@ fn leaders_of_any_shard_the_new_leader_and_view_manager_nodes_may_crash_and_rest
             vec![(800, Fault::Crash(n(1))), (1_100, Fault::Restart(n(1))), (2_000, Fault::Crash(n(0)))],
         ),
         (
+            // The view manager names node 4 to lead shard 1 (from its last heartbeat); it comes
+            // back without its disk and may not lead, and the other two come back recovering,
+            // waiting for a leader: one that kept its journal must be named (seed 8427 of the
+            // tiga campaign).
+            "every replica of a shard crashes, the named leader loses its disk",
+            vec![
+                (1_200, Fault::Crash(n(3))),
+                (1_200, Fault::Crash(n(4))),
+                (1_200, Fault::WipeDisk(n(4))),
+                (1_200, Fault::Crash(n(5))),
+                (2_500, Fault::Restart(n(3))),
+                (2_500, Fault::Restart(n(4))),
+                (2_500, Fault::Restart(n(5))),
+            ],
+        ),
+        (
             "a leader that reaches the view manager but not its followers (they report it)",
             vec![
                 (1_200, Fault::CutLink { from: n(0), to: n(1) }),

@@ -186,8 +186,9 @@ pub enum TigaMsg {
     // ---- Views (see `crate::view` and `crate::server::view_change`) ----
     /// Server → every view-manager node, every `heartbeat_interval`. `leader_contact`: a
     /// serving follower says whether its leader's log synchronization reached it within
-    /// `leader_timeout` (none from leaders and replicas not serving).
-    Heartbeat { view: u64, state: ServerState, leader_contact: Option<bool> },
+    /// `leader_timeout` (none from leaders and replicas not serving). `may_lead`: it has not
+    /// lost its journal since it last served past its view floor (`server::view_change`).
+    Heartbeat { view: u64, state: ServerState, leader_contact: Option<bool>, may_lead: bool },
     /// View manager → servers, server → server or coordinator: the view now in force.
     NewView { view: View },
     /// New leader → the replicas of its shard: send me your state for the view change, with

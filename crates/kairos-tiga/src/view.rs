@@ -21,7 +21,12 @@
 //! - its leaders are in **one region where every shard has a live replica** if there is one
 //!   (the region of most current leaders first, so a healthy placement stays put), otherwise
 //!   each shard keeps a live leader or takes its live replica in the region with the most live
-//!   servers;
+//!   servers; a shard none of whose replicas is live (all restarted, waiting for a leader of
+//!   their view: seed 8427 of the tiga campaign, where all three replicas of a shard crashed
+//!   during one view change and the one named to lead the next had lost its disk) takes,
+//!   once the current view got nowhere for `view_change_timeout`, a restarted replica that
+//!   kept its journal (a restarted leader named earlier may still hear of its view and lead
+//!   it: a server entering a view it may lead runs its view change even when restarted);
 //! - it is **preventive** when all leaders share a region (agreement among co-located leaders
 //!   is cheap) and detective otherwise, unless the deployment fixed the mode.
 //!
@@ -94,6 +99,7 @@ struct Heard {
     view: u64,
     state: ServerState,
     leader_contact: Option<bool>,
+    may_lead: bool,
 }
 
 /// Counters of one view-manager node.
@@ -195,6 +201,19 @@ impl ViewManager {
         heard && !(self.view.leaders.get(shard as usize) == Some(&replica) && self.cut_off(now, shard as usize))
     }
 
+    /// Whether replica `replica` of `shard` restarted and waits for a leader of its view, but
+    /// kept its journal: it can lead the next view (its view change rebuilds the log from
+    /// f + 1 journals, its own among them, as any new leader's does), which the view manager
+    /// asks of it only when no replica of the shard is live (module docs).
+    fn restarted_may_lead(&self, now: LocalTime, shard: ShardId, replica: u32) -> bool {
+        let timeout = duration_nanos(self.config.leader_timeout);
+        self.heard.get(&(shard, replica)).is_some_and(|h| {
+            now.as_nanos().saturating_sub(h.at.as_nanos()) <= timeout
+                && h.state == ServerState::Recovering
+                && h.may_lead
+        })
+    }
+
     /// Whether shard `s`'s leader serves but fewer than f of its followers hear it (and at
     /// least one says it does not): it cannot commit, though it reaches the view manager.
     fn cut_off(&self, now: LocalTime, s: usize) -> bool {
@@ -250,14 +269,20 @@ impl ViewManager {
         }
         let live_count = |g: u32| (0..shards).filter(|s| live_in(*s, g).is_some()).count();
         let best = regions.iter().copied().max_by_key(|g| (live_count(*g), std::cmp::Reverse(*g)))?;
+        // Only when the current view got nowhere for a view-change timeout: before that, a
+        // restarted leader may still hear of its view and lead it.
+        let settled_in_vain =
+            now.as_nanos().saturating_sub(self.view_since.as_nanos()) > duration_nanos(self.config.view_change_timeout);
         let mut leaders = Vec::with_capacity(shards);
         for s in 0..shards {
             let current = self.view.leaders[s];
             let pick = if !self.leader_failed(now, s) {
                 Some(current)
             } else {
-                live_in(s, best)
-                    .or_else(|| (0..self.topology.shards[s].len() as u32).find(|r| self.live(now, s as ShardId, *r)))
+                let replicas = 0..self.topology.shards[s].len() as u32;
+                live_in(s, best).or_else(|| replicas.clone().find(|r| self.live(now, s as ShardId, *r))).or_else(|| {
+                    replicas.clone().find(|r| settled_in_vain && self.restarted_may_lead(now, s as ShardId, *r))
+                })
             };
             leaders.push(pick?);
         }
@@ -326,8 +351,8 @@ impl Process for ViewManager {
     fn on_message(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, msg: TigaMsg) {
         match msg {
             TigaMsg::Paxos(m) => self.paxos.on_message(ctx, from, m),
-            TigaMsg::Heartbeat { view, state, leader_contact } => {
-                self.on_heartbeat(ctx, from, Heard { at: ctx.now(), view, state, leader_contact })
+            TigaMsg::Heartbeat { view, state, leader_contact, may_lead } => {
+                self.on_heartbeat(ctx, from, Heard { at: ctx.now(), view, state, leader_contact, may_lead })
             }
             TigaMsg::ViewProbe { nonce } if self.topology.locate(from).is_some() => {
                 // Accepted entries count too: a server may serve in a view this node accepted

@@ -245,6 +245,12 @@ fn tiga_survives_the_long_campaigns_regressions() {
     //   executed different transactions at one position). A StartView from below a follower's
     //   checkpoint is now answered with where it is.
     replay("5398");
+    // - 8427 (liveness): all three replicas of shard 1 crashed within one view change, and the
+    //   one named to lead the next view had lost its disk and may not; the other two came back
+    //   recovering, waiting for a leader, and the view manager names no recovering replica:
+    //   nothing committed after the faults. Once a view got nowhere for a view-change timeout,
+    //   a shard without a live replica now takes a restarted one that kept its journal.
+    replay("8427");
 }
 
 #[test]

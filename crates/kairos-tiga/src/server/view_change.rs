@@ -181,7 +181,8 @@ impl Server {
         let serving_follower = self.state == ServerState::Normal && !self.is_leader();
         let heard = ctx.now().saturating_since(self.leader_heard_at) <= self.config.leader_timeout;
         let leader_contact = serving_follower.then_some(heard);
-        let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state, leader_contact };
+        let may_lead = self.may_lead();
+        let msg = TigaMsg::Heartbeat { view: self.view.number, state: self.state, leader_contact, may_lead };
         ctx.send_all(self.view_managers.clone(), &msg);
         self.probe_view_floor(ctx);
     }
@@ -260,7 +261,11 @@ impl Server {
             // Remember what this replica released (and replied to) for the merge.
             self.vc.released = self.released_entries();
         }
-        if self.state != ServerState::Recovering {
+        // A restarted replica stays recovering (it serves nowhere until a leader sends it the
+        // log), unless it is to lead this view and may: it runs the view change, and says so to
+        // the view manager, which would otherwise replace it as if it had not restarted yet.
+        let leads_it = view.leaders.get(self.shard as usize) == Some(&self.replica) && self.may_lead();
+        if self.state != ServerState::Recovering || leads_it {
             self.state = ServerState::ViewChange;
         }
         // A serving leader goes back to the executed state (its live store also holds
