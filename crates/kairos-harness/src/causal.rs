@@ -297,6 +297,7 @@ pub fn collect(
             total.reads_from_secondary += st.reads_from_secondary;
             total.own_write_reads_from_secondary += st.own_write_reads_from_secondary;
             total.txns_abandoned += st.txns_abandoned;
+            total.writes_resent_in_new_term += st.writes_resent_in_new_term;
             for (t, k) in &st.txns {
                 *total.txns.entry(t).or_default() += k;
             }

@@ -1,5 +1,6 @@
 //! Session guarantees under faults: majority is clean, w:1 shows the anomaly; elections.
 
+use kairos_causal::msg::codes;
 use kairos_causal::{Member, ReadConcern, ReadPref, WriteConcern};
 use kairos_check::{check, Model};
 use kairos_core::{NodeId, SimTime};
@@ -128,6 +129,11 @@ fn a_crashed_primary_is_replaced_and_majority_writes_survive() {
     let out = collect(&mut w.sim, &w.members, &w.sessions, d.duration, Duration::ZERO);
     assert!(check(&out.history, Model::Causal).unwrap().valid);
     assert!(out.metrics["causal.elections_won"] >= 2);
+    // Writes named the term of their primary: those that reached a primary of another term
+    // (a session's first, and after the failover) were sent again with its term, not failed.
+    let refused_for_term = out.sessions.errors.get(&codes::PRIMARY_STEPPED_DOWN).copied().unwrap_or(0);
+    assert!(refused_for_term > 0, "{:?}", out.sessions.errors);
+    assert_eq!(out.sessions.writes_resent_in_new_term, refused_for_term);
 }
 
 /// Reads from lagging secondaries: without causal consistency a session misses its own
