@@ -45,13 +45,13 @@
 //!   `causal` on or off. With causal on it sends `afterClusterTime` = the highest
 //!   `operationTime` seen on every later read **and write** (current driver specification);
 //!   it always gossips the highest `$clusterTime` seen. Every write names the term of the
-//!   primary it is meant for, learned from replies that name the primary; a primary in another term
-//!   refuses it (189) with its own, and the session sends the same request again naming that
-//!   one ([`msg::Request::term`]: a copy of a write runs in no other term). History: process = session id,
-//!   `f = "txn"`, one micro-op per operation (`["append", k, v]` or `["r", k, [..]]`). A read
-//!   that errs or times out is `fail`; a write that errs is `fail` only when it certainly did
-//!   not execute (not primary, bad cluster time, …), otherwise `info`. [`Probe`] is a scripted
-//!   client for protocol tests.
+//!   primary it is meant for, learned from replies that name the primary; a primary in another
+//!   term refuses it (189) with its own, and the session sends the same request again naming
+//!   that one ([`msg::Request::term`]: a copy of a write runs in no other term). History:
+//!   process = session id, `f = "txn"`, one micro-op per operation (`["append", k, v]` or
+//!   `["r", k, [..]]`). A read that errs or times out is `fail`; a write that errs is `fail`
+//!   only when it certainly did not execute (not primary, bad cluster time, …), otherwise
+//!   `info`. [`Probe`] is a scripted client for protocol tests.
 //!   A session runs either that uniform list-append workload or the TPC-C-derived one
 //!   ([`SessionWorkload`]); it counts the reads a secondary served (the replying member named
 //!   another member as primary) and, of those, the ones holding its own appends (metrics

@@ -22,17 +22,18 @@
 //! refused write request, so that a copy arriving later never runs a write its client saw fail;
 //! that record is lost with the disk. What keeps such a copy from running after the loss is
 //! the term every session write names ([`crate::msg::Request::term`]): a session learns a term
-//! only from a primary's reply, and a write runs only at the primary of exactly that term. A
-//! copy refused here before the loss names a term of at most the floor (that term's primary,
-//! or a voter that elected this member in it, is among the others asked), and this member is
-//! primary only in terms above the floor once it leaves amnesia. The other way round, a copy of
+//! only from replies naming the primary of that term, and a write runs only at the primary of
+//! exactly that term. A copy refused here before the loss names a term of at most the floor
+//! (that term's primary, or a voter that elected this member in it, is among the others
+//! asked), and this member is primary only in terms above the floor once it leaves amnesia. The other way round, a copy of
 //! a request its former life *ran* may reach it while amnesiac, and that entry may still
 //! commit through the others: it cannot tell, so it answers every write it refuses while
 //! amnesiac as of unknown outcome (`InterruptedDueToReplStateChange`), never as a certain
 //! failure. `kairos sim causal --seeds 1..10001 --faults all --load 150 --fault-s 4
 //! --recovery-s 2`, a lost disk in about half the seeds, found 135 seeds whose sessions read a
 //! write they had been told failed, nearly all through replayed messages; the term rule alone
-//! left 125, both rules none. Over TCP a copy cannot outlive its connection, which the crash closes.
+//! left 125, both rules none. Over TCP a copy cannot outlive its connection, which the crash
+//! closes.
 
 use super::{Change, Member};
 use crate::msg::{CausalMsg, PeerBody};
