@@ -596,8 +596,8 @@ pub struct CampaignArgs {
     /// Fault kinds the plans may use, comma-separated: crash, partition, oneway, clock-step, loss, dup (messages
     /// delivered twice), replay (old messages delivered again), torn (a node dies while writing: a prefix of that
     /// handler's records survives, its messages never leave), disk-loss (once per run a node crashes, loses its disk
-    /// and comes back amnesiac: register replicas, Tiga servers and causal replica-set members; other roles cannot come back from nothing yet
-    /// and are never chosen), or all.
+    /// and comes back amnesiac: register replicas, Tiga servers and causal replica-set members; other roles cannot
+    /// come back from nothing yet and are never chosen), or all.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Offered load, transactions per second over all coordinators (transactional protocols).
