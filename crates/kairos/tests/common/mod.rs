@@ -2,10 +2,33 @@
 
 use std::path::{Path, PathBuf};
 
-/// `n` loopback ports free at the time of the call.
+/// `n` loopback ports free at the time of the call, for child processes to listen on.
+///
+/// They come from below Linux's ephemeral range (32768–60999 by default), not from
+/// `bind(127.0.0.1:0)`: a port the kernel hands out that way is ephemeral, and once the test
+/// releases it for the child, the kernel may give it to any outgoing connection (a member
+/// dialling another, a client of a parallel test) before the child binds it, and the child
+/// fails with "address in use". Each test binary starts at its own offset (by process id) and
+/// counts up, so the parallel tests of one binary never share a port; a port some other process
+/// holds is skipped.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const PORTS: u32 = 32_768 - FIRST;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id() % 64 * (PORTS / 64), Ordering::SeqCst, Ordering::SeqCst);
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..PORTS {
+        if ports.len() == n {
+            break;
+        }
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % PORTS) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no {n} free loopback ports between {FIRST} and 32767");
+    ports
 }
 
 /// Kills the child processes when the test ends, however it ends.
