@@ -20,6 +20,20 @@
 //! Simplifications: two distinct keys with the same 40-bit fingerprint are not supported (the
 //! later insert would alias the earlier key), and two clients *concurrently* creating the same
 //! new key may each keep using their own slot if only one of them sees the other's entry.
+//!
+//! Why the second is not a small fix (for whoever takes it on): choosing one slot among
+//! concurrent creators is consensus, and the directory's base objects are memory nodes that
+//! fail by hanging, not by answering wrongly; no wait-free consensus tolerates even one such
+//! object (Jayanti, Chandra and Toueg, "Fault-tolerant wait-free shared objects", JACM 1998),
+//! however strong its verbs (CAS included). So a fix either agrees on the entry with an
+//! obstruction-free protocol over the nodes (Disk Paxos or CASPaxos on the directory words,
+//! ballots and all, with the suspicion of crashed nodes for progress), or avoids agreement: a
+//! key is then the *union* of every slot named for it, each operation reads the key's directory
+//! window in the same chain as its metadata (a read verb, no extra round trip), and gets and
+//! updates take the newest tuple over all slots named (which only registers need, as Safe-Guess
+//! already does per slot; a second slot costs a round trip only when it exists). Neither is
+//! built, and the campaigns do not exercise the race: each fresh key has one creator, its
+//! owner (`sim::client_node`), while every client reads and updates it.
 
 use crate::engine::Protocol;
 use crate::layout::{Layout, DIR_ENTRIES, DIR_PROBE};
