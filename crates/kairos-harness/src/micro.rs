@@ -54,6 +54,8 @@ pub enum Protocol {
     TwoPlPaxosInteractive,
     /// OCC+Paxos in its native interactive form ([`TpccBench::interactive`]).
     OccPaxosInteractive,
+    /// Tapir in its native interactive form ([`TpccBench::interactive`]).
+    TapirInteractive,
 }
 
 impl Protocol {
@@ -69,10 +71,11 @@ impl Protocol {
         Protocol::NccPaxos,
     ];
 
-    /// 2PL+Paxos and OCC+Paxos run interactively, as those protocols natively run a
+    /// 2PL+Paxos, OCC+Paxos and Tapir run interactively, as those protocols natively run a
     /// transaction ([`TpccBench::interactive`]): on TPC-C besides their one-shot form, where
     /// the two differ; on MicroBench they would be the same runs.
-    pub const INTERACTIVE: [Protocol; 2] = [Protocol::TwoPlPaxosInteractive, Protocol::OccPaxosInteractive];
+    pub const INTERACTIVE: [Protocol; 3] =
+        [Protocol::TwoPlPaxosInteractive, Protocol::OccPaxosInteractive, Protocol::TapirInteractive];
 
     /// The protocols a comparison runs by default: every one, and on TPC-C the interactive
     /// forms besides.
@@ -95,6 +98,7 @@ impl Protocol {
             Protocol::NccPaxos => "ncc+",
             Protocol::TwoPlPaxosInteractive => "2pl-paxos-interactive",
             Protocol::OccPaxosInteractive => "occ-paxos-interactive",
+            Protocol::TapirInteractive => "tapir-interactive",
         }
     }
 }
@@ -139,13 +143,14 @@ pub struct TpccBench {
     pub scale: TpccScale,
     pub mix: TpccMix,
     pub delivery: DeliveryScope,
-    /// Run the peers interactively: a by-name payment or order-status looks its customer up in
-    /// the round that reads its keys (2PL's execute round, under the customers key's lock;
-    /// OCC's, whose version the prepare validates) instead of in a pre-read round trip of its
-    /// own before it starts (`kairos_workload::tpcc::pre_read`, the one-shot form every
-    /// protocol runs by default). The lookup runs where the piece runs, at the customer's
-    /// shard leader under that same lock or validated version; TPC-C never changes a name, so
-    /// it finds the customer the execute round would. Tiga has no interactive form (ignored).
+    /// Run the peers interactively: a by-name payment or order-status looks its customer up
+    /// where its piece runs, on the customers key its execution read (2PL's execute round at
+    /// the leader, under that key's lock; OCC's, whose version the prepare validates; Tapir's
+    /// commit at every replica, on the version its execute round read from the closest
+    /// replica and the prepare validated), instead of in a pre-read round trip of its own
+    /// before it starts (`kairos_workload::tpcc::pre_read`, the one-shot form every protocol
+    /// runs by default). TPC-C never changes a name, so the lookup finds the customer a
+    /// pre-read would. Tiga has no interactive form (ignored).
     pub interactive: bool,
 }
 
@@ -501,14 +506,15 @@ impl Bench {
                 Ok(outcome)
             }
             Protocol::NccPaxos => self.run_peer::<NccPaxos>(&Default::default(), progress),
-            Protocol::TwoPlPaxosInteractive | Protocol::OccPaxosInteractive => {
+            Protocol::TwoPlPaxosInteractive | Protocol::OccPaxosInteractive | Protocol::TapirInteractive => {
                 let mut bench = self.clone();
                 if let Some(t) = bench.tpcc.as_mut() {
                     t.interactive = true;
                 }
                 let mut outcome = match protocol {
                     Protocol::TwoPlPaxosInteractive => bench.run_peer::<TwoPlPaxos>(&Default::default(), progress),
-                    _ => bench.run_peer::<OccPaxos>(&Default::default(), progress),
+                    Protocol::OccPaxosInteractive => bench.run_peer::<OccPaxos>(&Default::default(), progress),
+                    _ => bench.run_peer::<Tapir>(&Default::default(), progress),
                 }?;
                 outcome.protocol = protocol;
                 Ok(outcome)

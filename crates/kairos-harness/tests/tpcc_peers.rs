@@ -125,7 +125,7 @@ fn two_pl_and_occ_run_tpcc_interactively() {
 }
 
 /// The pre-read is a wide-area round trip of its own: a by-name payment waits for it in the
-/// one-shot form, and not in the interactive form, where the lookup rides the execute round.
+/// one-shot form, and not in the interactive form, where the lookup runs with the piece.
 #[test]
 fn the_pre_read_costs_by_name_payments_a_round_trip_the_interactive_form_saves() {
     let p50_payment = |protocol: Protocol| {
@@ -136,9 +136,11 @@ fn the_pre_read_costs_by_name_payments_a_round_trip_the_interactive_form_saves()
         let sends = out.metrics.get("txn.pre_reads_sent").copied().unwrap_or(0);
         (ms[ms.len() / 2], sends)
     };
-    for (one_shot, interactive) in
-        [(Protocol::TwoPlPaxos, Protocol::TwoPlPaxosInteractive), (Protocol::OccPaxos, Protocol::OccPaxosInteractive)]
-    {
+    for (one_shot, interactive) in [
+        (Protocol::TwoPlPaxos, Protocol::TwoPlPaxosInteractive),
+        (Protocol::OccPaxos, Protocol::OccPaxosInteractive),
+        (Protocol::Tapir, Protocol::TapirInteractive),
+    ] {
         let ((with, sent), (without, none)) = (p50_payment(one_shot), p50_payment(interactive));
         eprintln!("{one_shot}: payment p50 {with:.1} ms ({sent} pre-reads), {interactive}: {without:.1} ms");
         assert!(sent > 0 && none == 0, "{sent} / {none}");
@@ -149,6 +151,11 @@ fn the_pre_read_costs_by_name_payments_a_round_trip_the_interactive_form_saves()
 #[test]
 fn tapir_runs_tpcc() {
     runs_tpcc_strictly_serializably_and_consistently(Protocol::Tapir);
+}
+
+#[test]
+fn tapir_runs_tpcc_interactively() {
+    runs_tpcc_strictly_serializably_and_consistently(Protocol::TapirInteractive);
 }
 
 /// IR orders nothing, so Tapir's replicas get the commits of a district's new-orders in

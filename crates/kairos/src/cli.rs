@@ -219,8 +219,9 @@ pub struct TigaBenchArgs {
 pub struct TxnBenchArgs {
     /// Protocols to compare, comma-separated: tiga, 2pl-paxos, occ-paxos, tapir, janus, calvin+, detock, ncc (one server
     /// per shard, no fault tolerance, as the Tiga paper ran it), ncc+ (NCC over Multi-Paxos), and on TPC-C
-    /// 2pl-paxos-interactive and occ-paxos-interactive (a by-name customer looked up in the execute round instead of in a
-    /// pre-read round trip of its own); `all` names them all.
+    /// 2pl-paxos-interactive, occ-paxos-interactive and tapir-interactive (a by-name customer looked up where the piece
+    /// runs, on the customers key its execution read, instead of in a pre-read round trip of its own); `all` names them
+    /// all.
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub protocols: Vec<String>,
     #[command(flatten)]

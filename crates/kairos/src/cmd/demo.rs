@@ -77,8 +77,8 @@ pub fn run(args: DemoArgs) -> Result<(), CliError> {
     println!("(10 districts; tables scaled down), the mix new-order / payment / delivery / order-status /");
     println!("stock-level = 44 / 44 / 4 / 4 / 4, 15 % remote payments, a delivery per district as in the paper's");
     println!("code, each transaction split into one-shot pieces per warehouse, a payment or order-status by");
-    println!("customer name first pre-reading the customer's id in a round trip of its own (2PL and OCC also");
-    println!("interactively: the lookup rides their execute round); 400 txn/s for 2 virtual seconds (fixed 5 µs");
+    println!("customer name first pre-reading the customer's id in a round trip of its own (2PL, OCC and Tapir");
+    println!("also interactively: the lookup runs with the piece); 400 txn/s for 2 virtual seconds (fixed 5 µs");
     println!("per handler). Every history is checked strictly serializable over the conflict keys,");
     println!("and every run's databases against TPC-C's consistency conditions.");
     println!("Maximum throughput: `kairos bench tpcc`.\n");

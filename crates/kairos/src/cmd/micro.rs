@@ -163,7 +163,7 @@ fn type_stats(samples: &[KindSample]) -> Vec<TypeStats> {
 
 impl TxnBenchArgs {
     /// Validates the flags: the protocols in order (each once; `all`: every protocol, and on
-    /// TPC-C the interactive forms of 2PL and OCC besides) and the base bench.
+    /// TPC-C the interactive forms of 2PL, OCC and Tapir besides) and the base bench.
     pub fn to_bench(&self, tpcc: bool) -> Result<(Vec<Protocol>, Bench), CliError> {
         let mut protocols = Vec::new();
         for name in self.protocols.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
@@ -813,7 +813,7 @@ fn paper_max_txn_per_s(tpcc: bool, p: Protocol) -> Option<f64> {
             // The paper has one row for each, whichever form it ran.
             Protocol::TwoPlPaxos | Protocol::TwoPlPaxosInteractive => Some(2_100.0),
             Protocol::OccPaxos | Protocol::OccPaxosInteractive => Some(900.0),
-            Protocol::Tapir => Some(1_100.0),
+            Protocol::Tapir | Protocol::TapirInteractive => Some(1_100.0),
             Protocol::Janus => Some(10_800.0),
             Protocol::CalvinPlus => Some(6_100.0),
             Protocol::Detock => Some(13_300.0),
@@ -830,7 +830,10 @@ fn paper_max_txn_per_s(tpcc: bool, p: Protocol) -> Option<f64> {
         Protocol::CalvinPlus => Some(119_600.0),
         Protocol::Detock => Some(34_500.0),
         Protocol::Ncc => Some(47_400.0),
-        Protocol::NccPaxos | Protocol::TwoPlPaxosInteractive | Protocol::OccPaxosInteractive => None,
+        Protocol::NccPaxos
+        | Protocol::TwoPlPaxosInteractive
+        | Protocol::OccPaxosInteractive
+        | Protocol::TapirInteractive => None,
     }
 }
 
