@@ -188,17 +188,27 @@ pub fn encode_as(resp3: bool, reply: &Reply, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Arrays nested deeper than this in a reply are refused ([`read_reply`] recurses per level).
+pub const REPLY_DEPTH_MAX: usize = 32;
+
 /// Reads one RESP2 reply (what [`encode_as`] writes without `resp3`) from a server: the
 /// client side of `kairos cluster bench`, which needs nothing more than these shapes. Bulk
-/// strings and arrays are bounded by `limits`.
+/// strings and arrays are bounded by `limits`, nesting by [`REPLY_DEPTH_MAX`].
 pub fn read_reply(r: &mut impl std::io::BufRead, limits: &Limits) -> std::io::Result<Reply> {
+    read_reply_nested(r, limits, 0)
+}
+
+fn read_reply_nested(r: &mut impl std::io::BufRead, limits: &Limits, depth: usize) -> std::io::Result<Reply> {
     let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     let mut line = Vec::new();
     if r.read_until(b'\n', &mut line)? == 0 {
         return Err(std::io::ErrorKind::UnexpectedEof.into());
     }
-    let text = String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(&line)).into_owned();
-    let (kind, rest) = text.split_at(text.len().min(1));
+    let line = line.strip_suffix(b"\r\n").unwrap_or(&line);
+    // The type byte, then the rest as text (a byte, not a character: the line may be anything).
+    let (kind, rest) = line.split_at(line.len().min(1));
+    let text = String::from_utf8_lossy(line);
+    let rest = String::from_utf8_lossy(rest);
     let number = |max: usize| -> std::io::Result<i64> {
         let n: i64 = rest.parse().map_err(|_| bad(format!("not a length or integer: {text:?}")))?;
         if n > max as i64 {
@@ -207,10 +217,10 @@ pub fn read_reply(r: &mut impl std::io::BufRead, limits: &Limits) -> std::io::Re
         Ok(n)
     };
     Ok(match kind {
-        "+" => Reply::Simple(rest.to_string()),
-        "-" => Reply::Error(rest.to_string()),
-        ":" => Reply::Int(number(usize::MAX >> 1)?),
-        "$" => match number(limits.bulk_bytes_max)? {
+        b"+" => Reply::Simple(rest.into_owned()),
+        b"-" => Reply::Error(rest.into_owned()),
+        b":" => Reply::Int(number(usize::MAX >> 1)?),
+        b"$" => match number(limits.bulk_bytes_max)? {
             n if n < 0 => Reply::Nil,
             n => {
                 let mut data = vec![0; n as usize + 2];
@@ -219,9 +229,12 @@ pub fn read_reply(r: &mut impl std::io::BufRead, limits: &Limits) -> std::io::Re
                 Reply::Bulk(data)
             }
         },
-        "*" => match number(limits.array_len_max)? {
+        b"*" if depth >= REPLY_DEPTH_MAX => {
+            return Err(bad(format!("arrays nested deeper than {REPLY_DEPTH_MAX} levels")))
+        }
+        b"*" => match number(limits.array_len_max)? {
             n if n < 0 => Reply::Nil,
-            n => Reply::Array((0..n).map(|_| read_reply(r, limits)).collect::<std::io::Result<_>>()?),
+            n => Reply::Array((0..n).map(|_| read_reply_nested(r, limits, depth + 1)).collect::<std::io::Result<_>>()?),
         },
         _ => return Err(bad(format!("not a RESP2 reply: {text:?}"))),
     })
@@ -301,5 +314,72 @@ mod tests {
         out.clear();
         encode_as(false, &m, &mut out);
         assert_eq!(out, b"*4\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n$-1\r\n".to_vec());
+    }
+
+    /// A command as redis-cli sends it: an array of bulk strings.
+    fn encode_command(args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    #[test]
+    fn a_reply_line_starting_with_a_wide_character_is_an_error() {
+        // The type "byte" of this line is the first byte of a 3-byte character.
+        assert!(read_reply(&mut "€5\r\n".as_bytes(), &Limits::default()).is_err());
+        assert!(read_reply(&mut &[0xff, b'\r', b'\n'][..], &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn replies_nested_too_deep_are_refused() {
+        let nested = |depth: usize| {
+            let mut b = "*1\r\n".repeat(depth).into_bytes();
+            b.extend_from_slice(b":1\r\n");
+            b
+        };
+        assert!(read_reply(&mut &nested(REPLY_DEPTH_MAX)[..], &Limits::default()).is_ok());
+        assert!(read_reply(&mut &nested(REPLY_DEPTH_MAX + 1)[..], &Limits::default()).is_err());
+        assert!(read_reply(&mut &nested(100_000)[..], &Limits::default()).is_err(), "no stack overflow");
+    }
+
+    proptest::proptest! {
+        /// Whatever a client sends, the parser answers (a command, "more bytes", or an error)
+        /// without panicking, and never claims more bytes than it was given.
+        #[test]
+        fn any_request_bytes_parse_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let small = Limits { bulk_bytes_max: 16, array_len_max: 8, inline_bytes_max: 64 };
+            for limits in [Limits::default(), small] {
+                if let Ok(Some((_, used))) = parse_command(&bytes, &limits) {
+                    proptest::prop_assert!(used > 0 && used <= bytes.len());
+                }
+            }
+        }
+
+        /// A command arrives in pieces: every strict prefix asks for more, the whole is parsed
+        /// back to its arguments (binary-safe), and what follows it is left for the next.
+        #[test]
+        fn commands_parse_back_from_any_split(
+            args in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20), 1..6),
+        ) {
+            let bytes = encode_command(&args);
+            for cut in 0..bytes.len() {
+                proptest::prop_assert_eq!(parse(&bytes[..cut]), Ok(None));
+            }
+            let mut two = bytes.clone();
+            two.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+            proptest::prop_assert_eq!(parse(&two), Ok(Some((args, bytes.len()))));
+        }
+
+        /// Whatever a server sends back, the client's reader answers without panicking.
+        #[test]
+        fn any_reply_bytes_read_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let small = Limits { bulk_bytes_max: 16, array_len_max: 8, inline_bytes_max: 64 };
+            let _ = read_reply(&mut &bytes[..], &small);
+            let _ = read_reply(&mut &bytes[..], &Limits::default());
+        }
     }
 }
