@@ -251,6 +251,7 @@ pub fn reply(shape: &Shape, outputs: &[OpOutput]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     fn p(s: &str) -> Command {
         let args: Vec<Vec<u8>> = s.split(' ').map(|a| a.as_bytes().to_vec()).collect();
@@ -283,5 +284,40 @@ mod tests {
         );
         let e = reply(&Shape::One, &[OpOutput::Error(kairos_tiga::ops::OpError::NotInteger)]);
         assert_eq!(e, Reply::err("ERR value is not an integer or out of range"));
+    }
+
+    proptest::proptest! {
+        // Parsing is cheap; enough cases to reach each command's rarer argument shapes.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(50_000))]
+        /// Any command a client can send (a known name in any case, or any bytes, with any
+        /// arguments) parses to a command or an error reply, never a panic.
+        #[test]
+        fn any_command_parses_or_is_refused(
+            name in proptest::prop_oneof![
+                3 => proptest::sample::select(vec![
+                    "get", "STRLEN", "set", "SetNx", "append", "incr", "decr", "incrby", "DECRBY", "del", "unlink",
+                    "exists", "mget", "mset", "ping", "echo", "select", "multi", "exec", "discard", "watch",
+                    "unwatch", "quit", "hello", "client", "info", "command", "config", "save", "dbsize",
+                ]).prop_map(|n| n.as_bytes().to_vec()),
+                1 => proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
+            ],
+            rest in proptest::collection::vec(
+                proptest::prop_oneof![
+                    3 => proptest::sample::select(vec![
+                        "nx", "setname", "getname", "id", "info", "setinfo", "get", "auth", "3", "-1", "0", "docs",
+                        "count", "9223372036854775807", "-9223372036854775808",
+                    ]).prop_map(|a| a.as_bytes().to_vec()),
+                    1 => proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
+                ],
+                0..5,
+            ),
+        ) {
+            let mut args = vec![name];
+            args.extend(rest);
+            let command = parse(&args, &ConnInfo { id: 1, name: Some(b"c"), info: "" });
+            if let Command::Data(d) = &command {
+                proptest::prop_assert!(d.ops.len() <= args.len());
+            }
+        }
     }
 }
