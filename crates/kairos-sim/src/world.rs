@@ -81,12 +81,24 @@ pub struct SimStats {
     pub replayed: u64,
     /// Handlers cut short by [`Fault::CrashMidWrite`]: their node died while writing.
     pub torn_writes: u64,
+    /// Messages whose encoding [`Sim::corrupt_messages`] changed and that still decoded: delivered
+    /// as decoded.
+    pub corrupted: u64,
+    /// Messages whose changed encoding no longer decoded: dropped, as the TCP host drops a frame
+    /// it cannot decode.
+    pub dropped_corrupt: u64,
 }
 
 /// Messages kept for replays when a [`Fault::Replay`] is scheduled and nothing else was asked:
 /// the last few hundred milliseconds of a loaded run, so a replay delivers messages a protocol
 /// has already moved past.
 pub const REPLAY_BUFFER_DEFAULT: usize = 4_096;
+
+/// What [`Sim::corrupt_messages`] does to messages in flight.
+struct Corruption {
+    share: f64,
+    rng: Rng,
+}
 
 /// Recently sent messages that [`Fault::Replay`] may deliver again.
 struct ReplayBuffer<M> {
@@ -149,6 +161,7 @@ pub struct Sim<M: Message> {
     loss: f64,
     duplicate: f64,
     replay: Option<ReplayBuffer<M>>,
+    corruption: Option<Corruption>,
     /// blocked[from * n + to]: the directed link is cut.
     blocked: Vec<bool>,
     /// last_arrival[from * n + to]: keeps links FIFO.
@@ -201,6 +214,7 @@ impl<M: Message> Sim<M> {
             loss,
             duplicate,
             replay: None,
+            corruption: None,
             blocked: Vec::new(),
             last_arrival: Vec::new(),
             effects: Vec::new(),
@@ -287,6 +301,18 @@ impl<M: Message> Sim<M> {
     pub fn keep_sent_for_replay(&mut self, capacity: usize) {
         let rng = Rng::seed_from_u64(mix(self.config.seed, u64::MAX - 1, 0));
         self.replay = Some(ReplayBuffer { capacity: capacity.max(1), sent: VecDeque::new(), rng });
+    }
+
+    /// Changes the encoding of `share` of the messages sent (a few bytes overwritten, or the
+    /// end cut off or extended) and delivers whatever still decodes: a peer that sends any
+    /// message the wire format can carry, for tests that no handler panics on network input
+    /// (their histories are not meant to be checked: such a peer is Byzantine, and the roles'
+    /// and the world's invariants are not checked either, as it breaks them by design). Its own
+    /// random stream, so no other draw changes.
+    pub fn corrupt_messages(&mut self, share: f64) {
+        self.config.check_invariants = false;
+        let rng = Rng::seed_from_u64(mix(self.config.seed, u64::MAX - 2, 0));
+        self.corruption = Some(Corruption { share: share.clamp(0.0, 1.0), rng });
     }
 
     /// Adds a property over the whole world, checked after every `every_events` events (with
@@ -586,8 +612,22 @@ impl<M: Message> Sim<M> {
         }
     }
 
-    fn send(&mut self, from: NodeId, to: NodeId, depart: SimTime, msg: M) {
+    fn send(&mut self, from: NodeId, to: NodeId, depart: SimTime, mut msg: M) {
         self.stats.messages_sent += 1;
+        if let Some(c) = self.corruption.as_mut().filter(|c| c.share > 0.0) {
+            if c.rng.random_bool(c.share) {
+                match corrupt(&msg, &mut c.rng) {
+                    Some(m) => {
+                        self.stats.corrupted += 1;
+                        msg = m;
+                    }
+                    None => {
+                        self.stats.dropped_corrupt += 1;
+                        return;
+                    }
+                }
+            }
+        }
         let n = self.nodes.len();
         if to.index() >= n {
             self.stats.dropped_unknown_node += 1;
@@ -847,6 +887,26 @@ fn mix(seed: u64, a: u64, b: u64) -> u64 {
 }
 
 /// A message's encoded size on the TCP host (postcard), for [`crate::WireCost`].
+/// `msg` encoded, changed at random (see [`Sim::corrupt_messages`]) and decoded again, if it
+/// still decodes.
+fn corrupt<M: serde::Serialize + serde::de::DeserializeOwned>(msg: &M, rng: &mut Rng) -> Option<M> {
+    let mut bytes = postcard::to_allocvec(msg).ok()?;
+    match rng.random_range(0..4) {
+        0 => bytes.truncate(rng.random_range(0..=bytes.len())),
+        1 => bytes.extend((0..rng.random_range(1..8)).map(|_| rng.random::<u8>())),
+        _ => {
+            for _ in 0..rng.random_range(1..4) {
+                if !bytes.is_empty() {
+                    let i = rng.random_range(0..bytes.len());
+                    // Small values most often: lengths, indexes and enum tags are small.
+                    bytes[i] = if rng.random_bool(0.5) { rng.random_range(0..4) } else { rng.random() };
+                }
+            }
+        }
+    }
+    postcard::from_bytes(&bytes).ok()
+}
+
 fn wire_bytes<M: serde::Serialize>(msg: &M) -> usize {
     postcard::experimental::serialized_size(msg).unwrap_or(0)
 }

@@ -1,0 +1,104 @@
+//! No handler panics on any message the wire format can carry: runs whose simulator changes
+//! the encoding of a share of the messages in flight and delivers whatever still decodes
+//! (`Sim::corrupt_messages`), for every protocol's roles. Such a peer is Byzantine, so neither
+//! the histories nor the invariants are checked; what is checked is that every role takes every
+//! message without panicking, and that the runs were not idle (many corrupted messages were
+//! delivered). A panic anywhere fails the test with its message.
+
+use kairos_core::{Message, SimTime};
+use kairos_harness::micro::{Bench, PeerProtocol, PeerWorld, TpccBench};
+use kairos_harness::tiga::World;
+use kairos_harness::TxnDeployment;
+use kairos_sim::{Fault, Sim};
+use kairos_txn::calvin::CalvinPlus;
+use kairos_txn::detock::Detock;
+use kairos_txn::janus::Janus;
+use kairos_txn::ncc::NccPaxos;
+use kairos_txn::occ::OccPaxos;
+
+use kairos_txn::tapir::Tapir;
+use kairos_txn::tpl::TwoPlPaxos;
+use kairos_workload::tpcc::TpccScale;
+use std::time::Duration;
+
+/// A tenth of the messages changed (about half of those still decode).
+const SHARE: f64 = 0.1;
+
+fn corrupted_run<M: Message>(what: &str, mut sim: Sim<M>, until: Duration) {
+    sim.corrupt_messages(SHARE);
+    sim.run_until(SimTime::ZERO + until);
+    let stats = sim.stats();
+    assert!(
+        stats.corrupted > 50 && stats.messages_delivered > 500,
+        "{what}: an idle run: {stats:?}, {:?} at {:?}",
+        sim.violation(),
+        sim.now()
+    );
+}
+
+fn txn_base(seed: u64) -> TxnDeployment {
+    TxnDeployment { seed, load_txn_per_s: 300.0, duration: Duration::from_secs(2), ..Default::default() }
+}
+
+#[test]
+fn tiga_takes_corrupted_messages_without_panicking() {
+    for seed in 1..=4 {
+        let mut d = kairos_harness::tiga::Deployment { base: txn_base(seed), ..Default::default() };
+        corrupted_run(&format!("tiga seed {seed}"), d.build().unwrap().sim, Duration::from_secs(5));
+        // A view change: shard 0's leader crashes and comes back.
+        let World { mut sim, topology, .. } = d.build().unwrap();
+        let leader = topology.leader_node(0);
+        sim.schedule(SimTime::from_millis(800), Fault::Crash(leader));
+        sim.schedule(SimTime::from_millis(3_000), Fault::Restart(leader));
+        corrupted_run(&format!("tiga view change seed {seed}"), sim, Duration::from_secs(8));
+        // TPC-C's pieces and pre-reads too.
+        d.tpcc = Some(TpccBench { scale: TpccScale::small(6, 100), ..TpccBench::default() });
+        corrupted_run(&format!("tiga tpcc seed {seed}"), d.build().unwrap().sim, Duration::from_secs(5));
+    }
+}
+
+fn peer<P: PeerProtocol>(name: &str)
+where
+    P::Config: Default,
+{
+    for seed in 1..=3 {
+        let bench = Bench { base: txn_base(seed), ..Bench::default() };
+        let PeerWorld { sim, .. } = bench.build::<P>(&Default::default()).unwrap();
+        corrupted_run(&format!("{name} seed {seed}"), sim, Duration::from_secs(5));
+        let tpcc = Bench { tpcc: Some(TpccBench { scale: TpccScale::small(6, 100), ..TpccBench::default() }), ..bench };
+        let PeerWorld { sim, .. } = tpcc.build::<P>(&Default::default()).unwrap();
+        corrupted_run(&format!("{name} tpcc seed {seed}"), sim, Duration::from_secs(5));
+    }
+}
+
+#[test]
+fn the_peers_take_corrupted_messages_without_panicking() {
+    peer::<TwoPlPaxos>("2pl-paxos");
+    peer::<OccPaxos>("occ-paxos");
+    peer::<Tapir>("tapir");
+    peer::<Janus>("janus");
+    peer::<CalvinPlus>("calvin+");
+    peer::<Detock>("detock");
+    peer::<NccPaxos>("ncc+");
+}
+
+#[test]
+fn the_causal_replica_set_takes_corrupted_messages_without_panicking() {
+    for seed in 1..=6 {
+        let d = kairos_harness::causal::Deployment {
+            seed,
+            sessions: 16,
+            duration: Duration::from_secs(20),
+            ..Default::default()
+        };
+        corrupted_run(&format!("causal seed {seed}"), d.build().unwrap().sim, Duration::from_secs(25));
+    }
+}
+
+#[test]
+fn the_register_takes_corrupted_messages_without_panicking() {
+    for seed in 1..=6 {
+        let r = kairos_harness::register::RegisterRun { seed, ..Default::default() };
+        corrupted_run(&format!("register seed {seed}"), r.build().unwrap().sim, r.duration);
+    }
+}
