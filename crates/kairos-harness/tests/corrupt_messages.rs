@@ -1,6 +1,8 @@
 //! No handler panics on any message the wire format can carry: runs whose simulator changes
 //! the encoding of a share of the messages in flight and delivers whatever still decodes
-//! (`Sim::corrupt_messages`), for every protocol's roles. Such a peer is Byzantine, so neither
+//! (`Sim::corrupt_messages`), for every protocol's roles: Tiga, the transaction peers, the
+//! causal replica set, the register, and SWARM-KV with its peers (whose chains of verbs reach
+//! the memory nodes changed, and whose clients then read what those wrote). Such a peer is Byzantine, so neither
 //! the histories nor the invariants are checked; what is checked is that every role takes every
 //! message without panicking, and that the runs were not idle (many corrupted messages were
 //! delivered). A panic anywhere fails the test with its message.
@@ -100,5 +102,32 @@ fn the_register_takes_corrupted_messages_without_panicking() {
     for seed in 1..=6 {
         let r = kairos_harness::register::RegisterRun { seed, ..Default::default() };
         corrupted_run(&format!("register seed {seed}"), r.build().unwrap().sim, r.duration);
+    }
+}
+
+#[test]
+fn swarm_kv_and_its_peers_take_corrupted_messages_without_panicking() {
+    use kairos_harness::swarm::sim::SwarmRun;
+    use kairos_swarm::engine::Protocol;
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Fusee, Protocol::Raw] {
+        for seed in 1..=3 {
+            let run = SwarmRun {
+                protocol,
+                seed,
+                ops: 2_000,
+                keys: 1_000,
+                warmup: 1_000,
+                check: false,
+                corrupt_messages: SHARE,
+                ..SwarmRun::default()
+            };
+            let out = run.run().unwrap();
+            let corrupted = out.metrics.get("sim.messages_corrupted").copied().unwrap_or(0);
+            assert!(
+                corrupted > 50 && out.completed > 1_000,
+                "{protocol:?} seed {seed}: {corrupted}, {}",
+                out.completed
+            );
+        }
     }
 }

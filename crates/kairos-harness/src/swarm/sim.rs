@@ -115,6 +115,9 @@ pub struct SwarmRun {
     /// Keys beyond `keys`, not loaded: created during the run by their owner while every
     /// client reads and updates them ([`client_node::FreshKeys`]). 0 by default.
     pub fresh_keys: u64,
+    /// Share of the messages whose encoding the simulator changes ([`Sim::corrupt_messages`]:
+    /// a Byzantine network, for tests that nothing panics; leave `check` off). 0 by default.
+    pub corrupt_messages: f64,
 }
 
 impl Default for SwarmRun {
@@ -146,6 +149,7 @@ impl Default for SwarmRun {
             recycling: true,
             adversary: Adversary::default(),
             fresh_keys: 0,
+            corrupt_messages: 0.0,
         }
     }
 }
@@ -400,6 +404,9 @@ impl SwarmRun {
         config.network.jitter_ratio = self.jitter_ratio;
         let matrix = LatencyMatrix::single("rack", self.one_way);
         let mut sim: Sim<SwarmMsg> = Sim::new(config, matrix);
+        if self.corrupt_messages > 0.0 {
+            sim.corrupt_messages(self.corrupt_messages);
+        }
         let rack = RegionId(0);
         let mut clock_rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ 0xc10c);
         for img in images {
@@ -469,6 +476,9 @@ impl SwarmRun {
         let mut round_trips: BTreeMap<OpKind, BTreeMap<u32, u64>> = BTreeMap::new();
         let mut metrics: BTreeMap<String, u64> = BTreeMap::new();
         let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+        if self.corrupt_messages > 0.0 {
+            metrics.insert("sim.messages_corrupted".into(), sim.stats().corrupted);
+        }
         let mut completed = 0;
         for id in &client_ids {
             let Some(c) = sim.role::<ClientNode>(*id) else { continue };
