@@ -6,6 +6,9 @@
 //! the histories nor the invariants are checked; what is checked is that every role takes every
 //! message without panicking, and that the runs were not idle (many corrupted messages were
 //! delivered). A panic anywhere fails the test with its message.
+//!
+//! `CORRUPT_SEEDS=a..b` runs seeds `a..b` of every test instead of its few (with `--release`:
+//! a longer sweep).
 
 use kairos_core::{Message, SimTime};
 use kairos_harness::micro::{Bench, PeerProtocol, PeerWorld, TpccBench};
@@ -38,13 +41,23 @@ fn corrupted_run<M: Message>(what: &str, mut sim: Sim<M>, until: Duration) {
     );
 }
 
+/// Seeds `default`, or those `CORRUPT_SEEDS=a..b` names.
+fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    let Ok(v) = std::env::var("CORRUPT_SEEDS") else { return default };
+    let parse = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("CORRUPT_SEEDS={v}: expected a..b"));
+    match v.split_once("..") {
+        Some((a, b)) => parse(a)..parse(b),
+        None => panic!("CORRUPT_SEEDS={v}: expected a..b"),
+    }
+}
+
 fn txn_base(seed: u64) -> TxnDeployment {
     TxnDeployment { seed, load_txn_per_s: 300.0, duration: Duration::from_secs(2), ..Default::default() }
 }
 
 #[test]
 fn tiga_takes_corrupted_messages_without_panicking() {
-    for seed in 1..=4 {
+    for seed in seeds(1..5) {
         let mut d = kairos_harness::tiga::Deployment { base: txn_base(seed), ..Default::default() };
         corrupted_run(&format!("tiga seed {seed}"), d.build().unwrap().sim, Duration::from_secs(5));
         // A view change: shard 0's leader crashes and comes back.
@@ -63,7 +76,7 @@ fn peer<P: PeerProtocol>(name: &str)
 where
     P::Config: Default,
 {
-    for seed in 1..=3 {
+    for seed in seeds(1..4) {
         let bench = Bench { base: txn_base(seed), ..Bench::default() };
         let PeerWorld { sim, .. } = bench.build::<P>(&Default::default()).unwrap();
         corrupted_run(&format!("{name} seed {seed}"), sim, Duration::from_secs(5));
@@ -86,7 +99,7 @@ fn the_peers_take_corrupted_messages_without_panicking() {
 
 #[test]
 fn the_causal_replica_set_takes_corrupted_messages_without_panicking() {
-    for seed in 1..=6 {
+    for seed in seeds(1..7) {
         let d = kairos_harness::causal::Deployment {
             seed,
             sessions: 16,
@@ -99,7 +112,7 @@ fn the_causal_replica_set_takes_corrupted_messages_without_panicking() {
 
 #[test]
 fn the_register_takes_corrupted_messages_without_panicking() {
-    for seed in 1..=6 {
+    for seed in seeds(1..7) {
         let r = kairos_harness::register::RegisterRun { seed, ..Default::default() };
         corrupted_run(&format!("register seed {seed}"), r.build().unwrap().sim, r.duration);
     }
@@ -110,7 +123,7 @@ fn swarm_kv_and_its_peers_take_corrupted_messages_without_panicking() {
     use kairos_harness::swarm::sim::SwarmRun;
     use kairos_swarm::engine::Protocol;
     for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Fusee, Protocol::Raw] {
-        for seed in 1..=3 {
+        for seed in seeds(1..4) {
             let run = SwarmRun {
                 protocol,
                 seed,
