@@ -886,7 +886,6 @@ fn mix(seed: u64, a: u64, b: u64) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&[seed.to_le_bytes(), a.to_le_bytes(), b.to_le_bytes()].concat())
 }
 
-/// A message's encoded size on the TCP host (postcard), for [`crate::WireCost`].
 /// `msg` encoded, changed at random (see [`Sim::corrupt_messages`]) and decoded again, if it
 /// still decodes.
 fn corrupt<M: serde::Serialize + serde::de::DeserializeOwned>(msg: &M, rng: &mut Rng) -> Option<M> {
@@ -907,6 +906,7 @@ fn corrupt<M: serde::Serialize + serde::de::DeserializeOwned>(msg: &M, rng: &mut
     postcard::from_bytes(&bytes).ok()
 }
 
+/// A message's encoded size on the TCP host (postcard), for [`crate::WireCost`].
 fn wire_bytes<M: serde::Serialize>(msg: &M) -> usize {
     postcard::experimental::serialized_size(msg).unwrap_or(0)
 }
