@@ -30,6 +30,8 @@ use std::time::Duration;
 const SHARE: f64 = 0.1;
 
 fn corrupted_run<M: Message>(what: &str, mut sim: Sim<M>, until: Duration) {
+    // Shown with a panic's message: which run it was.
+    eprintln!("{what}");
     sim.corrupt_messages(SHARE);
     sim.run_until(SimTime::ZERO + until);
     let stats = sim.stats();
@@ -41,12 +43,13 @@ fn corrupted_run<M: Message>(what: &str, mut sim: Sim<M>, until: Duration) {
     );
 }
 
-/// Seeds `default`, or those `CORRUPT_SEEDS=a..b` names.
-fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
-    let Ok(v) = std::env::var("CORRUPT_SEEDS") else { return default };
+/// Seeds `default` and the `regressions` (seeds a sweep found failing), or those
+/// `CORRUPT_SEEDS=a..b` names.
+fn seeds(default: std::ops::Range<u64>, regressions: &[u64]) -> Vec<u64> {
+    let Ok(v) = std::env::var("CORRUPT_SEEDS") else { return default.chain(regressions.iter().copied()).collect() };
     let parse = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("CORRUPT_SEEDS={v}: expected a..b"));
     match v.split_once("..") {
-        Some((a, b)) => parse(a)..parse(b),
+        Some((a, b)) => (parse(a)..parse(b)).collect(),
         None => panic!("CORRUPT_SEEDS={v}: expected a..b"),
     }
 }
@@ -57,7 +60,10 @@ fn txn_base(seed: u64) -> TxnDeployment {
 
 #[test]
 fn tiga_takes_corrupted_messages_without_panicking() {
-    for seed in seeds(1..5) {
+    // Seed 103: a leader in a view change looked up the leader of a shard that a corrupted
+    // Verify item named (105 of 3) and panicked; items naming no shard of the deployment are
+    // now dropped.
+    for seed in seeds(1..5, &[103]) {
         let mut d = kairos_harness::tiga::Deployment { base: txn_base(seed), ..Default::default() };
         corrupted_run(&format!("tiga seed {seed}"), d.build().unwrap().sim, Duration::from_secs(5));
         // A view change: shard 0's leader crashes and comes back.
@@ -76,7 +82,7 @@ fn peer<P: PeerProtocol>(name: &str)
 where
     P::Config: Default,
 {
-    for seed in seeds(1..4) {
+    for seed in seeds(1..4, &[]) {
         let bench = Bench { base: txn_base(seed), ..Bench::default() };
         let PeerWorld { sim, .. } = bench.build::<P>(&Default::default()).unwrap();
         corrupted_run(&format!("{name} seed {seed}"), sim, Duration::from_secs(5));
@@ -99,7 +105,7 @@ fn the_peers_take_corrupted_messages_without_panicking() {
 
 #[test]
 fn the_causal_replica_set_takes_corrupted_messages_without_panicking() {
-    for seed in seeds(1..7) {
+    for seed in seeds(1..7, &[]) {
         let d = kairos_harness::causal::Deployment {
             seed,
             sessions: 16,
@@ -112,7 +118,7 @@ fn the_causal_replica_set_takes_corrupted_messages_without_panicking() {
 
 #[test]
 fn the_register_takes_corrupted_messages_without_panicking() {
-    for seed in seeds(1..7) {
+    for seed in seeds(1..7, &[]) {
         let r = kairos_harness::register::RegisterRun { seed, ..Default::default() };
         corrupted_run(&format!("register seed {seed}"), r.build().unwrap().sim, r.duration);
     }
@@ -123,7 +129,7 @@ fn swarm_kv_and_its_peers_take_corrupted_messages_without_panicking() {
     use kairos_harness::swarm::sim::SwarmRun;
     use kairos_swarm::engine::Protocol;
     for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Fusee, Protocol::Raw] {
-        for seed in seeds(1..4) {
+        for seed in seeds(1..4, &[]) {
             let run = SwarmRun {
                 protocol,
                 seed,

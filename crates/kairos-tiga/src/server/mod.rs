@@ -734,6 +734,12 @@ impl Server {
         h.finalize().into()
     }
 
+    /// A transaction's shards as a message names them: strictly increasing (no duplicates, so
+    /// at most `shard_count` of them), each a shard of the deployment.
+    fn valid_shards(&self, shards: &[ShardId]) -> bool {
+        shards.windows(2).all(|w| w[0] < w[1]) && shards.iter().all(|s| (*s as usize) < self.topology.shard_count())
+    }
+
     fn validate(&self, piece: &Piece) -> bool {
         // Pairwise for the few keys of a usual piece (a set costs an allocation per piece).
         let unique = |keys: &[Key]| match keys.len() {
@@ -742,9 +748,7 @@ impl Server {
         };
         piece.shard == self.shard
             && piece.shards.contains(&self.shard)
-            // Strictly increasing: no duplicates, so at most shard_count entries.
-            && piece.shards.windows(2).all(|w| w[0] < w[1])
-            && piece.shards.iter().all(|s| (*s as usize) < self.topology.shard_count())
+            && self.valid_shards(&piece.shards)
             && !piece.reads.is_empty() | !piece.writes.is_empty()
             && piece.reads.len() + piece.writes.len() <= 2 * self.config.keys_per_txn_max
             && piece.ops.len() <= self.config.ops_per_txn_max

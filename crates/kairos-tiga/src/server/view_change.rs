@@ -640,6 +640,9 @@ impl Server {
         {
             return;
         }
+        // Each item's shards are looked up (their leaders asked): a list naming a shard that
+        // does not exist, or one twice, is not from a correct leader.
+        let items: Vec<VerifyItem> = items.into_iter().filter(|i| self.valid_shards(&i.shards)).collect();
         if self.state == ServerState::Normal {
             if matches!(kind, VerifyKind::Answer | VerifyKind::ListingAgain) {
                 return;
@@ -707,7 +710,7 @@ impl Server {
             merged.shards_of.insert(txn, item.shards.clone());
             // The asker sent the transaction's operations if it had them: it needs ours only
             // if it did not (a piece per item would double the exchange).
-            let asker_piece = item.piece.filter(|p| p.txn == txn && !p.txn_ops.is_empty());
+            let asker_piece = item.piece.filter(|p| p.txn == txn && p.shards == item.shards && !p.txn_ops.is_empty());
             let asker_has_it = asker_piece.is_some();
             if let Some(p) = asker_piece {
                 merged.pieces.entry(txn).or_insert(p);
