@@ -213,7 +213,10 @@ fn any_command(rng: &mut Rng) -> Document {
     field(&mut cmd, rng, "writeConcern", write_concern);
     let cluster_time = Bson::Document(doc! {
         "clusterTime": t,
-        "signature": { "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![rng.random(); 20] }, "keyId": any_bson(rng, 0) },
+        "signature": {
+            "hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![rng.random(); 20] },
+            "keyId": any_bson(rng, 0),
+        },
     });
     field(&mut cmd, rng, "$clusterTime", cluster_time);
     cmd

@@ -2,10 +2,10 @@
 //! the encoding of a share of the messages in flight and delivers whatever still decodes
 //! (`Sim::corrupt_messages`), for every protocol's roles: Tiga, the transaction peers, the
 //! causal replica set, the register, and SWARM-KV with its peers (whose chains of verbs reach
-//! the memory nodes changed, and whose clients then read what those wrote). Such a peer is Byzantine, so neither
-//! the histories nor the invariants are checked; what is checked is that every role takes every
-//! message without panicking, and that the runs were not idle (many corrupted messages were
-//! delivered). A panic anywhere fails the test with its message.
+//! the memory nodes changed, and whose clients then read what those wrote). Such a peer is
+//! Byzantine, so neither the histories nor the invariants are checked; what is checked is that
+//! every role takes every message without panicking, and that the runs were not idle
+//! (corrupted messages were delivered). A panic anywhere fails the test with its message.
 //!
 //! `CORRUPT_SEEDS=a..b` runs seeds `a..b` of every test instead of its few (with `--release`:
 //! a longer sweep).
@@ -20,7 +20,6 @@ use kairos_txn::detock::Detock;
 use kairos_txn::janus::Janus;
 use kairos_txn::ncc::NccPaxos;
 use kairos_txn::occ::OccPaxos;
-
 use kairos_txn::tapir::Tapir;
 use kairos_txn::tpl::TwoPlPaxos;
 use kairos_workload::tpcc::TpccScale;

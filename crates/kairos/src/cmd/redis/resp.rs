@@ -350,7 +350,9 @@ mod tests {
         /// Whatever a client sends, the parser answers (a command, "more bytes", or an error)
         /// without panicking, and never claims more bytes than it was given.
         #[test]
-        fn any_request_bytes_parse_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        fn any_request_bytes_parse_or_fail_cleanly(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
             let small = Limits { bulk_bytes_max: 16, array_len_max: 8, inline_bytes_max: 64 };
             for limits in [Limits::default(), small] {
                 if let Ok(Some((_, used))) = parse_command(&bytes, &limits) {
@@ -376,7 +378,9 @@ mod tests {
 
         /// Whatever a server sends back, the client's reader answers without panicking.
         #[test]
-        fn any_reply_bytes_read_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        fn any_reply_bytes_read_or_fail_cleanly(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
             let small = Limits { bulk_bytes_max: 16, array_len_max: 8, inline_bytes_max: 64 };
             let _ = read_reply(&mut &bytes[..], &small);
             let _ = read_reply(&mut &bytes[..], &Limits::default());
