@@ -7,8 +7,8 @@
 //! every role takes every message without panicking, and that the runs were not idle
 //! (corrupted messages were delivered). A panic anywhere fails the test with its message.
 //!
-//! `CORRUPT_SEEDS=a..b` runs seeds `a..b` of every test instead of its few (with `--release`:
-//! a longer sweep).
+//! A few seeds each, and the seeds sweeps found failing; `kairos sim <protocol> --corrupt 0.1`
+//! runs long sweeps (with the fault plans on top).
 
 use kairos_core::{Message, SimTime};
 use kairos_harness::micro::{Bench, PeerProtocol, PeerWorld, TpccBench};
@@ -42,15 +42,9 @@ fn corrupted_run<M: Message>(what: &str, mut sim: Sim<M>, until: Duration) {
     );
 }
 
-/// Seeds `default` and the `regressions` (seeds a sweep found failing), or those
-/// `CORRUPT_SEEDS=a..b` names.
+/// Seeds `default` and the `regressions` (seeds a sweep found failing).
 fn seeds(default: std::ops::Range<u64>, regressions: &[u64]) -> Vec<u64> {
-    let Ok(v) = std::env::var("CORRUPT_SEEDS") else { return default.chain(regressions.iter().copied()).collect() };
-    let parse = |s: &str| s.trim().parse::<u64>().unwrap_or_else(|_| panic!("CORRUPT_SEEDS={v}: expected a..b"));
-    match v.split_once("..") {
-        Some((a, b)) => (parse(a)..parse(b)).collect(),
-        None => panic!("CORRUPT_SEEDS={v}: expected a..b"),
-    }
+    default.chain(regressions.iter().copied()).collect()
 }
 
 fn txn_base(seed: u64) -> TxnDeployment {

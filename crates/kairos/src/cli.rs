@@ -585,10 +585,14 @@ Liveness: every client that asks for something after the repair must get an answ
 command that replays it are written to --failing-dir.\n\nswarm-kv and dm-abd draw a whole deployment per seed instead \
 (clients, keys, value size, clock skew, a memory-node or client crash, chains stalled between verbs for up to ~1,000 \
 round trips, a paused client: --faults, --load, --fault-s and --recovery-s do not apply); safety is per-key \
-linearizability, liveness is no get timing out and every read within 2 × writers + 1 iterations.\n\nExit status: 0 every seed safe and live, 1 a violation or a \
-liveness failure, 3 some history no checker could decide.",
+linearizability, liveness is no get timing out and every read within 2 × writers + 1 iterations.\n\nWith --corrupt, a share of the \
+messages in flight is also changed on the wire: that sender is Byzantine, outside every protocol's fault model, so \
+histories, invariants and liveness are not judged; the seed fails only when a role panics on what it received (no \
+input from the network may panic a node). A panic fails its seed under any options, with its message and the replay \
+command.\n\nExit status: 0 every seed safe and live, 1 a violation, a panic or a liveness failure, 3 some history no \
+checker could decide.",
     after_help = "Examples:\n  kairos sim tapir --seeds 1..101\n  kairos sim 2pl-paxos --seeds 1..1001 --faults crash,partition --json results/2pl.json\n  \
-kairos sim tiga --seeds 7 --show-faults"
+kairos sim tiga --seeds 7 --show-faults\n  kairos sim causal --seeds 1..1001 --corrupt 0.1"
 )]
 pub struct CampaignArgs {
     /// Seeds to run: `N`, `A..B` (B excluded) or `A..=B`.
@@ -618,6 +622,10 @@ pub struct CampaignArgs {
     /// Write each failing seed's history (and a .replay file with its command) here.
     #[arg(long, default_value = "results/failing")]
     pub failing_dir: PathBuf,
+    /// Change the encoding of this share (0 to 1) of the messages in flight — a few bytes overwritten, the end cut
+    /// off or extended — and deliver what still decodes, on top of the fault plan. Only panics are then judged.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share, allow_hyphen_values = true)]
+    pub corrupt: f64,
     /// Print each run's fault plan.
     #[arg(long)]
     pub show_faults: bool,
@@ -789,6 +797,16 @@ fn announce_timeout_ms(arg: &str) -> Result<f64, String> {
         Ok(ms)
     } else {
         Err(format!("must be more than 0 and at most 10,000 ms, not {ms}"))
+    }
+}
+
+/// `--corrupt`: a share of the messages, 0 to 1.
+fn parse_share(arg: &str) -> Result<f64, String> {
+    let share: f64 = arg.parse().map_err(|_| format!("{arg:?} is not a number; give a share from 0 to 1, e.g. 0.1"))?;
+    if (0.0..=1.0).contains(&share) {
+        Ok(share)
+    } else {
+        Err(format!("must be a share from 0 to 1 (0.1 changes a tenth of the messages), not {share}"))
     }
 }
 

@@ -402,6 +402,32 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
     assert!(text(&o).contains("unknown fault kind `meteor`"), "{}", text(&o));
     let o = kairos(&["sim", "causal", "--seeds", "5..5"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for bad in ["1.5", "-0.1", "tenth"] {
+        let o = kairos(&["sim", "causal", "--seeds", "1", "--corrupt", bad]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("share from 0 to 1"), "{}", text(&o));
+    }
+}
+
+/// `--corrupt`: campaigns whose messages are also changed on the wire run every role on
+/// bytes no correct peer sends, and judge only panics (a caught panic fails its seed: the
+/// campaign module's unit test). A short slice; `kairos sim <protocol> --corrupt 0.1` runs
+/// long ones.
+#[test]
+fn corrupted_campaigns_deliver_changed_messages_and_judge_only_panics() {
+    for (protocol, seeds) in
+        [("register", "1..6"), ("causal", "1..6"), ("tapir", "1..3"), ("tiga", "1..3"), ("swarm-kv", "1..6")]
+    {
+        let (o, summary) = sim(&[protocol, "--seeds", seeds, "--corrupt", "0.1"]);
+        assert_eq!(o.status.code(), Some(0), "{protocol}: {}", text(&o));
+        assert_eq!(summary["panics"], 0, "{summary}");
+        assert_eq!(summary["corrupt_share"], 0.1, "{summary}");
+        for seed in summary["seeds"].as_array().unwrap() {
+            assert_eq!(seed["safety"], "no panic", "{protocol}: {seed}");
+            assert!(seed["messages_corrupted"].as_u64().unwrap_or(0) > 0, "{protocol}: {seed}");
+        }
+        assert!(text(&o).contains("of the messages changed on the wire"), "{}", text(&o));
+    }
 }
 
 /// `--faults disk-loss` alone, for a protocol whose nodes never lose disks here, is refused

@@ -5,6 +5,11 @@
 //! history checker) and, once every fault is repaired, **liveness**: every client that asks
 //! for something afterwards gets an answer. A failing seed's history is saved with the command
 //! that replays it.
+//!
+//! `--corrupt` also changes a share of the messages on the wire ([`Sim::corrupt_messages`]): a
+//! Byzantine sender, outside every protocol's fault model, so only panics are judged then. A
+//! panic fails its seed in any campaign (caught, with its message, instead of ending the
+//! campaign).
 
 use kairos_harness::TxnDeployment;
 use std::collections::BTreeMap;
@@ -69,6 +74,8 @@ struct SeedRun {
     live_from: SimTime,
     /// TPC-C campaigns: the end-of-run checks of the servers' databases.
     database: Option<TpccOutcome>,
+    /// Messages whose encoding `--corrupt` changed and that were delivered.
+    corrupted: u64,
 }
 
 /// One seed's verdicts.
@@ -97,6 +104,9 @@ pub struct SeedResult {
     /// TPC-C campaigns: consistency conditions checked on the databases at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tpcc_conditions_checked: Option<u64>,
+    /// `--corrupt`: messages whose encoding was changed and that were delivered.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub messages_corrupted: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
@@ -109,12 +119,20 @@ pub struct CampaignSummary {
     pub violations: usize,
     pub unverified: usize,
     pub liveness_failures: usize,
+    /// Seeds where a role panicked (counted among the violations too).
+    pub panics: usize,
+    /// `--corrupt`: the share of messages changed on the wire (0: none).
+    pub corrupt_share: f64,
     pub events_per_s: f64,
     /// Handlers that died while writing, over every seed.
     pub torn_writes: u64,
     pub wall_s: f64,
     pub fault_kinds: Vec<String>,
     pub seeds: Vec<SeedResult>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn rates(args: &CampaignArgs) -> Result<FaultRates, CliError> {
@@ -187,6 +205,7 @@ fn run_seed(
         ($p:ty, $bench:expr, $config:expr) => {{
             let bench = $bench;
             let mut w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
+            corrupt(&mut w.sim, args);
             let until = SimTime::ZERO + end + recovery + drain;
             let rates = FaultRates { kinds: without_crashes(rates.kinds), ..rates.clone() };
             let plan = |servers: &[NodeId]| {
@@ -198,6 +217,7 @@ fn run_seed(
     macro_rules! peer {
         ($p:ty, $config:expr) => {{
             let mut w = bench.build::<$p>(&$config).map_err(|e| usage(&e))?;
+            corrupt(&mut w.sim, args);
             let until = SimTime::ZERO + end + recovery + drain;
             peer_run::<$p>(&bench, &mut w, &plan_servers, until, healed)
         }};
@@ -227,6 +247,7 @@ fn run_seed(
             // the view manager's nodes; a server may also lose its disk (a view manager's
             // Paxos acceptor cannot come back from that yet).
             let mut sim = w.sim;
+            corrupt(&mut sim, args);
             let servers: Vec<NodeId> = w.topology.shards.iter().flatten().copied().collect();
             let targets: Vec<NodeId> = servers.iter().chain(&w.view_managers).copied().collect();
             let plan = plan_with(&targets, &servers, Duration::ZERO);
@@ -271,6 +292,7 @@ fn run_seed(
                 run.crash_client_after = None;
                 run.adversary.crash_client_at_chain = None;
             }
+            run.corrupt_messages = args.corrupt;
             let o = kairos_harness::swarm::run(&run).map_err(|e| CliError::Usage(e.to_string()))?;
             let verdict = match o.linearizable {
                 Some(true) => Verdict::Valid,
@@ -308,6 +330,7 @@ fn run_seed(
                 view_changes: None,
                 view_change_paths: BTreeMap::new(),
                 database: None,
+                corrupted: metric("sim.messages_corrupted"),
             }
         }
         CampaignProtocol::Register => {
@@ -316,6 +339,7 @@ fn run_seed(
             let grace = kairos_register::ClientConfig::new(Vec::new(), 0).op_timeout;
             let run = RegisterRun { seed, duration: end + grace + recovery, ..RegisterRun::default() };
             let mut world = run.build().map_err(|e| usage(&e))?;
+            corrupt(&mut world.sim, args);
             let plan = plan_with(&world.replicas, &world.replicas, Duration::ZERO);
             world.sim.schedule_all(plan.clone());
             world.sim.run_until(SimTime::ZERO + run.duration);
@@ -335,6 +359,7 @@ fn run_seed(
                 ..kairos_harness::causal::Deployment::default()
             };
             let mut world = d.build().map_err(|e| usage(&e))?;
+            corrupt(&mut world.sim, args);
             // A member may lose its disk: it comes back amnesiac (`kairos_causal::member::amnesia`).
             let plan = plan_with(&world.members, &world.members, d.warmup);
             world.sim.schedule_all(plan.clone());
@@ -420,7 +445,64 @@ fn finish<M: Message>(
         view_changes: None,
         view_change_paths: BTreeMap::new(),
         database: None,
+        corrupted: sim.stats().corrupted,
     }
+}
+
+/// `--corrupt`: changes that share of `sim`'s messages on the wire.
+fn corrupt<M: Message>(sim: &mut Sim<M>, args: &CampaignArgs) {
+    if args.corrupt > 0.0 {
+        sim.corrupt_messages(args.corrupt);
+    }
+}
+
+/// Runs `f`; a panic in it becomes `Err` with its message and place, which the campaign
+/// reports as the seed's failure (the default hook's print is held back meanwhile).
+fn catching_panics<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static MESSAGE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|info| {
+        *MESSAGE.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.to_string());
+    }));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.map_err(|_| {
+        MESSAGE.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| "a panic without a message".into())
+    })
+}
+
+/// A seed's safety verdict ("valid", "invalid", "unknown", "invariant" or "database"), why it
+/// failed, and its clients stuck after the repair.
+fn judge(run: &SeedRun) -> Result<(String, Option<String>, usize), CliError> {
+    let (safety, failure) = match &run.violation {
+        Some(v) => ("invariant".to_string(), Some(v.to_string())),
+        None if run.checked.is_some() => {
+            let (verdict, report) = run.checked.clone().unwrap_or((Verdict::Unknown, String::new()));
+            (verdict.name().to_lowercase(), (verdict != Verdict::Valid).then_some(report))
+        }
+        None => {
+            let report = kairos_check::check(&run.history, run.model).map_err(|e| {
+                CliError::Runtime(format!("the simulator wrote a history the checker cannot read (a Kairos bug): {e}"))
+            })?;
+            let failure = (report.verdict != Verdict::Valid).then(|| report.to_string());
+            (report.verdict.name().to_lowercase(), failure)
+        }
+    };
+    // A TPC-C run's databases must hold TPC-C's conditions, and replicas at the same
+    // progress the same rows, whatever the history checker said.
+    let (safety, mut failure) = match run.database.as_ref().filter(|d| !d.holds()) {
+        Some(d) if failure.is_none() => ("database".to_string(), Some(format!("TPC-C databases: {d:?}"))),
+        _ => (safety, failure),
+    };
+    let mut stuck = if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from) };
+    if stuck > 0 && failure.is_none() {
+        failure = Some(format!("{stuck} clients got no answer to anything they asked after the faults were repaired"));
+    }
+    if let Some(why) = &run.stuck_why {
+        stuck = stuck.max(1);
+        failure.get_or_insert_with(|| why.clone());
+    }
+    Ok((safety, failure, stuck))
 }
 
 /// Clients that invoked something after `healed` and completed none of it `ok`.
@@ -502,43 +584,63 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
     let bar = progress::bar(seeds.len() as u64, name);
     let mut results = Vec::new();
     let mut events_total = 0u64;
+    let workload = if args.workload == CampaignWorkload::Tpcc { " --workload tpcc" } else { "" };
+    let corrupt = if args.corrupt > 0.0 { format!(" --corrupt {}", args.corrupt) } else { String::new() };
+    let replay_of = |seed: u64| {
+        format!(
+            "kairos sim {name} --seeds {seed} --faults {} --load {} --fault-s {} --recovery-s {}{workload}{corrupt}",
+            args.faults, args.load, args.fault_s, args.recovery_s
+        )
+    };
     for &seed in &seeds {
         bar.set_message(format!("seed {seed}"));
-        let run = run_seed(protocol, seed, &args, &rates)?;
+        let run = match catching_panics(|| run_seed(protocol, seed, &args, &rates)) {
+            Ok(run) => run?,
+            Err(panic) => {
+                // What the run held went with the unwinding: the replay command is what is left.
+                let path = args.failing_dir.join(format!("{name}-seed-{seed}.replay"));
+                std::fs::create_dir_all(&args.failing_dir)
+                    .map_err(|e| CliError::Io(format!("cannot create {}: {e}", args.failing_dir.display())))?;
+                std::fs::write(&path, format!("{}\n# {}\n", replay_of(seed), panic.replace('\n', "\n# ")))
+                    .map_err(|e| CliError::Io(format!("cannot write {}: {e}", path.display())))?;
+                progress::say(&bar, format!("seed {seed} FAILED (panic): {panic}\n  replay: {}", replay_of(seed)));
+                table.add_row([
+                    seed.to_string(),
+                    "?".into(),
+                    "?".into(),
+                    "?".into(),
+                    "panic".into(),
+                    "?".into(),
+                    "".into(),
+                ]);
+                results.push(SeedResult {
+                    seed,
+                    faults: 0,
+                    ok: 0,
+                    unknown: 0,
+                    safety: "panic".into(),
+                    clients_stuck: 0,
+                    events: 0,
+                    torn_writes: 0,
+                    trace_hash: String::new(),
+                    view_changes: None,
+                    view_change_paths: BTreeMap::new(),
+                    tpcc_conditions_checked: None,
+                    messages_corrupted: 0,
+                    failure: Some(panic),
+                });
+                bar.inc(1);
+                continue;
+            }
+        };
         events_total += run.events;
         let summary = crate::stats::summarize(&run.history, |_| None);
-        let (safety, failure) = match &run.violation {
-            Some(v) => ("invariant".to_string(), Some(v.to_string())),
-            None if run.checked.is_some() => {
-                let (verdict, report) = run.checked.clone().unwrap_or((Verdict::Unknown, String::new()));
-                (verdict.name().to_lowercase(), (verdict != Verdict::Valid).then_some(report))
-            }
-            None => {
-                let report = kairos_check::check(&run.history, run.model).map_err(|e| {
-                    CliError::Runtime(format!(
-                        "the simulator wrote a history the checker cannot read (a Kairos bug): {e}"
-                    ))
-                })?;
-                let failure = (report.verdict != Verdict::Valid).then(|| report.to_string());
-                (report.verdict.name().to_lowercase(), failure)
-            }
+        let (safety, failure, stuck) = if args.corrupt > 0.0 {
+            // A Byzantine sender: nothing but the absence of panics is judged.
+            ("no panic".to_string(), None, 0)
+        } else {
+            judge(&run)?
         };
-        // A TPC-C run's databases must hold TPC-C's conditions, and replicas at the same
-        // progress the same rows, whatever the history checker said.
-        let (safety, mut failure) = match run.database.as_ref().filter(|d| !d.holds()) {
-            Some(d) if failure.is_none() => ("database".to_string(), Some(format!("TPC-C databases: {d:?}"))),
-            _ => (safety, failure),
-        };
-        let mut stuck =
-            if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from) };
-        if stuck > 0 && failure.is_none() {
-            failure =
-                Some(format!("{stuck} clients got no answer to anything they asked after the faults were repaired"));
-        }
-        if let Some(why) = &run.stuck_why {
-            stuck = stuck.max(1);
-            failure.get_or_insert_with(|| why.clone());
-        }
         let r = SeedResult {
             seed,
             faults: run.faults,
@@ -552,6 +654,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             view_changes: run.view_changes,
             view_change_paths: run.view_change_paths.clone(),
             tpcc_conditions_checked: run.database.as_ref().map(|d| d.consistency.checked),
+            messages_corrupted: run.corrupted,
             failure,
         };
         table.add_row([
@@ -568,11 +671,7 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
             crate::result::write_history(&path, run.saved_history.as_ref().unwrap_or(&run.history))?;
             let plan: Vec<String> =
                 run.plan.iter().map(|f| format!("{} at {:.3} s", f.fault, f.at.as_nanos() as f64 / 1e9)).collect();
-            let workload = if args.workload == CampaignWorkload::Tpcc { " --workload tpcc" } else { "" };
-            let replay = format!(
-                "kairos sim {name} --seeds {seed} --faults {} --load {} --fault-s {} --recovery-s {}{workload}",
-                args.faults, args.load, args.fault_s, args.recovery_s
-            );
+            let replay = replay_of(seed);
             std::fs::write(path.with_extension("replay"), format!("{replay}\n# fault plan: {}\n", plan.join("; ")))
                 .map_err(|e| CliError::Io(format!("cannot write the replay file next to {}: {e}", path.display())))?;
             progress::say(
@@ -595,10 +694,12 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         seeds_run: results.len(),
         violations: results
             .iter()
-            .filter(|r| ["invalid", "invariant", "database"].contains(&r.safety.as_str()))
+            .filter(|r| ["invalid", "invariant", "database", "panic"].contains(&r.safety.as_str()))
             .count(),
         unverified: results.iter().filter(|r| r.safety == "unknown").count(),
         liveness_failures: results.iter().filter(|r| r.clients_stuck > 0).count(),
+        panics: results.iter().filter(|r| r.safety == "panic").count(),
+        corrupt_share: args.corrupt,
         events_per_s: events_total as f64 / wall_s.max(1e-9),
         torn_writes: results.iter().map(|r| r.torn_writes).sum(),
         wall_s,
@@ -616,15 +717,30 @@ pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliErro
         println!("{table}");
     }
     let speed = if events_total > 0 { format!("{:.0} events/s over ", summary.events_per_s) } else { String::new() };
-    println!(
-        "{name}: {} seeds ({}), {} safety violations, {} unverified, {} liveness failures; {speed}{:.1} s",
-        summary.seeds_run,
-        summary.fault_kinds.join(","),
-        summary.violations,
-        summary.unverified,
-        summary.liveness_failures,
-        summary.wall_s
-    );
+    if args.corrupt > 0.0 {
+        let corrupted: u64 = summary.seeds.iter().map(|r| r.messages_corrupted).sum();
+        println!(
+            "{name}: {} seeds ({}, and {} of the messages changed on the wire: {corrupted} delivered changed), {} \
+             panics (histories and liveness not judged); {speed}{:.1} s",
+            summary.seeds_run,
+            summary.fault_kinds.join(","),
+            args.corrupt,
+            summary.panics,
+            summary.wall_s
+        );
+    } else {
+        println!(
+            "{name}: {} seeds ({}), {} safety violations ({} panics), {} unverified, {} liveness failures; \
+             {speed}{:.1} s",
+            summary.seeds_run,
+            summary.fault_kinds.join(","),
+            summary.violations,
+            summary.panics,
+            summary.unverified,
+            summary.liveness_failures,
+            summary.wall_s
+        );
+    }
     if let Some(path) = &args.json {
         write_summary(path, &summary)?;
     }
@@ -653,7 +769,17 @@ fn write_summary(path: &Path, summary: &CampaignSummary) -> Result<(), CliError>
 
 #[cfg(test)]
 mod tests {
-    use super::parse_seeds;
+    use super::{catching_panics, parse_seeds};
+
+    #[test]
+    fn a_panic_becomes_its_message_and_place() {
+        assert_eq!(catching_panics(|| 7), Ok(7));
+        let panic = catching_panics(|| -> u32 { panic!("role {} took a bad message", 3) }).unwrap_err();
+        assert!(panic.contains("role 3 took a bad message") && panic.contains("campaign.rs"), "{panic}");
+        // The hook is restored: a later panic is caught again, with its own message.
+        let again = catching_panics(|| -> u32 { panic!("again") }).unwrap_err();
+        assert!(again.contains("again") && !again.contains("role 3"), "{again}");
+    }
 
     #[test]
     fn seed_ranges_parse_and_bad_ones_are_errors() {
