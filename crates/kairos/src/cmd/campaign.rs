@@ -72,6 +72,8 @@ struct SeedRun {
     /// Liveness is judged on what clients asked after this: the last repair, plus the longest
     /// a request made during the faults may still hold a one-at-a-time client.
     live_from: SimTime,
+    /// When the run stopped.
+    ended: SimTime,
     /// TPC-C campaigns: the end-of-run checks of the servers' databases.
     database: Option<TpccOutcome>,
     /// Messages whose encoding `--corrupt` changed and that were delivered.
@@ -327,6 +329,7 @@ fn run_seed(
                 saved_history: Some(o.history_with_initial_values()),
                 history: o.history,
                 live_from: SimTime::ZERO,
+                ended: SimTime::ZERO,
                 view_changes: None,
                 view_change_paths: BTreeMap::new(),
                 database: None,
@@ -442,6 +445,7 @@ fn finish<M: Message>(
         history: sim.take_history(),
         saved_history: None,
         live_from,
+        ended: sim.now(),
         view_changes: None,
         view_change_paths: BTreeMap::new(),
         database: None,
@@ -494,7 +498,8 @@ fn judge(run: &SeedRun) -> Result<(String, Option<String>, usize), CliError> {
         Some(d) if failure.is_none() => ("database".to_string(), Some(format!("TPC-C databases: {d:?}"))),
         _ => (safety, failure),
     };
-    let mut stuck = if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from) };
+    let mut stuck =
+        if run.violation.is_some() { 0 } else { stuck_clients(&run.history, &run.clients, run.live_from, run.ended) };
     if stuck > 0 && failure.is_none() {
         failure = Some(format!("{stuck} clients got no answer to anything they asked after the faults were repaired"));
     }
@@ -505,20 +510,41 @@ fn judge(run: &SeedRun) -> Result<(String, Option<String>, usize), CliError> {
     Ok((safety, failure, stuck))
 }
 
-/// Clients that invoked something after `healed` and completed none of it `ok`.
-fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimTime) -> usize {
+/// Clients that invoked something after `healed` and completed none of it `ok`. Only what
+/// was asked early enough to be answered before the run's end counts: at least as long before
+/// `ended` as the client's fastest `ok` operation of the whole run took (one asked later and
+/// still pending is no sign of a stuck client: with a short recovery window, a far client's
+/// only request after the repair may be one the end cut short). The fastest, not a typical
+/// latency, so that operations slowed by the faults never excuse a client.
+fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimTime, ended: SimTime) -> usize {
     // (Transactional coordinators are open-loop, many transactions in flight: nothing they
     // asked during the faults delays what they ask after.)
-    let mut invoked_after = vec![false; clients.len()];
-    let mut ok_after = vec![false; clients.len()];
-    let mut started: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     let client_of = |p: u64| clients.iter().position(|(a, b)| (*a..*b).contains(&p));
+    let mut fastest_ok = vec![u64::MAX; clients.len()];
+    let mut started: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     for r in history {
         let Some(c) = client_of(r.event.process) else { continue };
         match r.event.op_type {
             OpType::Invoke => {
                 started.insert(r.event.process, r.time);
-                if r.time > healed.as_nanos() {
+            }
+            done => {
+                if let Some(t) = started.remove(&r.event.process).filter(|_| done == OpType::Ok) {
+                    fastest_ok[c] = fastest_ok[c].min(r.time.saturating_sub(t));
+                }
+            }
+        }
+    }
+    started.clear();
+    let mut invoked_after = vec![false; clients.len()];
+    let mut ok_after = vec![false; clients.len()];
+    for r in history {
+        let Some(c) = client_of(r.event.process) else { continue };
+        match r.event.op_type {
+            OpType::Invoke => {
+                started.insert(r.event.process, r.time);
+                let answerable = fastest_ok[c] == u64::MAX || r.time.saturating_add(fastest_ok[c]) <= ended.as_nanos();
+                if r.time > healed.as_nanos() && answerable {
                     invoked_after[c] = true;
                 }
             }
@@ -769,7 +795,46 @@ fn write_summary(path: &Path, summary: &CampaignSummary) -> Result<(), CliError>
 
 #[cfg(test)]
 mod tests {
-    use super::{catching_panics, parse_seeds};
+    use super::{catching_panics, parse_seeds, stuck_clients};
+    use kairos_core::history::{HistoryEvent, HistoryRecord, OpType};
+    use kairos_core::SimTime;
+
+    /// A request the run's end cut short is not a stuck client; one pending longer than the
+    /// client's fastest answer is, and so is a client that never got an answer at all.
+    #[test]
+    fn a_client_is_stuck_only_by_what_it_asked_early_enough_to_be_answered() {
+        let ms = 1_000_000;
+        let record = |time_ms: u64, process: u64, op_type: OpType| HistoryRecord {
+            index: 0,
+            time: time_ms * ms,
+            event: HistoryEvent::new(op_type, process, "read", Vec::new()),
+        };
+        // Process 0 answers in 600 ms (faults made one take 3 s), then asks again.
+        let far = |last_ask_ms: u64| {
+            vec![
+                record(1_000, 0, OpType::Invoke),
+                record(1_600, 0, OpType::Ok),
+                record(2_000, 0, OpType::Invoke),
+                record(5_000, 0, OpType::Ok),
+                record(last_ask_ms, 0, OpType::Invoke),
+            ]
+        };
+        let (healed, ended) = (SimTime::from_millis(8_000), SimTime::from_millis(9_000));
+        // Asked 560 ms before the end, faster than it ever got an answer: not stuck.
+        assert_eq!(stuck_clients(&far(8_440), &[(0, 1)], healed, ended), 0);
+        // Asked 700 ms before the end (the slow 3 s answer excuses nothing): stuck.
+        assert_eq!(stuck_clients(&far(8_300), &[(0, 1)], healed, ended), 1);
+        // Asked before the repair only: nothing to judge.
+        assert_eq!(stuck_clients(&far(7_900), &[(0, 1)], healed, ended), 0);
+        // Never answered, asked after the repair: stuck however late it asked.
+        let silent =
+            vec![record(1_000, 0, OpType::Invoke), record(2_000, 0, OpType::Fail), record(8_900, 0, OpType::Invoke)];
+        assert_eq!(stuck_clients(&silent, &[(0, 1)], healed, ended), 1);
+        // Answered after the repair: live.
+        let mut live = far(8_100);
+        live.push(record(8_700, 0, OpType::Ok));
+        assert_eq!(stuck_clients(&live, &[(0, 1)], healed, ended), 0);
+    }
 
     #[test]
     fn a_panic_becomes_its_message_and_place() {
