@@ -28,11 +28,17 @@ pub enum Fault {
     /// in any group keep full connectivity.
     Partition(Vec<Vec<NodeId>>),
     /// Asymmetric cut: messages from `from` to `to` are dropped; the other direction works.
-    CutLink { from: NodeId, to: NodeId },
+    CutLink {
+        from: NodeId,
+        to: NodeId,
+    },
     /// Heal every partition and cut link.
     HealAll,
     /// The node's clock jumps by `delta_ns` (negative: backwards).
-    ClockStep { node: NodeId, delta_ns: i64 },
+    ClockStep {
+        node: NodeId,
+        delta_ns: i64,
+    },
     /// Change the message-loss probability from now on.
     SetLoss(f64),
     /// Change the probability that a message is delivered twice from now on.
@@ -41,6 +47,12 @@ pub enum Fault {
     /// resurfaces: a retransmission, a slow path through the network). Needs
     /// [`crate::Sim::keep_sent_for_replay`]; cut links still drop them.
     Replay(u32),
+    /// The node stops running (a stop-the-world pause, a descheduled process, a VM migrated)
+    /// but keeps everything: messages to it wait in its inbox (up to its bound), timers that
+    /// fall due wait, its clock runs on. At [`Fault::Resume`] it takes them all at once, late,
+    /// unaware of the gap: a leader that was replaced meanwhile acts as one until it learns.
+    Pause(NodeId),
+    Resume(NodeId),
 }
 
 impl fmt::Display for Fault {
@@ -61,6 +73,8 @@ impl fmt::Display for Fault {
             Fault::SetLoss(p) => write!(f, "loss {p}"),
             Fault::SetDuplicate(p) => write!(f, "duplicate {p}"),
             Fault::Replay(n) => write!(f, "replay {n} old messages"),
+            Fault::Pause(n) => write!(f, "pause {n}"),
+            Fault::Resume(n) => write!(f, "resume {n}"),
         }
     }
 }
@@ -119,6 +133,8 @@ pub struct FaultKinds {
     /// Crash a node, wipe its disk ([`Fault::WipeDisk`]), restart it at the end of the
     /// episode: once per run, on one of [`FaultRates::disk_loss_targets`].
     pub disk_loss: bool,
+    /// Pause a node ([`Fault::Pause`]) for up to five episodes' length, then resume it.
+    pub pause: bool,
 }
 
 impl FaultKinds {
@@ -132,6 +148,7 @@ impl FaultKinds {
         replay: true,
         torn: true,
         disk_loss: true,
+        pause: true,
     };
     const NONE: FaultKinds = FaultKinds {
         crash: false,
@@ -143,11 +160,12 @@ impl FaultKinds {
         replay: false,
         torn: false,
         disk_loss: false,
+        pause: false,
     };
-    const NAMES: [&'static str; 9] =
-        ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn", "disk-loss"];
+    const NAMES: [&'static str; 10] =
+        ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn", "disk-loss", "pause"];
 
-    fn as_array(self) -> [bool; 9] {
+    fn as_array(self) -> [bool; 10] {
         [
             self.crash,
             self.partition,
@@ -158,11 +176,13 @@ impl FaultKinds {
             self.replay,
             self.torn,
             self.disk_loss,
+            self.pause,
         ]
     }
 
     /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`,
-    /// `dup`, `replay`, `torn`, `disk-loss` (`restart` is part of `crash`; `all` is every kind).
+    /// `dup`, `replay`, `torn`, `disk-loss`, `pause` (`restart` is part of `crash`; `all` is every
+    /// kind).
     pub fn parse(list: &str) -> Result<FaultKinds, String> {
         let mut k = FaultKinds::NONE;
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -177,6 +197,7 @@ impl FaultKinds {
                 "replay" => k.replay = true,
                 "torn" => k.torn = true,
                 "disk-loss" => k.disk_loss = true,
+                "pause" => k.pause = true,
                 other => {
                     return Err(format!(
                         "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
@@ -220,7 +241,8 @@ impl Default for FaultRates {
 /// Duplication and replay are drawn from a stream of their own, after the other kinds: a
 /// seed's crashes, partitions, cuts, clock steps and loss are the same whether or not they
 /// are allowed (so a seed found before they existed replays as it did, with
-/// `--faults crash,partition,oneway,clock-step,loss`).
+/// `--faults crash,partition,oneway,clock-step,loss`); so are crashes mid-write, lost disks and
+/// pauses, each after the ones before it.
 pub fn random_plan(
     seed: u64,
     targets: &[NodeId],
@@ -237,6 +259,8 @@ pub fn random_plan(
     plan.extend(torn);
     let lost = disk_loss(seed, start, end, rates, &plan);
     plan.extend(lost);
+    let paused = pauses(seed, targets, start, end, rates, &plan);
+    plan.extend(paused);
     plan.sort_by_key(|f| f.at);
     plan
 }
@@ -301,6 +325,39 @@ fn disk_loss(
         ScheduledFault { at, fault: Fault::WipeDisk(victim) },
         ScheduledFault { at: repair, fault: Fault::Restart(victim) },
     ]
+}
+
+/// Pauses, on for a seed with probability 1/2 (always when they are the only kind allowed),
+/// from a stream of their own: one or two episodes, each on a node no crash or other pause has
+/// down at the same time (a paused node is as unavailable as a crashed one), half of them up to
+/// an episode long and half up to five (3 s by default: longer than the roles' failure
+/// detectors, so that the others replace a paused leader, which then resumes believing it leads).
+fn pauses(
+    seed: u64,
+    targets: &[NodeId],
+    start: SimTime,
+    end: SimTime,
+    rates: &FaultRates,
+    plan: &[ScheduledFault],
+) -> Vec<ScheduledFault> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0070_6175_7365);
+    let only_this = rates.kinds.as_array()[..9].iter().all(|on| !on);
+    if !rates.kinds.pause || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
+        return Vec::new();
+    }
+    let mut down = down_intervals(plan, end);
+    let mut paused = Vec::new();
+    for _ in 0..rng.random_range(1..=2) {
+        let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
+        let episode_rates = if rng.random_bool(0.5) { &long } else { rates };
+        let Some((at, resume, victim)) = draw_episode(&mut rng, targets, start, end, episode_rates, &down) else {
+            continue;
+        };
+        down.push((at, resume));
+        paused.push(ScheduledFault { at, fault: Fault::Pause(victim) });
+        paused.push(ScheduledFault { at: resume, fault: Fault::Resume(victim) });
+    }
+    paused
 }
 
 /// Crashes in the middle of a write, on for a seed with probability 1/2 (always when they are
@@ -511,9 +568,13 @@ mod tests {
             kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss,dup,replay").unwrap(),
             ..FaultRates::default()
         };
+        let with_torn = FaultRates {
+            kinds: FaultKinds::parse(&format!("{},torn", before.kinds.names().join(","))).unwrap(),
+            ..before.clone()
+        };
         let mut episodes = 0;
         for seed in 0..100 {
-            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &with_torn);
             // Strip each CrashMidWrite and the restart that ends it; what remains is the old plan.
             let mut torn_down: Option<(NodeId, SimTime)> = None;
             let mut down: Vec<(SimTime, SimTime)> = Vec::new();
@@ -552,5 +613,41 @@ mod tests {
         let only = FaultRates { kinds: FaultKinds::parse("torn").unwrap(), ..FaultRates::default() };
         let plan = random_plan(3, &nodes, SimTime::ZERO, end, &only);
         assert!(plan.iter().any(|f| matches!(f.fault, Fault::CrashMidWrite(_))), "{plan:?}");
+    }
+
+    /// Pauses come from their own stream, each with its resume before the end, never while a
+    /// crash or another pause has a node down; some outlast a failure detector (over an
+    /// episode's length).
+    #[test]
+    fn pauses_add_episodes_without_changing_the_rest_or_overlapping_crashes() {
+        let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let end = SimTime::from_secs(30);
+        let before = FaultRates {
+            kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss,dup,replay,torn").unwrap(),
+            ..FaultRates::default()
+        };
+        let (mut episodes, mut long) = (0, 0);
+        for seed in 0..100 {
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let rest: Vec<ScheduledFault> =
+                all.iter().filter(|f| !matches!(f.fault, Fault::Pause(_) | Fault::Resume(_))).cloned().collect();
+            assert_eq!(rest, random_plan(seed, &nodes, SimTime::ZERO, end, &before), "seed {seed}");
+            let mut down = down_intervals(&all, end);
+            for (i, f) in all.iter().enumerate() {
+                if let Fault::Pause(v) = f.fault {
+                    let resume = all[i..].iter().find(|r| r.fault == Fault::Resume(v)).expect("every pause ends");
+                    assert!(resume.at < end);
+                    episodes += 1;
+                    long += usize::from(resume.at.as_nanos() - f.at.as_nanos() > 600_000_000);
+                    down.push((f.at, resume.at));
+                }
+            }
+            down.sort();
+            assert!(down.windows(2).all(|w| w[0].1 < w[1].0), "seed {seed}: two nodes down at once: {down:?}");
+        }
+        assert!(episodes > 30 && long > 5, "pauses show up, some long: {episodes}, {long}");
+        let only = FaultRates { kinds: FaultKinds::parse("pause").unwrap(), ..FaultRates::default() };
+        let plan = random_plan(3, &nodes, SimTime::ZERO, end, &only);
+        assert!(!plan.is_empty() && plan.iter().all(|f| matches!(f.fault, Fault::Pause(_) | Fault::Resume(_))));
     }
 }

@@ -147,6 +147,10 @@ struct Node<M> {
     stored: Stored,
     /// [`Fault::CrashMidWrite`] is armed: the next handler that persists anything dies writing.
     crash_mid_write: bool,
+    /// [`Fault::Pause`]: no handler runs; messages wait in the inbox and timers that fall due
+    /// wait in `held_timers` (id, generation) until [`Fault::Resume`].
+    paused: bool,
+    held_timers: Vec<(TimerId, u64)>,
 }
 
 /// A deterministic simulation of one deployment. Same [`SimConfig::seed`], same roles, same
@@ -253,6 +257,8 @@ impl<M: Message> Sim<M> {
             busy_until: SimTime::ZERO,
             inbox: VecDeque::new(),
             wake_pending: false,
+            paused: false,
+            held_timers: Vec::new(),
             inbox_len_max: 0,
             busy_ns_total: 0,
             handler_ns_max: 0,
@@ -379,14 +385,23 @@ impl<M: Message> Sim<M> {
             Event::Timer { node, incarnation, id, generation } => {
                 let n = &mut self.nodes[node.index()];
                 if n.incarnation == incarnation && n.timers.get(&id) == Some(&generation) {
-                    n.timers.remove(&id);
-                    self.offer(node, incarnation, Work::Timer(id));
+                    if n.paused {
+                        // Still armed: it fires at the resume unless a handler before it re-arms
+                        // or cancels it (checked again then).
+                        n.held_timers.push((id, generation));
+                    } else {
+                        n.timers.remove(&id);
+                        self.offer(node, incarnation, Work::Timer(id));
+                    }
                 }
             }
             Event::Wake { node, incarnation } => {
                 let n = &mut self.nodes[node.index()];
                 if n.incarnation == incarnation {
                     n.wake_pending = false;
+                    if n.paused {
+                        return true;
+                    }
                     if let Some(work) = n.inbox.pop_front() {
                         self.handle(node, work);
                         self.schedule_wake_if_needed(node);
@@ -435,7 +450,9 @@ impl<M: Message> Sim<M> {
         if n.role.is_none() || n.incarnation != incarnation {
             return;
         }
-        if cpu_free || (n.busy_until <= self.now && n.inbox.is_empty()) {
+        // (The inbox holds work only while the CPU is busy or after a pause: later work waits
+        // behind it.)
+        if !n.paused && n.inbox.is_empty() && (cpu_free || n.busy_until <= self.now) {
             self.handle(node, work);
             return;
         }
@@ -450,7 +467,7 @@ impl<M: Message> Sim<M> {
 
     fn schedule_wake_if_needed(&mut self, node: NodeId) {
         let n = &mut self.nodes[node.index()];
-        if !n.wake_pending && !n.inbox.is_empty() {
+        if !n.wake_pending && !n.paused && !n.inbox.is_empty() {
             n.wake_pending = true;
             let at = n.busy_until.max(self.now);
             let incarnation = n.incarnation;
@@ -575,6 +592,8 @@ impl<M: Message> Sim<M> {
     fn crash(&mut self, id: NodeId) {
         let node = &mut self.nodes[id.index()];
         node.crash_mid_write = false;
+        node.paused = false;
+        node.held_timers.clear();
         if node.role.take().is_some() {
             node.incarnation += 1;
             node.timers.clear();
@@ -734,6 +753,21 @@ impl<M: Message> Sim<M> {
             Fault::SetLoss(p) => self.loss = p.clamp(0.0, 1.0),
             Fault::SetDuplicate(p) => self.duplicate = p.clamp(0.0, 1.0),
             Fault::Replay(count) => self.replay_old(count),
+            Fault::Pause(id) if valid(id) => {
+                let node = &mut self.nodes[id.index()];
+                node.paused = node.role.is_some();
+            }
+            Fault::Resume(id) if valid(id) => {
+                let node = &mut self.nodes[id.index()];
+                if node.paused {
+                    node.paused = false;
+                    let incarnation = node.incarnation;
+                    for (timer, generation) in std::mem::take(&mut node.held_timers) {
+                        self.queue.push(self.now, Event::Timer { node: id, incarnation, id: timer, generation });
+                    }
+                    self.schedule_wake_if_needed(id);
+                }
+            }
             // A fault naming a node that does not exist is ignored (and traced above).
             _ => {}
         }

@@ -165,6 +165,37 @@ fn a_crashed_node_receives_nothing_and_restarts_with_fresh_state() {
     assert!(sim.role::<Chatter>(NodeId(1)).unwrap().sent >= 9, "the restarted node runs its timers again");
 }
 
+/// A paused node runs nothing and loses nothing: messages to it wait (none dropped), its timer
+/// waits, and at the resume it takes all of them at once, its clock having run on. A timer falls
+/// due once however many periods the pause spanned.
+#[test]
+fn a_paused_node_handles_nothing_then_takes_everything_that_waited_at_the_resume() {
+    let mut sim = chatter_world(2, &["sc", "sc"], Duration::from_millis(10));
+    sim.run_until(SimTime::from_millis(100));
+    let chatter = |sim: &Sim<Msg>| {
+        let c = sim.role::<Chatter>(NodeId(1)).unwrap();
+        (c.sent, c.received.get(&NodeId(0)).copied().unwrap_or(0), c.last_local)
+    };
+    let (sent, got, _) = chatter(&sim);
+    assert!(got >= 8);
+    sim.schedule(SimTime::from_millis(100), Fault::Pause(NodeId(1)));
+    sim.run_until(SimTime::from_millis(300));
+    let pause = SimTime::from_millis(100);
+    let handled_while_paused = sim.trace_log().iter().filter(|e| e.node == NodeId(1) && e.time > pause).count();
+    assert_eq!(handled_while_paused, 0, "a paused node handles no message and no timer");
+    assert_eq!(chatter(&sim), (sent, got, chatter(&sim).2));
+    assert!(received(&sim, 0, 1) <= sent + 1, "it sends nothing either");
+    sim.schedule(SimTime::from_millis(300), Fault::Resume(NodeId(1)));
+    sim.run_until(SimTime::from_millis(300));
+    let (sent_after, got_after, local) = chatter(&sim);
+    assert!(got_after >= got + 19, "the pings of the pause all wait for it: {got} then {got_after}");
+    assert_eq!(sent_after, sent + 1, "its timer fires once, at the resume");
+    assert!(local >= LocalTime::from_millis(299), "its clock ran on: {local:?}");
+    assert_eq!(sim.stats().dropped_crashed, 0);
+    sim.run_until(SimTime::from_millis(400));
+    assert!(chatter(&sim).0 >= sent_after + 9, "and it runs on as before");
+}
+
 #[test]
 fn partitions_drop_exactly_the_cut_links() {
     let mut sim = chatter_world(3, &["sc", "sc", "sc", "sc"], Duration::from_millis(10));

@@ -602,7 +602,8 @@ pub struct CampaignArgs {
     /// delivered twice), replay (old messages delivered again), torn (a node dies while writing: a prefix of that
     /// handler's records survives, its messages never leave), disk-loss (once per run a node crashes, loses its disk
     /// and comes back amnesiac: register replicas, Tiga servers and causal replica-set members; other roles cannot
-    /// come back from nothing yet and are never chosen), or all.
+    /// come back from nothing yet and are never chosen), pause (a node stops for up to ~3 s, as in a long GC pause
+    /// or a descheduled VM, keeping its state; what was sent to it waits, and it resumes unaware of the gap), or all.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Offered load, transactions per second over all coordinators (transactional protocols).
