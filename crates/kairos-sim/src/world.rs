@@ -134,6 +134,11 @@ struct Node<M> {
     incarnation: u32,
     /// Armed timers: id → generation of the arming (a re-arm or cancel makes older events stale).
     timers: HashMap<TimerId, u64>,
+    /// Timers that fell due and wait to run (behind a busy CPU's inbox): id → the generation
+    /// that fell due. One still runs only if that arming is still the current one when its
+    /// turn comes (a handler before it may have re-armed or cancelled it), as on the real
+    /// host, where a cancelled or re-armed deadline never fires.
+    due_timers: HashMap<TimerId, u64>,
     busy_until: SimTime,
     inbox: VecDeque<Work<M>>,
     wake_pending: bool,
@@ -259,6 +264,7 @@ impl<M: Message> Sim<M> {
             wake_pending: false,
             paused: false,
             held_timers: Vec::new(),
+            due_timers: HashMap::new(),
             inbox_len_max: 0,
             busy_ns_total: 0,
             handler_ns_max: 0,
@@ -386,11 +392,10 @@ impl<M: Message> Sim<M> {
                 let n = &mut self.nodes[node.index()];
                 if n.incarnation == incarnation && n.timers.get(&id) == Some(&generation) {
                     if n.paused {
-                        // Still armed: it fires at the resume unless a handler before it re-arms
-                        // or cancels it (checked again then).
+                        // Due again at the resume.
                         n.held_timers.push((id, generation));
                     } else {
-                        n.timers.remove(&id);
+                        n.due_timers.insert(id, generation);
                         self.offer(node, incarnation, Work::Timer(id));
                     }
                 }
@@ -475,10 +480,18 @@ impl<M: Message> Sim<M> {
         }
     }
 
-    /// Runs one handler of `node` now and applies its effects.
+    /// Runs one handler of `node` now and applies its effects (a timer only if the arming
+    /// that fell due is still the current one: `Node::due_timers`).
     fn handle(&mut self, node: NodeId, work: Work<M>) {
         let now = self.now;
         let n = &mut self.nodes[node.index()];
+        if let Work::Timer(id) = &work {
+            let due = n.due_timers.remove(id);
+            if due.is_none() || n.timers.get(id) != due.as_ref() {
+                return;
+            }
+            n.timers.remove(id);
+        }
         let Some(mut role) = n.role.take() else { return };
         let local: LocalTime = n.clock.read(now, &mut n.clock_rng);
         if let Some(r) = self.recorded.as_mut().filter(|r| r.node == node && r.incarnation == n.incarnation) {
@@ -597,6 +610,7 @@ impl<M: Message> Sim<M> {
         if node.role.take().is_some() {
             node.incarnation += 1;
             node.timers.clear();
+            node.due_timers.clear();
             node.inbox.clear();
             node.wake_pending = false;
             node.busy_until = self.now;

@@ -196,6 +196,61 @@ fn a_paused_node_handles_nothing_then_takes_everything_that_waited_at_the_resume
     assert!(chatter(&sim).0 >= sent_after + 9, "and it runs on as before");
 }
 
+/// Sends node 1 one ping `after` its start.
+struct PingOnce {
+    after: Duration,
+}
+
+impl Process for PingOnce {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        ctx.set_timer(TimerId(0), self.after);
+    }
+    fn on_message(&mut self, _: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {}
+    fn on_timer(&mut self, ctx: &mut Ctx<'_, Msg>, _: TimerId) {
+        ctx.send(NodeId(1), Msg::Ping(0));
+    }
+}
+
+/// Arms a timer at its start and cancels it when a message comes; counts the timer's fires.
+#[derive(Default)]
+struct CancelOnMessage {
+    fired: u64,
+}
+
+impl Process for CancelOnMessage {
+    type Msg = Msg;
+    fn on_start(&mut self, ctx: &mut Ctx<'_, Msg>) {
+        ctx.set_timer(TimerId(0), Duration::from_millis(50));
+    }
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Msg>, _: NodeId, _: Msg) {
+        ctx.cancel_timer(TimerId(0));
+    }
+    fn on_timer(&mut self, _: &mut Ctx<'_, Msg>, _: TimerId) {
+        self.fired += 1;
+    }
+}
+
+/// A timer that fell due during a pause, behind a message that cancels it, does not fire:
+/// as on the real host, a cancelled or re-armed deadline never fires, however late the node
+/// gets to it.
+#[test]
+fn a_timer_cancelled_by_the_backlog_of_a_pause_does_not_fire() {
+    let cancelled = |pause: bool| {
+        let mut sim = Sim::new(SimConfig::new(3), LatencyMatrix::gcp());
+        sim.add_node(RegionId(0), SimClock::perfect(), |_| Box::new(PingOnce { after: Duration::from_millis(20) }));
+        sim.add_node(RegionId(0), SimClock::perfect(), |_| Box::new(CancelOnMessage::default()));
+        if pause {
+            sim.schedule(SimTime::from_millis(10), Fault::Pause(NodeId(1)));
+            sim.schedule(SimTime::from_millis(100), Fault::Resume(NodeId(1)));
+        }
+        sim.run_until(SimTime::from_millis(200));
+        sim.role::<CancelOnMessage>(NodeId(1)).unwrap().fired
+    };
+    assert_eq!(cancelled(false), 0, "the ping comes at about 20 ms and cancels the 50 ms timer");
+    assert_eq!(cancelled(true), 0, "the ping waited, the timer fell due, and the ping still cancels it");
+}
+
 #[test]
 fn partitions_drop_exactly_the_cut_links() {
     let mut sim = chatter_world(3, &["sc", "sc", "sc", "sc"], Duration::from_millis(10));
