@@ -345,19 +345,37 @@ fn pauses(
     if !rates.kinds.pause || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
         return Vec::new();
     }
+    let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
+    let length = |rng: &mut rand_chacha::ChaCha8Rng| if rng.random_bool(0.5) { long.clone() } else { rates.clone() };
+    node_episodes(&mut rng, targets, (start, end), plan, length, (Fault::Pause, Fault::Resume))
+}
+
+/// A fault of one node (`Fault::Pause`, `Fault::Restart`, …).
+type NodeFault = fn(NodeId) -> Fault;
+
+/// One or two episodes drawn from `rng`, each on one of `targets` that no crash of `plan` nor
+/// an earlier episode here has down at the same time, from `begin(node)` to `repair(node)`;
+/// `length` gives each episode's rates (its length), drawing from `rng` first if it likes.
+fn node_episodes(
+    rng: &mut rand_chacha::ChaCha8Rng,
+    targets: &[NodeId],
+    (start, end): (SimTime, SimTime),
+    plan: &[ScheduledFault],
+    mut length: impl FnMut(&mut rand_chacha::ChaCha8Rng) -> FaultRates,
+    (begin, repair): (NodeFault, NodeFault),
+) -> Vec<ScheduledFault> {
     let mut down = down_intervals(plan, end);
-    let mut paused = Vec::new();
+    let mut episodes = Vec::new();
     for _ in 0..rng.random_range(1..=2) {
-        let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
-        let episode_rates = if rng.random_bool(0.5) { &long } else { rates };
-        let Some((at, resume, victim)) = draw_episode(&mut rng, targets, start, end, episode_rates, &down) else {
+        let rates = length(rng);
+        let Some((at, back, victim)) = draw_episode(rng, targets, start, end, &rates, &down) else {
             continue;
         };
-        down.push((at, resume));
-        paused.push(ScheduledFault { at, fault: Fault::Pause(victim) });
-        paused.push(ScheduledFault { at: resume, fault: Fault::Resume(victim) });
+        down.push((at, back));
+        episodes.push(ScheduledFault { at, fault: begin(victim) });
+        episodes.push(ScheduledFault { at: back, fault: repair(victim) });
     }
-    paused
+    episodes
 }
 
 /// Crashes in the middle of a write, on for a seed with probability 1/2 (always when they are
@@ -376,17 +394,7 @@ fn torn_writes(
     if !rates.kinds.torn || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
         return Vec::new();
     }
-    let mut down = down_intervals(plan, end);
-    let mut torn = Vec::new();
-    for _ in 0..rng.random_range(1..=2) {
-        let Some((at, repair, victim)) = draw_episode(&mut rng, targets, start, end, rates, &down) else {
-            continue;
-        };
-        down.push((at, repair));
-        torn.push(ScheduledFault { at, fault: Fault::CrashMidWrite(victim) });
-        torn.push(ScheduledFault { at: repair, fault: Fault::Restart(victim) });
-    }
-    torn
+    node_episodes(&mut rng, targets, (start, end), plan, |_| rates.clone(), (Fault::CrashMidWrite, Fault::Restart))
 }
 
 /// Duplication episodes and replays, each on for a seed with probability 1/2 (see
