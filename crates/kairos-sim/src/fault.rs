@@ -53,6 +53,13 @@ pub enum Fault {
     /// unaware of the gap: a leader that was replaced meanwhile acts as one until it learns.
     Pause(NodeId),
     Resume(NodeId),
+    /// Every message the node sends from now on takes `extra_ns` longer to arrive (a congested
+    /// uplink, a slow NIC: a gray failure, the node alive and unaware); links stay FIFO, so
+    /// what it sends after the episode waits behind what it sent during it. 0 ends it.
+    Slow {
+        node: NodeId,
+        extra_ns: u64,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -75,6 +82,8 @@ impl fmt::Display for Fault {
             Fault::Replay(n) => write!(f, "replay {n} old messages"),
             Fault::Pause(n) => write!(f, "pause {n}"),
             Fault::Resume(n) => write!(f, "resume {n}"),
+            Fault::Slow { node, extra_ns: 0 } => write!(f, "slow {node} ends"),
+            Fault::Slow { node, extra_ns } => write!(f, "slow {node} +{:.3}ms", *extra_ns as f64 / 1e6),
         }
     }
 }
@@ -135,6 +144,9 @@ pub struct FaultKinds {
     pub disk_loss: bool,
     /// Pause a node ([`Fault::Pause`]) for up to five episodes' length, then resume it.
     pub pause: bool,
+    /// Slow a node's outgoing messages ([`Fault::Slow`]) by up to 1.5 s for up to five
+    /// episodes' length.
+    pub slow: bool,
 }
 
 impl FaultKinds {
@@ -149,6 +161,7 @@ impl FaultKinds {
         torn: true,
         disk_loss: true,
         pause: true,
+        slow: true,
     };
     const NONE: FaultKinds = FaultKinds {
         crash: false,
@@ -161,11 +174,12 @@ impl FaultKinds {
         torn: false,
         disk_loss: false,
         pause: false,
+        slow: false,
     };
-    const NAMES: [&'static str; 10] =
-        ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn", "disk-loss", "pause"];
+    const NAMES: [&'static str; 11] =
+        ["crash", "partition", "oneway", "clock-step", "loss", "dup", "replay", "torn", "disk-loss", "pause", "slow"];
 
-    fn as_array(self) -> [bool; 10] {
+    fn as_array(self) -> [bool; 11] {
         [
             self.crash,
             self.partition,
@@ -177,12 +191,13 @@ impl FaultKinds {
             self.torn,
             self.disk_loss,
             self.pause,
+            self.slow,
         ]
     }
 
     /// Parses a comma-separated list of `crash`, `partition`, `oneway`, `clock-step`, `loss`,
-    /// `dup`, `replay`, `torn`, `disk-loss`, `pause` (`restart` is part of `crash`; `all` is every
-    /// kind).
+    /// `dup`, `replay`, `torn`, `disk-loss`, `pause`, `slow` (`restart` is part of `crash`; `all`
+    /// is every kind).
     pub fn parse(list: &str) -> Result<FaultKinds, String> {
         let mut k = FaultKinds::NONE;
         for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -198,6 +213,7 @@ impl FaultKinds {
                 "torn" => k.torn = true,
                 "disk-loss" => k.disk_loss = true,
                 "pause" => k.pause = true,
+                "slow" => k.slow = true,
                 other => {
                     return Err(format!(
                         "unknown fault kind `{other}`; use a comma-separated list of {} (or all)",
@@ -241,8 +257,8 @@ impl Default for FaultRates {
 /// Duplication and replay are drawn from a stream of their own, after the other kinds: a
 /// seed's crashes, partitions, cuts, clock steps and loss are the same whether or not they
 /// are allowed (so a seed found before they existed replays as it did, with
-/// `--faults crash,partition,oneway,clock-step,loss`); so are crashes mid-write, lost disks and
-/// pauses, each after the ones before it.
+/// `--faults crash,partition,oneway,clock-step,loss`); so are crashes mid-write, lost disks,
+/// pauses and slow nodes, each after the ones before it.
 pub fn random_plan(
     seed: u64,
     targets: &[NodeId],
@@ -261,6 +277,7 @@ pub fn random_plan(
     plan.extend(lost);
     let paused = pauses(seed, targets, start, end, rates, &plan);
     plan.extend(paused);
+    plan.extend(slow_nodes(seed, targets, start, end, rates));
     plan.sort_by_key(|f| f.at);
     plan
 }
@@ -348,6 +365,38 @@ fn pauses(
     let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
     let length = |rng: &mut rand_chacha::ChaCha8Rng| if rng.random_bool(0.5) { long.clone() } else { rates.clone() };
     node_episodes(&mut rng, targets, (start, end), plan, length, (Fault::Pause, Fault::Resume))
+}
+
+/// Slow nodes, on for a seed with probability 1/2 (always when they are the only kind allowed),
+/// from a stream of their own: one or two episodes, each making one node's outgoing messages
+/// late (a gray failure: the node runs, hears everyone, and is heard late), for up to an
+/// episode or up to five. Half add 20-200 ms (a wide-area round trip: timestamps and leases
+/// meet messages later than their senders planned), half 0.5-1.5 s (past the roles' failure
+/// detectors: the others may replace a node that still acts and is still heard, late). One
+/// node is slow at a time; they may overlap anything else (a slow node is not a failed one);
+/// every message sent during an episode arrives before `end`.
+fn slow_nodes(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, rates: &FaultRates) -> Vec<ScheduledFault> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x736c_6f77);
+    let only_this = rates.kinds.as_array()[..10].iter().all(|on| !on);
+    if !rates.kinds.slow || !(rng.random_bool(0.5) || only_this) {
+        return Vec::new();
+    }
+    let (mut episodes, mut slow) = (Vec::new(), Vec::new());
+    for _ in 0..rng.random_range(1..=2) {
+        let extra_ms = if rng.random_bool(0.5) { rng.random_range(20..=200) } else { rng.random_range(500..=1500) };
+        let extra_ns = extra_ms * 1_000_000;
+        let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
+        let rates = if rng.random_bool(0.5) { &long } else { rates };
+        let last = SimTime(end.as_nanos().saturating_sub(extra_ns));
+        if last <= start {
+            continue;
+        }
+        let Some((at, back, node)) = draw_episode(&mut rng, targets, start, last, rates, &slow) else { continue };
+        slow.push((at, back));
+        episodes.push(ScheduledFault { at, fault: Fault::Slow { node, extra_ns } });
+        episodes.push(ScheduledFault { at: back, fault: Fault::Slow { node, extra_ns: 0 } });
+    }
+    episodes
 }
 
 /// A fault of one node (`Fault::Pause`, `Fault::Restart`, …).
@@ -634,9 +683,10 @@ mod tests {
             kinds: FaultKinds::parse("crash,partition,oneway,clock-step,loss,dup,replay,torn").unwrap(),
             ..FaultRates::default()
         };
+        let with_pauses = FaultRates { kinds: FaultKinds { slow: false, ..FaultKinds::ALL }, ..FaultRates::default() };
         let (mut episodes, mut long) = (0, 0);
         for seed in 0..100 {
-            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &with_pauses);
             let rest: Vec<ScheduledFault> =
                 all.iter().filter(|f| !matches!(f.fault, Fault::Pause(_) | Fault::Resume(_))).cloned().collect();
             assert_eq!(rest, random_plan(seed, &nodes, SimTime::ZERO, end, &before), "seed {seed}");
@@ -657,5 +707,42 @@ mod tests {
         let only = FaultRates { kinds: FaultKinds::parse("pause").unwrap(), ..FaultRates::default() };
         let plan = random_plan(3, &nodes, SimTime::ZERO, end, &only);
         assert!(!plan.is_empty() && plan.iter().all(|f| matches!(f.fault, Fault::Pause(_) | Fault::Resume(_))));
+    }
+
+    /// Slow nodes come from their own stream, one at a time, each ended in time for what it
+    /// sent to arrive before the end; some add over a second, some last over an episode.
+    #[test]
+    fn slow_nodes_add_episodes_without_changing_the_rest() {
+        let nodes: Vec<NodeId> = (0..3).map(NodeId).collect();
+        let end = SimTime::from_secs(30);
+        let before = FaultRates { kinds: FaultKinds { slow: false, ..FaultKinds::ALL }, ..FaultRates::default() };
+        let (mut episodes, mut late, mut long) = (0, 0, 0);
+        for seed in 0..100 {
+            let all = random_plan(seed, &nodes, SimTime::ZERO, end, &FaultRates::default());
+            let rest: Vec<ScheduledFault> =
+                all.iter().filter(|f| !matches!(f.fault, Fault::Slow { .. })).cloned().collect();
+            assert_eq!(rest, random_plan(seed, &nodes, SimTime::ZERO, end, &before), "seed {seed}");
+            let mut slow = Vec::new();
+            for (i, f) in all.iter().enumerate() {
+                if let Fault::Slow { node, extra_ns } = f.fault {
+                    if extra_ns == 0 {
+                        continue;
+                    }
+                    let stop = Fault::Slow { node, extra_ns: 0 };
+                    let back = all[i..].iter().find(|r| r.fault == stop).expect("every slow episode ends");
+                    assert!(back.at.as_nanos() + extra_ns <= end.as_nanos(), "seed {seed}: arrives in time");
+                    episodes += 1;
+                    late += usize::from(extra_ns > 1_000_000_000);
+                    long += usize::from(back.at.as_nanos() - f.at.as_nanos() > 600_000_000);
+                    slow.push((f.at, back.at));
+                }
+            }
+            slow.sort();
+            assert!(slow.windows(2).all(|w| w[0].1 < w[1].0), "seed {seed}: two slow at once: {slow:?}");
+        }
+        assert!(episodes > 30 && late > 5 && long > 5, "slow nodes show up: {episodes}, {late}, {long}");
+        let only = FaultRates { kinds: FaultKinds::parse("slow").unwrap(), ..FaultRates::default() };
+        let plan = random_plan(3, &nodes, SimTime::ZERO, end, &only);
+        assert!(!plan.is_empty() && plan.iter().all(|f| matches!(f.fault, Fault::Slow { .. })));
     }
 }

@@ -11,9 +11,11 @@
 //!   unless reordering is switched on; messages can be lost or duplicated; links can be cut
 //!   symmetrically (partitions) or in one direction only.
 //! - **Faults.** Crash (the role instance, its timers and inbox are dropped: volatile state is
-//!   lost) and restart (a fresh instance from the node's factory), partitions and their healing,
-//!   clock steps, loss — scripted ("at t do x") or drawn from the seed ([`fault::random_plan`],
-//!   swarm testing).
+//!   lost) and restart (a fresh instance from the node's factory), crashes mid-write and lost
+//!   disks, partitions and their healing, clock steps, loss, duplication and replay of old
+//!   messages, pauses (a node stops with its state kept), slow nodes (what one node sends
+//!   arrives late, in order) — scripted ("at t do x") or drawn from the seed
+//!   ([`fault::random_plan`], swarm testing).
 //! - **CPU.** A node runs one handler at a time and each handler costs service time
 //!   ([`CpuModel`]: free, fixed, or the handler's real measured CPU time plus a calibrated
 //!   [`WireCost`] per message sent and received), so a node offered more work than it can

@@ -156,6 +156,8 @@ struct Node<M> {
     /// wait in `held_timers` (id, generation) until [`Fault::Resume`].
     paused: bool,
     held_timers: Vec<(TimerId, u64)>,
+    /// [`Fault::Slow`]: every message the node sends takes this much longer (links stay FIFO).
+    slow_ns: u64,
 }
 
 /// A deterministic simulation of one deployment. Same [`SimConfig::seed`], same roles, same
@@ -263,6 +265,7 @@ impl<M: Message> Sim<M> {
             inbox: VecDeque::new(),
             wake_pending: false,
             paused: false,
+            slow_ns: 0,
             held_timers: Vec::new(),
             due_timers: HashMap::new(),
             inbox_len_max: 0,
@@ -701,6 +704,7 @@ impl<M: Message> Sim<M> {
         } else {
             base
         };
+        let delay = delay.saturating_add(self.nodes[from.index()].slow_ns);
         let mut at = SimTime(depart.as_nanos().saturating_add(delay));
         if !self.config.network.reorder {
             let link = from.index() * self.nodes.len() + to.index();
@@ -782,6 +786,7 @@ impl<M: Message> Sim<M> {
                     self.schedule_wake_if_needed(id);
                 }
             }
+            Fault::Slow { node, extra_ns } if valid(node) => self.nodes[node.index()].slow_ns = extra_ns,
             // A fault naming a node that does not exist is ignored (and traced above).
             _ => {}
         }

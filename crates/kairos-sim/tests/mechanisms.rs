@@ -19,12 +19,23 @@ struct Chatter {
     period: Duration,
     sent: u64,
     received: BTreeMap<NodeId, u64>,
+    /// The highest ping number from each peer, and how many pings came after a higher one.
+    last_seq: BTreeMap<NodeId, u64>,
+    out_of_order: u64,
     last_local: LocalTime,
 }
 
 impl Chatter {
     fn new(peers: Vec<NodeId>, period: Duration) -> Self {
-        Chatter { peers, period, sent: 0, received: BTreeMap::new(), last_local: LocalTime::ZERO }
+        Chatter {
+            peers,
+            period,
+            sent: 0,
+            received: BTreeMap::new(),
+            last_seq: BTreeMap::new(),
+            out_of_order: 0,
+            last_local: LocalTime::ZERO,
+        }
     }
 }
 
@@ -36,9 +47,13 @@ impl Process for Chatter {
             ctx.set_timer(TimerId(0), self.period);
         }
     }
-    fn on_message(&mut self, ctx: &mut Ctx<'_, Msg>, from: NodeId, _msg: Msg) {
+    fn on_message(&mut self, ctx: &mut Ctx<'_, Msg>, from: NodeId, msg: Msg) {
         self.last_local = ctx.now();
         *self.received.entry(from).or_default() += 1;
+        let Msg::Ping(seq) = msg;
+        let last = self.last_seq.entry(from).or_default();
+        self.out_of_order += u64::from(seq <= *last);
+        *last = seq.max(*last);
     }
     fn on_timer(&mut self, ctx: &mut Ctx<'_, Msg>, _timer: TimerId) {
         self.last_local = ctx.now();
@@ -194,6 +209,34 @@ fn a_paused_node_handles_nothing_then_takes_everything_that_waited_at_the_resume
     assert_eq!(sim.stats().dropped_crashed, 0);
     sim.run_until(SimTime::from_millis(400));
     assert!(chatter(&sim).0 >= sent_after + 9, "and it runs on as before");
+}
+
+/// A slow node's messages arrive late by the extra delay while its episode lasts, and those it
+/// sends after the episode wait behind them (links stay FIFO); it still hears everyone on time.
+#[test]
+fn a_slow_node_is_heard_late_and_in_order_and_hears_everyone_on_time() {
+    let mut sim = chatter_world(3, &["sc", "sc"], Duration::from_millis(10));
+    sim.run_until(SimTime::from_millis(100));
+    let (from_1, to_1) = (received(&sim, 0, 1), received(&sim, 1, 0));
+    assert!(from_1 >= 8);
+    sim.schedule(SimTime::from_millis(100), Fault::Slow { node: NodeId(1), extra_ns: 200_000_000 });
+    sim.schedule(SimTime::from_millis(150), Fault::Slow { node: NodeId(1), extra_ns: 0 });
+    sim.run_until(SimTime::from_millis(295));
+    assert!(received(&sim, 0, 1) <= from_1 + 1, "nothing sent since the start of the episode arrived yet");
+    assert!(received(&sim, 1, 0) >= to_1 + 18, "the slow node hears the other on time");
+    sim.run_until(SimTime::from_millis(600));
+    let arrivals: Vec<SimTime> = sim
+        .trace_log()
+        .iter()
+        .filter(|e| e.node == NodeId(0) && e.kind == TraceKind::Message { from: NodeId(1) })
+        .map(|e| e.time)
+        .filter(|t| *t > SimTime::from_millis(101))
+        .collect();
+    assert!(arrivals[0] >= SimTime::from_millis(300), "sent in the episode, 200 ms late: {:?}", arrivals[0]);
+    let bunched = arrivals.iter().filter(|t| **t <= SimTime::from_millis(350)).count();
+    assert!(bunched >= 20, "sent after the episode, behind it: {bunched} by 350 ms");
+    assert!(received(&sim, 0, 1) >= from_1 + 48, "then everything arrives");
+    assert_eq!(sim.role::<Chatter>(NodeId(0)).unwrap().out_of_order, 0, "the link stayed FIFO");
 }
 
 /// Sends node 1 one ping `after` its start.

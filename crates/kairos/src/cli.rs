@@ -603,7 +603,9 @@ pub struct CampaignArgs {
     /// handler's records survives, its messages never leave), disk-loss (once per run a node crashes, loses its disk
     /// and comes back amnesiac: register replicas, Tiga servers and causal replica-set members; other roles cannot
     /// come back from nothing yet and are never chosen), pause (a node stops for up to ~3 s, as in a long GC pause
-    /// or a descheduled VM, keeping its state; what was sent to it waits, and it resumes unaware of the gap), or all.
+    /// or a descheduled VM, keeping its state; what was sent to it waits, and it resumes unaware of the gap), slow (a
+    /// gray failure: what one node sends arrives 20 ms to 1.5 s late for a while, in order; it hears everyone on
+    /// time), or all.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Offered load, transactions per second over all coordinators (transactional protocols).
