@@ -16,14 +16,9 @@ use kairos_core::LocalTime;
 
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let slot = op.slot.unwrap_or(0);
-    let get = matches!(op.op, KvOp::Get { .. });
-    let chains = c.meta_read_chains(slot, get);
+    let chains = c.meta_read_chains(slot, matches!(op.op, KvOp::Get { .. }));
     let need = c.majority();
-    if get {
-        c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
-    } else {
-        c.send_round(op, Stage::AbdRead, chains, need, now, out);
-    }
+    c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
 }
 
 fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
@@ -125,7 +120,9 @@ fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         chains.push((node, verbs, shape));
     }
     let need = c.majority();
-    c.send_round(op, Stage::AbdBack, chains, need, now, out);
+    // Majority-first like DM-ABD's other rounds (see `crate::hedge`): the write-back is
+    // complete once a majority holds the tuple.
+    c.send_round_majority_first(op, Stage::AbdBack, chains, need, now, out);
 }
 
 fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
@@ -147,7 +144,7 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         chains.push((node, verbs, Shape { cas_my: Some((cas, expected)), ..Shape::default() }));
     }
     let need = c.majority();
-    c.send_round(op, Stage::AbdWrite, chains, need, now, out);
+    c.send_round_majority_first(op, Stage::AbdWrite, chains, need, now, out);
 }
 
 fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {

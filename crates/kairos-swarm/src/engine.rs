@@ -590,10 +590,10 @@ impl Client {
         }
     }
 
-    /// Like [`Client::send_round`] for a read round, but to a majority first: the chain that
-    /// reads the in-place copy (the primary's) and the next ones, rotated by slot so that the
-    /// other replicas share the load; the rest wait in `op.spare` until the round widens (see
-    /// [`crate::hedge`]).
+    /// Like [`Client::send_round`], but to a majority first (a read, or a write's first try):
+    /// the chain that reads the in-place copy (the primary's) and the next ones, rotated by slot
+    /// so that every client picks the same majority for a key and the other replicas share the
+    /// load; the rest wait in `op.spare` until the round widens (see [`crate::hedge`]).
     pub(crate) fn send_round_majority_first(
         &mut self,
         op: &mut Op,
@@ -1165,7 +1165,7 @@ impl KvClient for Client {
     }
 
     fn tick_interval(&self) -> Duration {
-        // Majority-first reads (SWARM-KV, DM-ABD) widen within a few round trips.
+        // Majority-first rounds (SWARM-KV, DM-ABD) widen within a few round trips.
         match self.cfg.protocol {
             Protocol::SwarmKv | Protocol::DmAbd => self.widen_after(),
             Protocol::Raw | Protocol::Fusee => self.cfg.chain_timeout / 4,

@@ -1,12 +1,28 @@
-//! Majority-first read rounds: a read contacts the primary and just enough other replicas for a
-//! majority, and **widens** to the remaining replicas when one of those fails or has not replied
-//! within a few round trips (a hedged request).
+//! Majority-first rounds: a read or write contacts the primary and just enough other replicas
+//! for a majority, and **widens** to the remaining replicas when one of those fails or has not
+//! replied within a few round trips (a hedged request). The others are rotated by slot, so every
+//! client picks the same majority for a key and reads meet the writes' nodes in the common case.
 //!
-//! Why: a read round needs a majority of replies and the primary's in-place copy; the third
+//! Why: a round needs a majority of replies (and a read the primary's in-place copy); the third
 //! replica's chain only costs the client and the node work (on shm, where the client runs its own
-//! verbs, it is a third of a get's cost). Reads are the rounds worth it: SWARM-KV's and DM-ABD's
-//! read rules hold for *any* majority, so which majority answers changes nothing but latency.
-//! Writes still go to every replica, so that a value is on all of them in the common case.
+//! verbs, it is a third of an operation's cost). SWARM-KV's and DM-ABD's rules hold for *any*
+//! majority — a write is complete once a majority holds its tuple, and a read sees it through any
+//! majority — so which majority answers changes nothing but latency. The SWARM paper's artifact
+//! does the same: its replicas beyond the first majority are "lazy", contacted only when a server
+//! is dead. The cost: a replica outside the majority lags until a round widens to it, so after a
+//! crash of a majority node the surviving majority holds each value once, as a minimal-quorum
+//! system does. The writer's own word on a lagging replica is corrected by its first CAS there
+//! (the reply shows the word, see `Client::on_reply`). Only a SWARM-KV write's **first** try is
+//! majority-first: its retries, the lock rounds of a stale write and its rewrite ask every
+//! replica, so that under contention one failed CAS or one slow chain does not cost another
+//! round; the background verification goes to the nodes the write reached. DM-ABD's rounds
+//! (read, write, write-back) are all majority-first.
+//!
+//! What it costs under contention: a round that waits for both of two replies, not the first
+//! two of three, reads the words later and sees a concurrent writer's newer tuple more often.
+//! With 16 writers on one key (`swarm_safety.rs`), 118 of 832 updates took one round trip
+//! against 220 when writes asked every replica (none takes more than 4); at the paper's
+//! defaults the one-round-trip share of updates stays above 99.5 %.
 //!
 //! Only the **first** iteration of a SWARM-KV read is majority-first (DM-ABD reads have one).
 //! A later iteration is after a tuple it saw before, which may sit on one node only — a stalled

@@ -16,7 +16,7 @@
 //! | [`pool`] | memory recycling of out-of-place buffers |
 //! | [`node_words`] | the client's own metadata and lock words per (key, node), a key's nodes in one entry |
 //! | [`engine`] | [`engine::Client`]: rounds of chains, timeouts, membership, per-key ordering |
-//! | [`hedge`] | majority-first read rounds that widen to every replica when one is slow or fails |
+//! | [`hedge`] | majority-first rounds (reads, a write's first try) that widen to every replica when one is slow or fails |
 //! | [`safe_guess`] | SWARM-KV: Safe-Guess writes and reads, timestamp locks |
 //! | [`dm_abd`], [`raw`], [`fusee`] | the baselines on the same layout and verbs (FUSEE: the SWARM paper's third peer) |
 //! | [`sim`] | the simulator's memory-node and client-machine processes (their runs: `kairos_harness::swarm::sim`) |

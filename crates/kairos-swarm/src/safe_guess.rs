@@ -14,14 +14,16 @@
 //! majority. Nobody needs the writer's help to lock: a reader can lock `X` on a node the
 //! writer's chain never reached.
 //!
-//! **Write** (update, insert of a known key, delete). One round trip to every alive replica
-//! (the op waits for a majority): fill a buffer, read its lock word, CAS this writer's metadata
-//! word to the guessed tuple `T|GUESSED`, read every writer's word. If nothing above `T` was
-//! read, the guess was fresh: done in 1 RTT; in the background the word is flipped to
-//! `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the clock resyncs above
-//! what it saw and the writer **always** races readers for `T` — however few replies showed `T`
-//! as a maximum: a reader may have read `T` on other nodes, or on these before the newer tuple
-//! landed, and returned it (the writer's replies are no proof of the contrary). The race:
+//! **Write** (update, insert of a known key, delete). One round trip to a majority of the alive
+//! replicas (the first try goes to a majority first and widens when one is slow, see
+//! [`crate::hedge`]; retries ask every alive replica): fill a buffer, read its lock word, CAS
+//! this writer's metadata word to the guessed tuple `T|GUESSED`, read every writer's word. If
+//! nothing above `T` was read, the guess was fresh: done in 1 RTT; in the background the word
+//! is flipped to `T|VERIFIED` and the in-place copy refreshed on the primary. Otherwise the
+//! clock resyncs above what it saw and the writer **always** races readers for `T` — however
+//! few replies showed `T` as a maximum: a reader may have read `T` on other nodes, or on these
+//! before the newer tuple landed, and returned it (the writer's replies are no proof of the
+//! contrary). The race:
 //! 1. If fewer than a majority are known to hold a tuple above `T`, read the highest one seen,
 //!    `M` (its value), so that the lock round can write it where it is missing.
 //! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is
@@ -159,7 +161,16 @@ fn write_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         })
         .collect();
     let need = c.majority();
-    c.send_round(op, Stage::Write, chains, need, now, out);
+    if op.rtt == 0 {
+        // The first try of a write that began with it (not an insert after its lookup) goes to
+        // a majority first, as reads do (see `crate::hedge`): a write is complete once a
+        // majority holds its tuple, whichever majority.
+        c.send_round_majority_first(op, Stage::Write, chains, need, now, out);
+    } else {
+        // A retry or a rewrite (contention) asks every replica: one failed CAS — a reader
+        // wrote this writer's tuple back there — must not cost another round.
+        c.send_round(op, Stage::Write, chains, need, now, out);
+    }
 }
 
 /// A new key's directory entry and first value went out together: if another client's slot
@@ -472,7 +483,9 @@ fn commit(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     // FIFO per (client, node): this chain runs after the write's own chain on every node, so
     // the word it expects is the guessed tuple even where the write's reply is not in yet.
     let expected = op.tuple & !meta::VERIFIED;
-    for node in c.alive_replicas(slot) {
+    // The nodes the last round wrote (a replica it did not reach has no T to verify); the
+    // primary also gets the in-place copy.
+    for node in c.alive_replicas(slot).into_iter().filter(|n| op.nodes.contains(n) || Some(*n) == primary) {
         let l = &c.cfg.layout;
         let mut verbs = vec![Verb::Cas { addr: l.meta_word(slot, c.cfg.writer), expected, new: verified }];
         if Some(node) == primary {

@@ -164,6 +164,25 @@ impl Lab {
         self.done.get(&(c, id)).cloned()
     }
 
+    /// Lets client `c`'s clock run until its majority-first round widens to every replica (a
+    /// write's first try, like a read's, goes to a majority first: see `kairos_swarm::hedge`):
+    /// the schedule treats the chain to the majority's other node as stalled before its first
+    /// verb. Fails if the round does not widen, so a schedule cannot silently lose a chain.
+    fn widen(&mut self, c: usize) {
+        let before = self.counter(c, "rounds_widened");
+        for _ in 0..1_000 {
+            if self.counter(c, "rounds_widened") > before {
+                return;
+            }
+            let dt = self.clients[c].tick_interval();
+            self.now[c] = self.now[c] + dt;
+            let mut out = Outbox::new();
+            self.clients[c].on_tick(self.now[c], &mut out);
+            self.absorb(c, out);
+        }
+        panic!("client {c}'s round never widened");
+    }
+
     fn counter(&self, c: usize, name: &str) -> u64 {
         self.clients[c].counters().into_iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| v)
     }
@@ -189,6 +208,7 @@ fn a_stale_guess_a_reader_returned_is_never_rewritten_above_a_later_write() {
     let mut lab = Lab::new(&[1_000, 5_000, 3_000, 3_000]);
     let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
     lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w); // W's chain to its majority's other replica is slow to start
     let w_on_c = lab.apply(w, c, usize::MAX); // whole chain on C; its reply is slow
     assert!(w_on_c.is_some());
     assert!(lab.apply(w, p, 1).is_none(), "only W's buffer fill lands on P");
@@ -273,6 +293,7 @@ fn a_writer_crashing_after_winning_its_lock_does_not_stall_readers() {
     let _v_stalled = lab.apply(v, p, usize::MAX); // V lands on P only, then stalls
 
     lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w); // W's chain to its majority's other replica is slow to start
     let _w_on_c = lab.apply(w, c, usize::MAX); // whole on C, reply slow
                                                // W runs on P and B until it issues its lock round (a CAS to a WRITER lock word).
     let is_lock_round = |lab: &Lab| {
@@ -321,6 +342,7 @@ fn a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operat
     let mut lab = Lab::new(&[3_000, 1_000, 5_000, 3_000]);
     let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
     lab.invoke(w, 1, update(b"W first"));
+    lab.widen(w); // its chain to P, and to the majority's other replica, are slow
     lab.step(w, b);
     lab.step(w, c);
     let first = lab.done.get(&(w, 1)).cloned().expect("W's first update completes on B and C");
@@ -328,6 +350,7 @@ fn a_reader_does_not_take_an_older_tuple_of_a_writer_as_that_writers_next_operat
     // W's second update T: its chain runs on B only (after the VERIFIED flip queued there); on C
     // it waits behind the flip, on P behind the first update's chain.
     lab.invoke(w, 2, update(b"W second"));
+    lab.widen(w); // T's first try too, so that its chain to B exists whichever majority it picked
     assert!(lab.apply(w, b, usize::MAX).is_some(), "the VERIFIED flip of W's first update on B");
     let t_on_b = lab.apply(w, b, usize::MAX);
     assert!(t_on_b.is_some(), "T lands whole on B; its reply is slow");
