@@ -143,3 +143,19 @@ fn swarm_kv_and_its_peers_take_corrupted_messages_without_panicking() {
         }
     }
 }
+
+/// `kairos sim fusee --seeds 6 --corrupt 0.1`: changed verbs left garbage that later operations
+/// spun on until their timeouts, 137 of them after 50 ms each, and the seed took 50 s of wall
+/// time (1,000 seeds had not finished in an hour). Under corruption operations now give up
+/// after 2 ms and a run ends after 1 s of virtual time.
+#[test]
+fn a_corrupted_swarm_run_ends_in_bounded_virtual_time() {
+    use kairos_harness::swarm::sim::SwarmRun;
+    use kairos_swarm::engine::Protocol;
+    let mut run = SwarmRun::draw(6, false, Some(Protocol::Fusee));
+    (run.crash_node_at, run.crash_client_after, run.adversary.crash_client_at_chain) = (None, None, None);
+    run.corrupt_messages = 0.1;
+    let out = run.run().unwrap();
+    assert!(out.metrics.get("sim.messages_corrupted").copied().unwrap_or(0) > 0);
+    assert!(out.duration < std::time::Duration::from_millis(500), "{:?}", out.duration);
+}

@@ -120,6 +120,16 @@ pub struct SwarmRun {
     pub corrupt_messages: f64,
 }
 
+/// Under corrupted messages a changed verb can leave garbage on a memory node that every later
+/// operation on its key spins on, round after round, until its timeout (FUSEE campaign seed 6
+/// at 0.1: 137 operations timed out after 50 ms each, 50 s of wall time for one seed). Only
+/// panics are judged there, so operations give up after `CORRUPT_OP_TIMEOUT` (above the
+/// adversary's longest stall, 1.5 ms) and a run ends after `CORRUPT_RUN_MAX` of virtual time
+/// (clean campaign runs of SWARM-KV and DM-ABD take 3-4 ms, median of 300 seeds, and at most
+/// 115 ms; FUSEE's 7 ms and up to 6 s, as its operations wait out stalled chains).
+const CORRUPT_OP_TIMEOUT: Duration = Duration::from_millis(2);
+const CORRUPT_RUN_MAX: Duration = Duration::from_secs(1);
+
 impl Default for SwarmRun {
     /// The paper's defaults (YCSB B, 100 000 keys of 24 B, 64 B values, 3 replicas, 4 clients),
     /// with a shorter warm-up and run than the paper's 1 M operations.
@@ -389,10 +399,14 @@ impl SwarmRun {
         let layout = self.layout()?;
         let ts_epoch = LocalTime(SIM_EPOCH_NS - 10_000_000_000);
         let recycling = self.recycling;
+        let corrupt = self.corrupt_messages > 0.0;
         let Warmed { ycsb, images, clients, last_value, warmed_at: now } =
             self.load_and_warm_up(&layout, ts_epoch, |cfg| {
                 if !recycling {
                     cfg.grace = Duration::MAX;
+                }
+                if corrupt {
+                    cfg.op_timeout = CORRUPT_OP_TIMEOUT;
                 }
             })?;
         let value_size = layout.config.value_size;
@@ -455,7 +469,8 @@ impl SwarmRun {
             sim.schedule(SimTime::ZERO + at, Fault::Crash(NodeId(n)));
         }
         let client_ids: Vec<NodeId> = (m..m + self.clients).map(NodeId).collect();
-        let deadline = SimTime::from_secs(3600);
+        let deadline =
+            if self.corrupt_messages > 0.0 { SimTime::ZERO + CORRUPT_RUN_MAX } else { SimTime::from_secs(3600) };
         let mut end = SimTime::ZERO;
         loop {
             let next = sim.now() + Duration::from_micros(200);
