@@ -381,11 +381,11 @@ fn slow_nodes(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, rates
     if !rates.kinds.slow || !(rng.random_bool(0.5) || only_this) {
         return Vec::new();
     }
+    let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
     let (mut episodes, mut slow) = (Vec::new(), Vec::new());
     for _ in 0..rng.random_range(1..=2) {
         let extra_ms = if rng.random_bool(0.5) { rng.random_range(20..=200) } else { rng.random_range(500..=1500) };
         let extra_ns = extra_ms * 1_000_000;
-        let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
         let rates = if rng.random_bool(0.5) { &long } else { rates };
         let last = SimTime(end.as_nanos().saturating_sub(extra_ns));
         if last <= start {

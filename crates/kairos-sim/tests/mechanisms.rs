@@ -1,5 +1,5 @@
 //! One test per simulator mechanism: delay, crash, partitions, clock steps, CPU queueing,
-//! loss and duplication, determinism.
+//! loss and duplication, pauses, slow nodes, determinism.
 
 use kairos_clock::SimClock;
 use kairos_core::{Ctx, LatencyMatrix, LocalTime, NodeId, Process, RegionId, SimTime, TimerId};

@@ -469,8 +469,7 @@ impl SwarmRun {
             sim.schedule(SimTime::ZERO + at, Fault::Crash(NodeId(n)));
         }
         let client_ids: Vec<NodeId> = (m..m + self.clients).map(NodeId).collect();
-        let deadline =
-            if self.corrupt_messages > 0.0 { SimTime::ZERO + CORRUPT_RUN_MAX } else { SimTime::from_secs(3600) };
+        let deadline = if corrupt { SimTime::ZERO + CORRUPT_RUN_MAX } else { SimTime::from_secs(3600) };
         let mut end = SimTime::ZERO;
         loop {
             let next = sim.now() + Duration::from_micros(200);
