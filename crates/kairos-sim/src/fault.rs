@@ -317,6 +317,32 @@ fn draw_episode(
     (repair > at && !down.iter().any(|(a, b)| at <= *b && *a <= repair)).then_some((at, repair, victim))
 }
 
+/// Positions in [`FaultKinds::NAMES`] of the kinds drawn from streams of their own.
+const TORN: usize = 7;
+const DISK_LOSS: usize = 8;
+const PAUSE: usize = 9;
+const SLOW: usize = 10;
+
+/// The random stream of the kind at `index` of [`FaultKinds::NAMES`] (the seed mixed with the
+/// kind's own `salt`), if this seed switches the kind on: it must be allowed and `possible`, and
+/// then it is on for half the seeds, and for every seed when no kind before it is allowed.
+fn own_stream(
+    seed: u64,
+    salt: u64,
+    rates: &FaultRates,
+    index: usize,
+    possible: bool,
+) -> Option<rand_chacha::ChaCha8Rng> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ salt);
+    let kinds = rates.kinds.as_array();
+    let only_this = kinds[..index].iter().all(|on| !on);
+    if kinds[index] && possible && (rng.random_bool(0.5) || only_this) {
+        Some(rng)
+    } else {
+        None
+    }
+}
+
 /// One lost disk, on for a seed with probability 1/2 (always when it is the only kind
 /// allowed), from a stream of its own: a node of [`FaultRates::disk_loss_targets`] crashes,
 /// loses its disk and restarts at the end of the episode, while no other node is down.
@@ -327,12 +353,9 @@ fn disk_loss(
     rates: &FaultRates,
     plan: &[ScheduledFault],
 ) -> Vec<ScheduledFault> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6469_736b);
-    let only_this = rates.kinds.as_array()[..8].iter().all(|on| !on);
     let targets = &rates.disk_loss_targets;
-    if !rates.kinds.disk_loss || targets.is_empty() || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
-        return Vec::new();
-    }
+    let possible = !targets.is_empty() && rates.max_crashed > 0;
+    let Some(mut rng) = own_stream(seed, 0x6469_736b, rates, DISK_LOSS, possible) else { return Vec::new() };
     let Some((at, repair, victim)) = draw_episode(&mut rng, targets, start, end, rates, &down_intervals(plan, end))
     else {
         return Vec::new();
@@ -357,11 +380,9 @@ fn pauses(
     rates: &FaultRates,
     plan: &[ScheduledFault],
 ) -> Vec<ScheduledFault> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0070_6175_7365);
-    let only_this = rates.kinds.as_array()[..9].iter().all(|on| !on);
-    if !rates.kinds.pause || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
+    let Some(mut rng) = own_stream(seed, 0x0070_6175_7365, rates, PAUSE, rates.max_crashed > 0) else {
         return Vec::new();
-    }
+    };
     let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
     let length = |rng: &mut rand_chacha::ChaCha8Rng| if rng.random_bool(0.5) { long.clone() } else { rates.clone() };
     node_episodes(&mut rng, targets, (start, end), plan, length, (Fault::Pause, Fault::Resume))
@@ -376,11 +397,7 @@ fn pauses(
 /// node is slow at a time; they may overlap anything else (a slow node is not a failed one);
 /// every message sent during an episode arrives before `end`.
 fn slow_nodes(seed: u64, targets: &[NodeId], start: SimTime, end: SimTime, rates: &FaultRates) -> Vec<ScheduledFault> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x736c_6f77);
-    let only_this = rates.kinds.as_array()[..10].iter().all(|on| !on);
-    if !rates.kinds.slow || !(rng.random_bool(0.5) || only_this) {
-        return Vec::new();
-    }
+    let Some(mut rng) = own_stream(seed, 0x736c_6f77, rates, SLOW, true) else { return Vec::new() };
     let long = FaultRates { episode: rates.episode * 5, ..rates.clone() };
     let (mut episodes, mut slow) = (Vec::new(), Vec::new());
     for _ in 0..rng.random_range(1..=2) {
@@ -438,11 +455,9 @@ fn torn_writes(
     rates: &FaultRates,
     plan: &[ScheduledFault],
 ) -> Vec<ScheduledFault> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x746f_726e);
-    let only_this = rates.kinds.as_array()[..7].iter().all(|on| !on);
-    if !rates.kinds.torn || rates.max_crashed == 0 || !(rng.random_bool(0.5) || only_this) {
+    let Some(mut rng) = own_stream(seed, 0x746f_726e, rates, TORN, rates.max_crashed > 0) else {
         return Vec::new();
-    }
+    };
     node_episodes(&mut rng, targets, (start, end), plan, |_| rates.clone(), (Fault::CrashMidWrite, Fault::Restart))
 }
 
