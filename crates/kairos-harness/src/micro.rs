@@ -388,6 +388,20 @@ impl Bench {
         }
         let (seed, shards) = (self.base.seed, self.base.shards);
         let terminal = tpcc.map(|t| t.terminal(seed));
+        // MicroBench with the keys loaded: each shard's keys, placed as the coordinators place
+        // them, copied into every replica's store.
+        let loaded: Vec<Store> = if self.base.preload && tpcc.is_none() {
+            let shard_count = shards as usize;
+            (0..shard_count)
+                .map(|s| {
+                    Store::loaded(
+                        self.base.micro_keys().filter(|&k| kairos_workload::shard_of(k, shard_count) as usize == s),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let (sim, topology, process_regions) = self.base.build_with(
             self.shell.inflight_max as u64,
             // A restarted server is built the same way and recovers from what it made durable.
@@ -395,6 +409,9 @@ impl Bench {
                 let mut server = P::server(t, &s, shard, replica);
                 if let (Some(tpcc), Some(store)) = (&tpcc, P::store_mut(&mut server)) {
                     *store = Store::tpcc(&tpcc.scale, seed, shard, shards);
+                }
+                if let (Some(keys), Some(store)) = (loaded.get(shard as usize), P::store_mut(&mut server)) {
+                    *store = keys.clone();
                 }
                 Box::new(server)
             },
@@ -716,6 +733,62 @@ mod tests {
         assert_eq!(" TAPIR ".parse::<Protocol>(), Ok(Protocol::Tapir));
         let e = "slog".parse::<Protocol>().unwrap_err().to_string();
         assert!(e.contains("slog") && e.contains("2pl-paxos") && e.contains("detock"), "{e}");
+    }
+
+    /// A loaded key reads as a never-written one, so loading the keys first changes no run:
+    /// the same history and the same messages, for every protocol (fixed CPU cost per handler).
+    #[test]
+    fn loading_the_keys_first_changes_no_run() {
+        let base = TxnDeployment {
+            load_txn_per_s: 300.0,
+            duration: Duration::from_secs(1),
+            keys_per_shard: 1_000,
+            ..Default::default()
+        };
+        for p in Protocol::ALL {
+            let empty = Bench { base: base.clone(), ..Bench::default() }.run(p, |_| {}).unwrap();
+            let loaded = Bench { base: TxnDeployment { preload: true, ..base.clone() }, ..Bench::default() };
+            let loaded = loaded.run(p, |_| {}).unwrap();
+            assert!(empty.totals().committed > 150, "{p}: {:?}", empty.totals());
+            assert!(empty.history == loaded.history, "{p}: the histories differ");
+            assert_eq!(empty.trace_hash, loaded.trace_hash, "{p}");
+        }
+    }
+
+    /// Every replica starts with exactly its shard's keys, as the coordinators place them.
+    #[test]
+    fn every_replica_starts_with_its_shards_keys() {
+        let base = TxnDeployment { keys_per_shard: 1_000, preload: true, ..Default::default() };
+        let bench = Bench { base: base.clone(), ..Bench::default() };
+        let world = bench.build::<TwoPlPaxos>(&Default::default()).unwrap();
+        let shards = world.topology.shards.len();
+        for (s, replicas) in world.topology.shards.iter().enumerate() {
+            for n in replicas {
+                let store =
+                    world.sim.role::<kairos_txn::twopc::server::TxnServer>(*n).and_then(TwoPlPaxos::store).unwrap();
+                let mine = base.micro_keys().filter(|&k| kairos_workload::shard_of(k, shards) as usize == s);
+                assert_eq!(store.len(), mine.clone().count());
+                assert!(mine.into_iter().all(|k| store.get(k) == Default::default()));
+            }
+        }
+        let tiga = bench.tiga().build().unwrap();
+        let mut total = 0;
+        for (s, replicas) in tiga.topology.shards.iter().enumerate() {
+            let stores: Vec<_> =
+                replicas.iter().map(|n| tiga.sim.role::<kairos_tiga::server::Server>(*n).unwrap()).collect();
+            let keys = &stores[0].live_state().keys;
+            for server in &stores {
+                assert!(
+                    server.live_state() == stores[0].live_state() && server.executed_state() == stores[0].live_state()
+                );
+            }
+            for (key, entry) in keys.iter() {
+                assert_eq!(kairos_workload::Partitioner::Hash.shard_of(key, shards) as usize, s);
+                assert_eq!(*entry, kairos_tiga::ops::Entry::default());
+            }
+            total += keys.len();
+        }
+        assert_eq!(total as u64, base.micro_keys().end);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use kairos_core::history::HistoryRecord;
 use kairos_core::{LatencyMatrix, NodeId, SimTime};
 use kairos_sim::{AloneCost, Sim, SimStats};
 use kairos_tiga::coordinator::{Coordinator, CoordinatorStats};
+use kairos_tiga::cow_map::CowMap;
 use kairos_tiga::msg::{ShardId, TigaMsg, Ts, TxnId};
+use kairos_tiga::ops::{Entry, StoreKey};
 use kairos_tiga::server::Server;
 use kairos_tiga::topology::{TigaConfig, Topology};
 use kairos_tiga::view::{ModeRule, ServerState, View, ViewManager};
@@ -191,6 +193,18 @@ impl Deployment {
             warehouses = (0..shards).map(|s| TpccShard::populate(&t.scale, self.base.seed, s, shards)).collect();
             terminal = Some(t.terminal(self.base.seed));
         }
+        // MicroBench with the keys loaded: every shard's replicas start from its keys, placed
+        // as the coordinators place them.
+        let mut loaded = Vec::new();
+        if self.base.preload && self.tpcc.is_none() {
+            let shards = self.base.shards as usize;
+            loaded = vec![CowMap::new(); shards];
+            for k in self.base.micro_keys() {
+                let key = k.to_string();
+                let shard = tiga_config.partitioner.shard_of(key.as_bytes(), shards) as usize;
+                loaded[shard].insert(StoreKey::new(key.as_bytes()), Entry::default());
+            }
+        }
         tiga_config.preventive = match self.mode {
             Mode::Preventive => true,
             Mode::Detective => false,
@@ -207,7 +221,10 @@ impl Deployment {
             self.config.inflight_max as u64,
             // A restarted server is built the same way and recovers from what it made durable.
             move |t, s, r| {
-                let server = Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone());
+                let mut server = Server::new(t.clone(), c.clone(), s, r).with_view_managers(vms.clone());
+                if let Some(keys) = loaded.get(s as usize) {
+                    server = server.with_loaded_keys(keys);
+                }
                 Box::new(match warehouses.get(s as usize) {
                     Some(w) => server.with_tpcc(w.clone()),
                     None => server,

@@ -98,6 +98,14 @@ impl<K: Ord + Clone + BucketKey, V: Clone> CowMap<K, V> {
         Self::default()
     }
 
+    /// A copy that shares no bucket with this map: what a replica that loaded the same keys
+    /// itself would hold. (A clone's first write to each bucket would copy it, on fresh pages,
+    /// in the middle of a run.)
+    pub fn unshared(&self) -> Self {
+        let buckets = self.buckets.iter().map(|b| b.as_ref().map(|b| Arc::new(Bucket::clone(b)))).collect();
+        CowMap { buckets, len: self.len }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -301,6 +309,17 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unshared_copy_holds_the_same_entries_in_buckets_of_its_own() {
+        let m: CowMap<u64, u64> = (0..10_000).map(|k| (k, k)).collect();
+        let (shared, own) = (m.clone(), m.unshared());
+        assert!(own == m && own.len() == m.len());
+        let pairs = m.buckets.iter().zip(&shared.buckets).zip(&own.buckets);
+        for ((a, b), c) in pairs.filter_map(|((a, b), c)| Some(((a.as_ref()?, b.as_ref()?), c.as_ref()?))) {
+            assert!(Arc::ptr_eq(a, b) && !Arc::ptr_eq(a, c));
+        }
+    }
 
     #[test]
     fn a_clone_keeps_its_entries_while_the_original_changes() {

@@ -46,6 +46,12 @@ impl Store {
         Store { scale: Some(*scale), warehouses, ..Store::default() }
     }
 
+    /// The store of a MicroBench shard loaded with `keys` (each 0 at version 0, as a key never
+    /// written reads), so that the run's writes find their keys in place.
+    pub fn loaded(keys: impl IntoIterator<Item = Key>) -> Store {
+        Store { keys: keys.into_iter().map(|k| (k, Versioned::default())).collect(), ..Store::default() }
+    }
+
     /// Answers a by-name TPC-C transaction's pre-read, if this store holds the warehouse
     /// (`kairos_workload::tpcc::pre_read`: names never change, so any replica may answer).
     pub fn answer_pre_read(&self, request: PreReadRequest) -> Option<PreReadAnswer> {
@@ -109,7 +115,7 @@ impl Store {
         true
     }
 
-    /// Keys ever written.
+    /// Keys ever written or loaded.
     pub fn len(&self) -> usize {
         self.keys.len()
     }

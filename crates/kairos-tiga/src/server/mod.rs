@@ -635,6 +635,16 @@ impl Server {
         self
     }
 
+    /// A replica whose shard starts with `keys` in its store (every replica of the shard starts
+    /// from the same), as its own copies: sharing the buckets with the other replicas, or the
+    /// live store with the committed one, would make the run's first write to each bucket copy
+    /// it, a cost a replica that loaded its keys itself does not pay.
+    pub fn with_loaded_keys(mut self, keys: &CowMap<StoreKey, Entry>) -> Self {
+        self.committed.keys = keys.unshared();
+        self.store.keys = keys.unshared();
+        self
+    }
+
     /// The live state: a leader's includes its speculative executions (once every released
     /// transaction is final and executed, it equals [`Server::executed_state`]).
     pub fn live_state(&self) -> &Store {

@@ -251,6 +251,7 @@ impl MicroBenchArgs {
             }
         }
         bench.base.skew = self.skew;
+        bench.base.preload = !self.empty_stores;
         Ok((protocols, bench))
     }
 }
@@ -376,7 +377,7 @@ fn run_result(bench: &Bench, outcome: &RunOutcome, report: &CheckReport) -> RunR
         matches!(outcome.protocol, Protocol::Tiga | Protocol::Tapir | Protocol::Janus | Protocol::CalvinPlus);
     let workload = match &bench.tpcc {
         None => {
-            serde_json::json!({ "name": "micro", "skew": bench.base.skew, "keys_per_shard": bench.base.keys_per_shard, "shards": bench.base.shards, "keys_per_txn": 3 })
+            serde_json::json!({ "name": "micro", "skew": bench.base.skew, "keys_per_shard": bench.base.keys_per_shard, "shards": bench.base.shards, "keys_per_txn": 3, "keys_loaded": bench.base.preload })
         }
         Some(t) => serde_json::json!({
             "name": "tpcc",
@@ -676,8 +677,13 @@ fn compare(
         *wire = calibrated;
         message_cost = Some(source);
     }
+    let stores = match (&template.tpcc, template.base.preload) {
+        (None, true) => ", keys loaded before each run",
+        (None, false) => ", stores empty at the start",
+        (Some(_), _) => "",
+    };
     println!(
-        "{title}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
+        "{title}{stores}, {} clocks, {} leaders, seed {}, {} virtual s per run, CPU: {}",
         template.base.clock,
         if template.base.placement == Placement::CoLocated { "co-located" } else { "separated" },
         template.base.seed,
