@@ -181,6 +181,7 @@ fn bad_arguments_are_refused_with_a_reason() {
         (vec!["bench", "tiga", "--kill-leader-at-s", "1", "--restart-after-s", "5000"], "--restart-after-s"),
         (vec!["bench", "tiga", "--kill-shard", "1"], "--kill-leader-at-s"),
         (vec!["bench", "tiga", "--keys-per-shard", "0"], "--keys-per-shard"),
+        (vec!["bench", "tiga", "--load-keys", "--keys-per-shard", "5000000"], "--load-keys"),
         (vec!["bench", "tiga", "--message-cost-us", "3"], "--measured-cpu"),
         (vec!["bench", "micro", "--message-cost-us", "20000"], "--message-cost-us"),
         (vec!["bench", "tiga", "--announce-at-release-ms", "0"], "--announce-at-release-ms"),
@@ -573,10 +574,13 @@ fn bench_tiga_measured_cpu_replays_a_leader_alone() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("alone.json");
     let args = ["bench", "tiga", "--load", "1000", "--duration-s", "0.5", "--measured-cpu", "--message-cost-us", "0"];
-    let o = kairos(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    // With the keys loaded (fewer of them, to stay quick), as the paper's setup runs.
+    let keys = ["--load-keys", "--keys-per-shard", "20000"];
+    let o = kairos(&[&args[..], &keys, &["--json", json.to_str().unwrap()]].concat());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("replayed alone on a fresh instance"), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v[0]["workload"]["keys_loaded"], true, "{v}");
     let extra = &v[0]["extra"];
     for key in ["leader0_cpu_us_per_piece", "leader0_alone_cpu_us_per_piece", "leader0_alone_handler_ms_max"] {
         assert!(extra[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {extra}");

@@ -16,6 +16,9 @@ use kairos_workload::Placement;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// Most keys `--load-keys` loads (about 0.5 KB each over the six copies of a shard's store).
+const LOADED_KEYS_MAX: u64 = 10_000_000;
+
 impl TigaArgs {
     /// Validates the flags and builds one deployment per offered load.
     pub fn to_deployments(&self) -> Result<Vec<Deployment>, CliError> {
@@ -31,6 +34,14 @@ impl TigaArgs {
         if !(1..=100_000_000).contains(&self.keys_per_shard) {
             return Err(CliError::Usage(format!(
                 "--keys-per-shard must be between 1 and 100,000,000, not {}",
+                self.keys_per_shard
+            )));
+        }
+        let keys = self.keys_per_shard.saturating_mul(3);
+        if self.load_keys && keys > LOADED_KEYS_MAX {
+            return Err(CliError::Usage(format!(
+                "--load-keys loads at most {LOADED_KEYS_MAX} keys, not {keys} (3 shards × {} keys): pass fewer \
+                 --keys-per-shard, or drop --load-keys",
                 self.keys_per_shard
             )));
         }
@@ -85,6 +96,7 @@ impl TigaArgs {
                 placement: self.placement.into(),
                 skew: self.skew,
                 keys_per_shard: self.keys_per_shard,
+                preload: self.load_keys,
                 duration: Duration::from_secs_f64(self.duration_s),
                 loss: self.loss,
                 cpu: if self.measured_cpu {
@@ -279,7 +291,7 @@ pub fn tiga_result(d: &Deployment, outcome: &Outcome, report: &CheckReport) -> R
     RunResult {
         system: "tiga".into(),
         protocol: "tiga".into(),
-        workload: serde_json::json!({ "name": "micro", "skew": d.base.skew, "keys_per_shard": d.base.keys_per_shard, "shards": d.base.shards, "keys_per_txn": 3 }),
+        workload: serde_json::json!({ "name": "micro", "skew": d.base.skew, "keys_per_shard": d.base.keys_per_shard, "shards": d.base.shards, "keys_per_txn": 3, "keys_loaded": d.base.preload }),
         host: "sim".into(),
         clock: d.base.clock.to_string(),
         seed: d.base.seed,
