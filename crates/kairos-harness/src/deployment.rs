@@ -95,6 +95,12 @@ impl TxnDeployment {
         0..self.keys_per_shard.saturating_mul(u64::from(self.shards))
     }
 
+    /// The MicroBench keys the peers place on `shard` ([`kairos_workload::shard_of`]).
+    pub fn peer_keys_of(&self, shard: ShardId) -> impl Iterator<Item = u64> + Clone {
+        let shards = self.shards as usize;
+        self.micro_keys().filter(move |&k| kairos_workload::shard_of(k, shards) == shard)
+    }
+
     /// The index (in `server_regions`) of the region of replica `replica` of shard `shard`.
     pub fn region_index(&self, shard: usize, replica: usize) -> usize {
         self.placement.region_index(shard, replica, self.server_regions.len().max(1))

@@ -391,14 +391,7 @@ impl Bench {
         // MicroBench with the keys loaded: each shard's keys, placed as the coordinators place
         // them, copied into every replica's store.
         let loaded: Vec<Store> = if self.base.preload && tpcc.is_none() {
-            let shard_count = shards as usize;
-            (0..shard_count)
-                .map(|s| {
-                    Store::loaded(
-                        self.base.micro_keys().filter(|&k| kairos_workload::shard_of(k, shard_count) as usize == s),
-                    )
-                })
-                .collect()
+            (0..shards).map(|s| Store::loaded(self.base.peer_keys_of(s))).collect()
         } else {
             Vec::new()
         };
@@ -766,7 +759,7 @@ mod tests {
             for n in replicas {
                 let store =
                     world.sim.role::<kairos_txn::twopc::server::TxnServer>(*n).and_then(TwoPlPaxos::store).unwrap();
-                let mine = base.micro_keys().filter(|&k| kairos_workload::shard_of(k, shards) as usize == s);
+                let mine = base.peer_keys_of(s as kairos_workload::ShardId);
                 assert_eq!(store.len(), mine.clone().count());
                 assert!(mine.into_iter().all(|k| store.get(k) == Default::default()));
             }
