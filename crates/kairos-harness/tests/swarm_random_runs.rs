@@ -158,6 +158,42 @@ fn keys_created_during_adversarial_runs_stay_linearizable() {
     }
 }
 
+/// Keys created during the run are also deleted by any client, racing their creation, updates
+/// and reads, under the campaign's faults. A delete is a write of `DELETED_VALUE_ID` and a get
+/// that reports the deletion reads it, so the checker holds deletions to the register's rules
+/// (a review found reads that reported a deletion seen on one node, then the old value).
+#[test]
+fn deletes_racing_creation_updates_and_reads_stay_linearizable() {
+    use kairos_core::history::{MicroOp, OpType, ReadValue};
+    use kairos_swarm::client::{OpKind, DELETED_VALUE_ID};
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Fusee] {
+        let (mut deletes, mut deleted_reads) = (0, 0);
+        for seed in 1..=12 {
+            let mut run = SwarmRun::draw(seed, false, Some(protocol));
+            (run.fresh_keys, run.deletes_per_mille) = (2, 150);
+            if protocol == Protocol::Fusee {
+                (run.crash_node_at, run.crash_client_after, run.adversary.crash_client_at_chain) = (None, None, None);
+            }
+            let o = swarm::run(&run).unwrap();
+            assert_eq!(o.linearizable, Some(true), "{protocol:?} seed {seed} ({run:?}):\n{}", o.check_report);
+            deletes += o.round_trips.get(&OpKind::Delete).map_or(0, |h| h.values().sum::<u64>());
+            deleted_reads += o
+                .history
+                .iter()
+                .filter(|r| r.event.op_type == OpType::Ok)
+                .filter(|r| {
+                    matches!(r.event.value.first(), Some(MicroOp::Read { value: Some(ReadValue::Int(v)), .. }) if *v == DELETED_VALUE_ID)
+                })
+                .count();
+        }
+        eprintln!("{protocol:?}: {deletes} deletes, {deleted_reads} gets that reported one");
+        assert!(
+            deletes > 0 && deleted_reads > 0,
+            "{protocol:?}: {deletes} deletes, {deleted_reads} gets that reported one"
+        );
+    }
+}
+
 #[test]
 fn dm_abd_under_a_stalled_chain_seed_2794() {
     let run = as_found(draw(2794));

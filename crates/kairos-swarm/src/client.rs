@@ -112,6 +112,11 @@ pub enum KvError {
     Corrupt,
 }
 
+/// What a history records a deletion as: a write of this value, which a get that reports
+/// [`KvError::Deleted`] reads (so the checker holds deletions to the register's rules: once a
+/// read saw one, every later read must). No workload writes it otherwise.
+pub const DELETED_VALUE_ID: u64 = 1 << 62;
+
 impl KvError {
     /// Whether a write that failed this way may still have taken effect.
     pub fn is_unknown_outcome(&self) -> bool {

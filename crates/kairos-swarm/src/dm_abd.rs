@@ -7,9 +7,11 @@
 //! * get: read the words and the in-place copy (round 1); write the maximum back into its
 //!   writer's word on a majority — with its value where a node lacks it — and fetch the value if
 //!   the in-place copy did not hold it (round 2).
+//! * a get or update that reads a deletion reports it once it is on a majority, writing it
+//!   back first where it is missing ([`crate::deletion`]).
 
 use crate::client::{KvError, KvOp, Outbox};
-use crate::engine::{Client, NodeMap, Op, Shape, Stage};
+use crate::engine::{words_by_node, Client, Op, Shape, Stage};
 use crate::meta;
 use crate::verbs::{Verb, VerbOutcome};
 use kairos_core::LocalTime;
@@ -19,17 +21,6 @@ pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbo
     let chains = c.meta_read_chains(slot, matches!(op.op, KvOp::Get { .. }));
     let need = c.majority();
     c.send_round_majority_first(op, Stage::AbdRead, chains, need, now, out);
-}
-
-fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
-    let mut m = NodeMap::new();
-    for (node, outs) in &op.replies {
-        let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
-        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-            m.insert(*node, meta::words(bytes));
-        }
-    }
-    m
 }
 
 fn copy_value(c: &Client, op: &Op, target: u64) -> Option<Vec<u8>> {
@@ -58,7 +49,8 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                 return c.finish(op, Ok(None), now, out);
             }
             if meta::is_deleted(x) {
-                return c.finish(op, Err(KvError::Deleted), now, out);
+                // Reported only once on a majority (see `crate::deletion`).
+                return crate::deletion::confirm(c, op, x, words, now, out);
             }
             // Round 2: write back, and fetch the value if the in-place copy did not hold it.
             op.target = x;
@@ -70,7 +62,9 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         KvOp::Update { value, .. } | KvOp::Insert { value, .. } => Some(value.clone()),
     };
     if meta::is_deleted(x) {
-        return c.finish(op, Err(KvError::Deleted), now, out);
+        // Nothing of this write is anywhere yet; the deletion it read is reported once on a
+        // majority (see `crate::deletion`).
+        return crate::deletion::confirm(c, op, x, words, now, out);
     }
     let tuple = match &value {
         None => meta::pack(meta::DELETED_TS, 0, w, true),

@@ -35,6 +35,18 @@ pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
     m
 }
 
+/// Every replied node's metadata words, read by the verb at `shape.words`.
+pub(crate) fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
+    let mut m = NodeMap::new();
+    for (node, outs) in &op.replies {
+        let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
+        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
+            m.insert(*node, meta::words(bytes));
+        }
+    }
+    m
+}
+
 /// Per-node state of one operation: a few replicas, iterated in node order (a `BTreeMap`'s
 /// order, so decisions never depend on hashing), one allocation that survives `clear`.
 pub(crate) type NodeMap<V> = litemap::LiteMap<MemNodeId, V>;
@@ -160,6 +172,9 @@ pub(crate) enum Stage {
     Fetch {
         then_read: bool,
     },
+    /// An operation that met a deletion writes it back before it reports it (see
+    /// [`crate::deletion`]).
+    DeleteBack,
     AbdRead,
     AbdWrite,
     AbdBack,
@@ -965,6 +980,7 @@ impl Client {
                     None => self.finish(op, Err(KvError::UnknownKey), now, out),
                 }
             }
+            Stage::DeleteBack => crate::deletion::after_confirm(self, op, now, out),
             _ => match self.cfg.protocol {
                 Protocol::SwarmKv => crate::safe_guess::advance(self, op, now, out),
                 Protocol::DmAbd => crate::dm_abd::advance(self, op, now, out),

@@ -46,8 +46,11 @@
 //! (the writer wrote or deleted the key again, or saw a newer VERIFIED tuple of another writer)
 //! and reused after a grace period ≥ the longest operation (default 1 ms). Copies carry their
 //! tuple word and a hash over it, so a reader that follows a stale pointer into a reused buffer
-//! detects it and retries: **safety does not depend on timing**; the grace period assumes eventual
-//! synchrony (bounded operation time and clock rate after some point) only for liveness. Memory
+//! detects it and retries. But a reader's or stale writer's lock round writes a tuple's copy
+//! into its writer's buffer, and such a chain stalled past the grace period can land over a
+//! newer tuple's value once the buffer is reused: **recycling is safe only under eventual
+//! synchrony** (a grace period longer than any chain stays in flight), as in the paper's design
+//! ([`pool`] says why; runs that must not assume it turn recycling off). Memory
 //! per writer is bounded by one current buffer per key plus the buffers retired within one grace
 //! period ([`pool`]).
 //!
@@ -74,6 +77,7 @@
 //!   verification and in-place refresh are not on the critical path (as in the paper).
 
 pub mod client;
+pub mod deletion;
 pub mod direct;
 pub mod dm_abd;
 pub mod engine;

@@ -7,10 +7,20 @@
 //! is reused only after a **grace period** (≥ the longest operation), so readers that picked the
 //! old tuple before it was superseded can still follow the pointer.
 //!
-//! Safety never depends on the grace period: every copy carries its tuple word and a hash over
-//! it, so a reader that follows a pointer into a reused buffer sees another tuple (or a torn
-//! copy) and retries. The grace period — which assumes eventual synchrony (operations and clock
-//! rates bounded after some time) — only keeps such retries rare. Memory is bounded: a writer
+//! Readers never need the grace period: every copy carries its tuple word and a hash over it,
+//! so a reader that follows a pointer into a reused buffer sees another tuple (or a torn copy)
+//! and retries; the grace period only keeps such retries rare. **Helpers do need it**: a
+//! reader's lock round, or a stale writer's, writes a tuple's copy into *its writer's* buffer
+//! on the nodes that lack it (so that no node holds a tuple's metadata without its value), and
+//! a chain cannot make a write conditional. If such a chain stalls past the grace period and
+//! the buffer is reused meanwhile, it lands over the newer tuple's value on that node; should
+//! that node become the newer tuple's last holder, the value is lost while its metadata stays
+//! the maximum, and reads of the key never finish (a review's schedule, 2026-12-07: a reader's
+//! lock chain stalled, its writer updated twice more past the grace period, then the primary
+//! crashed). So recycling is safe only while the grace period exceeds the longest time a chain
+//! stays in flight: eventual synchrony (operations and clock rates bounded after some time),
+//! the assumption the SWARM paper's own recycling design makes. Runs that must not rely on it
+//! turn recycling off (every write then takes a fresh buffer). Memory is bounded: a writer
 //! holds at most one current buffer per key, plus the buffers retired within one grace period,
 //! plus the **pinned** ones below.
 //!

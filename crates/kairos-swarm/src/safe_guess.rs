@@ -45,6 +45,15 @@
 //!    may return it.
 //! 5. Neither (lock words moved since they were read, or nodes not heard from): again, with
 //!    the words just read.
+//! 6. A **deletion** is the highest tuple there is, and nothing is written above it. A write
+//!    that meets one (another writer's, or this writer's own earlier delete) races for `T` as
+//!    in 1-5, with the deletion as `M` (only its word is written back: it has no value). A
+//!    reader's lock on `T` means `T` took effect before the deletion: the write completes. Won
+//!    on a majority: no reader returns `T` ever, so the write did not take effect and reports
+//!    `Deleted`, once the deletion is on a majority ([`crate::deletion`]). (It used to report
+//!    `Deleted` as soon as it read a deletion, also after a reader had returned its value: a
+//!    review's schedule, now the test
+//!    `an_update_a_reader_returned_before_a_delete_completes_despite_the_delete`.)
 //!
 //! Without failures a stale write takes at most 4 round trips (write, fetch `M`, lock, rewrite).
 //!
@@ -58,7 +67,8 @@
 //! — in this iteration **or any earlier one**: the read's maximum never goes down. A lower
 //! maximum in a later iteration only means that its majority missed the nodes holding `X` (a
 //! stalled writer's chain may have reached one node), not that `X` went away; the reference
-//! implementation's reader keeps the highest tuple it saw too. Then:
+//! implementation's reader keeps the highest tuple it saw too. A deletion as `X` is reported
+//! once it is on a majority ([`crate::deletion`]). Otherwise:
 //! a. `X` VERIFIED → return its value (in-place copy if it matches, else follow the pointer);
 //! b. `X` GUESSED and already the maximum at the end of the previous iteration → lock round on
 //!    every node: where `X`'s writer word is older than `X`, write `X`'s value into its buffer
@@ -90,7 +100,7 @@
 //! client-crash campaign).
 
 use crate::client::{KvError, KvOp, Outbox};
-use crate::engine::{Client, NodeMap, Op, Shape, Stage, UnsafeSwitch};
+use crate::engine::{words_by_node, Client, NodeMap, Op, Shape, Stage, UnsafeSwitch};
 use crate::meta;
 use crate::verbs::{MemNodeId, Verb, VerbOutcome};
 use kairos_core::LocalTime;
@@ -202,18 +212,6 @@ fn after_create(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     }
 }
 
-/// Every replied node's metadata words, read by the verb at `shape.words`.
-fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
-    let mut m = NodeMap::new();
-    for (node, outs) in &op.replies {
-        let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
-        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-            m.insert(*node, meta::words(bytes));
-        }
-    }
-    m
-}
-
 fn cas_previous(op: &Op, node: MemNodeId, index: Option<usize>) -> Option<u64> {
     match op.replies.get(&node)?.get(index?)? {
         VerbOutcome::Cas { previous } => Some(*previous),
@@ -226,8 +224,9 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let t = meta::id(op.tuple);
     let words = words_by_node(op);
     let mut written = 0;
+    // The highest tuple of another writer, or a deletion (this writer's own included: its own
+    // earlier delete makes this write as invisible as anyone's).
     let mut max_other = 0u64;
-    let mut deleted = false;
     for (node, ws) in &words {
         let cas_my = op.shapes.get(node).and_then(|s| s.cas_my);
         if let (Some(prev), Some((_, expected))) = (cas_previous(op, *node, cas_my.map(|x| x.0)), cas_my) {
@@ -236,10 +235,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
             }
         }
         for (i, word) in ws.iter().enumerate() {
-            if meta::is_deleted(*word) {
-                deleted = true;
-            }
-            if i != w {
+            if i != w || meta::is_deleted(*word) {
                 max_other = max_other.max(*word);
             }
         }
@@ -252,9 +248,7 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         c.bump("write_retries");
         return write_round(c, op, now, out);
     }
-    if deleted {
-        return c.finish(op, Err(KvError::Deleted), now, out);
-    }
+    // A deletion seen here is raced for like any tuple above T (rule 6 of the module docs).
     if written < c.majority() {
         c.bump("write_retries");
         return write_round(c, op, now, out);
@@ -268,18 +262,25 @@ fn after_write(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     // A stale guess: whatever the replies show, a reader may have chosen T (the replies are one
     // moment of chains that are ordered, not atomic), so always race readers for T's lock.
     c.bump("stale_guesses");
-    c.resync(meta::ts(max_other), now.saturating_since(op.started), now);
+    let live_ts = words.values().flatten().map(|w| meta::ts(*w)).filter(|t| *t < meta::DELETED_TS).max();
+    c.resync(live_ts.unwrap_or(0), now.saturating_since(op.started), now);
     op.lock_for = op.tuple;
     op.locks.clear();
     op.above.clear();
     op.value = None;
     op.target = 0;
     learn_stale(c, op);
-    if op.above.len() >= c.majority() {
+    if op.above.len() >= c.majority() || !needs_value(op) {
         writer_lock(c, op, now, out)
     } else {
         writer_prepare(c, op, now, out)
     }
+}
+
+/// Whether the lock round still lacks the value of the tuple above T it may have to write
+/// (a deletion has none: only its metadata is written back).
+fn needs_value(op: &Op) -> bool {
+    op.value.is_none() && !meta::is_deleted(op.target)
 }
 
 /// What a stale writer learns from any round's replies: its buffer's lock word per node, every
@@ -293,7 +294,8 @@ fn learn_stale(c: &Client, op: &mut Op) {
         op.locks.insert(node, lw);
     }
     for (node, ws) in words_by_node(op) {
-        let top = ws.iter().enumerate().filter(|(i, _)| *i != w).map(|(_, x)| *x).max().unwrap_or(0);
+        let top = ws.iter().enumerate().filter(|(i, x)| *i != w || meta::is_deleted(**x)).map(|(_, x)| *x).max();
+        let top = top.unwrap_or(0);
         if meta::id(top) > t {
             op.above.insert(node);
         }
@@ -334,7 +336,7 @@ fn writer_prepare(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox)
 fn after_writer_prepare(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let asked = op.target;
     learn_stale(c, op);
-    if op.above.len() >= c.majority() {
+    if op.above.len() >= c.majority() || !needs_value(op) {
         return writer_lock(c, op, now, out);
     }
     if meta::id(op.target) != meta::id(asked) {
@@ -376,7 +378,14 @@ fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         let mut covered = op.above.contains(&node) || op.above.len() >= c.majority();
         if !covered {
             let seen = op.observed.get(&node).and_then(|ws| ws.get(mw as usize)).copied();
-            if let (Some(v), Some(o)) = (&op.value, seen) {
+            if let (true, Some(o)) = (meta::is_deleted(m), seen) {
+                // A deletion has no value: its word alone (see `crate::deletion`).
+                if meta::id(o) < meta::id(m) {
+                    shape.cas_other = Some((verbs.len(), o));
+                    verbs.push(Verb::Cas { addr: l.meta_word(slot, mw), expected: o, new: m });
+                }
+                covered = true;
+            } else if let (Some(v), Some(o)) = (&op.value, seen) {
                 if meta::id(o) < meta::id(m) {
                     verbs.push(Verb::Write { addr: l.buffer_copy(mw, mb), data: meta::encode_copy(m, v) });
                     shape.cas_other = Some((verbs.len(), o));
@@ -413,9 +422,16 @@ fn after_writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
     }
     if won >= c.majority() && op.above.len() >= c.majority() {
         // No reader can lock T on a majority now, and a majority holds a tuple above T, so no
-        // reader will ever choose T: rewrite above everything read.
+        // reader will ever choose T: rewrite above everything read — unless the key was
+        // deleted, above which nothing can be written: then T never took effect.
         c.bump("writer_lock_won");
-        rewrite(c, op, now, out)
+        match crate::deletion::find(&op.observed) {
+            Some(d) => {
+                let observed = words_by_node(op);
+                crate::deletion::confirm(c, op, d, observed, now, out)
+            }
+            None => rewrite(c, op, now, out),
+        }
     } else if reader {
         // A reader saw T as the maximum of two majority reads made after this write began, so
         // no write above T had completed before it began: the write is complete at T (and the
@@ -426,7 +442,7 @@ fn after_writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
         // Undecided (lock words moved since last read, nodes not heard from): again, with what
         // this round read.
         c.bump("writer_lock_retries");
-        if op.above.len() < c.majority() && op.value.is_none() {
+        if op.above.len() < c.majority() && needs_value(op) {
             writer_prepare(c, op, now, out)
         } else {
             writer_lock(c, op, now, out)
@@ -582,7 +598,9 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         return c.finish(op, Ok(None), now, out);
     }
     if meta::is_deleted(x) {
-        return c.finish(op, Err(KvError::Deleted), now, out);
+        // Reported only once on a majority (see `crate::deletion`).
+        let observed = op.observed.clone();
+        return crate::deletion::confirm(c, op, x, observed, now, out);
     }
     let xw = meta::writer(x);
     if meta::is_verified(x) || c.cfg.unsafe_switch == UnsafeSwitch::ReadGuessed {

@@ -4,7 +4,7 @@
 //! simulator missed because it never stalled a chain for more than ~100 ns.
 
 use kairos_core::LocalTime;
-use kairos_swarm::client::{ChainTag, Completion, KvClient, KvOp, OpId, Outbox};
+use kairos_swarm::client::{ChainTag, Completion, KvClient, KvError, KvOp, OpId, Outbox};
 use kairos_swarm::engine::{Client, ClientConfig, Protocol};
 use kairos_swarm::index;
 use kairos_swarm::layout::{Layout, LayoutConfig};
@@ -193,6 +193,9 @@ fn update(value: &[u8]) -> KvOp {
 }
 fn get() -> KvOp {
     KvOp::Get { key: KEY.to_vec() }
+}
+fn delete() -> KvOp {
+    KvOp::Delete { key: KEY.to_vec() }
 }
 
 /// Issue bug 1. W's guessed timestamp T is behind V's clock. W's update chain lands whole on
@@ -417,4 +420,58 @@ fn inserts_racing_for_one_directory_entry_both_end_up_findable() {
         let got = lab.run(reader, id, &[q, r, p], 20).expect("the reader completes");
         assert_eq!(got.result, Ok(Some(value.to_vec())), "{}", String::from_utf8_lossy(key));
     }
+}
+
+/// A review's bug A (found outside the suite, 2026-12-07). D's delete lands whole on C and
+/// stalls there (or D crashes). R1 reads P and C and meets the deletion on C alone; it reported
+/// `Deleted` at once, and R2, which began after R1 ended, read P and B and returned the old
+/// value: the key came back. A deletion is now reported only once it is on a majority (R1
+/// writes it back first, `kairos_swarm::deletion`), so every later read meets it.
+#[test]
+fn a_read_that_reports_a_deletion_is_never_followed_by_a_read_of_the_old_value() {
+    let (d, r1, r2) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(d, 1, delete());
+    lab.widen(d); // D has a chain to C whichever majority it asked first
+    assert!(lab.apply(d, c, usize::MAX).is_some(), "the delete lands on C; D stalls there for good");
+
+    lab.invoke(r1, 1, get());
+    let got1 = lab.run(r1, 1, &[p, c], 50).expect("R1 completes with P and C");
+    assert_eq!(got1.result, Err(KvError::Deleted), "R1 meets the deletion on C");
+    lab.invoke(r2, 1, get());
+    let got2 = lab.run(r2, 1, &[p, b], 50).expect("R2 completes with P and B");
+    assert_eq!(got2.result, Err(KvError::Deleted), "R1 reported the deletion before R2 began: R2 must too");
+}
+
+/// A review's bug B. W's update lands whole on C, and on P up to (not including) its read of
+/// the words. R locks W's tuple on P and C and returns W's value. Only then does D delete the
+/// key. W's chain on P finishes: its read shows the deletion, and W reported `Deleted` — "did
+/// not take effect" — although a read that ended before the delete began returned its value.
+/// A deletion W meets is now raced for like any tuple above its own: R's lock on W's tuple
+/// shows that W took effect (before the delete), so W completes.
+#[test]
+fn an_update_a_reader_returned_before_a_delete_completes_despite_the_delete() {
+    let (w, d, r) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w);
+    let w_on_c = lab.apply(w, c, usize::MAX);
+    assert!(w_on_c.is_some());
+    assert!(lab.apply(w, p, 3).is_none(), "fill, lock read and CAS land on P; the words read stalls");
+
+    lab.invoke(r, 1, get());
+    let got = lab.run(r, 1, &[p, c], 50).expect("R completes with P and C");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())), "R locks W's tuple and returns its value");
+
+    lab.invoke(d, 1, delete());
+    let deleted = lab.run(d, 1, &[p, b, c], 50).expect("D completes");
+    assert_eq!(deleted.result, Ok(None));
+
+    let w_on_p = lab.apply(w, p, usize::MAX);
+    lab.deliver(w, w_on_p);
+    lab.deliver(w, w_on_c);
+    let done = lab.run(w, 1, &[p, b, c], 50).expect("W completes");
+    assert_eq!(done.result, Ok(None), "a reader returned W's value before the delete began: W took effect");
 }

@@ -30,7 +30,7 @@ use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType, ReadVal
 use kairos_core::LocalTime;
 
 use crate::swarm::backend::{BackendError, MemoryBackend, MemoryPort};
-use kairos_swarm::client::{KvClient, KvOp, OpId, OpKind, Outbox};
+use kairos_swarm::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox, DELETED_VALUE_ID};
 
 /// Local clocks start here (1 s), so offsets down to −1 s keep them positive.
 pub const LOCAL_CLOCK_BASE_NS: u64 = 1_000_000_000;
@@ -339,8 +339,9 @@ fn history_invoke(codec: &dyn HistoryCodec, op: &KvOp) -> (&'static str, Vec<Mic
         KvOp::Update { value, .. } | KvOp::Insert { value, .. } => {
             ("write", vec![MicroOp::Write { key, value: codec.value(value).unwrap_or(0) }])
         }
-        // A delete makes the key unusable; as a register it is a write of a value nobody reads.
-        KvOp::Delete { .. } => ("write", vec![MicroOp::Write { key, value: u64::MAX }]),
+        // A delete makes the key unusable; as a register it is a write of a value that only a
+        // get reporting the deletion reads.
+        KvOp::Delete { .. } => ("write", vec![MicroOp::Write { key, value: DELETED_VALUE_ID }]),
     }
 }
 
@@ -500,6 +501,13 @@ fn flush(
                 *out.round_trips.entry(p.op.kind()).or_default().entry(c.round_trips).or_default() += 1;
                 if let (Some(MicroOp::Read { value: v, .. }), Some(bytes)) = (value.first_mut(), got) {
                     *v = codec.value(bytes).map(ReadValue::Int);
+                }
+                OpType::Ok
+            }
+            Err(KvError::Deleted) if matches!(p.op, KvOp::Get { .. }) => {
+                *out.errors.entry(KvError::Deleted.to_string()).or_default() += 1;
+                if let Some(MicroOp::Read { value: v, .. }) = value.first_mut() {
+                    *v = Some(ReadValue::Int(DELETED_VALUE_ID));
                 }
                 OpType::Ok
             }

@@ -115,6 +115,9 @@ pub struct SwarmRun {
     /// Keys beyond `keys`, not loaded: created during the run by their owner while every
     /// client reads and updates them ([`client_node::FreshKeys`]). 0 by default.
     pub fresh_keys: u64,
+    /// Per mille of the operations on fresh keys that delete the key (any client may, racing
+    /// its creation, updates and reads: a deleted key stays deleted). 0 by default.
+    pub deletes_per_mille: u32,
     /// Share of the messages whose encoding the simulator changes ([`Sim::corrupt_messages`]:
     /// a Byzantine network, for tests that nothing panics; leave `check` off). 0 by default.
     pub corrupt_messages: f64,
@@ -159,6 +162,7 @@ impl Default for SwarmRun {
             recycling: true,
             adversary: Adversary::default(),
             fresh_keys: 0,
+            deletes_per_mille: 0,
             corrupt_messages: 0.0,
         }
     }
@@ -316,6 +320,9 @@ impl SwarmRun {
             piece_ns_max: r.random_range(1..=100),
             adversary: Adversary::draw(&mut r, clients, ops * 3),
             fresh_keys: if r.random_bool(0.5) { r.random_range(1..=3) } else { 0 },
+            // Drawn after everything else, so every other draw is the one the seeds found
+            // before deletes joined the campaigns had.
+            deletes_per_mille: if r.random_bool(0.5) { 30 } else { 0 },
             seed,
             ..SwarmRun::default()
         }
@@ -458,8 +465,12 @@ impl SwarmRun {
             ));
             if let Some(n) = node.as_mut() {
                 n.faults = faults;
-                n.fresh_keys =
-                    client_node::FreshKeys { first: self.keys, count: self.fresh_keys, clients: self.clients };
+                n.fresh_keys = client_node::FreshKeys {
+                    first: self.keys,
+                    count: self.fresh_keys,
+                    clients: self.clients,
+                    deletes_per_mille: self.deletes_per_mille,
+                };
             }
             sim.add_node(rack, SimClock::new(offset, drift, 0), move |_| {
                 Box::new(node.take().expect("simulated clients are never restarted"))

@@ -4,10 +4,12 @@
 //! With [`FreshKeys`], some operations go to keys that were never loaded: their owner creates
 //! them ([`KvOp::Insert`]) while every client reads and updates them, so creation races
 //! lookups. A get of a key not yet created is a read of nil (the history's initial value);
-//! an update of one fails without effect.
+//! an update of one fails without effect. Some runs also delete fresh keys (any client, racing
+//! the rest): a delete is a write of [`DELETED_VALUE_ID`], which a get reporting the deletion
+//! reads.
 
 use super::SwarmMsg;
-use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox};
+use crate::client::{KvClient, KvError, KvOp, OpId, OpKind, Outbox, DELETED_VALUE_ID};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::LocalTime;
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
@@ -46,6 +48,8 @@ pub struct FreshKeys {
     pub first: u64,
     pub count: u64,
     pub clients: u32,
+    /// Per mille of the writes to a fresh key that delete it instead.
+    pub deletes_per_mille: u32,
 }
 
 /// The share of operations that go to a fresh key, when there are fresh keys.
@@ -148,20 +152,26 @@ impl ClientNode {
         self.next_op += 1;
         let process = u64::from(self.index) * self.inflight as u64 + slot as u64;
         let key_bytes = self.ycsb.key_bytes(key);
-        let (op, kind, value_id, micro) = if y.update {
-            let vid = (u64::from(self.index) + 1) << 40 | id;
-            let value = ycsb::value_bytes(vid, self.value_size);
-            let creates =
-                key >= fresh.first && fresh.count > 0 && key % u64::from(fresh.clients.max(1)) == u64::from(self.index);
-            let (op, kind) = if creates {
-                (KvOp::Insert { key: key_bytes, value }, OpKind::Insert)
+        let deletes = fresh.deletes_per_mille > 0 && fresh.count > 0 && key >= fresh.first;
+        let (op, kind, value_id, micro) =
+            if y.update && deletes && ctx.rng().random_ratio(fresh.deletes_per_mille, 1000) {
+                let write = MicroOp::Write { key, value: DELETED_VALUE_ID };
+                (KvOp::Delete { key: key_bytes }, OpKind::Delete, DELETED_VALUE_ID, write)
+            } else if y.update {
+                let vid = (u64::from(self.index) + 1) << 40 | id;
+                let value = ycsb::value_bytes(vid, self.value_size);
+                let creates = key >= fresh.first
+                    && fresh.count > 0
+                    && key % u64::from(fresh.clients.max(1)) == u64::from(self.index);
+                let (op, kind) = if creates {
+                    (KvOp::Insert { key: key_bytes, value }, OpKind::Insert)
+                } else {
+                    (KvOp::Update { key: key_bytes, value }, OpKind::Update)
+                };
+                (op, kind, vid, MicroOp::Write { key, value: vid })
             } else {
-                (KvOp::Update { key: key_bytes, value }, OpKind::Update)
+                (KvOp::Get { key: key_bytes }, OpKind::Get, 0, MicroOp::Read { key, value: None })
             };
-            (op, kind, vid, MicroOp::Write { key, value: vid })
-        } else {
-            (KvOp::Get { key: key_bytes }, OpKind::Get, 0, MicroOp::Read { key, value: None })
-        };
         let f = if y.update { "write" } else { "read" };
         ctx.record(HistoryEvent::new(OpType::Invoke, process, f, vec![micro]));
         self.pending.insert(id, Pending { process, slot, key, kind, value_id });
@@ -212,6 +222,12 @@ impl ClientNode {
                         (OpType::Ok, "read", MicroOp::Read { key: p.key, value })
                     }
                     (Ok(_), _) => (OpType::Ok, "write", MicroOp::Write { key: p.key, value: p.value_id }),
+                    // The deletion, on a majority (`crate::deletion`): read as its value.
+                    (Err(KvError::Deleted), OpKind::Get) => (
+                        OpType::Ok,
+                        "read",
+                        MicroOp::Read { key: p.key, value: Some(ReadValue::Int(DELETED_VALUE_ID)) },
+                    ),
                     // Not created yet: a definite "absent", the history's initial nil.
                     (Err(KvError::UnknownKey), OpKind::Get) => {
                         (OpType::Ok, "read", MicroOp::Read { key: p.key, value: None })
