@@ -1523,8 +1523,13 @@ impl Server {
         if self.is_leader() || from_node != self.topology.leader_node(self.shard) || c.position <= self.executed {
             return;
         }
-        if self.state == ServerState::Normal && c.position <= self.log.len() {
-            // The log reaches it: executing catches up without it.
+        if c.position <= self.executed_or_synced() {
+            // The log reaches it and matches the leader's there (it served in this view, or
+            // executed that far): executing catches up without it. Installing would drop the
+            // entries past it, which the leader's commit point may count — also on a follower
+            // that restarted in this view and is still recovering (a review's schedule, the
+            // test `a_replayed_checkpoint_never_drops_entries_a_restarted_follower_acknowledged`:
+            // such a follower, then the leader's crash, lost two committed transactions).
             return;
         }
         self.install_checkpoint(ctx, c);

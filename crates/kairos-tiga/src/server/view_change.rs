@@ -240,7 +240,7 @@ impl Server {
 
     /// Where a replica's log is known to match the leader's: its synced log when it served in
     /// the leader's view, else its executed (committed) prefix.
-    fn executed_or_synced(&self) -> u64 {
+    pub(super) fn executed_or_synced(&self) -> u64 {
         if self.last_normal == self.view.number {
             self.log.len()
         } else {
