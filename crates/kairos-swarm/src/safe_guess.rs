@@ -28,11 +28,13 @@
 //!    `M` (its value), so that the lock round can write it where it is missing.
 //! 2. Lock round, on every node: write `M` (value, then metadata) where no tuple above `T` is
 //!    known, then CAS the lock word to `T|WRITER`, then read back. The writer locks only nodes
-//!    that hold (or were just given) a tuple above `T`, unless a majority already does. `M` is
+//!    known to hold a tuple above `T`, unless a majority already does. `M` is
 //!    always written with the value fetched for `M` itself: when a round shows a higher tuple,
 //!    that one becomes `M` and its value is fetched first (campaign seed 22175: a retried lock
 //!    round wrote a newer tuple's metadata over the older tuple's value, so later reads of the
-//!    newer, VERIFIED tuple returned the older value).
+//!    newer, VERIFIED tuple returned the older value). A node given `M` in a round is locked
+//!    only in the next, once its read-back shows `M` there (the CAS that gives it `M` may
+//!    fail; `writer_lock` says why that matters).
 //! 3. Won on a majority, with a tuple above `T` on a majority: no reader can lock `T` on a
 //!    majority any more, and no reader can even see `T` as a maximum again (every majority read
 //!    meets a node holding more), so rewrite under a fresh timestamp above everything read (same
@@ -55,7 +57,8 @@
 //!    review's schedule, now the test
 //!    `an_update_a_reader_returned_before_a_delete_completes_despite_the_delete`.)
 //!
-//! Without failures a stale write takes at most 4 round trips (write, fetch `M`, lock, rewrite).
+//! Without failures a stale write takes at most 5 round trips (write, fetch `M`, give `M` where
+//! it is missing, lock, rewrite); where a majority already holds a tuple above `T`, 3.
 //!
 //! **Read** (get). Iterations of one round trip each: read every writer's word on a majority
 //! (and the in-place copy on the primary; from the second iteration on, also the lock word and
@@ -360,8 +363,13 @@ fn lock_open_for(word: u64, x: u64) -> bool {
 }
 
 /// The writer's side of T's timestamp lock. On every node: where no tuple above T is known,
-/// first write M (value, then metadata) — so that a node this writer locks always holds a tuple
-/// above T — then CAS the lock word from the state last read to `T|WRITER`; then read back.
+/// write M (value, then metadata); CAS the lock word from the state last read to `T|WRITER`
+/// where a tuple above T is known to be (elsewhere the CAS only probes); then read back. A node
+/// given M in this round is locked in the next one, once its read-back shows M there: the CAS
+/// that gives it M fails if M's writer's word moved since it was read (a VERIFIED flip is
+/// enough), and a lock there would guard a node holding nothing above T — readers would then
+/// spin on T for good once the writer crashed (a review's schedule,
+/// `a_stale_writer_never_locks_a_node_its_covering_write_missed`).
 fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     c.bump("writer_lock_rounds");
     let slot = op.slot.unwrap_or(0);
@@ -375,7 +383,7 @@ fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         let mut verbs = Vec::new();
         let mut shape = Shape::default();
         // Once a majority holds a tuple above T, no reader can choose T any more: lock anywhere.
-        let mut covered = op.above.contains(&node) || op.above.len() >= c.majority();
+        let covered = op.above.contains(&node) || op.above.len() >= c.majority();
         if !covered {
             let seen = op.observed.get(&node).and_then(|ws| ws.get(mw as usize)).copied();
             if let (true, Some(o)) = (meta::is_deleted(m), seen) {
@@ -384,18 +392,16 @@ fn writer_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
                     shape.cas_other = Some((verbs.len(), o));
                     verbs.push(Verb::Cas { addr: l.meta_word(slot, mw), expected: o, new: m });
                 }
-                covered = true;
             } else if let (Some(v), Some(o)) = (&op.value, seen) {
                 if meta::id(o) < meta::id(m) {
                     verbs.push(Verb::Write { addr: l.buffer_copy(mw, mb), data: meta::encode_copy(m, v) });
                     shape.cas_other = Some((verbs.len(), o));
                     verbs.push(Verb::Cas { addr: l.meta_word(slot, mw), expected: o, new: m });
                 }
-                covered = true;
             }
         }
         let expected = op.locks.get(&node).copied().or_else(|| c.my_locks.get(buf, node)).unwrap_or(0);
-        // Lock only where a tuple above T is (or is being made) present; elsewhere just probe.
+        // Lock only where a tuple above T is known to be; elsewhere just probe.
         let new = if covered && lock_open_for(expected, op.tuple) { mine } else { expected };
         shape.lock_cas = Some((verbs.len(), expected, new));
         verbs.push(Verb::Cas { addr: l.buffer_lock(w, buf), expected, new });

@@ -475,3 +475,117 @@ fn an_update_a_reader_returned_before_a_delete_completes_despite_the_delete() {
     let done = lab.run(w, 1, &[p, b, c], 50).expect("W completes");
     assert_eq!(done.result, Ok(None), "a reader returned W's value before the delete began: W took effect");
 }
+
+/// The key's metadata words on `node` (every writer's word), for the review's schedules.
+fn meta_words_on(lab: &mut Lab, node: MemNodeId) -> Vec<u64> {
+    let layout = lab.clients[0].config().layout.clone();
+    for slot in 0..4u64 {
+        let v = Verb::Read { addr: layout.meta_words(slot), len: layout.meta_words_bytes() };
+        let Ok(VerbOutcome::Read(bytes)) = lab.images[node as usize].apply(&v) else { continue };
+        let ws: Vec<u64> = bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        if ws.iter().any(|w| *w != 0) {
+            return ws;
+        }
+    }
+    Vec::new()
+}
+
+/// A second review's schedule (see the tests below); `flip_between`: D's VERIFIED flip lands
+/// on P between W's write chain and W's lock chain there; `deletes`: M is D's deletion, else
+/// D's second update, far ahead. Returns the reader's completion, if any, and what it saw.
+fn stale_writer_racing(flip_between: bool, deletes: bool) -> (Option<Completion>, String) {
+    let (d, w, r) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 2_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+
+    // D's update X everywhere; it completes, its VERIFIED flips get queued.
+    lab.invoke(d, 1, update(b"from D"));
+    lab.widen(d);
+    lab.step(d, c);
+    lab.step(d, b);
+    let x = lab.done.get(&(d, 1)).cloned().expect("D's update completes on C and B");
+    assert_eq!(x.result, Ok(None));
+    lab.step(d, p); // X lands on P too (late reply)
+    assert_eq!(lab.queued(d, p), 1, "X's VERIFIED flip waits on P");
+    lab.step(d, c); // the flip lands on C
+
+    // D deletes: the delete lands on C only; D crashes.
+    if deletes {
+        lab.invoke(d, 2, delete());
+    } else {
+        lab.now[d] = LocalTime(9_000_000); // D's clock jumps ahead of W's: M above T
+        lab.invoke(d, 2, update(b"D again"));
+    }
+    lab.widen(d);
+    assert!(lab.apply(d, c, usize::MAX).is_some(), "the deletion (or M) lands on C");
+
+    // W's update T: on C and P; its replies show the deletion on C.
+    lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w);
+    let on_c = lab.apply(w, c, usize::MAX);
+    let on_p = lab.apply(w, p, usize::MAX);
+    assert!(on_c.is_some() && on_p.is_some());
+    lab.deliver(w, on_c);
+    lab.deliver(w, on_p);
+    assert_eq!(lab.counter(w, "stale_guesses"), 1, "T is stale: W races with the deletion as M");
+    if !deletes {
+        // A live M's value is fetched first (on C, which holds it, and P).
+        assert_eq!(lab.counter(w, "writer_prepares"), 1);
+        lab.step(w, c);
+        lab.step(w, p);
+    }
+    assert!(lab.counter(w, "writer_lock_rounds") >= 1, "W sent its lock round");
+    if flip_between {
+        // D's flip lands on P now (X -> X|VERIFIED), before W's lock chain.
+        let _ = lab.apply(d, p, usize::MAX);
+    }
+    // W's lock chain on P and C lands (on P: the CAS of D's word from X to the deletion fails
+    // if the flip landed; the lock holds either way); W's write lands on B; W crashes before
+    // any reply.
+    let _ = lab.apply(w, p, usize::MAX);
+    let _ = lab.apply(w, c, usize::MAX);
+    let _ = lab.apply(w, b, usize::MAX);
+    let state = format!(
+        "words on P {:x?}, B {:x?}, C {:x?}",
+        meta_words_on(&mut lab, p),
+        meta_words_on(&mut lab, b),
+        meta_words_on(&mut lab, c)
+    );
+    // C crashes. P and B are up.
+    lab.invoke(r, 1, get());
+    let got = lab.run(r, 1, &[p, b], 3_000);
+    let iterations = lab.counter(r, "read_iterations_max");
+    let lost = lab.counter(r, "reader_lock_lost");
+    (got, format!("{state}; reader: {iterations} iterations, {lost} lock rounds lost"))
+}
+
+/// A second review's schedule (2026-12-07). D updates (X lands on P, B, C; X's VERIFIED flip reaches C but stays
+/// queued on P), then deletes: the delete lands on C only and D crashes. W's guess T (its clock
+/// is ahead of D's) lands on C and P; its replies show the deletion on C, so T is stale and W
+/// races for T with the deletion as M (rule 6): its lock round CASes D's word on P from X to
+/// the deletion and locks T. D's flip lands on P between W's write and W's lock chains, so the
+/// CAS fails (D's word is X|VERIFIED now) but the lock still lands: P holds T|WRITER and no
+/// tuple above T. W crashes, then C. P and B (a majority) are up; a reader sees T as their
+/// maximum, can never lock it on a majority (W holds P), and never finished. A stale writer
+/// now locks a node only once a tuple above T is known to be there.
+#[test]
+fn a_stale_writer_never_locks_a_node_its_covering_write_missed() {
+    let (control, why) = stale_writer_racing(false, true);
+    eprintln!("control (no flip in between): {:?}; {why}", control.as_ref().map(|c| &c.result));
+    assert_eq!(control.map(|c| c.result), Some(Err(KvError::Deleted)), "control: {why}");
+    let (got, why) = stale_writer_racing(true, true);
+    eprintln!("with the flip in between: {:?}; {why}", got.as_ref().map(|c| &c.result));
+    let got = got.unwrap_or_else(|| panic!("the read is stuck with P and B up: {why}"));
+    assert!(matches!(got.result, Ok(_) | Err(KvError::Deleted)), "the read fails with P and B up: {got:?}; {why}");
+}
+
+/// The same schedule with a live tuple M (D's second update, far ahead) in place of the
+/// deletion: the lock round's write of M on P (value, then CAS of D's word from X) failed the
+/// same way, and the lock landed all the same (this branch predates deletions' race).
+#[test]
+fn a_stale_writer_never_locks_a_node_its_covering_write_of_a_live_tuple_missed() {
+    let (got, why) = stale_writer_racing(true, false);
+    eprintln!("live M, flip in between: {:?}; {why}", got.as_ref().map(|c| &c.result));
+    let got = got.unwrap_or_else(|| panic!("the read is stuck with P and B up: {why}"));
+    assert!(got.result.is_ok(), "{got:?}; {why}");
+}
