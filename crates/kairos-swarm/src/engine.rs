@@ -23,11 +23,11 @@ pub const DIR_CLAIMS_MAX: u32 = 8;
 /// Finished operations a client keeps to reuse their buffers.
 const SPARE_OPS_MAX: usize = 64;
 
-/// Every replied node's directory window, read by the verb at `shape.window`.
-pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
+/// Every replied node's 8-byte words read by the verb `at` picks from its shape.
+fn words_read_by(op: &Op, at: impl Fn(&Shape) -> Option<usize>) -> NodeMap<Vec<u64>> {
     let mut m = NodeMap::new();
     for (node, outs) in &op.replies {
-        let Some(i) = op.shapes.get(node).and_then(|s| s.window) else { continue };
+        let Some(i) = op.shapes.get(node).and_then(&at) else { continue };
         if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
             m.insert(*node, meta::words(bytes));
         }
@@ -35,16 +35,14 @@ pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
     m
 }
 
+/// Every replied node's directory window, read by the verb at `shape.window`.
+pub(crate) fn window_words(op: &Op) -> NodeMap<Vec<u64>> {
+    words_read_by(op, |s| s.window)
+}
+
 /// Every replied node's metadata words, read by the verb at `shape.words`.
 pub(crate) fn words_by_node(op: &Op) -> NodeMap<Vec<u64>> {
-    let mut m = NodeMap::new();
-    for (node, outs) in &op.replies {
-        let Some(i) = op.shapes.get(node).and_then(|s| s.words) else { continue };
-        if let Some(VerbOutcome::Read(bytes)) = outs.get(i) {
-            m.insert(*node, meta::words(bytes));
-        }
-    }
-    m
+    words_read_by(op, |s| s.words)
 }
 
 /// Per-node state of one operation: a few replicas, iterated in node order (a `BTreeMap`'s

@@ -605,7 +605,7 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     }
     if meta::is_deleted(x) {
         // Reported only once on a majority (see `crate::deletion`).
-        let observed = op.observed.clone();
+        let observed = std::mem::take(&mut op.observed);
         return crate::deletion::confirm(c, op, x, observed, now, out);
     }
     let xw = meta::writer(x);
