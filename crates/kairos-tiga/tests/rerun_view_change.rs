@@ -1,17 +1,16 @@
 //! A review's schedule: a new leader that crashes after its merge and its exchange with the
-//! other shards' leaders, but before it starts the view, restarts with its disk and runs the
-//! view change for the same view again (intended: `enter_view` lets a restarted replica lead
-//! a view it may lead). Its second merge takes another f + 1 replicas (the restarted old
-//! leader), so its state for a multi-shard transaction differs from what it told the other
-//! shard's leader, which has already started the view with that transaction kept. The
-//! transaction ends up in one shard's log and not in the other's.
+//! other shards' leaders, but before it starts the view, restarts with its disk. Had it run the
+//! view change for the same view again (before 2026-12-07 it did: its disk did not hold the
+//! view, and `enter_view` lets a restarted replica lead a view it may lead), its second merge
+//! could take another f + 1 replicas (the restarted old leader), so that its state for a
+//! multi-shard transaction differs from what it told the other shard's leader, which has
+//! already started the view with that transaction kept: the transaction ended up in one
+//! shard's log and not in the other's.
 //!
-//! **An open bug** (found 2026-12-07, not fixed yet): the test fails, so it is ignored; run it
-//! with `cargo test -p kairos-tiga --test rerun_view_change -- --ignored`. Neither the states a
-//! leader reports in a view change nor its decisions are durable before it sends its listing,
-//! and a leader that already started answers late questions with the state it reported, not
-//! with what it decided. Ways out: journal the reported states with the merged log before the
-//! listing and reuse them on a re-run, or answer with the decision and have the asker adopt it.
+//! Now a leader makes the view durable before it collects, so that restarted it waits in that
+//! view, recovering, until the view manager names the next view's leaders, and every shard
+//! decides in the next view from what the views before left in the logs (the other shard's
+//! started view 1 settled the transaction there).
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
@@ -87,15 +86,14 @@ fn kinds(msgs: &[TigaMsg]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "open bug: a re-run view change can decide a multi-shard transaction apart from the other shard (module docs)"]
-fn a_leader_rerunning_its_view_change_after_a_crash_decides_a_multi_shard_transaction_as_the_other_shard_did() {
+fn a_leader_restarted_in_its_view_change_leaves_the_view_to_the_next_which_decides_a_multi_shard_transaction_alike() {
     // Shard 0: A (old leader), L (leads view 1), B. Shard 1: M (leads both views), M1, M2.
     let mut a = harness(0, 0);
     let mut l = harness(0, 1);
     let mut b = harness(0, 2);
     let mut m = harness(1, 0);
     let mut m1 = harness(1, 1);
-    let _m2 = harness(1, 2);
+    let m2 = harness(1, 2);
 
     let base = LocalTime::from_secs(1_000);
     let ts_t = Ts::at(base + Duration::from_millis(3)); // T, multi-shard
@@ -164,36 +162,46 @@ fn a_leader_rerunning_its_view_change_after_a_crash_decides_a_multi_shard_transa
     assert!(log_txns(m.role()).iter().any(|e| e.0 == 1), "shard 1 keeps T");
     assert_ne!(l.role().view().1, ServerState::Normal, "L has not started view 1");
 
-    // L crashes before it started the view, restarts with its disk and hears of view 1 again.
+    // L crashes before it started the view and restarts with its disk: the view it was
+    // changing to is on it, so it does not run that view's change again (a second merge could
+    // take A's report and decide T otherwise than M did).
     l.restart(server(0, 1));
-    assert_eq!(l.role().view().0.number, 0, "L's disk holds view 0");
+    assert_eq!(l.role().view(), (&view1, ServerState::Recovering), "L's disk holds view 1; it waits");
     let e = l.deliver(VM, new_view.clone());
-    // This time A's report comes first (B's is slow): L merges with A.
-    let mut to_m = Vec::new();
-    for msg in to(&e, NodeId(0)) {
-        for r in to(&a.deliver(NodeId(1), msg), NodeId(1)) {
-            to_m.extend(to(&l.deliver(NodeId(0), r), NodeId(3)));
-        }
+    assert!(sent(&e).is_empty(), "L does not collect for view 1 again: {:?}", kinds(&to(&e, NodeId(0))));
+
+    // The view manager replaces it: view 2, B leads shard 0, M keeps shard 1. Every shard runs
+    // the view change; A's report reaches B first (it holds T' logged, not T).
+    let view2 = View { number: 2, leaders: vec![2, 0], preventive: false };
+    let mut servers = [a, l, b, m, m1, m2];
+    let mut queue: std::collections::VecDeque<(NodeId, NodeId, TigaMsg)> = Default::default();
+    for node in [3, 2, 0, 1, 4, 5] {
+        let e = servers[node].deliver(VM, TigaMsg::NewView { view: view2.clone() });
+        queue.extend(sent(&e).into_iter().map(|(to, msg)| (NodeId(node as u32), to, msg.clone())));
     }
-    eprintln!("L merged (second run); to M: {:?}", kinds(&to_m));
-    // M (serving view 1) answers from what it decided on; L decides and starts.
-    let mut pending = to_m;
-    for _ in 0..4 {
-        let mut next = Vec::new();
-        for msg in pending {
-            let back = to(&m.deliver(NodeId(1), msg), NodeId(1));
-            eprintln!("M (serving view 1) to L: {:?}", kinds(&back));
-            for back in back {
-                next.extend(to(&l.deliver(NodeId(3), back), NodeId(3)));
-            }
+    let (mut delivered, mut l_reported) = (0, false);
+    while let Some((from, to, msg)) = queue.pop_front() {
+        if let (NodeId(1), TigaMsg::LogState { report, .. }) = (from, &msg) {
+            // Its vote: the snapshot that made view 1 durable kept what it had released.
+            let released: Vec<(u32, Ts)> = report.released.iter().map(|e| (e.piece.txn.seq(), e.ts)).collect();
+            assert_eq!((report.voter, released), (true, vec![(1, ts_t), (2, ts_t2)]), "L's vote is whole");
+            l_reported = true;
         }
-        pending = next;
+        let Some(h) = servers.get_mut(to.0 as usize) else { continue }; // coordinator, view manager
+        let e = h.deliver(from, msg);
+        queue.extend(sent(&e).into_iter().map(|(next, msg)| (to, next, msg.clone())));
+        delivered += 1;
+        assert!(delivered < 10_000, "the view change settles");
     }
-    assert_eq!(l.role().view().1, ServerState::Normal, "L started view 1");
-    let shard0 = log_txns(l.role());
+    assert!(l_reported, "L reported to B");
+    let [_, _, b, m, _, _] = &servers;
+    assert_eq!(b.role().view(), (&view2, ServerState::Normal), "B started view 2");
+    assert_eq!(m.role().view(), (&view2, ServerState::Normal), "M started view 2");
+    let shard0 = log_txns(b.role());
     let shard1 = log_txns(m.role());
-    eprintln!("view 1: shard 0 log {shard0:?}, shard 1 log {shard1:?}");
+    eprintln!("view 2: shard 0 log {shard0:?}, shard 1 log {shard1:?}");
     let t0 = shard0.iter().find(|e| e.0 == 1).map(|e| e.1);
     let t1 = shard1.iter().find(|e| e.0 == 1).map(|e| e.1);
-    assert_eq!(t0, t1, "T is kept on both shards at the same timestamp, or on neither");
+    assert_eq!(t1, Some(ts_t), "shard 1 keeps T, which it executed, at its agreed timestamp");
+    assert_eq!(t0, t1, "shard 0 keeps T at the same timestamp");
 }

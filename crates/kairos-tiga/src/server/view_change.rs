@@ -69,7 +69,10 @@
 //!
 //! **Rejoin.** A restarted server comes back *recovering*: it serves nowhere until a leader of
 //! its view sends it the log. If it led its view, the view manager replaces it (it forgot its
-//! agreements and speculative executions). Its journal holds its log and the transactions it
+//! agreements and speculative executions); so too if it was changing to a view it leads (the
+//! leader journals the view before it collects): a second run of that view's change could
+//! merge other voters' reports and decide a multi-shard transaction otherwise than its first
+//! run told the other shards' leaders, which may have started the view on it. Its journal holds its log and the transactions it
 //! released, so it may vote in a later view change as before the crash. One that lost its
 //! journal (or cannot read its snapshot) does not know which views it led: it asks every
 //! view-manager node for the highest view it holds (`ViewProbe`, with a fresh nonce so that a
@@ -303,6 +306,13 @@ impl Server {
             self.state = ServerState::Recovering;
             ctx.metric("tiga.vc_amnesiac_leader_waits", 1);
         } else if self.is_leader() {
+            // The view is durable before this leader asks for anything: restarted, it must not
+            // run this view's change again. Its first run may have told other shards' leaders
+            // its states (the listings), and they may have started the view on them; a second
+            // merge, from other voters, can decide a multi-shard transaction otherwise (the
+            // test `rerun_view_change`). Restarted in this view, it stays recovering, and the
+            // view manager names the next view's leaders, as for a leader that crashed serving.
+            self.write_snapshot(ctx);
             self.vc.collect_from = self.executed;
             self.collect(ctx, None);
         }
@@ -1088,7 +1098,10 @@ impl Server {
 
     /// Makes the whole durable state one journal snapshot; returns whether it was written.
     pub(super) fn write_snapshot(&mut self, ctx: &mut Ctx<'_, TigaMsg>) -> bool {
-        let released = self.released_entries();
+        // Out of service, what it released is kept apart (its transactions are cleared, or
+        // rebuilt from the log after a restart): that list is its vote in a view change.
+        let released =
+            if self.state == ServerState::Normal { self.released_entries() } else { self.vc.released.clone() };
         // The log from the checkpoint on disk on (its pages are apart; a replica may hold a
         // little more log than that, which recovery does not need).
         let from = self.durable.position().max(self.log.base());
