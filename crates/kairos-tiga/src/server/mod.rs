@@ -1533,7 +1533,7 @@ impl Server {
             return;
         }
         self.install_checkpoint(ctx, c);
-        self.rebuild_from_log();
+        self.rebuild_keeping_released();
         self.write_snapshot(ctx);
         if self.state == ServerState::Normal {
             self.apply_committed(ctx, commit_point.min(self.log.len()));

@@ -997,7 +997,7 @@ impl Server {
             return self.on_log_sync(ctx, from_node, from, entries, commit_point);
         }
         self.log.truncate(from);
-        self.rebuild_from_log();
+        self.rebuild_keeping_released();
         // The truncation is durable before any entry adopted below is journaled: the records
         // of those entries would otherwise follow the old log in the journal, and a write torn
         // before the snapshot at the end (a prefix of this handler's records survives) would
@@ -1043,6 +1043,35 @@ impl Server {
             }
         }
         self.release_due(ctx);
+    }
+
+    /// [`Self::rebuild_from_log`] in the view this replica serves or rejoins (a checkpoint
+    /// installed, a `StartView` of the view it served in): what it released and the log does
+    /// not hold stays released. That list is its vote in the next view change: rule (b) of the
+    /// merge counts on every replica of a fast quorum reporting what it released (a review's
+    /// schedule, the test `rejoin_forgets_released`: a follower that forgot a fast-committed
+    /// multi-shard transaction on its rejoin let the next view drop it). Adopting a new view's
+    /// log instead drops them: that view's merge decided them.
+    pub(super) fn rebuild_keeping_released(&mut self) {
+        let released = if self.state == ServerState::Normal {
+            self.released_entries()
+        } else if self.last_normal == self.view.number {
+            self.vc.released.clone()
+        } else {
+            Vec::new()
+        };
+        self.rebuild_from_log();
+        for e in released {
+            let id = e.piece.txn;
+            if self.txns.contains_key(&id) {
+                continue; // in the log, or executed below the checkpoint
+            }
+            self.maps.add(&e.piece, e.ts);
+            let mut t = super::Txn::new(e.piece, e.ts, Status::Released, 0);
+            // Its caller writes a snapshot next, which lists it as released.
+            t.released_journaled = true;
+            self.txns.insert(id, t);
+        }
     }
 
     /// Rebuilds the transaction table, maps and hashes from the log: the maps of the executed
