@@ -275,3 +275,53 @@ fn random_mongo_commands_never_panic_a_member() {
         assert!(replies > 2_000 && ok > 200, "round {round}: {replies} replies, {ok} ok");
     }
 }
+
+/// `{"a": {"a": {... {} ...}}}`, `depth` levels of nesting, as BSON bytes.
+fn nested(depth: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + 8 * depth);
+    for i in (1..=depth).rev() {
+        out.extend_from_slice(&((5 + 8 * i) as i32).to_le_bytes());
+        out.extend_from_slice(&[0x03, b'a', 0]);
+    }
+    out.extend_from_slice(&[5, 0, 0, 0, 0]);
+    out.extend(std::iter::repeat_n(0u8, depth));
+    out
+}
+
+/// A review's input: one OP_MSG of 8 MB (under the size limits) nested a million levels deep.
+/// Converting it recursed once per level and aborted the process on a 2 MiB stack (a tokio
+/// worker's, where `kairos serve --mongo-listen` parses); it is refused, like MongoDB's
+/// `maxBSONDepth`, and a member handed such a command by a peer refuses it the same way.
+#[test]
+fn a_command_nested_past_the_depth_limit_is_refused_not_a_stack_overflow() {
+    use kairos_causal::mongo::wire::{
+        decode_document, parse_header, parse_message, HEADER_LEN, MAX_BSON_DEPTH, OP_MSG,
+    };
+    let doc = nested(1_000_000);
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&((HEADER_LEN + 4 + 1 + doc.len()) as i32).to_le_bytes());
+    bytes.extend_from_slice(&1i32.to_le_bytes());
+    bytes.extend_from_slice(&0i32.to_le_bytes());
+    bytes.extend_from_slice(&OP_MSG.to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&doc);
+    let refused = std::thread::Builder::new()
+        .stack_size(2 * 1024 * 1024)
+        .spawn(move || {
+            let h: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().unwrap();
+            let header = parse_header(&h).expect("a valid header");
+            let wire = parse_message(&header, &bytes[HEADER_LEN..]).map(|_| ()).map_err(|e| e.to_string());
+            let member = decode_document(&doc).map(|_| ()).map_err(|e| e.to_string());
+            (wire, member)
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    let limit = format!("nested deeper than {MAX_BSON_DEPTH} levels");
+    assert!(refused.0.as_ref().is_err_and(|e| e.contains(&limit)), "{:?}", refused.0);
+    assert!(refused.1.as_ref().is_err_and(|e| e.contains(&limit)), "{:?}", refused.1);
+    // At the limit it decodes.
+    let ok = decode_document(&nested(MAX_BSON_DEPTH - 1)).expect("200 levels decode");
+    assert!(ok.contains_key("a"));
+}

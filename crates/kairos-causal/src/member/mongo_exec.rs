@@ -16,7 +16,7 @@
 //! the record is replicated), an older `txnNumber` gets TransactionTooOld (225).
 
 use super::{Member, MemberState, PendingWrite, Waiter, Waiting, MAX_TIME_MS_CAP};
-use crate::mongo::wire::{MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
+use crate::mongo::wire::{decode_document, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
 use crate::mongo::{
     codes, get_count, get_flag, id_key, namespace, project, signed_from_bson, signed_to_bson, timestamp, CmdResult,
     CommandError, Filter, Update,
@@ -91,7 +91,7 @@ impl DocStore {
         let coll = self.ns.entry(ns.to_string()).or_default();
         for w in writes {
             let (id, doc) = match w {
-                DocWrite::Put { id, doc } => (id, Document::from_reader(&mut doc.as_slice()).ok()),
+                DocWrite::Put { id, doc } => (id, decode_document(doc).ok()),
                 DocWrite::Delete { id } => {
                     self.tombstones.push_back((t, ns.to_string(), id.clone()));
                     (id, None)
@@ -296,18 +296,9 @@ impl Member {
 
     pub(super) fn on_mongo(&mut self, ctx: &mut Ctx<'_, CausalMsg>, from: NodeId, req: MongoRequest) {
         self.stats.client_requests += 1;
-        let cmd = match Document::from_reader(&mut req.command.as_slice()) {
+        let cmd = match decode_document(&req.command) {
             Ok(d) => d,
-            Err(e) => {
-                return self.mongo_reply_error(
-                    ctx,
-                    from,
-                    req.id,
-                    codes::BAD_VALUE,
-                    &format!("invalid BSON: {e}"),
-                    false,
-                )
-            }
+            Err(e) => return self.mongo_reply_error(ctx, from, req.id, codes::BAD_VALUE, &e.to_string(), false),
         };
         let name = cmd.keys().next().cloned().unwrap_or_default();
         let is_write = matches!(name.as_str(), "insert" | "update" | "delete" | "drop");
@@ -700,7 +691,7 @@ impl Member {
                 if r.txn_number == *n {
                     // Already executed: the same answer, no second execution; it waits for the
                     // write concern like the first attempt did.
-                    let mut body = Document::from_reader(&mut r.reply.as_slice()).unwrap_or_default();
+                    let mut body = decode_document(&r.reply).unwrap_or_default();
                     body.insert("ok", 1.0);
                     ctx.metric("causal.mongo.retried_writes", 1);
                     if wc == WriteConcern::W1 || r.optime <= self.commit_point {

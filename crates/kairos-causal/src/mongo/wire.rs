@@ -108,6 +108,43 @@ pub fn parse_header(b: &[u8; HEADER_LEN]) -> Result<Header, WireError> {
     Ok(Header { length: length as usize, request_id: field(4), response_to: field(8), op_code: field(12) })
 }
 
+/// How deeply a document may nest: MongoDB's default (`maxBSONDepth`, 200). Converting a
+/// document recurses once per level, so a deeper one would overflow the stack (a review sent
+/// 8 MB nested a million levels deep: the process aborted).
+pub const MAX_BSON_DEPTH: usize = 200;
+
+/// Decodes one whole BSON document (`bytes` is exactly it), refusing one nested deeper than
+/// [`MAX_BSON_DEPTH`] before anything recurses over it. Every document from the network or a
+/// peer's oplog goes through here.
+pub fn decode_document(bytes: &[u8]) -> Result<Document, WireError> {
+    let raw = bson::RawDocument::from_bytes(bytes).map_err(|e| WireError::InvalidBson(e.to_string()))?;
+    check_depth(raw)?;
+    Document::try_from(raw).map_err(|e| WireError::InvalidBson(e.to_string()))
+}
+
+/// Walks `doc` with a stack of its own (no recursion), refusing nesting past [`MAX_BSON_DEPTH`].
+fn check_depth(doc: &bson::RawDocument) -> Result<(), WireError> {
+    let invalid = |e: bson::raw::Error| WireError::InvalidBson(e.to_string());
+    let mut stack = vec![doc.iter()];
+    while let Some(top) = stack.last_mut() {
+        let Some(element) = top.next() else {
+            stack.pop();
+            continue;
+        };
+        let inner = match element.map_err(invalid)?.1 {
+            bson::RawBsonRef::Document(d) => d,
+            bson::RawBsonRef::Array(a) => bson::RawDocument::from_bytes(a.as_bytes()).map_err(invalid)?,
+            bson::RawBsonRef::JavaScriptCodeWithScope(c) => c.scope,
+            _ => continue,
+        };
+        if stack.len() >= MAX_BSON_DEPTH {
+            return Err(WireError::InvalidBson(format!("nested deeper than {MAX_BSON_DEPTH} levels")));
+        }
+        stack.push(inner.iter());
+    }
+    Ok(())
+}
+
 /// Reads one BSON document at the start of `b`, returning it and its length.
 fn read_document(b: &[u8], max_len: usize) -> Result<(Document, usize), WireError> {
     let len = i32_at(b, 0).ok_or(WireError::Truncated("document length"))?;
@@ -119,9 +156,7 @@ fn read_document(b: &[u8], max_len: usize) -> Result<(Document, usize), WireErro
         return Err(WireError::DocumentTooLarge(len));
     }
     let bytes = b.get(..len).ok_or(WireError::Truncated("document"))?;
-    let raw = bson::RawDocument::from_bytes(bytes).map_err(|e| WireError::InvalidBson(e.to_string()))?;
-    let doc = Document::try_from(raw).map_err(|e| WireError::InvalidBson(e.to_string()))?;
-    Ok((doc, len))
+    Ok((decode_document(bytes)?, len))
 }
 
 /// Reads a NUL-terminated UTF-8 string at the start of `b`, returning it and its length with
