@@ -85,7 +85,8 @@
 //!   on disk under `kairos serve --data-dir`); the document store, keys, commit point and clock
 //!   are rebuilt from the oplog on restart. The oplog is not
 //!   capped (no initial sync from a snapshot), so runs are bounded in length.
-//! * Rollback truncates by optime and rebuilds the lists; rolled-back key documents are kept.
+//! * Rollback truncates by optime and rebuilds the lists; rolled-back key documents are kept
+//!   for validation only (a primary generates keys when its own oplog lacks live ones).
 //! * Clients are untrusted unless [`MemberConfig::trusted_clients`] (no authentication).
 //!
 //! ## Rules kept

@@ -160,8 +160,20 @@ impl KeyRing {
     /// at `now`, each valid for `rotation_period_secs` after its predecessor. Returns the new keys
     /// (to be replicated to the other members), oldest first; empty if none were needed.
     pub fn generate(&mut self, rng: &mut Rng, now: ClusterTime, rotation_period_secs: u32) -> Vec<SigningKey> {
+        self.generate_above(rng, now, rotation_period_secs, i64::MIN)
+    }
+
+    /// [`generate`](Self::generate), with ids at or above `min_id` (above those of keys this
+    /// ring no longer holds but another may, so that no id names two keys).
+    pub fn generate_above(
+        &mut self,
+        rng: &mut Rng,
+        now: ClusterTime,
+        rotation_period_secs: u32,
+        min_id: i64,
+    ) -> Vec<SigningKey> {
         let mut next_id = self.keys.keys().next_back().map_or(i64::MIN, |&id| id.saturating_add(1));
-        next_id = next_id.max(now.as_u64() as i64);
+        next_id = next_id.max(now.as_u64() as i64).max(min_id);
         let live = self.live(now);
         let mut created = Vec::new();
         let current_expires_at = match live.first() {

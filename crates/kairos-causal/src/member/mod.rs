@@ -625,6 +625,16 @@ impl Member {
             // This request already ran (a retransmission, a duplicated or replayed message):
             // answer with its optime, once the write concern holds for it.
             self.stats.retried_writes += 1;
+            if req.write_concern == WriteConcern::Majority {
+                // A copy takes the place of its request's waiter, if one waits: copies cannot
+                // grow the queue past `max_waiters` (a replaying network once did).
+                let (client, id) = (from, req.id);
+                self.pending_writes.retain(|_, p| !(p.client == client && p.id == id && p.mongo.is_none()));
+                if self.pending_writes.len() >= self.cfg.max_waiters {
+                    let e = ErrorReply::new(codes::EXCEEDED_LIMIT, "too many writes waiting for majority");
+                    return self.reply_err(ctx, from, req.id, e);
+                }
+            }
             return self.acknowledge_write(ctx, from, req, optime);
         }
         let refused = self.d.refused_writes.get(&origin.client).copied();
@@ -806,11 +816,21 @@ impl Member {
         }
         let now = self.clock.current();
         self.keys.expire(now);
-        if !self.keys.needs_new_keys(now) {
+        // Decided on the keys of this oplog (signing, or pending their commit): `keys` also
+        // validates with keys of rolled-back entries, which no member will ever sign with (a
+        // review's schedule: a primary counted them as live and wrote no keys, so nothing could
+        // sign for their 90 days).
+        let mut held = self.signing_keys.clone();
+        for (_, k) in &self.pending_keys {
+            held.insert(k.clone());
+        }
+        held.expire(now);
+        if !held.needs_new_keys(now) {
             return;
         }
         let Ok(optime) = self.clock.reserve_ticks(1, ctx.now()) else { return };
-        let created = self.keys.generate(ctx.rng(), optime, self.cfg.key_rotation_secs);
+        let above = self.keys.keys().last().map_or(i64::MIN, |k| k.key_id.saturating_add(1));
+        let created = held.generate_above(ctx.rng(), optime, self.cfg.key_rotation_secs, above);
         self.stats.keys_generated += created.len() as u64;
         self.append_written(ctx, Entry { optime, term: self.d.term, op: Op::Keys(created), origin: None });
     }
