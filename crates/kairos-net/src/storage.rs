@@ -1,17 +1,28 @@
 //! A node's durable state on disk, under its data directory.
 //!
-//! Two files and a directory: `snapshot` (the last [`Persist::Snapshot`], replaced atomically —
-//! written to `snapshot.tmp`, synced, renamed over, the directory synced — after which `log` is
-//! emptied), `log` (every [`Persist::Append`] since, as `[length u32 LE][xxh3-64 of the bytes,
-//! u64 LE][bytes]`), and `pages/` (one file per [`Persist::Page`], named by its number in 16 hex
-//! digits, framed like a record and replaced atomically like the snapshot). A handler's
-//! requests are written and then synced once, before the host carries out any other effect of
-//! that handler (see [`kairos_core::Effect::Persist`]).
+//! Two files and a directory: `snapshot` (the last [`Persist::Snapshot`] with its generation,
+//! replaced atomically — written to `snapshot.tmp`, synced, renamed over, the directory synced),
+//! `log` (a 16-byte header naming the generation of the snapshot it follows, then every
+//! [`Persist::Append`] since, one framed record each), and `pages/` (one file per
+//! [`Persist::Page`], named by its number in 16 hex digits, one framed record, replaced
+//! atomically like the snapshot). A frame is `[length u32 LE][xxh3-64 of the length, low 32
+//! bits][xxh3-64 of the bytes, u64 LE][bytes]`. A handler's requests are written and then
+//! synced once, before the host carries out any other effect of that handler (see
+//! [`kairos_core::Effect::Persist`]).
 //!
-//! Opening reads both. A record cut short, or failing its checksum, at the end of the log is a
-//! torn last write — the process died while writing it, so nothing that depended on it was
-//! sent — and is dropped (the log is truncated there). A bad record followed by more data, or a
-//! bad snapshot, is corruption: an error that names the file, never a silent loss.
+//! A snapshot supersedes the log: once the new snapshot is in place, the log starts again
+//! with a header of the new generation. A log whose header names an older generation is what
+//! a crash between the two leaves behind, and its records are superseded: they are dropped, not
+//! replayed after the snapshot (a review's schedule replayed them).
+//!
+//! Opening reads all of it. A record cut short at the end of the log (or a zero-filled tail)
+//! is a torn last write — the process died while writing it, so nothing that depended on it
+//! was sent — and is dropped (the log is truncated there); so is a last record failing its
+//! checksum. A record whose header fails its own checksum with data after it, or a bad
+//! record followed by more data, or a bad snapshot or page, is corruption: an error that names
+//! the file, never a silent loss. (The length has a checksum of its own so that a corrupted
+//! length in the middle is not taken for a record cut short at the end: a review's test lost
+//! two synced records that way.)
 //!
 //! Written by hand rather than with an embedded database: the host needs exactly an append-only
 //! log with checksums and an atomic snapshot (about a hundred lines), and every role already
@@ -28,7 +39,11 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// The largest record or snapshot a node may persist.
 pub const RECORD_MAX_BYTES: usize = 256 << 20;
-const HEADER: usize = 12;
+/// A frame's header: length, its checksum, the bytes' checksum.
+const HEADER: usize = 16;
+/// The log's header: magic, the generation of the snapshot the log follows, a checksum.
+const LOG_MAGIC: &[u8; 4] = b"KLOG";
+const LOG_HEADER: usize = 16;
 
 #[derive(Debug, Error)]
 pub enum StorageError {
@@ -54,6 +69,8 @@ pub enum StorageError {
 pub struct DiskStore {
     dir: PathBuf,
     log: File,
+    /// The generation of the snapshot on disk (0: none); the log's header names it.
+    generation: u64,
     /// Records appended since the last sync.
     dirty: bool,
     /// The pages on disk, and whether the pages directory changed since the last sync.
@@ -70,24 +87,50 @@ impl DiskStore {
     pub fn open(dir: &Path) -> Result<(DiskStore, Stored), StorageError> {
         std::fs::create_dir_all(dir).map_err(|source| StorageError::Dir { dir: dir.to_path_buf(), source })?;
         let snap_path = dir.join("snapshot");
-        let snapshot = match std::fs::read(&snap_path) {
-            Ok(bytes) => Some(decode_snapshot(&snap_path, &bytes)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        let (generation, snapshot) = match std::fs::read(&snap_path) {
+            Ok(bytes) => {
+                let frame = decode_single(&snap_path, &bytes)?;
+                let corrupt =
+                    || StorageError::Corrupt { file: snap_path.clone(), offset: 0, why: "no generation".into() };
+                let generation = u64::from_le_bytes(frame.get(..8).ok_or_else(corrupt)?.try_into().expect("8 bytes"));
+                (generation, Some(frame[8..].to_vec()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (0, None),
             Err(e) => return Err(io(&snap_path)(e)),
         };
         let log_path = dir.join("log");
         let mut log = OpenOptions::new().create(true).read(true).append(true).open(&log_path).map_err(io(&log_path))?;
         let mut bytes = Vec::new();
         log.read_to_end(&mut bytes).map_err(io(&log_path))?;
-        let (records, good) = decode_log(&log_path, &bytes)?;
-        if good < bytes.len() {
-            // A torn last write: drop it, so the next append starts on a record boundary.
-            log.set_len(good as u64).map_err(io(&log_path))?;
-            log.sync_all().map_err(io(&log_path))?;
-        }
+        let records = match log_generation(&log_path, &bytes)? {
+            Some(g) if g == generation => {
+                let (records, good) = decode_log(&log_path, &bytes)?;
+                if good < bytes.len() {
+                    // A torn last write: drop it, so the next append starts on a record boundary.
+                    log.set_len(good as u64).map_err(io(&log_path))?;
+                    log.sync_all().map_err(io(&log_path))?;
+                }
+                records
+            }
+            Some(g) if g > generation => {
+                return Err(StorageError::Corrupt {
+                    file: log_path,
+                    offset: 4,
+                    why: format!("the log follows snapshot generation {g}, the snapshot is generation {generation}"),
+                })
+            }
+            // No header yet (a new log, or one cut short while it was started), or one of an
+            // older snapshot (a crash after the new snapshot was in place): nothing in it counts.
+            _ => {
+                start_log(&mut log, &log_path, generation)?;
+                log.sync_all().map_err(io(&log_path))?;
+                Vec::new()
+            }
+        };
         let pages = read_pages(&dir.join("pages"))?;
         let numbers = pages.keys().copied().collect();
-        let store = DiskStore { dir: dir.to_path_buf(), log, dirty: false, pages: numbers, pages_dirty: false };
+        let store =
+            DiskStore { dir: dir.to_path_buf(), log, generation, dirty: false, pages: numbers, pages_dirty: false };
         Ok((store, Stored { snapshot, records, pages }))
     }
 
@@ -100,15 +143,20 @@ impl DiskStore {
                 self.dirty = true;
             }
             Persist::Snapshot(s) => {
-                // Records written so far are superseded by the snapshot.
+                // Records written so far are superseded by the snapshot: once it is in place,
+                // the log's older generation says so, whether or not the new log below is.
+                let generation = self.generation + 1;
                 let (tmp, path) = (self.dir.join("snapshot.tmp"), self.dir.join("snapshot"));
                 let mut f = File::create(&tmp).map_err(io(&tmp))?;
-                f.write_all(&frame(&s)?).map_err(io(&tmp))?;
+                let mut body = Vec::with_capacity(8 + s.len());
+                body.extend_from_slice(&generation.to_le_bytes());
+                body.extend_from_slice(&s);
+                f.write_all(&frame(&body)?).map_err(io(&tmp))?;
                 f.sync_all().map_err(io(&tmp))?;
                 std::fs::rename(&tmp, &path).map_err(io(&path))?;
                 sync_dir(&self.dir)?;
-                let log_path = self.dir.join("log");
-                self.log.set_len(0).map_err(io(&log_path))?;
+                self.generation = generation;
+                start_log(&mut self.log, &self.dir.join("log"), generation)?;
                 self.dirty = true;
             }
             Persist::Page { page, bytes } => {
@@ -173,7 +221,7 @@ fn read_pages(dir: &Path) -> Result<std::collections::BTreeMap<u64, Vec<u8>>, St
             return Err(StorageError::Corrupt { file: path, offset: 0, why: "not a page this node wrote".into() });
         };
         let bytes = std::fs::read(&path).map_err(io(&path))?;
-        pages.insert(page, decode_snapshot(&path, &bytes)?);
+        pages.insert(page, decode_single(&path, &bytes)?);
     }
     Ok(pages)
 }
@@ -182,59 +230,100 @@ fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|source| StorageError::Dir { dir: dir.to_path_buf(), source })
 }
 
+/// Empties the log and writes its header for `generation` (durable at the next sync).
+fn start_log(log: &mut File, path: &Path, generation: u64) -> Result<(), StorageError> {
+    let mut header = Vec::with_capacity(LOG_HEADER);
+    header.extend_from_slice(LOG_MAGIC);
+    header.extend_from_slice(&generation.to_le_bytes());
+    header.extend_from_slice(&(xxh3_64(&header) as u32).to_le_bytes());
+    log.set_len(0).map_err(io(path))?;
+    log.write_all(&header).map_err(io(path))
+}
+
+/// The generation a log's header names; `None` if it has no whole header (a log cut short
+/// while it was started: nothing was appended to it yet).
+fn log_generation(path: &Path, bytes: &[u8]) -> Result<Option<u64>, StorageError> {
+    let Some(header) = bytes.get(..LOG_HEADER) else { return Ok(None) };
+    let check = u32::from_le_bytes(header[12..].try_into().expect("4 bytes"));
+    if &header[..4] != LOG_MAGIC || xxh3_64(&header[..12]) as u32 != check {
+        let why = "not a log this node wrote (bad header)".into();
+        return Err(StorageError::Corrupt { file: path.to_path_buf(), offset: 0, why });
+    }
+    Ok(Some(u64::from_le_bytes(header[4..12].try_into().expect("8 bytes"))))
+}
+
+fn length_check(len: u32) -> u32 {
+    xxh3_64(&len.to_le_bytes()) as u32
+}
+
 fn frame(bytes: &[u8]) -> Result<Vec<u8>, StorageError> {
     if bytes.len() > RECORD_MAX_BYTES {
         return Err(StorageError::TooLarge(bytes.len()));
     }
+    let len = bytes.len() as u32;
     let mut out = Vec::with_capacity(HEADER + bytes.len());
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&length_check(len).to_le_bytes());
     out.extend_from_slice(&xxh3_64(bytes).to_le_bytes());
     out.extend_from_slice(bytes);
     Ok(out)
 }
 
-/// One framed record at `at`: `Ok(Some((record, next)))`, `Ok(None)` if cut short or bad.
-fn record_at(bytes: &[u8], at: usize) -> Option<(Vec<u8>, usize)> {
-    let header = bytes.get(at..at + HEADER)?;
-    let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
-    let sum = u64::from_le_bytes(header[4..].try_into().ok()?);
-    if len > RECORD_MAX_BYTES {
-        return None;
-    }
-    let body = bytes.get(at + HEADER..at + HEADER + len)?;
-    (xxh3_64(body) == sum).then(|| (body.to_vec(), at + HEADER + len))
+/// What is at `at` of a framed file.
+enum Framed<'a> {
+    /// A whole record, and where the next begins.
+    Record(&'a [u8], usize),
+    /// Fewer bytes than a header, or a header cut short's zero-filled remains.
+    TornHeader,
+    /// A header that fails its checksum with other data after it.
+    BadHeader,
+    /// A valid header whose record runs past the end.
+    CutShort,
+    /// A whole record failing its checksum, and where it ends.
+    BadBody(usize),
 }
 
-fn decode_snapshot(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, StorageError> {
-    match record_at(bytes, 0) {
-        Some((s, end)) if end == bytes.len() => Ok(s),
+fn framed_at(bytes: &[u8], at: usize) -> Framed<'_> {
+    let Some(header) = bytes.get(at..at + HEADER) else { return Framed::TornHeader };
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes"));
+    let check = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let sum = u64::from_le_bytes(header[8..].try_into().expect("8 bytes"));
+    if length_check(len) != check || len as usize > RECORD_MAX_BYTES {
+        return if bytes[at..].iter().all(|b| *b == 0) { Framed::TornHeader } else { Framed::BadHeader };
+    }
+    let end = at + HEADER + len as usize;
+    match bytes.get(at + HEADER..end) {
+        None => Framed::CutShort,
+        Some(body) if xxh3_64(body) == sum => Framed::Record(body, end),
+        Some(_) => Framed::BadBody(end),
+    }
+}
+
+/// A file of exactly one frame (a snapshot, a page): its bytes.
+fn decode_single(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, StorageError> {
+    match framed_at(bytes, 0) {
+        Framed::Record(body, end) if end == bytes.len() => Ok(body.to_vec()),
         _ => Err(StorageError::Corrupt { file: path.to_path_buf(), offset: 0, why: "bad length or checksum".into() }),
     }
 }
 
-/// The records of a log, and how many bytes of it are good.
+/// The records of a log after its header, and how many bytes of it are good.
 fn decode_log(path: &Path, bytes: &[u8]) -> Result<(Vec<Vec<u8>>, usize), StorageError> {
     let mut records = Vec::new();
-    let mut at = 0;
+    let mut at = LOG_HEADER;
     while at < bytes.len() {
-        match record_at(bytes, at) {
-            Some((r, next)) => {
-                records.push(r);
+        let corrupt =
+            |why: &str| StorageError::Corrupt { file: path.to_path_buf(), offset: at as u64, why: why.into() };
+        match framed_at(bytes, at) {
+            Framed::Record(r, next) => {
+                records.push(r.to_vec());
                 at = next;
             }
-            None => {
-                // Torn only if nothing valid follows: the last write, cut short or half-written.
-                let declared =
-                    bytes.get(at..at + 4).map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize);
-                if at + HEADER + declared >= bytes.len() || declared > RECORD_MAX_BYTES {
-                    return Ok((records, at));
-                }
-                return Err(StorageError::Corrupt {
-                    file: path.to_path_buf(),
-                    offset: at as u64,
-                    why: "a record fails its checksum but more data follows it".into(),
-                });
-            }
+            // The last write, cut short or half-written: torn.
+            Framed::TornHeader | Framed::CutShort => return Ok((records, at)),
+            Framed::BadBody(end) if end == bytes.len() => return Ok((records, at)),
+            Framed::BadBody(_) => return Err(corrupt("a record fails its checksum but more data follows it")),
+            Framed::BadHeader => return Err(corrupt("a record's length fails its checksum but more data follows it")),
         }
     }
     Ok((records, at))
@@ -315,8 +404,79 @@ mod tests {
         bytes[HEADER + 1] ^= 0xFF; // inside the first record's body
         std::fs::write(&log, bytes).unwrap();
         let err = DiskStore::open(dir.path()).err().expect("corruption is an error").to_string();
-        assert!(err.contains("corrupt at byte 0"), "{err}");
+        assert!(err.contains(&format!("corrupt at byte {LOG_HEADER}")), "{err}");
         std::fs::write(dir.path().join("snapshot"), b"garbage").unwrap();
         assert!(DiskStore::open(dir.path()).is_err());
+    }
+
+    /// A review's schedule: one bit of the length of a record in the middle of the log. The
+    /// length was not checksummed, so the record looked cut short at the end: the two synced
+    /// records after it were dropped and the file truncated.
+    #[test]
+    fn a_corrupt_length_in_the_middle_is_an_error_and_the_file_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+            for r in [b"aaaa", b"bbbb", b"cccc"] {
+                s.write(Persist::Append(r.to_vec())).unwrap();
+            }
+            s.sync().unwrap();
+        }
+        let log = dir.path().join("log");
+        let mut bytes = std::fs::read(&log).unwrap();
+        let second = LOG_HEADER + HEADER + 4;
+        bytes[second + 3] ^= 0x80;
+        std::fs::write(&log, &bytes).unwrap();
+        let err = DiskStore::open(dir.path()).err().expect("corruption is an error").to_string();
+        assert!(err.contains(&format!("corrupt at byte {second}")), "{err}");
+        assert_eq!(std::fs::read(&log).unwrap(), bytes, "the log is left as it was");
+        // A tail of zeros (blocks allocated, data never written) is a torn write, not corruption.
+        bytes[second + 3] ^= 0x80;
+        bytes.extend_from_slice(&[0; 40]);
+        std::fs::write(&log, &bytes).unwrap();
+        let (_, stored) = DiskStore::open(dir.path()).unwrap();
+        assert_eq!(stored.records.len(), 3);
+    }
+
+    /// A review's schedule: a crash after the new snapshot is in place and before the log's
+    /// emptying is durable left the old log behind it, and its records were replayed after
+    /// the snapshot that superseded them.
+    #[test]
+    fn records_a_snapshot_superseded_are_never_replayed_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        {
+            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+            s.write(Persist::Append(b"old-1".to_vec())).unwrap();
+            s.write(Persist::Append(b"old-2".to_vec())).unwrap();
+            s.sync().unwrap();
+            let log_on_disk = std::fs::read(&log).unwrap();
+            s.write(Persist::Snapshot(b"covers old-1 and old-2".to_vec())).unwrap();
+            // The power fails before the sync: the renamed snapshot is on disk, the new log not.
+            drop(s);
+            std::fs::write(&log, log_on_disk).unwrap();
+        }
+        let (mut s, stored) = DiskStore::open(dir.path()).unwrap();
+        assert_eq!(stored.snapshot.as_deref(), Some(&b"covers old-1 and old-2"[..]));
+        assert!(stored.records.is_empty(), "superseded records replayed: {:?}", stored.records);
+        // The log goes on from there, in the snapshot's generation.
+        s.write(Persist::Append(b"new".to_vec())).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        let (mut s, stored) = DiskStore::open(dir.path()).unwrap();
+        assert_eq!(stored.records, vec![b"new".to_vec()]);
+        // A crash while a new log was started (its header cut short): it holds nothing yet.
+        s.write(Persist::Snapshot(b"second".to_vec())).unwrap();
+        drop(s);
+        std::fs::write(&log, b"KLO").unwrap();
+        let (_, stored) = DiskStore::open(dir.path()).unwrap();
+        assert_eq!((stored.snapshot.as_deref(), stored.records.len()), (Some(&b"second"[..]), 0));
+        // A log of a later generation than the snapshot was not written by this node.
+        let mut newer = b"KLOG".to_vec();
+        newer.extend_from_slice(&9u64.to_le_bytes());
+        newer.extend_from_slice(&(xxh3_64(&newer) as u32).to_le_bytes());
+        std::fs::write(&log, newer).unwrap();
+        let err = DiskStore::open(dir.path()).err().expect("a mismatched log is an error").to_string();
+        assert!(err.contains("generation 9"), "{err}");
     }
 }
