@@ -87,7 +87,10 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
 }
 
 /// Writes `op.target` back into its writer's word on every replica that had an older one (with
-/// its value, when known), and reads the value where it is missing.
+/// its value, when known), and reads the value where it is missing. A replica the first round
+/// did not hear from gets the same write-back, from an empty word: its CAS's answer says what
+/// it holds if that guess was wrong (a review's schedule counted such a node's empty chain
+/// towards the majority: the read returned a value that was on one node, which then crashed).
 fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     let (x, slot) = (op.target, op.slot.unwrap_or(0));
     let l = c.cfg.layout.clone();
@@ -96,16 +99,15 @@ fn back_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     for node in c.alive_replicas(slot) {
         let mut verbs = Vec::new();
         let mut shape = Shape::default();
-        let o = op.observed.get(&node).and_then(|ws| ws.get(xw as usize)).copied();
-        match (o, &op.value) {
-            (Some(o), _) if meta::id(o) >= meta::id(x) => {
-                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: o });
-            }
-            (Some(o), Some(v)) => {
-                verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, v) });
-                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: x });
-            }
-            _ => {}
+        let o = op.observed.get(&node).and_then(|ws| ws.get(xw as usize)).copied().unwrap_or(0);
+        let addr = l.meta_word(slot, xw);
+        if meta::id(o) >= meta::id(x) {
+            shape.cas_other = Some((verbs.len(), o));
+            verbs.push(Verb::Cas { addr, expected: o, new: o });
+        } else if let Some(v) = &op.value {
+            verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, v) });
+            shape.cas_other = Some((verbs.len(), o));
+            verbs.push(Verb::Cas { addr, expected: o, new: x });
         }
         if op.value.is_none() {
             shape.copy = Some(verbs.len());
@@ -176,26 +178,37 @@ fn after_back(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         c.pool.supersede(op.slot.unwrap_or(0), now);
     }
     let xw = meta::writer(x) as usize;
-    let had = op.observed.values().filter(|ws| ws.get(xw).is_some_and(|o| meta::id(*o) >= meta::id(x))).count();
-    match &op.value {
-        Some(v) => {
-            let v = v.clone();
-            c.finish(op, Ok(Some(v)), now, out)
+    let writers = c.cfg.layout.config.writers as usize;
+    // What each replica's write-back CAS found: it holds x (or newer) now, or the word to
+    // write back from next time.
+    for (node, outs) in &op.replies {
+        let Some((i, expected)) = op.shapes.get(node).and_then(|s| s.cas_other) else { continue };
+        let Some(VerbOutcome::Cas { previous }) = outs.get(i) else { continue };
+        let now_holds = if *previous == expected && meta::id(expected) < meta::id(x) { x } else { *previous };
+        let words = op.observed.entry(*node).or_insert_with(|| vec![0; writers.max(xw + 1)]);
+        if let Some(word) = words.get_mut(xw) {
+            *word = now_holds;
         }
-        None => match copy_value(c, op, x) {
-            // The value was fetched in this round, so the write-back could not carry it yet.
-            Some(v) if had < c.majority() => {
-                op.value = Some(v);
-                back_round(c, op, now, out)
-            }
-            Some(v) => c.finish(op, Ok(Some(v)), now, out),
+    }
+    let holders = op.observed.values().filter(|ws| ws.get(xw).is_some_and(|o| meta::id(*o) >= meta::id(x))).count();
+    if op.value.is_none() {
+        match copy_value(c, op, x) {
+            Some(v) => op.value = Some(v),
             None => {
                 // The buffer was torn or recycled under us: start over.
                 c.bump("fetch_misses");
-                begin(c, op, now, out)
+                return begin(c, op, now, out);
             }
-        },
+        }
     }
+    if holders < c.majority() {
+        // Not on a majority yet (the value was fetched in this round, or a CAS met another
+        // word than the one read): again, from what the replicas said.
+        c.bump("write_back_retries");
+        return back_round(c, op, now, out);
+    }
+    let v = op.value.clone().expect("known above");
+    c.finish(op, Ok(Some(v)), now, out)
 }
 
 pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {

@@ -20,7 +20,8 @@
 //!   race (see `after_recheck`). The winner sets the backups that hold another value to its
 //!   own, then `CAS(v_old → v_new)` on the primary: its write is linearized there. A loser's
 //!   write is linearized just before the winner's (overwritten at once, never visible): it
-//!   reads the primary until it left `v_old`, then returns. A writer whose `v_old` is stale
+//!   reads the primary until it left `v_old`, then returns. A deletion cannot be overwritten
+//!   (it is final), so a delete that lost starts over from the primary's new value. A writer whose `v_old` is stale
 //!   finds every backup at a later value, loses to it, and returns at once (that write was
 //!   concurrent with it: its primary was still `v_old` after it began).
 //! * get: read the primary slot and, when this client saw the key before, the KV block it
@@ -249,14 +250,21 @@ fn after_backups(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) 
 /// later race's value with this one's, and a second "winner" overwrites a backup (campaign
 /// seed 184).
 fn after_recheck(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let deletes = matches!(op.op, KvOp::Delete { .. });
     if primary_word(c, op) != Some(op.prev_max) {
         c.bump("fusee_lost");
+        if deletes {
+            return delete_again(c, op, now, out);
+        }
         return done_writing(c, op, now, out);
     }
     let values: Vec<(MemNodeId, u64)> = op.observed.iter().filter_map(|(n, v)| Some((*n, *v.first()?))).collect();
     let all: Vec<u64> = values.iter().map(|(_, v)| *v).collect();
     if snapshot_winner(&all) != Some(op.tuple) {
         c.bump("fusee_lost");
+        if deletes {
+            return delete_again(c, op, now, out);
+        }
         if c.cfg.unsafe_switch == UnsafeSwitch::FuseeLoserReturnsAtOnce {
             return done_writing(c, op, now, out);
         }
@@ -281,6 +289,15 @@ fn primary_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) 
     let verbs = vec![Verb::Cas { addr: index_slot(c, slot), expected: op.prev_max, new: op.tuple }];
     let p = primary(c, slot);
     round(c, op, Stage::FuseePrimary, vec![(p, verbs, Shape::default())], now, out);
+}
+
+/// A delete that lost its race starts over from the primary's new value. A lost update is
+/// linearized just before the winner (overwritten at once), but a deletion is final: placed
+/// before the winning update it would be undone by it (a review's schedule: a get after both
+/// returned the update's value although the delete had reported success).
+fn delete_again(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    c.bump("fusee_delete_retries");
+    begin(c, op, now, out)
 }
 
 /// A loser reads the primary until the winner has changed it.

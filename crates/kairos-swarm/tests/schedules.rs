@@ -33,8 +33,12 @@ struct Lab {
 }
 
 impl Lab {
-    /// `clock_us[i]`: client `i`'s clock reading (µs after the timestamp epoch).
+    /// `clock_us[i]`: client `i`'s clock reading (µs after the timestamp epoch); SWARM-KV.
     fn new(clock_us: &[u64]) -> Lab {
+        Lab::with(Protocol::SwarmKv, clock_us)
+    }
+
+    fn with(protocol: Protocol, clock_us: &[u64]) -> Lab {
         let n = clock_us.len() as u32;
         let layout = Layout::new(
             LayoutConfig {
@@ -50,12 +54,11 @@ impl Lab {
         )
         .unwrap();
         let mut images: Vec<MemoryImage> = (0..3).map(|_| MemoryImage::new(layout.node_bytes())).collect();
-        let load = index::bulk_load(&layout, Protocol::SwarmKv, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1)
-            .unwrap();
+        let load = index::bulk_load(&layout, protocol, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1).unwrap();
         let slot = load.tuples.iter().flatten().next().unwrap().0;
         let clients = (0..n)
             .map(|w| {
-                let mut c = Client::new(ClientConfig::new(Protocol::SwarmKv, w, layout.clone(), LocalTime(0)));
+                let mut c = Client::new(ClientConfig::new(protocol, w, layout.clone(), LocalTime(0)));
                 c.absorb_load(&load);
                 c
             })
@@ -132,6 +135,11 @@ impl Lab {
     fn step(&mut self, c: usize, node: MemNodeId) {
         let r = self.apply(c, node, usize::MAX);
         self.deliver(c, r);
+    }
+
+    /// The nodes client `c` has chains queued for.
+    fn queued_on(&self, c: usize) -> Vec<MemNodeId> {
+        self.nodes.iter().copied().filter(|n| self.queued(c, *n) > 0).collect()
     }
 
     fn queued(&self, c: usize, node: MemNodeId) -> usize {
@@ -588,4 +596,83 @@ fn a_stale_writer_never_locks_a_node_its_covering_write_of_a_live_tuple_missed()
     eprintln!("live M, flip in between: {:?}; {why}", got.as_ref().map(|c| &c.result));
     let got = got.unwrap_or_else(|| panic!("the read is stuck with P and B up: {why}"));
     assert!(got.result.is_ok(), "{got:?}; {why}");
+}
+
+/// DM-ABD (a review's schedule): a read's write-back counted a replica its first round had not
+/// heard from, to which it sent an empty chain, towards its majority; it returned a value that
+/// was on one node only, and after that node's crash a later read returned an older value.
+#[test]
+fn a_dm_abd_read_returns_a_value_only_once_a_majority_holds_it() {
+    let (w, r1, r2) = (0, 1, 2);
+    let mut lab = Lab::with(Protocol::DmAbd, &[1_000, 1_000, 1_000]);
+    let p = lab.nodes[0];
+    lab.invoke(w, 1, update(b"from W"));
+    let first = lab.queued_on(w);
+    assert_eq!(first.len(), 2, "a majority first: {first:?}");
+    let x = *first.iter().find(|n| **n != p).unwrap();
+    let y = *lab.nodes.iter().find(|n| **n != p && **n != x).unwrap();
+    lab.step(w, p);
+    lab.step(w, x); // W's read round; its write round goes to P and X
+    assert!(lab.queued(w, p) == 1 && lab.queued(w, x) == 1, "W's write round goes to P and X first");
+    lab.apply(w, p, usize::MAX); // W's tuple lands on P; W stalls (or crashes) before X
+
+    // R1 asks P and X; X is slow, so its round widens to Y and completes with P and Y.
+    lab.invoke(r1, 1, get());
+    assert!(lab.queued(r1, p) == 1 && lab.queued(r1, x) == 1, "R1 asks P and X first");
+    lab.step(r1, p);
+    lab.widen(r1);
+    lab.step(r1, y);
+    // Its write-back, majority-first, goes to P and X again; X answers from now on.
+    let got = lab.run(r1, 1, &[p, x], 50).expect("R1 completes with P and X");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())), "R1 returns W's value");
+
+    // P crashes. R2 reads X and Y: R1 returned W's value before R2 began.
+    lab.invoke(r2, 1, get());
+    let got = lab.run(r2, 1, &[x, y], 5_000).expect("R2 completes with X and Y");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())), "R2 returns W's value too, never older");
+}
+
+/// FUSEE (a review's schedule): a delete that lost its SNAPSHOT race reported success as a
+/// loser "linearized just before the winner", but a deletion is final: a get after both
+/// returned the winning update's value. D's backup CASes stall while U's update runs whole;
+/// D's fail, and it starts over from U's value instead.
+#[test]
+fn a_fusee_delete_that_loses_to_a_concurrent_update_deletes_after_it() {
+    let (u, d, g) = (0, 1, 2);
+    let mut lab = Lab::with(Protocol::Fusee, &[1_000, 1_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(d, 1, delete());
+    lab.step(d, p); // D reads the primary slot; its backup CASes wait on B and C
+    assert_eq!(lab.queued(d, b) + lab.queued(d, c), 2, "D's backup CASes wait on B and C");
+    lab.invoke(u, 1, update(b"from U"));
+    assert_eq!(lab.run(u, 1, &[p, b, c], 50).expect("U completes").result, Ok(None));
+    assert_eq!(lab.run(d, 1, &[p, b, c], 50).expect("D completes").result, Ok(None));
+    assert!(lab.counter(d, "fusee_delete_retries") >= 1, "D lost its first race");
+    lab.invoke(g, 1, get());
+    let got = lab.run(g, 1, &[p, b, c], 50).expect("G completes");
+    assert_eq!(got.result, Err(KvError::Deleted), "the delete completed before the get began");
+}
+
+/// FUSEE, the racing variant: D wins backup B, U wins C; rule 3 (the lowest value) picks U, as
+/// a deletion carries the highest timestamp. D must not report success before deleting.
+#[test]
+fn a_fusee_delete_that_loses_the_snapshot_race_deletes_after_the_winner() {
+    let (u, d, g) = (0, 1, 2);
+    let mut lab = Lab::with(Protocol::Fusee, &[1_000, 1_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(d, 1, delete());
+    lab.invoke(u, 1, update(b"from U"));
+    lab.step(d, p); // D reads v0
+    for n in [p, b, c] {
+        lab.step(u, n); // U's blocks everywhere, and U reads v0 on P
+    }
+    lab.step(d, b); // D's CAS wins B
+    lab.step(u, c); // U's CAS wins C
+    lab.step(d, c); // D's CAS on C fails (it sees U's)
+    lab.step(u, b); // U's CAS on B fails (it sees D's): both recheck
+    assert_eq!(lab.run(u, 1, &[p, b, c], 50).expect("U completes").result, Ok(None));
+    assert_eq!(lab.run(d, 1, &[p, b, c], 50).expect("D completes").result, Ok(None));
+    lab.invoke(g, 1, get());
+    let got = lab.run(g, 1, &[p, b, c], 50).expect("G completes");
+    assert_eq!(got.result, Err(KvError::Deleted), "a completed delete is never undone");
 }
