@@ -750,6 +750,10 @@ pub struct ServeArgs {
     /// tiga-gateway: Redis client connections served at once; more are refused.
     #[arg(long, default_value_t = 1024)]
     pub redis_max_clients: usize,
+    /// tiga-gateway: close a Redis client connection after this many silent seconds (Redis's `timeout`; 0:
+    /// never). A command left incomplete for 10 s closes its connection whatever this is.
+    #[arg(long, default_value_t = 300)]
+    pub redis_timeout_s: u64,
     /// causal-member: also serve MongoDB drivers on ADDR (default: the node's `mongo_addr` in the cluster file, if any).
     #[arg(long, value_name = "ADDR")]
     pub mongo_listen: Option<String>,

@@ -138,6 +138,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
                 ..Default::default()
             },
             redis_max_clients: args.redis_max_clients,
+            redis_timeout_s: args.redis_timeout_s,
         })
     };
     match spec.role.as_str() {

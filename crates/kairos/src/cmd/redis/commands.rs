@@ -42,6 +42,17 @@ impl DataCmd {
     fn fixed(reply: Reply) -> Self {
         DataCmd { ops: Vec::new(), shape: Shape::Fixed(reply) }
     }
+
+    /// What it holds while queued in a MULTI: its operations' keys and arguments, or its
+    /// fixed reply's bytes (ECHO's argument).
+    pub fn queued_bytes(&self) -> usize {
+        let fixed = match &self.shape {
+            Shape::Fixed(Reply::Bulk(b)) => b.len(),
+            Shape::Fixed(Reply::Simple(s) | Reply::Error(s)) => s.len(),
+            _ => 0,
+        };
+        fixed + self.ops.iter().map(Op::payload_bytes).sum::<usize>()
+    }
 }
 
 /// A parsed command.

@@ -15,7 +15,9 @@
 //! Limits: connections at once (`max_clients`; an extra one is told
 //! `-ERR max number of clients reached` and closed), commands taken from one read of a
 //! pipeline (`pipeline_max`; the rest wait in the socket, so TCP pushes back), commands queued
-//! in one MULTI (`ops_per_txn_max` of the coordinator), and the RESP limits of
+//! in one MULTI and their bytes (`ops_per_txn_max` and `txn_bytes_max` of the coordinator; a
+//! command without operations counts as one), how long a connection may stay silent or leave a
+//! command incomplete (`idle_timeout`, `partial_command_timeout`), and the RESP limits of
 //! [`super::resp::Limits`]. A protocol error answers `-ERR Protocol error: …` and closes that
 //! connection only.
 
@@ -86,6 +88,9 @@ impl Process for GatewayRole {
     }
 }
 
+/// How long a started command may go without progress before its connection is closed.
+pub const PARTIAL_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How the RESP listener serves.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
@@ -97,6 +102,11 @@ pub struct RedisOptions {
     pub ops_per_txn_max: usize,
     pub keys_per_txn_max: usize,
     pub txn_bytes_max: usize,
+    /// A connection that sends nothing for this long is closed (Redis's `timeout`; `None`:
+    /// never), and one whose started command makes no progress for `partial_command_timeout`
+    /// is told so and closed: neither holds one of the `max_clients` permits forever.
+    pub idle_timeout: Option<std::time::Duration>,
+    pub partial_command_timeout: std::time::Duration,
     /// The INFO reply.
     pub info: String,
 }
@@ -196,7 +206,21 @@ impl Connection {
                 // Something was parsed: more complete commands may be buffered.
                 continue;
             }
-            let n = stream.read(&mut chunk).await?;
+            let wait = if buf.is_empty() { self.opts.idle_timeout } else { Some(self.opts.partial_command_timeout) };
+            let read = stream.read(&mut chunk);
+            let n = match wait {
+                None => read.await?,
+                Some(d) => match tokio::time::timeout(d, read).await {
+                    Ok(n) => n?,
+                    Err(_) if buf.is_empty() => return Ok(()),
+                    Err(_) => {
+                        let e = format!("ERR Protocol error: the command stayed incomplete for {d:?}");
+                        resp::encode_as(self.resp3, &Reply::err(e), &mut out);
+                        stream.write_all(&out).await?;
+                        return Ok(());
+                    }
+                },
+            };
             if n == 0 {
                 return Ok(());
             }
@@ -214,12 +238,17 @@ impl Connection {
             if let Some((queued, dirty)) = self.multi.as_mut() {
                 let reply = match cmd {
                     Command::Data(d) => {
-                        let ops: usize = queued.iter().map(|q| q.ops.len()).sum::<usize>() + d.ops.len();
-                        if ops > self.opts.ops_per_txn_max {
+                        // Every queued command counts (one without operations, such as ECHO,
+                        // as one), and so do its bytes: the queue is bounded before EXEC.
+                        let (ops, bytes) = queued
+                            .iter()
+                            .chain([&d])
+                            .fold((0, 0), |(o, b), c| (o + c.ops.len().max(1), b + c.queued_bytes()));
+                        if ops > self.opts.ops_per_txn_max || bytes > self.opts.txn_bytes_max {
                             *dirty = true;
                             Reply::err(format!(
-                                "ERR a transaction may hold at most {} operations",
-                                self.opts.ops_per_txn_max
+                                "ERR a transaction may hold at most {} operations and {} bytes",
+                                self.opts.ops_per_txn_max, self.opts.txn_bytes_max
                             ))
                         } else {
                             queued.push(d);
@@ -379,5 +408,98 @@ impl Connection {
             at += n;
         }
         Ok(replies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::time::Duration;
+
+    fn opts(max_clients: usize) -> Arc<RedisOptions> {
+        Arc::new(RedisOptions {
+            limits: Limits::default(),
+            max_clients,
+            pipeline_max: 1024,
+            ops_per_txn_max: 4,
+            keys_per_txn_max: 4,
+            txn_bytes_max: 4096,
+            idle_timeout: Some(Duration::from_secs(2)),
+            partial_command_timeout: Duration::from_millis(500),
+            info: String::new(),
+        })
+    }
+
+    /// A review's inputs: commands without operations (ECHO) were queued without limit, and
+    /// writes far past `txn_bytes_max` were held until EXEC refused them.
+    #[tokio::test]
+    async fn a_multi_queue_is_bounded_in_commands_and_bytes() {
+        let (calls, _rx) = mpsc::channel(1);
+        let mut c = Connection::new(1, calls, opts(4));
+        let mut cmds: Vec<resp::Args> = vec![vec![b"MULTI".to_vec()]];
+        for _ in 0..10_000 {
+            cmds.push(vec![b"ECHO".to_vec(), vec![b'x'; 100]]);
+        }
+        let mut out = Vec::new();
+        c.answer(cmds, &mut out).await;
+        let (queued, dirty) = c.multi.as_ref().expect("inside MULTI");
+        assert_eq!((queued.len(), *dirty), (4, true), "four queued, then refused");
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(text.matches("+QUEUED").count(), 4, "{}", &text[..200]);
+        assert!(text.contains("-ERR a transaction may hold at most 4 operations and 4096 bytes"));
+
+        let mut c = Connection::new(2, mpsc::channel(1).0, opts(4));
+        let mut cmds: Vec<resp::Args> = vec![vec![b"MULTI".to_vec()]];
+        for i in 0..4u8 {
+            cmds.push(vec![b"SET".to_vec(), vec![b'k', i], vec![b'v'; 1 << 20]]);
+        }
+        cmds.push(vec![b"EXEC".to_vec()]);
+        let mut out = Vec::new();
+        c.answer(cmds, &mut out).await;
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.ends_with("-EXECABORT Transaction discarded because of previous errors.\r\n"), "{text}");
+        assert!(!text.contains("QUEUED"), "no 1 MiB write was queued: {text}");
+    }
+
+    /// A review's schedule: two sockets that send half a command and then nothing held both
+    /// permits of `max_clients = 2` forever; now they are closed, and a third client is served.
+    /// A silent connection is closed after the idle timeout.
+    #[test]
+    fn stalled_and_silent_connections_give_their_permits_back() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let port = rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let (calls, rx) = mpsc::channel(1);
+            tokio::spawn(async move {
+                let _rx = rx;
+                serve_redis(listener, calls, opts(2)).await
+            });
+            port
+        });
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.write_all(b"*1\r\n$4\r\nPI").unwrap();
+            stalled.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        for s in &mut stalled {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut reply = String::new();
+            let _ = s.read_to_string(&mut reply);
+            assert!(reply.starts_with("-ERR Protocol error: the command stayed incomplete"), "{reply:?}");
+        }
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(b"PING\r\n").unwrap();
+        let mut reply = [0u8; 64];
+        let n = c.read(&mut reply).unwrap_or(0);
+        assert_eq!(&reply[..n], b"+PONG\r\n", "a third client is served");
+        // Silent past the idle timeout: closed (end of stream, no reply).
+        let n = c.read(&mut reply).unwrap_or(usize::MAX);
+        assert_eq!(n, 0, "the silent connection was closed");
+        rt.shutdown_timeout(Duration::from_secs(1));
     }
 }

@@ -47,6 +47,8 @@ pub struct TigaServeOptions {
     pub redis_listen: Option<SocketAddr>,
     pub redis_limits: resp::Limits,
     pub redis_max_clients: usize,
+    /// Seconds a Redis client may stay silent before it is disconnected (0: never).
+    pub redis_timeout_s: u64,
 }
 
 /// The topology the cluster file describes (see the module docs).
@@ -156,6 +158,8 @@ pub async fn run_gateway(
         ops_per_txn_max: tiga.ops_per_txn_max,
         keys_per_txn_max: tiga.keys_per_txn_max,
         txn_bytes_max: tiga.txn_bytes_max,
+        idle_timeout: (o.redis_timeout_s > 0).then(|| Duration::from_secs(o.redis_timeout_s)),
+        partial_command_timeout: gateway::PARTIAL_COMMAND_TIMEOUT,
         info,
     });
     node_opts.history = HistorySink::Channel { capacity: 65_536 };
