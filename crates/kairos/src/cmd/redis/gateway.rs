@@ -170,13 +170,15 @@ impl Connection {
         let mut buf: Vec<u8> = Vec::with_capacity(16 << 10);
         let mut chunk = vec![0u8; 64 << 10];
         let mut out: Vec<u8> = Vec::with_capacity(16 << 10);
+        // How far the incomplete command at the front of `buf` was checked.
+        let mut scan = resp::Scan::default();
         loop {
             // Take the complete commands already buffered (at most pipeline_max).
             let mut cmds: Vec<resp::Args> = Vec::new();
             let mut used = 0;
             let mut error = None;
             while cmds.len() < self.opts.pipeline_max.max(1) {
-                match resp::parse_command(&buf[used..], &self.opts.limits) {
+                match resp::parse_command(&buf[used..], &self.opts.limits, &mut scan) {
                     Ok(Some((args, n))) => {
                         used += n;
                         if !args.is_empty() {
