@@ -112,10 +112,10 @@ pub enum KvError {
     Corrupt,
 }
 
-/// What a history records a deletion as: a write of this value, which a get that reports
-/// [`KvError::Deleted`] reads (so the checker holds deletions to the register's rules: once a
-/// read saw one, every later read must). No workload writes it otherwise.
-pub const DELETED_VALUE_ID: u64 = 1 << 62;
+/// What a history records a deletion as: a write of the checker's tombstone, which a get that
+/// reports [`KvError::Deleted`] reads (so the checker holds deletions to the register's rules,
+/// and to finality: no write may take effect after one). No workload writes it otherwise.
+pub const DELETED_VALUE_ID: u64 = kairos_core::history::TOMBSTONE;
 
 impl KvError {
     /// Whether a write that failed this way may still have taken effect.

@@ -186,6 +186,9 @@ pub(crate) enum Stage {
     FuseeFix,
     FuseePrimary,
     FuseeWait,
+    /// A loser finishing a stalled winner's write: its backups, then the primary.
+    FuseeHelp,
+    FuseeHelpPrimary,
 }
 
 /// A round's replies and the shapes of its chains, per node.
@@ -234,6 +237,8 @@ pub(crate) struct Op {
     /// [`crate::hedge`]).
     pub spare: Vec<(MemNodeId, Vec<Verb>, Shape)>,
     pub round_started: LocalTime,
+    /// A FUSEE loser: since when it has waited for the winner (see [`crate::fusee`]).
+    pub waiting_since: Option<LocalTime>,
     pub done: bool,
 }
 
@@ -273,6 +278,7 @@ impl Op {
             dir_stash: None,
             spare: Vec::new(),
             round_started: now,
+            waiting_since: None,
             done: false,
         }
     }
@@ -315,12 +321,13 @@ impl Op {
             dir_stash,
             spare,
             round_started,
+            waiting_since,
             done,
         } = self;
         (*id, *op, *slot, *started, *rtt, *round, *stage) = (new_id, kv, None, now, 0, 0, Stage::Queued);
         (*need, *failed, *tuple, *buf, *prev_max, *read_max, *iterations) = (0, 0, 0, None, 0, 0, 0);
         (*target, *value, *lock_for, *fresh, *dir_word, *dir_claims, *dir_stash) = (0, None, 0, false, 0, 0, None);
-        (*round_started, *done) = (now, false);
+        (*round_started, *waiting_since, *done) = (now, None, false);
         nodes.clear();
         replies.clear();
         failed_nodes.clear();

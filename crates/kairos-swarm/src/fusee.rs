@@ -33,12 +33,14 @@
 //! never returns to an old value and rule 3's order is total.
 //!
 //! **Simplifications**, each with its reason:
-//! - No embedded operation log and no recovery. FUSEE recovers crashed clients from their logs
-//!   and reconfigures after a memory-node crash through a master, neither of which is part of
-//!   the normal path the benchmark measures. So a crashed writer here can leave losers waiting
-//!   until their deadline, a crashed memory node stops writes (FUSEE runs are excluded from
-//!   the crash campaigns), and a slow chain is waited for (until the operation's deadline)
-//!   rather than taken for a crashed node.
+//! - No embedded operation log and no log-based recovery. FUSEE recovers crashed clients from
+//!   their logs and reconfigures after a memory-node crash through a master, neither of which
+//!   is part of the normal path the benchmark measures. Instead, a loser that waited a chain
+//!   timeout for its winner finishes the winner's write itself (`help`: a winner stalled,
+//!   crashed or past its deadline would otherwise leave the key unwritable for good). A
+//!   crashed memory node stops writes (FUSEE runs are excluded from the crash campaigns), and
+//!   a slow chain is waited for (until the operation's deadline) rather than taken for a
+//!   crashed node.
 //! - RACE hashing is replaced by the shared directory every protocol here uses.
 //! - KV blocks are replicated on every replica of the key and hold the value only (FUSEE's
 //!   also hold the key: about 32 bytes more per replica, which this FUSEE does not store).
@@ -260,8 +262,10 @@ fn after_recheck(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) 
     }
     let values: Vec<(MemNodeId, u64)> = op.observed.iter().filter_map(|(n, v)| Some((*n, *v.first()?))).collect();
     let all: Vec<u64> = values.iter().map(|(_, v)| *v).collect();
-    if snapshot_winner(&all) != Some(op.tuple) {
+    let winner = snapshot_winner(&all);
+    if winner != Some(op.tuple) {
         c.bump("fusee_lost");
+        op.target = winner.unwrap_or(0);
         if deletes {
             return delete_again(c, op, now, out);
         }
@@ -300,12 +304,43 @@ fn delete_again(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     begin(c, op, now, out)
 }
 
-/// A loser reads the primary until the winner has changed it.
+/// A loser reads the primary until the winner has changed it (after a chain timeout, it
+/// finishes the winner's write itself: [`help`]).
 fn wait_round(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    op.waiting_since.get_or_insert(now);
     let slot = op.slot.unwrap_or(0);
     let p = primary(c, slot);
     let verbs = vec![Verb::Read { addr: index_slot(c, slot), len: 8 }];
     round(c, op, Stage::FuseeWait, vec![(p, verbs, Shape { words: Some(0), ..Shape::default() })], now, out);
+}
+
+/// A loser whose winner has not changed the primary for a chain timeout (stalled, crashed, or
+/// given up past its deadline; a review's schedule left a key unwritable for good that way)
+/// finishes the winner's write as the winner would: every backup set to the winner's value,
+/// then `CAS(v_old → winner)` on the primary. All racers decided on the same winner from the
+/// same values (see `after_recheck`), its block was on the primary before its first CAS, and a
+/// winner that resumes later finds its value in place and completes; so helping changes no
+/// outcome, only when it happens. (FUSEE recovers such races from the winner's log; this FUSEE
+/// keeps no log.)
+fn help(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    c.bump("fusee_helped");
+    let (winner, addr) = (op.target, index_slot(c, op.slot.unwrap_or(0)));
+    let fix: Vec<(MemNodeId, Vec<Verb>, Shape)> = op
+        .observed
+        .iter()
+        .filter_map(|(n, v)| v.first().filter(|v| **v != winner).map(|v| (*n, *v)))
+        .map(|(n, v)| (n, vec![Verb::Cas { addr, expected: v, new: winner }], Shape::default()))
+        .collect();
+    if fix.is_empty() {
+        return help_primary(c, op, now, out);
+    }
+    round(c, op, Stage::FuseeHelp, fix, now, out);
+}
+
+fn help_primary(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
+    let slot = op.slot.unwrap_or(0);
+    let verbs = vec![Verb::Cas { addr: index_slot(c, slot), expected: op.prev_max, new: op.target }];
+    round(c, op, Stage::FuseeHelpPrimary, vec![(primary(c, slot), verbs, Shape::default())], now, out);
 }
 
 fn done_writing(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
@@ -327,7 +362,8 @@ pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Out
         Stage::FuseePrimary => {
             let p = primary(c, op.slot.unwrap_or(0));
             match op.replies.get(&p).and_then(|o| o.first()) {
-                Some(VerbOutcome::Cas { previous }) if *previous == op.prev_max => {
+                // Its own CAS, or a loser's that finished this write for it (`help`).
+                Some(VerbOutcome::Cas { previous }) if *previous == op.prev_max || *previous == op.tuple => {
                     c.fusee_seen.insert(op.slot.unwrap_or(0), op.tuple);
                     done_writing(c, op, now, out)
                 }
@@ -341,8 +377,14 @@ pub(crate) fn advance(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Out
         }
         Stage::FuseeWait => match primary_word(c, op) {
             Some(v) if v != op.prev_max => done_writing(c, op, now, out),
+            _ if op.waiting_since.is_some_and(|t| now.saturating_since(t) >= c.cfg.chain_timeout) => {
+                help(c, op, now, out)
+            }
             _ => wait_round(c, op, now, out),
         },
+        Stage::FuseeHelp => help_primary(c, op, now, out),
+        // Installed, or the primary moved on otherwise: the race is over either way.
+        Stage::FuseeHelpPrimary => done_writing(c, op, now, out),
         _ => {}
     }
 }

@@ -137,6 +137,38 @@ impl Lab {
         self.deliver(c, r);
     }
 
+    /// Lets client `c`'s clock run (ticks, no replies) for `ms` milliseconds.
+    fn idle(&mut self, c: usize, ms: u64) {
+        let end = self.now[c] + std::time::Duration::from_millis(ms);
+        while self.now[c] < end {
+            let dt = self.clients[c].tick_interval();
+            self.now[c] = self.now[c] + dt;
+            let mut out = Outbox::new();
+            self.clients[c].on_tick(self.now[c], &mut out);
+            self.absorb(c, out);
+        }
+    }
+
+    /// Like `run`, but each pass (a chain per node at most) also lets 10 µs pass on the
+    /// client's clock, so that an operation that keeps re-reading reaches its timers.
+    fn run_timed(&mut self, c: usize, id: OpId, nodes: &[MemNodeId], passes: usize) -> Option<Completion> {
+        for _ in 0..passes {
+            if let Some(d) = self.done.get(&(c, id)) {
+                return Some(d.clone());
+            }
+            for &n in nodes {
+                if self.queued(c, n) > 0 {
+                    self.step(c, n);
+                }
+            }
+            self.now[c] = self.now[c] + std::time::Duration::from_micros(10);
+            let mut out = Outbox::new();
+            self.clients[c].on_tick(self.now[c], &mut out);
+            self.absorb(c, out);
+        }
+        self.done.get(&(c, id)).cloned()
+    }
+
     /// The nodes client `c` has chains queued for.
     fn queued_on(&self, c: usize) -> Vec<MemNodeId> {
         self.nodes.iter().copied().filter(|n| self.queued(c, *n) > 0).collect()
@@ -675,4 +707,38 @@ fn a_fusee_delete_that_loses_the_snapshot_race_deletes_after_the_winner() {
     lab.invoke(g, 1, get());
     let got = lab.run(g, 1, &[p, b, c], 50).expect("G completes");
     assert_eq!(got.result, Err(KvError::Deleted), "a completed delete is never undone");
+}
+
+/// FUSEE (a review's schedule): a writer whose CAS reply on one backup came back after its
+/// deadline gave up before its primary CAS, leaving its value on every backup and the old one
+/// on the primary. Every later update, by anyone, lost to it (rule 2) and waited for a primary
+/// change nobody would make: the key was unwritable for good, with nothing crashed. A loser now
+/// finishes the winner's write after a chain timeout.
+#[test]
+fn a_fusee_writer_stalled_past_its_deadline_does_not_block_the_key() {
+    let (w, x, g) = (0, 1, 2);
+    let mut lab = Lab::with(Protocol::Fusee, &[1_000, 1_000, 1_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    lab.invoke(w, 1, update(b"from W"));
+    for n in [p, b, c] {
+        lab.step(w, n); // W's blocks everywhere, and W reads the primary
+    }
+    lab.step(w, b); // W's CAS on B lands
+    let slow = lab.apply(w, c, usize::MAX); // so does the one on C, but its reply is slow
+    assert!(slow.is_some());
+    lab.idle(w, 60); // W's deadline passes first
+    assert_eq!(lab.done.get(&(w, 1)).map(|d| d.result.clone()), Some(Err(KvError::Timeout)));
+    lab.deliver(w, slow); // late, ignored
+
+    for id in 1..=3 {
+        lab.invoke(x, id, update(format!("from X {id}").as_bytes()));
+        let done = lab.run_timed(x, id, &[p, b, c], 20_000).expect("X's update finishes");
+        assert_eq!(done.result, Ok(None), "update {id}");
+    }
+    assert!(lab.counter(x, "fusee_helped") >= 1, "X finished W's write first");
+    lab.invoke(w, 2, update(b"W again"));
+    assert_eq!(lab.run_timed(w, 2, &[p, b, c], 20_000).expect("W's next update finishes").result, Ok(None));
+    lab.invoke(g, 1, get());
+    let got = lab.run(g, 1, &[p, b, c], 50).expect("G completes");
+    assert_eq!(got.result, Ok(Some(b"W again".to_vec())));
 }
