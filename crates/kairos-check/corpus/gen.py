@@ -84,6 +84,13 @@ H["good/lin-cas.jsonl"] = (txn(0, [w(1, 0)], f="write") + txn(1, [cas(1, 0, 1)],
                            + txn(2, [cas(1, 0, 2)], fail, f="cas") + txn(3, [w(1, 3)], info, f="write")
                            + txn(0, [r(1, 3)], f="read") + txn(4, [cas(1, 3, 4)], info, f="cas")
                            + txn(0, [r(1, 3)], f="read"))
+TOMBSTONE = 1 << 62  # kairos_core::history::TOMBSTONE: a write of it deletes the key for good
+H["bad/lin-write-after-delete.jsonl"] = (txn(0, [w(1, 1)], f="write") + txn(1, [w(1, TOMBSTONE)], f="delete")
+                                         + txn(2, [w(1, 2)], f="write") + txn(0, [r(1, 2)], f="read"))
+H["good/lin-delete.jsonl"] = (txn(0, [w(1, 1)], f="write") + [inv(2, [w(1, 2)], "write")]
+                              + txn(1, [w(1, TOMBSTONE)], f="delete") + txn(0, [r(1, TOMBSTONE)], f="read")
+                              + [info(2, [w(1, 2)], "write")] + txn(3, [w(1, 3)], fail, f="write")
+                              + txn(1, [r(1, TOMBSTONE)], f="read"))
 # --- causal sessions ---
 H["bad/causal-ryw.jsonl"] = txn(0, [a(1, 1)]) + txn(0, [r(1, [])])
 H["bad/causal-mr.jsonl"] = txn(0, [a(1, 1)]) + txn(1, [r(1, [1])]) + txn(1, [r(1, [])])

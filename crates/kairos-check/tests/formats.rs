@@ -15,7 +15,7 @@ fn corpus() -> PathBuf {
 }
 
 /// How keys and values are written when a history is re-encoded.
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Names {
     /// As integers (the original).
     Ints,
@@ -129,6 +129,9 @@ fn corpus_verdicts_are_the_same_in_json_with_integer_or_string_keys_and_in_edn()
             let model: Model = x["model"].as_str().unwrap().parse().unwrap();
             let want = check(&original, model).unwrap();
             for (names, edn) in [(Names::Ints, false), (Names::Text, false), (Names::Ints, true), (Names::Text, true)] {
+                if names == Names::Text && e["integer_values"].as_bool() == Some(true) {
+                    continue; // text values have no tombstone (see the manifest's comment)
+                }
                 let text = encode(&original, names, edn);
                 let h = parse_history(&text).unwrap_or_else(|e| panic!("{file} as {names:?}, edn {edn}: {e}\n{text}"));
                 let got = check_history(&h, model, &CheckOptions::default()).unwrap();

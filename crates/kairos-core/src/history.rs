@@ -29,6 +29,11 @@ pub enum OpType {
     Info,
 }
 
+/// A write of this value deletes its key for good (a key-value store's delete): the
+/// linearizability checker refuses any other write placed after it, so a deletion that a later
+/// write undid is caught. A read of it is a read that reported the key deleted.
+pub const TOMBSTONE: u64 = 1 << 62;
+
 /// What a read returned: a register value, or a list (list-append). The initial, never-written
 /// value is `null` in JSON and `None` in [`MicroOp::Read`].
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

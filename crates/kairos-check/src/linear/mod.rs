@@ -1,7 +1,9 @@
 //! Linearizability of single-key register operations, per key.
 //!
 //! Operations have one micro-op: `["r",k,v]`, `["w",k,v]` or `["cas",k,[old,new]]`. The
-//! register starts as `nil`. `fail` operations did not happen (a failed CAS did not take effect);
+//! register starts as `nil`. Where values are integers, a write of [`TOMBSTONE`] deletes the key
+//! for good: no other write may follow it (an unknown-outcome write after it simply did not
+//! happen). Text values have no tombstone. `fail` operations did not happen (a failed CAS did not take effect);
 //! `info` (or never-completed) writes and CASes may have happened at any point after their
 //! invocation: they get a response "at infinity", so a linearization may also place them last,
 //! where they change nothing observable; an `info` CAS whose expectation does not hold simply
@@ -17,7 +19,7 @@ pub(crate) mod wgl;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kairos_core::history::{MicroOp, ReadValue};
+use kairos_core::history::{MicroOp, ReadValue, TOMBSTONE};
 
 use crate::ops::{Op, Outcome};
 use crate::parse::symbols::Symbols;
@@ -37,6 +39,8 @@ pub(crate) enum Expect {
 pub(crate) enum LinOp {
     Read(Expect),
     Write(u64),
+    /// A write with unknown outcome: takes effect if it can (not after a deletion).
+    MaybeWrite(u64),
     /// Appends a value: to a list (Jepsen), or to a string (a key-value store's `append`).
     Append(u64),
     Cas(u64, u64),
@@ -92,7 +96,14 @@ pub(crate) fn apply(op: &LinOp, s: &State, texts: &Texts) -> (bool, State) {
         LinOp::Read(Expect::Nil) => (s.is_empty(), s.clone()),
         LinOp::Read(Expect::Value(v)) => (s.as_slice() == [*v] || texts.concatenates_to(s, *v), s.clone()),
         LinOp::Read(Expect::List(l)) => (s == l, s.clone()),
-        LinOp::Write(v) => (true, if texts.empty(*v) { vec![] } else { vec![*v] }),
+        LinOp::Write(v) | LinOp::MaybeWrite(v) => {
+            let allowed = texts.0.is_some() || s.as_slice() != [TOMBSTONE] || *v == TOMBSTONE;
+            let written = if texts.empty(*v) { vec![] } else { vec![*v] };
+            match op {
+                LinOp::Write(_) => (allowed, written),
+                _ => (true, if allowed { written } else { s.clone() }),
+            }
+        }
         LinOp::Append(v) => {
             let mut n = s.clone();
             if !texts.empty(*v) {
@@ -135,6 +146,7 @@ pub(crate) fn by_key(ops: &[Op]) -> Result<BTreeMap<u64, Vec<KeyOp>>, CheckError
             (MicroOp::Read { value: None, .. }, _) => LinOp::Read(Expect::Nil),
             (MicroOp::Read { value: Some(ReadValue::Int(v)), .. }, _) => LinOp::Read(Expect::Value(*v)),
             (MicroOp::Read { value: Some(ReadValue::List(l)), .. }, _) => LinOp::Read(Expect::List(l.clone())),
+            (MicroOp::Write { value, .. }, Outcome::Info) => LinOp::MaybeWrite(*value),
             (MicroOp::Write { value, .. }, _) => LinOp::Write(*value),
             (MicroOp::WriteUnknown { key }, _) => {
                 return Err(CheckError::Unsupported(format!(
@@ -164,6 +176,7 @@ pub(crate) fn prefix(ops: &[KeyOp], p: usize) -> Vec<KeyOp> {
             let op = match &o.op {
                 LinOp::Read(_) => return None,
                 LinOp::Cas(e, n) | LinOp::MaybeCas(e, n) => LinOp::MaybeCas(*e, *n),
+                LinOp::Write(v) | LinOp::MaybeWrite(v) => LinOp::MaybeWrite(*v),
                 w => w.clone(),
             };
             Some(KeyOp { end: None, op, ..o.clone() })
