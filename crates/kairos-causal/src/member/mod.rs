@@ -928,6 +928,10 @@ impl Member {
         applied.sort_unstable_by(|a, b| b.cmp(a));
         let needed = if self.cfg.unsafe_commit_alone { 1 } else { self.cfg.majority() };
         let Some(&candidate) = applied.get(needed - 1) else { return };
+        // Writes parked at or below the commit point are answered even when it did not move:
+        // a one-member set commits a write as it appends it, before the write is parked (a
+        // review's schedule waited for the next write, or the idle no-op 10 s later).
+        self.answer_committed_writes(ctx);
         if candidate <= self.commit_point {
             return;
         }
@@ -938,17 +942,7 @@ impl Member {
         }
         self.commit_point = candidate;
         self.commit_advanced();
-        let done: Vec<(ClusterTime, u64)> =
-            self.pending_writes.range(..=(candidate, u64::MAX)).map(|(k, _)| *k).collect();
-        for k in done {
-            let t = k.0;
-            if let Some(p) = self.pending_writes.remove(&k) {
-                match p.mongo {
-                    Some(body) => self.mongo_send(ctx, p.client, p.id, body, t),
-                    None => self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t),
-                }
-            }
-        }
+        self.answer_committed_writes(ctx);
         // Tell the secondaries (their held pulls) the new commit point.
         let held = std::mem::take(&mut self.held_pulls);
         for m in held {
@@ -962,6 +956,21 @@ impl Member {
             self.send_batch(ctx, m, body);
         }
         self.check_waiters(ctx);
+    }
+
+    /// Answers the majority writes the commit point has reached.
+    fn answer_committed_writes(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
+        let done: Vec<(ClusterTime, u64)> =
+            self.pending_writes.range(..=(self.commit_point, u64::MAX)).map(|(k, _)| *k).collect();
+        for k in done {
+            let t = k.0;
+            if let Some(p) = self.pending_writes.remove(&k) {
+                match p.mongo {
+                    Some(body) => self.mongo_send(ctx, p.client, p.id, body, t),
+                    None => self.reply(ctx, p.client, p.id, Ok(ReplyBody::Written), t),
+                }
+            }
+        }
     }
 
     fn become_primary(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {

@@ -890,6 +890,13 @@ impl Member {
                         new = with_id;
                     }
                     let id = new.get("_id").cloned().unwrap_or(Bson::Null);
+                    if self.current(ns, &id_key(&id), ov).is_some() {
+                        // The filter named an existing `_id` but did not match it: the insert
+                        // meets the `_id` index, as in MongoDB (a review's schedule replaced
+                        // the document, which optimistic concurrency relies on never happening).
+                        let errmsg = format!("E11000 duplicate key error collection: {ns} index: _id_");
+                        return Err(CommandError::new(codes::DUPLICATE_KEY, &errmsg));
+                    }
                     ov.put(id_key(&id), new);
                     n += 1;
                     upserted.push(doc! { "index": i as i32, "_id": id });
