@@ -19,7 +19,8 @@
 //! `view_change_timeout`, proposes the next view:
 //!
 //! - its leaders are in **one region where every shard has a live replica** if there is one
-//!   (the region of most current leaders first, so a healthy placement stays put), otherwise
+//!   (the region of most current leaders first, so a healthy placement stays put; a leader
+//!   judged failed but still heard counts as live only when its shard has no other), otherwise
 //!   each shard keeps a live leader or takes its live replica in the region with the most live
 //!   servers; a shard none of whose replicas is live (all restarted, waiting for a leader of
 //!   their view: seed 8427 of the tiga campaign, where all three replicas of a shard crashed
@@ -251,9 +252,20 @@ impl ViewManager {
     /// The leaders of the next view (module docs), or `None` if nothing better exists.
     fn choose_leaders(&self, now: LocalTime) -> Option<Vec<u32>> {
         let shards = self.topology.shard_count();
+        // A current leader judged failed is not named again while its shard has another live
+        // replica: one stuck in its view change (it reaches the view manager but not its
+        // followers) would otherwise be named in every view, and none would ever start (a
+        // review's schedule, `tests/vm_stuck_leader.rs`).
+        let failed: Vec<bool> = (0..shards).map(|s| self.leader_failed(now, s)).collect();
+        let eligible = |s: usize, r: u32| {
+            self.live(now, s as ShardId, r)
+                && !(failed[s]
+                    && r == self.view.leaders[s]
+                    && (0..self.topology.shards[s].len() as u32).any(|o| o != r && self.live(now, s as ShardId, o)))
+        };
         let live_in = |s: usize, region: u32| -> Option<u32> {
             (0..self.topology.shards[s].len() as u32)
-                .find(|r| self.regions[s][*r as usize] == region && self.live(now, s as ShardId, *r))
+                .find(|r| self.regions[s][*r as usize] == region && eligible(s, *r))
         };
         let mut regions: Vec<u32> = self.regions.iter().flatten().copied().collect();
         regions.sort_unstable();
@@ -274,13 +286,13 @@ impl ViewManager {
         let settled_in_vain =
             now.as_nanos().saturating_sub(self.view_since.as_nanos()) > duration_nanos(self.config.view_change_timeout);
         let mut leaders = Vec::with_capacity(shards);
-        for s in 0..shards {
+        for (s, &leader_failed) in failed.iter().enumerate() {
             let current = self.view.leaders[s];
-            let pick = if !self.leader_failed(now, s) {
+            let pick = if !leader_failed {
                 Some(current)
             } else {
                 let replicas = 0..self.topology.shards[s].len() as u32;
-                live_in(s, best).or_else(|| replicas.clone().find(|r| self.live(now, s as ShardId, *r))).or_else(|| {
+                live_in(s, best).or_else(|| replicas.clone().find(|r| eligible(s, *r))).or_else(|| {
                     replicas.clone().find(|r| settled_in_vain && self.restarted_may_lead(now, s as ShardId, *r))
                 })
             };
