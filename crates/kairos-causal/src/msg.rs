@@ -60,6 +60,9 @@ pub struct RetryRecord {
     pub txn_number: i64,
     /// The BSON bytes of the reply body (`n`, `nModified`, `upserted`, `writeErrors`).
     pub reply: Vec<u8>,
+    /// False on every entry of a write split over several but the last: a member that has the
+    /// write only in part cannot tell which statements ran, so it must not run them again.
+    pub complete: bool,
 }
 
 /// A MongoDB command handed to a member by its wire-protocol listener: the command document

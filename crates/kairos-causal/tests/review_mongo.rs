@@ -4,12 +4,16 @@
 //!   (MongoDB answers E11000: the insert meets the `_id` index).
 //! - On a one-member set, a `w: "majority"` write was answered only by the next write or the
 //!   idle no-op 10 s later.
+//! - A retryable write split over two oplog entries, whose primary failed between them, ran
+//!   again in full on the next primary when the driver retried it (two documents incremented
+//!   twice, and a reply indistinguishable from a first run).
 
 use bson::{doc, Document};
-use kairos_causal::msg::MongoRequest;
+use kairos_causal::msg::{MongoRequest, Op, OpPos, PeerBody, PeerMsg};
 use kairos_causal::{CausalMsg, Member, MemberConfig};
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, NodeId};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,4 +81,122 @@ fn a_majority_write_on_a_one_member_set_is_answered_at_once() {
     assert_eq!(h.role().commit_point(), h.role().last_applied(), "the write is committed");
     assert_eq!(r.len(), 1, "answered in the handler that committed it");
     assert_eq!(r[0].get_i32("n"), Ok(1));
+}
+
+fn config(n: u32) -> Arc<MemberConfig> {
+    // The default sizes: entries of at most 3 MiB of documents, batches of about 1 MiB.
+    Arc::new(MemberConfig::new((0..n).map(NodeId).collect()))
+}
+
+fn peer(term: u64, body: PeerBody, seq: u64) -> CausalMsg {
+    CausalMsg::Peer(PeerMsg { term, cluster_time: None, body, seq })
+}
+
+fn vote_term(effects: &[Effect<CausalMsg>], dry: bool) -> Option<u64> {
+    sent(effects).into_iter().find_map(|(_, m)| match m {
+        CausalMsg::Peer(PeerMsg { term, body: PeerBody::RequestVote { dry_run, .. }, .. }) if *dry_run == dry => {
+            Some(*term)
+        }
+        _ => None,
+    })
+}
+
+/// Times `h` out and grants its dry run and real vote from `voter`: it becomes primary.
+/// Returns the effects of the final vote (the new primary's first messages).
+fn elect(h: &mut RoleHarness<Member>, voter: u32, seq: &mut u64) -> Vec<Effect<CausalMsg>> {
+    let timeout = config(3).election_timeout;
+    let dry = vote_term(&h.advance(timeout * 2 + Duration::from_millis(10)), true).expect("a dry run");
+    *seq += 1;
+    let granted = peer(dry, PeerBody::VoteReply { granted: true, dry_run: true }, *seq);
+    let real = vote_term(&h.deliver(NodeId(voter), granted), false).expect("it stands");
+    *seq += 1;
+    let e = h.deliver(NodeId(voter), peer(real, PeerBody::VoteReply { granted: true, dry_run: false }, *seq));
+    assert!(h.role().is_primary());
+    e
+}
+
+/// Relays messages between members 0 and 1 until none is left (those to member 2 are lost);
+/// returns the client's replies. `pass` decides whether a message from 0 to 1 arrives.
+fn relay(
+    h0: &mut RoleHarness<Member>,
+    h1: &mut RoleHarness<Member>,
+    first: Vec<Effect<CausalMsg>>,
+    pass: &dyn Fn(&CausalMsg) -> bool,
+) -> Vec<Document> {
+    let mut queue: VecDeque<(u32, NodeId, CausalMsg)> =
+        sent(&first).into_iter().map(|(to, m)| (0, to, m.clone())).collect();
+    let mut client = Vec::new();
+    let mut steps = 0;
+    while let Some((from, to, m)) = queue.pop_front() {
+        steps += 1;
+        assert!(steps < 10_000, "relay does not quiesce");
+        if to == CLIENT {
+            client.extend(mongo_replies(&[kairos_core::Effect::Send { to, msg: m }]));
+            continue;
+        }
+        let effects = match (from, to) {
+            (0, NodeId(1)) if pass(&m) => h1.deliver(NodeId(0), m),
+            (1, NodeId(0)) => h0.deliver(NodeId(1), m),
+            _ => continue,
+        };
+        let me = if to == NodeId(0) { 0 } else { 1 };
+        queue.extend(sent(&effects).into_iter().map(|(to, m)| (me, to, m.clone())));
+    }
+    client
+}
+
+#[test]
+fn a_retryable_write_split_over_two_entries_is_never_run_twice_after_failover() {
+    let mut seq = 10_000;
+    let mut h0 = RoleHarness::new(NodeId(0), Member::new(config(3), 0), 1);
+    let mut h1 = RoleHarness::new(NodeId(1), Member::new(config(3), 1), 2);
+    h0.start();
+    h1.start();
+    let e = elect(&mut h0, 1, &mut seq);
+    relay(&mut h0, &mut h1, e, &|_| true);
+    let e = h0.advance(Duration::from_millis(300));
+    relay(&mut h0, &mut h1, e, &|_| true);
+    // Three documents of about 1.2 MiB: two fit one 3 MiB entry, three do not.
+    for i in 0..3 {
+        let big = doc! { "_id": i, "n": 0, "pad": "x".repeat(1_200_000) };
+        let e = h0.deliver(CLIENT, mongo(100 + i as u64, &doc! { "insert": "c", "$db": "test", "documents": [big] }));
+        let r = relay(&mut h0, &mut h1, e, &|_| true);
+        assert_eq!(r.first().map(|r| r.get_f64("ok")), Some(Ok(1.0)), "{r:?}");
+    }
+    // A retryable update of all three (lsid + txnNumber): two oplog entries.
+    let lsid = doc! { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![7; 16] } };
+    let update = doc! {
+        "update": "c", "$db": "test", "ordered": true, "lsid": lsid, "txnNumber": 1i64,
+        "writeConcern": { "w": "majority" },
+        "updates": [
+            { "q": { "_id": 0 }, "u": { "$inc": { "n": 1 } } },
+            { "q": { "_id": 1 }, "u": { "$inc": { "n": 1 } } },
+            { "q": { "_id": 2 }, "u": { "$inc": { "n": 1 } } },
+        ],
+    };
+    let e = h0.deliver(CLIENT, mongo(200, &update));
+    let entries = h0.role().oplog().iter().filter(|e| matches!(e.op, Op::Docs { .. })).count();
+    assert_eq!(entries, 3 + 2, "the update is two oplog entries");
+    // Member 0 crashes before the batch with the last entry leaves it: member 1 has the first.
+    let last_entry = |m: &CausalMsg| match m {
+        CausalMsg::Peer(PeerMsg { body: PeerBody::Batch { entries, .. }, .. }) => {
+            entries.iter().any(|e| matches!(&e.op, Op::Docs { retry: Some(r), .. } if r.complete))
+        }
+        _ => false,
+    };
+    assert!(relay(&mut h0, &mut h1, e, &|m| !last_entry(m)).is_empty(), "no reply reached the client");
+    // Member 1 is elected in term 2 with member 2's vote; member 2 pulls everything.
+    elect(&mut h1, 2, &mut seq);
+    let last = h1.role().oplog().last().map(|e| OpPos { optime: e.optime, term: e.term }).unwrap();
+    seq += 1;
+    h1.deliver(NodeId(2), peer(2, PeerBody::Pull { last }, seq));
+    // The driver retries on the new primary (same lsid and txnNumber): refused, not run again.
+    let r = mongo_replies(&h1.deliver(CLIENT, mongo(201, &update)));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].get_i32("code"), Ok(217), "IncompleteTransactionHistory: {:?}", r[0]);
+    let find = doc! { "find": "c", "$db": "test", "projection": { "pad": 0 } };
+    let r = mongo_replies(&h1.deliver(CLIENT, mongo(300, &find)));
+    let batch = r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap();
+    let n: Vec<i32> = batch.iter().map(|d| d.as_document().unwrap().get_i32("n").unwrap()).collect();
+    assert_eq!(n, vec![1, 1, 0], "each statement ran at most once (the first entry's two)");
 }

@@ -13,7 +13,10 @@
 //!
 //! Retryable writes: the entry carries the `lsid` + `txnNumber` and the reply; a retry with
 //! the same pair gets that reply again without executing (on this member or a later primary:
-//! the record is replicated), an older `txnNumber` gets TransactionTooOld (225).
+//! the record is replicated), an older `txnNumber` gets TransactionTooOld (225). A write split
+//! over several entries marks all but its last incomplete: a later primary that has only
+//! those answers IncompleteTransactionHistory (217) rather than run the write a second time
+//! (MongoDB keeps a record per statement and runs only the rest; Kairos does not, yet).
 
 use super::{Member, MemberState, PendingWrite, Waiter, Waiting, MAX_TIME_MS_CAP};
 use crate::mongo::wire::{decode_document, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
@@ -77,6 +80,7 @@ struct Retried {
     txn_number: i64,
     optime: ClusterTime,
     reply: Vec<u8>,
+    complete: bool,
 }
 
 impl DocStore {
@@ -110,7 +114,7 @@ impl DocStore {
     }
 
     fn record_retry(&mut self, r: &RetryRecord, t: ClusterTime) {
-        let rec = Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone() };
+        let rec = Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone(), complete: r.complete };
         if let Some(old) = self.retry.insert(r.lsid.clone(), rec) {
             self.retry_by_time.remove(&old.optime);
         }
@@ -688,6 +692,16 @@ impl Member {
         };
         if let Some((lsid, n)) = &txn {
             if let Some(r) = self.docs.retry.get(lsid).cloned() {
+                if r.txn_number == *n && !r.complete {
+                    // Its first entries reached this member, its last did not (its primary
+                    // failed in between): which statements ran is unknown here, and running
+                    // them again could apply some twice (a review's schedule incremented two
+                    // documents twice). MongoDB answers this way when a retry's history is
+                    // incomplete; the driver does not retry it.
+                    let msg = "this retryable write was applied in part before a failover; it is not run again";
+                    let code = codes::INCOMPLETE_TRANSACTION_HISTORY;
+                    return self.mongo_reply_error(ctx, from, id, code, msg, false);
+                }
                 if r.txn_number == *n {
                     // Already executed: the same answer, no second execution; it waits for the
                     // write concern like the first attempt did.
@@ -728,7 +742,8 @@ impl Member {
             let msg = format!("a document of {big} bytes is larger than this set's limit of {cap} bytes per write");
             return self.mongo_reply_error(ctx, from, id, codes::BSON_OBJECT_TOO_LARGE, &msg, false);
         }
-        // Several entries when the documents do not fit one; the last carries the retry record.
+        // Several entries when the documents do not fit one; the last carries the retry record,
+        // the others a record that says the write is incomplete without it.
         let (mut chunks, mut current, mut bytes) = (Vec::new(), Vec::new(), 0);
         for w in ov.writes {
             let b = w.approx_bytes();
@@ -740,11 +755,16 @@ impl Member {
             current.push(w);
         }
         chunks.push(current);
-        let mut retry = txn.map(|(lsid, txn_number)| RetryRecord { lsid, txn_number, reply: doc_bytes(&summary) });
         let last = chunks.len() - 1;
         let mut optime = ClusterTime::ZERO;
         for (i, writes) in chunks.into_iter().enumerate() {
-            let op = Op::Docs { ns: ns.clone(), writes, retry: if i == last { retry.take() } else { None } };
+            let retry = txn.as_ref().map(|(lsid, txn_number)| RetryRecord {
+                lsid: lsid.clone(),
+                txn_number: *txn_number,
+                reply: if i == last { doc_bytes(&summary) } else { Vec::new() },
+                complete: i == last,
+            });
+            let op = Op::Docs { ns: ns.clone(), writes, retry };
             match self.write(ctx, op) {
                 Ok(t) => optime = t,
                 Err(e) => return self.mongo_reply_error(ctx, from, id, e.code(), &e.to_string(), retryable),

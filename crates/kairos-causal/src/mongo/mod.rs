@@ -38,6 +38,8 @@ pub mod codes {
     pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
     pub const ILLEGAL_OPERATION: i32 = 20;
     pub const NAMESPACE_NOT_FOUND: i32 = 26;
+    /// A retry of a write whose record says it was applied in part (not retryable).
+    pub const INCOMPLETE_TRANSACTION_HISTORY: i32 = 217;
 
     pub fn name(code: i32) -> &'static str {
         match code {
@@ -52,6 +54,7 @@ pub mod codes {
             BSON_OBJECT_TOO_LARGE => "BSONObjectTooLarge",
             ILLEGAL_OPERATION => "IllegalOperation",
             NAMESPACE_NOT_FOUND => "NamespaceNotFound",
+            INCOMPLETE_TRANSACTION_HISTORY => "IncompleteTransactionHistory",
             c => crate::msg::codes::name(c),
         }
     }
