@@ -389,18 +389,23 @@ mod tests {
         assert!(err.contains("0000000000000001"), "{err}");
     }
 
+    /// A store holding three synced records (`aaaa`, `bbbb`, `cccc`): its directory, its log
+    /// file and the log's bytes.
+    fn three_synced_records() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+        for r in [b"aaaa", b"bbbb", b"cccc"] {
+            s.write(Persist::Append(r.to_vec())).unwrap();
+        }
+        s.sync().unwrap();
+        let log = dir.path().join("log");
+        let bytes = std::fs::read(&log).unwrap();
+        (dir, log, bytes)
+    }
+
     #[test]
     fn corruption_in_the_middle_is_an_error_not_a_silent_loss() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
-            for r in [b"aaaa", b"bbbb", b"cccc"] {
-                s.write(Persist::Append(r.to_vec())).unwrap();
-            }
-            s.sync().unwrap();
-        }
-        let log = dir.path().join("log");
-        let mut bytes = std::fs::read(&log).unwrap();
+        let (dir, log, mut bytes) = three_synced_records();
         bytes[HEADER + 1] ^= 0xFF; // inside the first record's body
         std::fs::write(&log, bytes).unwrap();
         let err = DiskStore::open(dir.path()).err().expect("corruption is an error").to_string();
@@ -414,16 +419,7 @@ mod tests {
     /// records after it were dropped and the file truncated.
     #[test]
     fn a_corrupt_length_in_the_middle_is_an_error_and_the_file_is_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
-            for r in [b"aaaa", b"bbbb", b"cccc"] {
-                s.write(Persist::Append(r.to_vec())).unwrap();
-            }
-            s.sync().unwrap();
-        }
-        let log = dir.path().join("log");
-        let mut bytes = std::fs::read(&log).unwrap();
+        let (dir, log, mut bytes) = three_synced_records();
         let second = LOG_HEADER + HEADER + 4;
         bytes[second + 3] ^= 0x80;
         std::fs::write(&log, &bytes).unwrap();

@@ -20,37 +20,20 @@
 //!    the tail after T's timestamp would make T unplaceable there, and `decide` would drop it
 //!    on both shards.
 
+mod common;
+
+use common::{server, tk, topology, COORDINATOR, VM};
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, NodeId};
 use kairos_tiga::coordinator::Coordinator;
-use kairos_tiga::msg::{ShardId, TigaMsg, TxnId};
-use kairos_tiga::ops::{key_id, Op, OpKind};
+use kairos_tiga::msg::{TigaMsg, TxnId};
+use kairos_tiga::ops::{Op, OpKind};
 use kairos_tiga::server::Server;
-use kairos_tiga::topology::{TigaConfig, Topology};
+use kairos_tiga::topology::TigaConfig;
 use kairos_tiga::view::{ServerState, View};
 use kairos_workload::FixedKeys;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
-
-const COORDINATOR: NodeId = NodeId(10);
-const VM: NodeId = NodeId(20);
-
-/// Shard 0 on nodes 0–2, shard 1 on nodes 3–5; replica 0 leads both in view 0.
-fn topology() -> Topology {
-    Topology {
-        shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)], vec![NodeId(3), NodeId(4), NodeId(5)]],
-        leader: vec![0, 0],
-    }
-}
-
-fn server(shard: ShardId, replica: u32) -> Server {
-    Server::new(topology(), TigaConfig::default(), shard, replica).with_view_managers(vec![VM])
-}
-
-/// Test key `k` as bytes: a key on shard `k mod 2`.
-fn tk(k: u64) -> Vec<u8> {
-    (0u32..).map(|j| format!("k{k}-{j}").into_bytes()).find(|b| key_id(b) % 2 == k % 2).expect("some suffix")
-}
 
 struct Net {
     servers: BTreeMap<NodeId, RoleHarness<Server>>,

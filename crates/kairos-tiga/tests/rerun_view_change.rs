@@ -12,40 +12,22 @@
 //! decides in the next view from what the views before left in the logs (the other shard's
 //! started view 1 settled the transaction there).
 
+mod common;
+
+use common::{server, tk, topology, COORDINATOR, VM};
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, LocalTime, NodeId};
 use kairos_tiga::msg::{Piece, ShardId, Submit, TigaMsg, Ts, TxnId};
 use kairos_tiga::ops::{key_id, Op, OpKind};
 use kairos_tiga::server::Server;
-use kairos_tiga::topology::{TigaConfig, Topology};
 use kairos_tiga::view::{ServerState, View};
 use std::time::Duration;
-
-const COORDINATOR: NodeId = NodeId(10);
-const VM: NodeId = NodeId(20);
-
-/// Shard 0 on nodes 0–2, shard 1 on nodes 3–5; replica 0 leads both in view 0.
-fn topology() -> Topology {
-    Topology {
-        shards: vec![vec![NodeId(0), NodeId(1), NodeId(2)], vec![NodeId(3), NodeId(4), NodeId(5)]],
-        leader: vec![0, 0],
-    }
-}
-
-fn server(shard: ShardId, replica: u32) -> Server {
-    Server::new(topology(), TigaConfig::default(), shard, replica).with_view_managers(vec![VM])
-}
 
 fn harness(shard: ShardId, replica: u32) -> RoleHarness<Server> {
     let node = topology().shards[shard as usize][replica as usize];
     let mut h = RoleHarness::new(node, server(shard, replica), 1 + node.0 as u64);
     h.start();
     h
-}
-
-/// Test key `k` as bytes: a key on shard `k mod 2`.
-fn tk(k: u64) -> Vec<u8> {
-    (0u32..).map(|j| format!("k{k}-{j}").into_bytes()).find(|b| key_id(b) % 2 == k % 2).expect("some suffix")
 }
 
 /// T (seq 1): increments key 0 (shard 0) and key 1 (shard 1). Its piece of `shard`.
