@@ -72,8 +72,9 @@
 //! agreements and speculative executions); so too if it was changing to a view it leads (the
 //! leader journals the view before it collects): a second run of that view's change could
 //! merge other voters' reports and decide a multi-shard transaction otherwise than its first
-//! run told the other shards' leaders, which may have started the view on it. Its journal holds its log and the transactions it
-//! released, so it may vote in a later view change as before the crash. One that lost its
+//! run told the other shards' leaders, which may have started the view on it. Its journal
+//! holds its log and the transactions it released, so it may vote in a later view change as
+//! before the crash. One that lost its
 //! journal (or cannot read its snapshot) does not know which views it led: it asks every
 //! view-manager node for the highest view it holds (`ViewProbe`, with a fresh nonce so that a
 //! replayed answer does not count). The highest answer of a majority is its *floor*: every view
