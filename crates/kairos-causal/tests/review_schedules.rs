@@ -14,6 +14,7 @@
 //! - A retryable write split over two oplog entries, whose primary failed between them, ran
 //!   again in full on the next primary when the driver retried it (two documents incremented
 //!   twice, and a reply indistinguishable from a first run).
+//! - `findAndModify`, part of the driver surface, was missing (59 CommandNotFound).
 
 use bson::{doc, Document};
 use kairos_causal::msg::{
@@ -320,4 +321,40 @@ fn a_retryable_write_split_over_two_entries_is_never_run_twice_after_failover() 
     let batch = r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap();
     let n: Vec<i32> = batch.iter().map(|d| d.as_document().unwrap().get_i32("n").unwrap()).collect();
     assert_eq!(n, vec![1, 1, 0], "each statement ran at most once (the first entry's two)");
+}
+
+/// `findAndModify` (part of the driver surface causal.md names; it answered 59 before):
+/// update returning the old or the new version, upsert, remove, and a retry that gets the
+/// first answer without running again.
+#[test]
+fn find_and_modify_updates_upserts_and_removes_one_document_at_most_once() {
+    let mut h = one_member_primary();
+    let ins = doc! { "insert": "c", "$db": "test", "documents": [ { "_id": 1, "n": 0 }, { "_id": 2, "n": 0 } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(2));
+    let lsid = doc! { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![3; 16] } };
+    let inc = doc! { "findAndModify": "c", "$db": "test", "query": { "_id": 1 }, "update": { "$inc": { "n": 1 } },
+    "new": true, "lsid": lsid.clone(), "txnNumber": 1i64 };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(2, &inc)));
+    assert_eq!(r[0].get_document("value"), Ok(&doc! { "_id": 1, "n": 1 }), "{:?}", r[0]);
+    assert_eq!(r[0].get_document("lastErrorObject"), Ok(&doc! { "n": 1, "updatedExisting": true }));
+    let again = mongo_replies(&h.deliver(CLIENT, mongo(3, &inc)));
+    assert_eq!(again[0].get_document("value"), Ok(&doc! { "_id": 1, "n": 1 }), "a retry: the first answer");
+    let old = doc! { "findAndModify": "c", "$db": "test", "query": { "_id": 2 }, "update": { "$set": { "n": 5 } } };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(4, &old)));
+    assert_eq!(r[0].get_document("value"), Ok(&doc! { "_id": 2, "n": 0 }), "the old version by default");
+    let up = doc! { "findAndModify": "c", "$db": "test", "query": { "_id": 3 }, "update": { "$set": { "n": 7 } },
+    "upsert": true, "new": true, "fields": { "n": 1, "_id": 0 } };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(5, &up)));
+    assert_eq!(r[0].get_document("value"), Ok(&doc! { "n": 7 }), "{:?}", r[0]);
+    assert_eq!(r[0].get_document("lastErrorObject").unwrap().get_i32("upserted"), Ok(3));
+    let rm = doc! { "findAndModify": "c", "$db": "test", "query": { "n": 5 }, "remove": true };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(6, &rm)));
+    assert_eq!(r[0].get_document("value"), Ok(&doc! { "_id": 2, "n": 5 }));
+    let none = mongo_replies(&h.deliver(CLIENT, mongo(7, &rm)));
+    assert_eq!(none[0].get("value"), Some(&bson::Bson::Null), "nothing left to remove");
+    let bad =
+        doc! { "findAndModify": "c", "$db": "test", "query": {}, "remove": true, "update": { "$set": { "n": 1 } } };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(8, &bad)))[0].get_f64("ok"), Ok(0.0));
+    let ids: Vec<i32> = find_all(&mut h, 9).iter().map(|d| d.get_i32("_id").unwrap()).collect();
+    assert_eq!(ids, vec![1, 3]);
 }

@@ -318,6 +318,8 @@ fn pymongo_causal_session_reads_its_writes_from_secondaries() {
     let stale = TRIALS - out["non_causal_found"].as_u64().unwrap();
     assert!(stale >= 1, "with causal consistency off, some secondary read is stale: {out}");
     assert_eq!(out["big_found"], 6, "a 6 MiB insert_many (several oplog entries) reaches a secondary: {out}");
+    let fam = serde_json::json!([{ "_id": "fam", "n": 1 }, { "_id": "fam", "n": 1 }, null]);
+    assert_eq!(out["find_and_modify"], fam, "find_one_and_update, then find_one_and_delete: {out}");
     drop(set.children);
 }
 

@@ -305,7 +305,8 @@ impl Member {
             Err(e) => return self.mongo_reply_error(ctx, from, req.id, codes::BAD_VALUE, &e.to_string(), false),
         };
         let name = cmd.keys().next().cloned().unwrap_or_default();
-        let is_write = matches!(name.as_str(), "insert" | "update" | "delete" | "drop");
+        let is_write =
+            matches!(name.as_str(), "insert" | "update" | "delete" | "drop" | "findAndModify" | "findandmodify");
         let retryable = is_write && cmd.contains_key("txnNumber");
         if let Err(e) = self.mongo_prepare(ctx, &cmd) {
             return self.mongo_reply_error(ctx, from, req.id, e.code, &e.errmsg, retryable);
@@ -321,7 +322,9 @@ impl Member {
                 "ok": 1.0,
             }),
             "getParameter" => Ok(doc! { "ok": 1.0 }),
-            "insert" | "update" | "delete" | "drop" => return self.mongo_write(ctx, from, req.id, &name, &cmd),
+            "insert" | "update" | "delete" | "drop" | "findAndModify" | "findandmodify" => {
+                return self.mongo_write(ctx, from, req.id, &name, &cmd)
+            }
             "find" | "count" => return self.mongo_find(ctx, from, req.id, cmd),
             "getMore" => self.mongo_get_more(ctx, &cmd),
             "killCursors" => self.mongo_kill_cursors(&cmd),
@@ -730,6 +733,7 @@ impl Member {
         let summary = match name {
             "insert" => self.plan_insert(ctx, &ns, cmd, ordered, &mut ov),
             "update" => self.plan_update(ctx, &ns, cmd, ordered, &mut ov),
+            "findAndModify" | "findandmodify" => self.plan_find_and_modify(ctx, &ns, cmd, &mut ov),
             "drop" => self.plan_drop(&ns, &mut ov),
             _ => self.plan_delete(&ns, cmd, ordered, &mut ov),
         };
@@ -898,26 +902,7 @@ impl Member {
                     hits.truncate(1);
                 }
                 if hits.is_empty() && get_flag(s, "upsert") {
-                    let mut base = Document::new();
-                    for (k, v) in &filter.equals {
-                        base.insert(k.clone(), v.clone());
-                    }
-                    let mut new = update.apply(&base)?;
-                    if !new.contains_key("_id") {
-                        let id = base.get("_id").cloned().unwrap_or_else(|| self.new_object_id(ctx));
-                        let mut with_id = doc! { "_id": id };
-                        with_id.extend(new);
-                        new = with_id;
-                    }
-                    let id = new.get("_id").cloned().unwrap_or(Bson::Null);
-                    if self.current(ns, &id_key(&id), ov).is_some() {
-                        // The filter named an existing `_id` but did not match it: the insert
-                        // meets the `_id` index, as in MongoDB (a review's schedule replaced
-                        // the document, which optimistic concurrency relies on never happening).
-                        let errmsg = format!("E11000 duplicate key error collection: {ns} index: _id_");
-                        return Err(CommandError::new(codes::DUPLICATE_KEY, &errmsg));
-                    }
-                    ov.put(id_key(&id), new);
+                    let (id, _) = self.upsert(ctx, ns, &filter, &update, ov)?;
                     n += 1;
                     upserted.push(doc! { "index": i as i32, "_id": id });
                     return Ok(());
@@ -949,6 +934,88 @@ impl Member {
             out.insert("writeErrors", errors);
         }
         Ok(out)
+    }
+
+    /// An upsert that matched nothing: inserts the filter's equalities with `update` applied,
+    /// and returns the new document and its `_id`.
+    fn upsert(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        ns: &str,
+        filter: &Filter,
+        update: &Update,
+        ov: &mut Overlay,
+    ) -> CmdResult<(Bson, Document)> {
+        let mut base = Document::new();
+        for (k, v) in &filter.equals {
+            base.insert(k.clone(), v.clone());
+        }
+        let mut new = update.apply(&base)?;
+        if !new.contains_key("_id") {
+            let id = base.get("_id").cloned().unwrap_or_else(|| self.new_object_id(ctx));
+            let mut with_id = doc! { "_id": id };
+            with_id.extend(new);
+            new = with_id;
+        }
+        let id = new.get("_id").cloned().unwrap_or(Bson::Null);
+        if self.current(ns, &id_key(&id), ov).is_some() {
+            // The filter named an existing `_id` but did not match it: the insert meets the `_id`
+            // index, as in MongoDB (a review's schedule replaced the document, which optimistic
+            // concurrency relies on never happening).
+            let errmsg = format!("E11000 duplicate key error collection: {ns} index: _id_");
+            return Err(CommandError::new(codes::DUPLICATE_KEY, &errmsg));
+        }
+        ov.put(id_key(&id), new.clone());
+        Ok((id, new))
+    }
+
+    /// `findAndModify`: the first document matching `query` is updated (`update`; the reply's
+    /// `value` is the old version, or the new one with `new: true`) or removed (`remove: true`),
+    /// or, matching none, upserted (`upsert: true`); `fields` projects `value`. `sort` is
+    /// refused, as by `find` (documents are in `_id` order).
+    fn plan_find_and_modify(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        ns: &str,
+        cmd: &Document,
+        ov: &mut Overlay,
+    ) -> CmdResult<Document> {
+        if cmd.get_document("sort").is_ok_and(|s| !s.is_empty()) {
+            return Err(CommandError::bad_value("sort is not supported by Kairos"));
+        }
+        let filter = Filter::parse(cmd.get_document("query").ok())?;
+        let remove = get_flag(cmd, "remove");
+        let update = match (cmd.get("update"), remove) {
+            (Some(u), false) => Some(Update::parse(u)?),
+            (None, true) => None,
+            _ => return Err(CommandError::new(codes::FAILED_TO_PARSE, "give either an update or remove: true")),
+        };
+        let (return_new, upsert) = (get_flag(cmd, "new"), get_flag(cmd, "upsert"));
+        let hit = self.matching(ns, &filter, ov).into_iter().next();
+        let (value, last_error) = match (hit, update) {
+            (Some((key, old)), None) => {
+                ov.delete(key);
+                (Some(old), doc! { "n": 1 })
+            }
+            (None, None) => (None, doc! { "n": 0 }),
+            (Some((key, old)), Some(update)) => {
+                let new = update.apply(&old)?;
+                if new != old {
+                    ov.put(key, new.clone());
+                }
+                (Some(if return_new { new } else { old }), doc! { "n": 1, "updatedExisting": true })
+            }
+            (None, Some(update)) if upsert => {
+                let (id, new) = self.upsert(ctx, ns, &filter, &update, ov)?;
+                (return_new.then_some(new), doc! { "n": 1, "updatedExisting": false, "upserted": id })
+            }
+            (None, Some(_)) => (None, doc! { "n": 0, "updatedExisting": false }),
+        };
+        let value = match value {
+            Some(d) => Bson::Document(project(&d, cmd.get_document("fields").ok())?),
+            None => Bson::Null,
+        };
+        Ok(doc! { "lastErrorObject": last_error, "value": value })
     }
 
     /// `drop`: deletes every document (there are no indexes or collection options to drop).

@@ -3,7 +3,7 @@
 Usage: causal.py URI TRIALS. Inserts on the primary (w:1) then reads the document back from a
 secondary, TRIALS times in a causally consistent session and TRIALS times in a session with
 causal consistency off; then a 6 MiB insert_many (more than one oplog entry) read back from a
-secondary. Prints one JSON line with the counts.
+secondary, and a find_one_and_update / find_one_and_delete. Prints one JSON line with the counts.
 """
 import json
 import sys
@@ -40,6 +40,12 @@ big = [{"_id": f"big-{i}", "pad": "x" * (1 << 20)} for i in range(6)]
 with client.start_session(causal_consistency=True) as s:
     coll.insert_many(big, session=s)
     out["big_found"] = len(list(secondary.find({"pad": "x" * (1 << 20)}, {"_id": 1}, session=s)))
+# findAndModify through the driver: update returning the new version, then delete.
+from pymongo import ReturnDocument
+coll.insert_one({"_id": "fam", "n": 0})
+updated = coll.find_one_and_update({"_id": "fam"}, {"$inc": {"n": 1}}, return_document=ReturnDocument.AFTER)
+removed = coll.find_one_and_delete({"_id": "fam"})
+out["find_and_modify"] = [updated, removed, coll.find_one({"_id": "fam"})]
 # Discovery runs in the background: on a loaded machine the second secondary may be found
 # only after the first operations. Count them once discovery settles (at most 20 s).
 deadline = time.monotonic() + 20
