@@ -1,9 +1,10 @@
 //! In-n-Out's 8-byte words and hashed copies.
 //!
-//! **Metadata word** (one per writer per key per node): `ts:35 | buf:20 | writer:7 | spare:1 |
+//! **Metadata word** (one per writer per key per node): `ts:35 | buf:20 | writer:7 | rewrite:1 |
 //! verified:1`, most significant first, so comparing words as integers orders tuples by
 //! timestamp (ties by buffer, then writer). A word of 0 is "no tuple". A timestamp of all ones
-//! is a deletion ([`DELETED_TS`]): nothing can be ordered above it.
+//! is a deletion ([`DELETED_TS`]): nothing can be ordered above it. [`REWRITE`] marks a stale
+//! write's second tuple (`crate::safe_guess`, step 3): not the first tuple of its operation.
 //!
 //! **Lock word** (first word of every out-of-place buffer): the identity (word without the low
 //! two bits) of the latest tuple of that buffer raced for, with a 2-bit mode — [`LOCK_READER`]
@@ -26,6 +27,9 @@ pub const DELETED_TS: u64 = TS_MAX;
 /// One timestamp unit, in nanoseconds of the client's clock (35 bits × 16 ns ≈ 9 minutes).
 pub const TS_UNIT_NS: u64 = 16;
 pub const VERIFIED: u64 = 1;
+/// The flag of a rewritten tuple (module docs). Like [`VERIFIED`] it is not part of the
+/// tuple's identity ([`id`]).
+pub const REWRITE: u64 = 2;
 pub const LOCK_FREE: u64 = 1;
 pub const LOCK_READER: u64 = 2;
 pub const LOCK_WRITER: u64 = 3;
@@ -45,6 +49,9 @@ pub fn writer(word: u64) -> u32 {
 }
 pub fn is_verified(word: u64) -> bool {
     word & VERIFIED != 0
+}
+pub fn is_rewrite(word: u64) -> bool {
+    word & REWRITE != 0
 }
 pub fn is_deleted(word: u64) -> bool {
     word != 0 && ts(word) == DELETED_TS
@@ -105,6 +112,7 @@ mod tests {
         assert!(a < b);
         assert_eq!((ts(a), buf(a), writer(a), is_verified(a)), (5, 1000, 100, false));
         assert!(is_verified(a | VERIFIED) && id(a | VERIFIED) == id(a));
+        assert!(is_rewrite(a | REWRITE) && !is_rewrite(a) && id(a | REWRITE | VERIFIED) == id(a));
         assert!(is_deleted(pack(DELETED_TS, 0, 3, true)));
         assert!(pack(DELETED_TS, 0, 0, true) > pack(TS_MAX - 1, 0xF_FFFF, 127, true));
     }

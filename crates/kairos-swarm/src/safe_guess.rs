@@ -37,9 +37,10 @@
 //!    fail; `writer_lock` says why that matters).
 //! 3. Won on a majority, with a tuple above `T` on a majority: no reader can lock `T` on a
 //!    majority any more, and no reader can even see `T` as a maximum again (every majority read
-//!    meets a node holding more), so rewrite under a fresh timestamp above everything read (same
-//!    buffer); like an ABD write it completes once on a majority. Because step 2 puts `M` before
-//!    the lock, a writer that crashes after winning leaves no key on which readers would spin.
+//!    meets a node holding more), so rewrite under a fresh timestamp above everything read, in
+//!    a fresh buffer and flagged [`meta::REWRITE`] (`rewrite` says why not in `T`'s buffer);
+//!    like an ABD write it completes once on a majority. Because step 2 puts `M` before the
+//!    lock, a writer that crashes after winning leaves no key on which readers would spin.
 //! 4. Found `T|READER` anywhere: a reader saw `T` as the maximum of two majority reads made
 //!    after this write began. Every write that completed before this one began is on a majority
 //!    and would have shown above `T` in those reads, so none is above `T`: the write is
@@ -84,8 +85,9 @@
 //!    lock round needs `X`'s value from a node that answered; if none of the nodes that showed
 //!    `X` is alive any more, `X`'s value may be lost for good and the read starts over (safe:
 //!    every rule rests only on what the read saw since it started).
-//! c. the maximum was once `x0`, an *earlier* operation of `X`'s writer (lower tuple, another
-//!    buffer — a rewrite keeps its buffer) → `x0`'s operation completed before `X`'s began,
+//! c. the maximum was once `x0`, an *earlier* operation of `X`'s writer (lower tuple, and `X`
+//!    not flagged [`meta::REWRITE`]: `X` is its operation's first tuple, so `x0` belongs to an
+//!    earlier one) → `x0`'s operation completed before `X`'s began,
 //!    both within the read: return `x0`. This needs the maximum to be monotone: with a
 //!    maximum taken afresh in each iteration, a read that saw a pending write `T` on one node
 //!    and then the writer's previous tuple on another majority took that *older* tuple for the
@@ -484,13 +486,24 @@ fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
 
 /// Writes again above every timestamp read since the operation began (after `resync`): like an
 /// ABD write, this one is complete once it is on a majority, whatever it reads.
+/// The rewrite takes a **fresh buffer**, and `T`'s retires: helpers' chains that write `T`'s
+/// copy into `T`'s buffer (readers' lock rounds, stale writers' `M`) may land any time later,
+/// and in `T`'s buffer they would overwrite the rewritten tuple's value (a review's schedule,
+/// now `a_readers_slow_lock_chain_does_not_clobber_a_rewrite_in_the_same_buffer`). The new
+/// tuple carries [`meta::REWRITE`], so that readers do not take `T` for an earlier operation
+/// (read rule c). Out of buffers, the write fails having taken no effect (no reader returns `T`).
 fn rewrite(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     c.bump("rewrites");
     op.fresh = true;
-    match c.guess_ts(now) {
-        Ok(ts) => op.tuple = meta::pack(ts, op.buf.unwrap_or(0), c.cfg.writer, false),
+    let ts = match c.guess_ts(now) {
+        Ok(ts) => ts,
         Err(e) => return c.finish(op, Err(e), now, out),
+    };
+    let Some(buf) = c.pool.allocate(now) else { return c.finish(op, Err(KvError::OutOfBuffers), now, out) };
+    if let Some(old) = op.buf.replace(buf) {
+        c.pool.abandon(old, now);
     }
+    op.tuple = meta::pack(ts, buf, c.cfg.writer, false) | meta::REWRITE;
     write_round(c, op, now, out)
 }
 
@@ -632,9 +645,10 @@ fn after_read(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         return read_round(c, op, now, out);
     }
     if let Some(&x0) = op.seen.get(&xw) {
-        if meta::buf(x0) != meta::buf(x) && meta::id(x0) < meta::id(x) {
-            // x's writer started another operation after x0's, and both were the read's
-            // maximum in turn: x0's operation completed during the read. Return it.
+        if !meta::is_rewrite(x) && meta::id(x0) < meta::id(x) {
+            // x is the first tuple of an operation of x's writer begun after x0's, and both
+            // were the read's maximum in turn: x0's operation completed during the read.
+            // Return it.
             return fetch(c, op, x0, true, now, out);
         }
     }

@@ -742,3 +742,116 @@ fn a_fusee_writer_stalled_past_its_deadline_does_not_block_the_key() {
     let got = lab.run(g, 1, &[p, b, c], 50).expect("G completes");
     assert_eq!(got.result, Ok(Some(b"W again".to_vec())));
 }
+
+// ------------------------------------------------------------------------------------------
+// Adversarial review (third round): helpers' copies land in a buffer its writer already
+// rewrote (when rewrites kept their buffer).
+// ------------------------------------------------------------------------------------------
+
+/// Applies every chain client `c` has queued on `node`, without delivering the replies (the
+/// client stalls or has crashed; the verbs land).
+fn land_all(lab: &mut Lab, c: usize, node: MemNodeId) {
+    while lab.queued(c, node) > 0 {
+        let _ = lab.apply(c, node, usize::MAX);
+    }
+}
+
+/// A reader's lock round writes a GUESSED tuple's copy into its writer's buffer wherever the
+/// writer's word was older — unconditionally, before its CASes. A stale writer that *won* its
+/// lock used to rewrite in the **same buffer** at once (a review's schedule, 2026-12-07), so a
+/// reader's lock chain that was merely slow (no recycling involved) could land after the
+/// rewrite and overwrite the rewritten tuple T''s copy with T's. Its CAS of the word then fails
+/// (the word is T' already), so the node kept T' as the word with T's bytes in the buffer: T'
+/// had lost its value there, and once that node was T''s only holder in a live majority (T'
+/// reached P and C; P crashes), every read of the key went round for good. A rewrite now takes
+/// a fresh buffer.
+///
+/// W (clock behind V's) writes T on P only and stalls. R sees T twice and sends its lock round;
+/// its chain to C is slow. V writes above T everywhere. W resumes on P and C, finds T stale,
+/// wins its lock on P and C (no reader holds it anywhere), rewrites T' on P and C, and
+/// completes. R's slow chain lands on C. P crashes: a read on B and C must return W's value —
+/// B and C are a majority and nothing else went wrong.
+#[test]
+fn a_readers_slow_lock_chain_does_not_clobber_a_rewrite_in_the_same_buffer() {
+    let (control, why) = rewrite_then_slow_reader_chain(false);
+    assert_eq!(control.map(|d| d.result), Some(Ok(Some(b"from W".to_vec()))), "control (R's chain never lands): {why}");
+    let (got, why) = rewrite_then_slow_reader_chain(true);
+    let got = got.unwrap_or_else(|| panic!("the read never completes with B and C up: {why}"));
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())), "R's slow chain landed on C: {why}");
+}
+
+/// The schedule above; `land_reader_chain`: R's slow lock chain lands on C after W's rewrite.
+/// Returns the final read's completion (P crashed) and what it saw.
+fn rewrite_then_slow_reader_chain(land_reader_chain: bool) -> (Option<Completion>, String) {
+    let (g, w, v, r) = (0, 1, 2, 3);
+    let mut lab = Lab::new(&[3_000, 1_000, 5_000, 3_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+
+    // W's update T lands whole on P; its chains elsewhere stall (B's for good).
+    lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w);
+    let w_on_p = lab.apply(w, p, usize::MAX);
+    assert!(w_on_p.is_some());
+
+    // R: two iterations that read P and C see T as the maximum; R sends its lock round.
+    lab.invoke(r, 1, get());
+    let first = lab.queued_on(r);
+    for n in first {
+        lab.step(r, n);
+    }
+    // Iteration 2 asks every replica; P and C answer (C after R's iteration-1 chain, if any).
+    lab.step(r, p);
+    while lab.counter(r, "read_iterations_max") < 2 && lab.queued(r, c) > 0 {
+        lab.step(r, c);
+    }
+    assert_eq!(lab.counter(r, "read_iterations_max"), 2, "R's second iteration is in");
+    // R's lock round is the last chain queued on C: there it writes T's copy first.
+    let lock_chain_on_c = lab.conns.get(&(r, c)).and_then(|q| q.back()).map(|p| p.verbs.clone()).unwrap();
+    assert!(
+        matches!(lock_chain_on_c[0], Verb::Write { .. }),
+        "R's lock chain on C writes T's copy: {lock_chain_on_c:?}"
+    );
+
+    // V updates above T everywhere and completes (fresh guess).
+    lab.invoke(v, 1, update(b"from V"));
+    lab.widen(v); // V's chains go to every replica
+    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
+    assert_eq!(done.result, Ok(None));
+    for n in [p, b, c] {
+        land_all(&mut lab, v, n);
+    }
+
+    // W resumes on P and C only; it finds T stale, wins T's lock (no reader holds it) and
+    // rewrites T' on P and C.
+    lab.deliver(w, w_on_p);
+    let wd = lab.run(w, 1, &[p, c], 60).expect("W completes on P and C");
+    assert_eq!(wd.result, Ok(None));
+    assert_eq!(
+        lab.counter(w, "rewrites"),
+        1,
+        "W won its lock and rewrote in its buffer: {:?}",
+        lab.clients[w].counters()
+    );
+    land_all(&mut lab, w, p);
+    land_all(&mut lab, w, c); // W's VERIFIED flips
+
+    // R's slow lock chain lands on C now (R's reply never matters).
+    if land_reader_chain {
+        land_all(&mut lab, r, c);
+    }
+
+    // P crashes. B and C are a majority of live replicas.
+    lab.invoke(g, 1, get());
+    // (P's chain times out after 2 ms; 10 µs pass per pass, so the read's 50 ms deadline is
+    // reached well within the passes.)
+    let got = lab.run_timed(g, 1, &[b, c], 10_000);
+    let why = format!(
+        "words on B {:x?}, C {:x?}; reader: {} iterations, {} fetch misses, {} restarts",
+        meta_words_on(&mut lab, b),
+        meta_words_on(&mut lab, c),
+        lab.counter(g, "read_iterations_max"),
+        lab.counter(g, "fetch_misses"),
+        lab.counter(g, "read_restarts")
+    );
+    (got, why)
+}
