@@ -15,10 +15,18 @@
 //!   again in full on the next primary when the driver retried it (two documents incremented
 //!   twice, and a reply indistinguishable from a first run).
 //! - `findAndModify`, part of the driver surface, was missing (59 CommandNotFound).
+//!
+//! And from a third review (2026-12-07, later):
+//! - A copy of a majority write that reached its old primary after it stepped down was parked
+//!   there as a waiter; the entry was rolled back, and once the member was primary again and
+//!   the commit point passed the old optime, the copy was answered `Written`.
+//! - Any client could `getMore` another session's cursor (ids were sequential).
+//! - Retry records were kept by count: after 100,000 other sessions' writes, a retry ran again.
 
 use bson::{doc, Document};
 use kairos_causal::msg::{
-    codes, ClientOp, MongoRequest, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, Request, WriteConcern,
+    codes, ClientOp, Entry, MongoRequest, Op, OpPos, PeerBody, PeerMsg, ReadConcern, Reply, ReplyBody, Request,
+    WriteConcern,
 };
 use kairos_causal::{CausalMsg, Member, MemberConfig};
 use kairos_clock::ClusterTime;
@@ -357,4 +365,189 @@ fn find_and_modify_updates_upserts_and_removes_one_document_at_most_once() {
     assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(8, &bad)))[0].get_f64("ok"), Ok(0.0));
     let ids: Vec<i32> = find_all(&mut h, 9).iter().map(|d| d.get_i32("_id").unwrap()).collect();
     assert_eq!(ids, vec![1, 3]);
+}
+
+// ----- a third review -----
+
+fn five_members() -> Arc<MemberConfig> {
+    Arc::new(MemberConfig::new((0..5).map(NodeId).collect()))
+}
+
+fn last_pos(m: &Member) -> OpPos {
+    m.oplog().last().map(|e| OpPos { optime: e.optime, term: e.term }).unwrap_or_default()
+}
+
+/// A majority write's request reaches its old primary a second time (the network duplicated
+/// it) after that primary stepped down but before its entry was rolled back: the copy is
+/// parked as a majority waiter although the member is a secondary. The entry is then rolled
+/// back, the member catches up with the new primary and is elected again; the parked copy is
+/// answered `Written` because the commit point passed its (rolled-back) optime.
+#[test]
+fn a_parked_copy_of_a_rolled_back_majority_write_is_never_acknowledged() {
+    let mut h = RoleHarness::new(NodeId(0), Member::new(five_members(), 0), 41);
+    h.start();
+    let mut seq = 1_000;
+    // Member 0 is primary in term 1 (5 members; it needs 2 more votes: grant from 1 and 2).
+    let timeout = five_members().election_timeout;
+    let dry = vote_term(&h.advance(timeout * 2 + Duration::from_millis(10)), true).unwrap();
+    for v in [1, 2] {
+        seq += 1;
+        h.deliver(NodeId(v), peer(dry, PeerBody::VoteReply { granted: true, dry_run: true }, seq));
+    }
+    let real = h.role().term();
+    for v in [1, 2] {
+        seq += 1;
+        h.deliver(NodeId(v), peer(real, PeerBody::VoteReply { granted: true, dry_run: false }, seq));
+    }
+    assert!(h.role().is_primary());
+    assert_eq!(h.role().term(), 1);
+
+    // 1. The client's majority append (request 1, naming term 1) runs on member 0 only.
+    let write = CausalMsg::Request(Request {
+        id: 1,
+        op: ClientOp::Append { key: 7, value: 77 },
+        read_concern: ReadConcern::Majority,
+        write_concern: WriteConcern::Majority,
+        after_cluster_time: None,
+        cluster_time: None,
+        max_time_ms: 60_000,
+        secondary_ok: false,
+        term: Some(1),
+    });
+    assert!(replies(&h.deliver(CLIENT, write.clone())).is_empty(), "waits for a majority");
+    let t_e = h.role().oplog().iter().find(|e| e.origin.is_some_and(|o| o.request == 1)).unwrap().optime;
+
+    // 2. Members 1..4 elected member 1 in term 2; its heartbeat deposes member 0, which
+    //    answers the waiter with InterruptedDueToReplStateChange (outcome unknown).
+    seq += 1;
+    let e = h.deliver(NodeId(1), peer(2, PeerBody::Heartbeat { commit_point: ClusterTime::ZERO }, seq));
+    assert!(!h.role().is_primary());
+    let r = replies(&e);
+    assert!(r.iter().all(|r| r.result.is_err()), "{r:?}");
+
+    // 3. The network delivers a duplicate of request 1 to member 0, now a secondary.
+    let r = replies(&h.deliver(CLIENT, write));
+    assert!(r.is_empty() || r.iter().all(|r| r.result.is_err()), "a secondary acknowledged: {r:?}");
+
+    // 4. Member 1's oplog has none of member 0's term-1 entries: roll back everything.
+    let last = last_pos(h.role());
+    seq += 1;
+    let rb = PeerBody::Batch {
+        after: last,
+        entries: vec![],
+        commit_point: ClusterTime::ZERO,
+        rollback_to: Some(ClusterTime::ZERO),
+    };
+    h.deliver(NodeId(1), peer(2, rb, seq));
+    assert!(h.role().oplog().is_empty(), "rolled back");
+
+    // 5. Member 0 pulls member 1's term-2 no-op, committed by members 1..3, past t_e.
+    let noop = Entry { optime: ClusterTime::new(t_e.secs, t_e.inc + 100), term: 2, op: Op::Noop, origin: None };
+    seq += 1;
+    let b = PeerBody::Batch {
+        after: OpPos::default(),
+        entries: vec![noop.clone()],
+        commit_point: noop.optime,
+        rollback_to: None,
+    };
+    h.deliver(NodeId(1), peer(2, b, seq));
+    assert_eq!(h.role().commit_point(), noop.optime);
+
+    // 6. Member 1 dies; member 0 is elected in term 3 (votes of 3 and 4); 3 and 4 pull.
+    let dry = vote_term(&h.advance(timeout * 2 + Duration::from_millis(10)), true).expect("a dry run");
+    for v in [3, 4] {
+        seq += 1;
+        h.deliver(NodeId(v), peer(dry, PeerBody::VoteReply { granted: true, dry_run: true }, seq));
+    }
+    let real = h.role().term();
+    let mut answered = Vec::new();
+    for v in [3, 4] {
+        seq += 1;
+        answered.extend(replies(
+            &h.deliver(NodeId(v), peer(real, PeerBody::VoteReply { granted: true, dry_run: false }, seq)),
+        ));
+    }
+    assert!(h.role().is_primary() && h.role().term() == 3);
+    for v in [3, 4] {
+        seq += 1;
+        let pull = PeerBody::Pull { last: OpPos { optime: noop.optime, term: 2 } };
+        answered.extend(replies(&h.deliver(NodeId(v), peer(3, pull, seq))));
+    }
+
+    // Request 1 is in no oplog any more: it must not be acknowledged.
+    let in_oplog = h.role().oplog().iter().any(|e| e.origin.is_some_and(|o| o.client == CLIENT.0 && o.request == 1));
+    assert!(!in_oplog);
+    let acked: Vec<&Reply> =
+        answered.iter().filter(|r| r.id == 1 && matches!(r.result, Ok(ReplyBody::Written))).collect();
+    assert!(
+        acked.is_empty(),
+        "majority write acknowledged after its entry was rolled back: {acked:?}; list at key 7 = {:?}",
+        h.role().read_local(7)
+    );
+}
+
+fn lsid(b: u8) -> Document {
+    doc! { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![b; 16] } }
+}
+
+/// A cursor belongs to the session that opened it (MongoDB: getMore from another session
+/// fails with 50738, from no session with 50737). Kairos hands any client the rest of any
+/// cursor whose (sequential, guessable) id it names.
+#[test]
+fn get_more_from_another_session_does_not_read_its_cursor() {
+    let mut h = one_member_primary();
+    let alice = NodeId(9);
+    let mallory = NodeId(10);
+    let ins = doc! { "insert": "secret", "$db": "test", "lsid": lsid(1),
+    "documents": [ { "_id": 1, "pin": 1111 }, { "_id": 2, "pin": 2222 }, { "_id": 3, "pin": 3333 } ] };
+    assert_eq!(mongo_replies(&h.deliver(alice, mongo(1, &ins)))[0].get_i32("n"), Ok(3));
+    let find = doc! { "find": "secret", "$db": "test", "lsid": lsid(1), "batchSize": 1 };
+    let r = mongo_replies(&h.deliver(alice, mongo(2, &find)));
+    let cursor = r[0].get_document("cursor").unwrap().get_i64("id").unwrap();
+    assert_ne!(cursor, 0, "{r:?}");
+    // Another connection, another session: guesses the id (1, 2, 3, … per process life).
+    let steal = doc! { "getMore": cursor, "collection": "secret", "$db": "test", "lsid": lsid(2) };
+    let r = mongo_replies(&h.deliver(mallory, mongo(3, &steal)));
+    assert_eq!(r[0].get_f64("ok"), Ok(0.0), "another session read the cursor: {:?}", r[0]);
+    // And the owner still gets the rest.
+    let mine = doc! { "getMore": cursor, "collection": "secret", "$db": "test", "lsid": lsid(1) };
+    let r = mongo_replies(&h.deliver(alice, mongo(4, &mine)));
+    let next = r[0].get_document("cursor").unwrap().get_array("nextBatch").unwrap();
+    assert_eq!(next.len(), 2, "the owner lost its documents: {:?}", r[0]);
+}
+
+/// A retryable write's record must outlive its retry window (MongoDB keeps a session's record
+/// until the session expires, `logicalSessionTimeoutMinutes` = 30). Kairos keeps the newest
+/// 100,000 records by count: once 100,000 other sessions have written, a retry of the first
+/// write runs it a second time (and an older txnNumber is no longer TransactionTooOld).
+#[test]
+fn a_retryable_write_is_not_run_twice_after_many_other_sessions_wrote() {
+    let mut h = one_member_primary();
+    let ins = doc! { "insert": "c", "$db": "test", "documents": [ { "_id": 1, "n": 0 } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(1));
+    let session = |i: u32| {
+        let mut b = vec![0u8; 16];
+        b[..4].copy_from_slice(&i.to_be_bytes());
+        doc! { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: b } }
+    };
+    let inc = doc! { "update": "c", "$db": "test", "lsid": session(u32::MAX), "txnNumber": 1i64,
+    "updates": [ { "q": { "_id": 1 }, "u": { "$inc": { "n": 1 } } } ] };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(2, &inc)));
+    assert_eq!(r[0].get_i32("nModified"), Ok(1), "{r:?}");
+    // 100,000 other sessions each write once (a busy minute for a real deployment): the
+    // table holds 100,000 live records after the first 99,999, and the last session is refused.
+    for i in 0..100_000u32 {
+        let w = doc! { "insert": "other", "$db": "test", "lsid": session(i), "txnNumber": 1i64,
+        "writeConcern": { "w": 1 }, "documents": [ { "_id": i as i64 } ] };
+        let r = mongo_replies(&h.deliver(NodeId(100), mongo(10 + u64::from(i), &w)));
+        let refused = r[0].get_i32("code") == Ok(261);
+        assert_eq!(refused, i == 99_999, "session {i}: {:?}", r[0]);
+    }
+    // The driver's retry of the first write (its reply was lost): the same answer, no second $inc.
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(3, &inc)));
+    assert_eq!(r[0].get_f64("ok"), Ok(1.0), "{r:?}");
+    let find = doc! { "find": "c", "$db": "test", "filter": { "_id": 1 } };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(4, &find)));
+    let d = r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap()[0].as_document().unwrap().clone();
+    assert_eq!(d.get_i32("n"), Ok(1), "the retryable write ran twice: {d:?}");
 }

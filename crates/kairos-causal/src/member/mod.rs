@@ -625,6 +625,18 @@ impl Member {
             // This request already ran (a retransmission, a duplicated or replayed message):
             // answer with its optime, once the write concern holds for it.
             self.stats.retried_writes += 1;
+            if !self.is_primary() {
+                // Only the primary follows an entry to its end: here it may still be rolled
+                // back, and a waiter parked on a secondary was answered `Written` once a later
+                // primary's commit point passed the rolled-back optime (a review's schedule,
+                // now `a_parked_copy_of_a_rolled_back_majority_write_is_never_acknowledged`).
+                // The outcome is unknown, not failed: the entry may still commit.
+                let e = ErrorReply::new(
+                    codes::INTERRUPTED_DUE_TO_REPL_STATE_CHANGE,
+                    "not primary: this write ran, but its outcome is unknown here; retry it with the primary",
+                );
+                return self.reply_err(ctx, from, req.id, e);
+            }
             if req.write_concern == WriteConcern::Majority {
                 // A copy takes the place of its request's waiter, if one waits: copies cannot
                 // grow the queue past `max_waiters` (a replaying network once did).

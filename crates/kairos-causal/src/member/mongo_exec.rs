@@ -17,6 +17,15 @@
 //! over several entries marks all but its last incomplete: a later primary that has only
 //! those answers IncompleteTransactionHistory (217) rather than run the write a second time
 //! (MongoDB keeps a record per statement and runs only the rest; Kairos does not, yet).
+//! A record lives [`LOGICAL_SESSION_TIMEOUT_MINUTES`] of cluster time past its session's last
+//! write, as a session does in MongoDB, whatever the number of other sessions; with
+//! [`MAX_RETRY_RECORDS`] live ones, a new session's retryable write is refused
+//! (TooManyLogicalSessions, 261) rather than a live record dropped (dropped by count, a retry
+//! after 100,000 other sessions' writes ran a second time: a review's schedule).
+//!
+//! Cursors belong to the session that opened them: `getMore` and `killCursors` from another
+//! session (or none, for a session's cursor) do not reach them (MongoDB: 50737 / 50738), and
+//! their ids are drawn at random, so that one client cannot guess another's.
 
 use super::{Member, MemberState, PendingWrite, Waiter, Waiting, MAX_TIME_MS_CAP};
 use crate::mongo::wire::{decode_document, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
@@ -28,6 +37,7 @@ use crate::msg::{CausalMsg, DocWrite, ErrorReply, MongoReply, MongoRequest, Op, 
 use bson::{doc, Bson, Document};
 use kairos_clock::{gossip_in, ClusterTime};
 use kairos_core::{Ctx, LocalTime, NodeId};
+use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -65,15 +75,17 @@ type Version = (ClusterTime, Option<Document>);
 pub(super) struct DocStore {
     ns: BTreeMap<String, BTreeMap<Vec<u8>, Vec<Version>>>,
     retry: BTreeMap<Vec<u8>, Retried>,
-    /// The retry records by optime, to drop the oldest beyond [`MAX_RETRY_RECORDS`].
+    /// The retry records by optime, to drop those older than the session timeout.
     retry_by_time: BTreeMap<ClusterTime, Vec<u8>>,
     /// Deletes whose document is forgotten once the commit point passes them.
     tombstones: VecDeque<(ClusterTime, String, Vec<u8>)>,
 }
 
-/// Retryable-write records kept (one per session); the oldest goes first. Derived from the
-/// oplog alone, so every member keeps the same ones.
-const MAX_RETRY_RECORDS: usize = 100_000;
+/// Live retryable-write records (one per session, module docs) beyond which a new session's
+/// retryable write is refused. Derived from the oplog alone, so every member keeps the same.
+pub const MAX_RETRY_RECORDS: usize = 100_000;
+/// A retry record expires this many seconds of cluster time after its session's last write.
+const RETRY_RECORD_TTL_S: u32 = LOGICAL_SESSION_TIMEOUT_MINUTES as u32 * 60;
 
 #[derive(Clone)]
 struct Retried {
@@ -119,10 +131,21 @@ impl DocStore {
             self.retry_by_time.remove(&old.optime);
         }
         self.retry_by_time.insert(t, r.lsid.clone());
-        while self.retry.len() > MAX_RETRY_RECORDS {
-            let Some((_, lsid)) = self.retry_by_time.pop_first() else { break };
+        while let Some(entry) = self.retry_by_time.first_entry().filter(|e| Self::expired(*e.key(), t)) {
+            let lsid = entry.remove();
             self.retry.remove(&lsid);
         }
+    }
+
+    /// Whether a retry record written at `written` has expired by cluster time `now`.
+    fn expired(written: ClusterTime, now: ClusterTime) -> bool {
+        written.secs.saturating_add(RETRY_RECORD_TTL_S) < now.secs
+    }
+
+    /// Whether a retryable write of a session with no live record may run after `now`: the
+    /// table is not full, or its oldest record expires by then (the write's entry drops it).
+    fn retry_room(&self, now: ClusterTime) -> bool {
+        self.retry.len() < MAX_RETRY_RECORDS || self.retry_by_time.keys().next().is_some_and(|t| Self::expired(*t, now))
     }
 
     /// Forgets deleted documents whose delete the commit point has passed (no read needs them).
@@ -181,6 +204,8 @@ impl DocStore {
 
 struct Cursor {
     ns: String,
+    /// The `lsid` of the session that opened it (`id_key`), if any.
+    owner: Option<Vec<u8>>,
     docs: VecDeque<Document>,
     last_used: LocalTime,
 }
@@ -205,7 +230,6 @@ pub(super) struct MongoState {
     /// Start of this process (`topologyVersion.processId`).
     pub(super) started_at: LocalTime,
     cursors: BTreeMap<i64, Cursor>,
-    next_cursor_id: i64,
     hello_waiters: Vec<HelloWaiter>,
     topology: (bool, Option<u32>),
     topology_counter: i64,
@@ -587,7 +611,11 @@ impl Member {
             docs.push_back(project(&d, projection)?);
         }
         let first = take_batch(&mut docs, batch);
-        let cursor_id = if single_batch || docs.is_empty() { 0 } else { self.open_cursor(ctx, ns.clone(), docs) };
+        let cursor_id = if single_batch || docs.is_empty() {
+            0
+        } else {
+            self.open_cursor(ctx, ns.clone(), cmd.get("lsid").map(id_key), docs)
+        };
         Ok(doc! { "cursor": { "firstBatch": first, "id": cursor_id, "ns": ns }, "ok": 1.0 })
     }
 
@@ -600,15 +628,27 @@ impl Member {
         Ok(doc! { "n": n as i64, "ok": 1.0 })
     }
 
-    fn open_cursor(&mut self, ctx: &mut Ctx<'_, CausalMsg>, ns: String, docs: VecDeque<Document>) -> i64 {
+    /// A cursor of session `owner` over `docs`, under a random id (module docs); beyond
+    /// [`MAX_CURSORS`] the least recently used one goes.
+    fn open_cursor(
+        &mut self,
+        ctx: &mut Ctx<'_, CausalMsg>,
+        ns: String,
+        owner: Option<Vec<u8>>,
+        docs: VecDeque<Document>,
+    ) -> i64 {
         if self.mongo.cursors.len() >= MAX_CURSORS {
-            if let Some((&oldest, _)) = self.mongo.cursors.iter().next() {
+            if let Some((&oldest, _)) = self.mongo.cursors.iter().min_by_key(|(_, c)| c.last_used) {
                 self.mongo.cursors.remove(&oldest);
             }
         }
-        self.mongo.next_cursor_id += 1;
-        let id = self.mongo.next_cursor_id;
-        self.mongo.cursors.insert(id, Cursor { ns, docs, last_used: ctx.now() });
+        let id = loop {
+            let id = ctx.rng().random_range(1..i64::MAX);
+            if !self.mongo.cursors.contains_key(&id) {
+                break id;
+            }
+        };
+        self.mongo.cursors.insert(id, Cursor { ns, owner, docs, last_used: ctx.now() });
         id
     }
 
@@ -623,6 +663,16 @@ impl Member {
         let Some(c) = self.mongo.cursors.get_mut(&id).filter(|c| c.ns == ns) else {
             return Err(CommandError::new(codes::CURSOR_NOT_FOUND, format!("cursor id {id} not found")));
         };
+        let session = cmd.get("lsid").map(id_key);
+        if c.owner != session {
+            let (code, msg) = match (&c.owner, &session) {
+                (Some(_), None) => (codes::CURSOR_SESSION_MISSING, "was created in a session; run getMore in it"),
+                _ => {
+                    (codes::CURSOR_SESSION_MISMATCH, "belongs to another session (or to none); run getMore in its own")
+                }
+            };
+            return Err(CommandError::new(code, format!("cursor id {id} {msg}")));
+        }
         c.last_used = ctx.now();
         let next = take_batch(&mut c.docs, batch);
         let left = if c.docs.is_empty() {
@@ -634,8 +684,11 @@ impl Member {
         Ok(doc! { "cursor": { "nextBatch": next, "id": left, "ns": ns }, "ok": 1.0 })
     }
 
+    /// Kills the cursors named that belong to the session of `cmd`; another session's are
+    /// reported not found.
     fn mongo_kill_cursors(&mut self, cmd: &Document) -> CmdResult<Document> {
         namespace(cmd, "killCursors")?;
+        let session = cmd.get("lsid").map(id_key);
         let ids = cmd.get_array("cursors").map_err(|_| CommandError::bad_value("killCursors needs `cursors`"))?;
         let (mut killed, mut not_found) = (Vec::new(), Vec::new());
         for b in ids {
@@ -644,7 +697,8 @@ impl Member {
                 Bson::Int32(i) => i64::from(*i),
                 _ => return Err(CommandError::bad_value("cursor ids must be longs")),
             };
-            if self.mongo.cursors.remove(&id).is_some() {
+            if self.mongo.cursors.get(&id).is_some_and(|c| c.owner == session) {
+                self.mongo.cursors.remove(&id);
                 killed.push(id);
             } else {
                 not_found.push(id);
@@ -722,6 +776,12 @@ impl Member {
                     let msg = format!("txnNumber {n} is older than this session's {}", r.txn_number);
                     return self.mongo_reply_error(ctx, from, id, codes::TRANSACTION_TOO_OLD, &msg, false);
                 }
+            } else if !self.docs.retry_room(self.last_applied()) {
+                let msg = format!(
+                    "{MAX_RETRY_RECORDS} sessions made retryable writes in the last \
+                     {LOGICAL_SESSION_TIMEOUT_MINUTES} minutes; retry later, or write without a txnNumber"
+                );
+                return self.mongo_reply_error(ctx, from, id, codes::TOO_MANY_LOGICAL_SESSIONS, &msg, false);
             }
         }
         let ns = match namespace(cmd, name) {

@@ -40,6 +40,12 @@ pub mod codes {
     pub const NAMESPACE_NOT_FOUND: i32 = 26;
     /// A retry of a write whose record says it was applied in part (not retryable).
     pub const INCOMPLETE_TRANSACTION_HISTORY: i32 = 217;
+    /// Too many sessions hold retryable-write records.
+    pub const TOO_MANY_LOGICAL_SESSIONS: i32 = 261;
+    /// `getMore` without a session on a cursor opened in one.
+    pub const CURSOR_SESSION_MISSING: i32 = 50737;
+    /// `getMore` in another session than the cursor's.
+    pub const CURSOR_SESSION_MISMATCH: i32 = 50738;
 
     pub fn name(code: i32) -> &'static str {
         match code {
@@ -55,6 +61,9 @@ pub mod codes {
             ILLEGAL_OPERATION => "IllegalOperation",
             NAMESPACE_NOT_FOUND => "NamespaceNotFound",
             INCOMPLETE_TRANSACTION_HISTORY => "IncompleteTransactionHistory",
+            TOO_MANY_LOGICAL_SESSIONS => "TooManyLogicalSessions",
+            CURSOR_SESSION_MISSING => "Location50737",
+            CURSOR_SESSION_MISMATCH => "Location50738",
             c => crate::msg::codes::name(c),
         }
     }
