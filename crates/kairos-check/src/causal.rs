@@ -20,7 +20,13 @@
 //!   session that has observed `w` must, in every later read of `k1`, observe all of `L`.
 //!
 //! An observation is a read that contains the value. Obligations are per observing session and
-//! key, keeping the strongest (latest in the key's order) required value.
+//! key, keeping the strongest (latest in the key's order) required value. They are
+//! **transitive**: a value an observer must see brings the obligations of every value up to it
+//! in its key's order, as a value it saw does (a server that holds `c`, which followed a read of
+//! `b`, holds `b` and so whatever `b` followed). An `info` append that someone observed took
+//! effect, in its session's context: it carries that context's obligations too. (A review
+//! found both missing: a chain of three sessions, and an observed `info` append, each hid a
+//! writes-follow-reads violation.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -46,6 +52,61 @@ struct Need {
     /// Op index that created the dependency, and op index of the observed write's op.
     source: u64,
     via: u64,
+}
+
+/// One observer's obligations, closed transitively (module docs).
+#[derive(Default)]
+struct Obligations {
+    /// Per key, how many values of its order (from the first) had their obligations taken.
+    expanded: HashMap<u64, usize>,
+    /// Values outside every key's order (never read) whose obligations were taken.
+    taken: HashSet<(u64, u64)>,
+}
+
+impl Obligations {
+    /// The observer sees (or must see) `value` of `key`: it takes the obligations of every
+    /// value up to it in the key's order, and those of the values they require, and so on.
+    fn observe(
+        &mut self,
+        key: u64,
+        value: u64,
+        deps: &HashMap<(u64, u64), Vec<Need>>,
+        pos: &HashMap<(u64, u64), usize>,
+        longest: &HashMap<u64, Vec<u64>>,
+        needs: &mut HashMap<u64, Need>,
+    ) {
+        let mut work = vec![(key, value)];
+        while let Some((k, v)) = work.pop() {
+            let values: Vec<u64> = match pos.get(&(k, v)) {
+                Some(&p) => {
+                    let done = self.expanded.entry(k).or_default();
+                    if *done > p {
+                        continue;
+                    }
+                    let from = *done;
+                    *done = p + 1;
+                    longest[&k][from..=p].to_vec()
+                }
+                None if self.taken.insert((k, v)) => vec![v],
+                None => continue,
+            };
+            for v in values {
+                for d in deps.get(&(k, v)).into_iter().flatten() {
+                    let stronger = match needs.get(&d.key) {
+                        None => true,
+                        Some(cur) => {
+                            let rank = |x: u64| pos.get(&(d.key, x)).copied().unwrap_or(usize::MAX);
+                            rank(d.value) > rank(cur.value)
+                        }
+                    };
+                    if stronger {
+                        needs.insert(d.key, d.clone());
+                    }
+                    work.push((d.key, d.value));
+                }
+            }
+        }
+    }
 }
 
 pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckError> {
@@ -133,12 +194,15 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
         let mut appended: HashMap<u64, (u64, u64)> = HashMap::new();
         for &i in idxs {
             let o = &ops[i];
-            if o.outcome != Outcome::Ok {
+            // An `info` append carries its session's context (module docs), but it may not
+            // have happened: it adds nothing to the context of the session's later appends.
+            let ok = o.outcome == Outcome::Ok;
+            if o.outcome == Outcome::Fail {
                 continue;
             }
             for m in &o.value {
                 match m {
-                    MicroOp::Read { key, value: Some(ReadValue::List(l)) } => {
+                    MicroOp::Read { key, value: Some(ReadValue::List(l)) } if ok => {
                         last_read.insert(*key, (l.clone(), o.index));
                     }
                     MicroOp::Append { key, value } => {
@@ -155,7 +219,7 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
                             }
                         }
                         for (k1, (v, src)) in &appended {
-                            if *k1 == *key {
+                            if *k1 == *key && ok {
                                 if let (Some(pa), Some(pb)) = (pos.get(&(*key, *v)), pos.get(&(*key, *value))) {
                                     if pa > pb {
                                         out.push(anomaly(
@@ -181,7 +245,9 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
                             });
                         }
                         deps.insert((*key, *value), d);
-                        appended.insert(*key, (*value, o.index));
+                        if ok {
+                            appended.insert(*key, (*value, o.index));
+                        }
                     }
                     _ => {}
                 }
@@ -194,6 +260,7 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
         let mut prev: HashMap<u64, (Vec<u64>, u64)> = HashMap::new();
         let mut needs: HashMap<u64, Need> = HashMap::new();
         let mut seen_len: HashMap<u64, usize> = HashMap::new();
+        let mut obligations = Obligations::default();
         for &i in idxs {
             let o = &ops[i];
             if o.outcome != Outcome::Ok {
@@ -248,18 +315,7 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
                         // New observations add obligations.
                         let from = seen_len.get(key).copied().unwrap_or(0).min(l.len());
                         for v in &l[from..] {
-                            for d in deps.get(&(*key, *v)).into_iter().flatten() {
-                                let stronger = match needs.get(&d.key) {
-                                    None => true,
-                                    Some(cur) => {
-                                        let rank = |x: u64| pos.get(&(d.key, x)).copied().unwrap_or(usize::MAX);
-                                        rank(d.value) > rank(cur.value)
-                                    }
-                                };
-                                if stronger {
-                                    needs.insert(d.key, d.clone());
-                                }
-                            }
+                            obligations.observe(*key, *v, &deps, &pos, &longest, &mut needs);
                         }
                         seen_len.insert(*key, l.len().max(from));
                         prev.insert(*key, (l.to_vec(), o.index));

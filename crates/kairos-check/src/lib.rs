@@ -19,6 +19,13 @@
 //! valid only when some checker proved the model and none found an anomaly; invalid when any
 //! found one (or two disagree); unknown otherwise, with what would settle it.
 //!
+//! **Who may prove.** A proof is a serial order the search found and replayed, or an acyclic
+//! dependency graph over a complete version order; adya only refutes (its "no anomaly" is
+//! unknown): a review outside the suite (2026-12-07) showed it accepting a list read that
+//! reverses one transaction's appends, and a stale read among blind writes past its
+//! `linearizable_keys` limit, and with the search out of budget either was called valid. The
+//! same review's histories are `tests/review_unsound.rs`.
+//!
 //! # Assumptions
 //! * `ok` took effect, `fail` did not, `info` (and an invocation never completed) may or may
 //!   not have — at any time after its invocation.

@@ -2,8 +2,8 @@
 //!
 //! Operations have one micro-op: `["r",k,v]`, `["w",k,v]` or `["cas",k,[old,new]]`. The
 //! register starts as `nil`. Where values are integers, a write of [`TOMBSTONE`] deletes the key
-//! for good: no other write may follow it (an unknown-outcome write after it simply did not
-//! happen). Text values have no tombstone. `fail` operations did not happen (a failed CAS did not take effect);
+//! for good: no other write or CAS may follow it (an unknown-outcome one after it simply did not
+//! happen; a CAS from the tombstone to it changes nothing). Text values have no tombstone. `fail` operations did not happen (a failed CAS did not take effect);
 //! `info` (or never-completed) writes and CASes may have happened at any point after their
 //! invocation: they get a response "at infinity", so a linearization may also place them last,
 //! where they change nothing observable; an `info` CAS whose expectation does not hold simply
@@ -90,6 +90,12 @@ impl Texts {
     }
 }
 
+/// Whether writing `v` over state `s` leaves a deleted key deleted (module docs: the tombstone);
+/// a review's CAS from the tombstone brought a deleted key back, and both checkers accepted it.
+fn revives_not(s: &State, v: u64, texts: &Texts) -> bool {
+    texts.0.is_some() || s.as_slice() != [TOMBSTONE] || v == TOMBSTONE
+}
+
 /// The sequential object: `(valid, next state)`.
 pub(crate) fn apply(op: &LinOp, s: &State, texts: &Texts) -> (bool, State) {
     match op {
@@ -97,7 +103,7 @@ pub(crate) fn apply(op: &LinOp, s: &State, texts: &Texts) -> (bool, State) {
         LinOp::Read(Expect::Value(v)) => (s.as_slice() == [*v] || texts.concatenates_to(s, *v), s.clone()),
         LinOp::Read(Expect::List(l)) => (s == l, s.clone()),
         LinOp::Write(v) | LinOp::MaybeWrite(v) => {
-            let allowed = texts.0.is_some() || s.as_slice() != [TOMBSTONE] || *v == TOMBSTONE;
+            let allowed = revives_not(s, *v, texts);
             let written = if texts.empty(*v) { vec![] } else { vec![*v] };
             match op {
                 LinOp::Write(_) => (allowed, written),
@@ -112,10 +118,12 @@ pub(crate) fn apply(op: &LinOp, s: &State, texts: &Texts) -> (bool, State) {
             (true, n)
         }
         LinOp::Cas(e, n) => {
-            let ok = s.as_slice() == [*e];
+            let ok = s.as_slice() == [*e] && revives_not(s, *n, texts);
             (ok, if ok { vec![*n] } else { s.clone() })
         }
-        LinOp::MaybeCas(e, n) => (true, if s.as_slice() == [*e] { vec![*n] } else { s.clone() }),
+        LinOp::MaybeCas(e, n) => {
+            (true, if s.as_slice() == [*e] && revives_not(s, *n, texts) { vec![*n] } else { s.clone() })
+        }
     }
 }
 

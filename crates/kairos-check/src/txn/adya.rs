@@ -20,6 +20,14 @@
 //! strict serializability, its "yes" is then reported as unknown (a weaker model proved), its
 //! anomalies stand. A history that writes a value twice to a key is not given to it.
 //!
+//! **adya refutes; it does not prove.** Its "valid" is reported as unknown (corroboration,
+//! not a proof): adya 0.1 does not check that a list read is a legal order of appends (a read
+//! `[2, 1, 3]` after one transaction appended 1 then 2 passed), and on registers it infers no
+//! rw edge where it cannot order blind writes (without `linearizable_keys`, above
+//! [`LINEARIZABLE_KEYS_MAX_RECORDS`] records, a stale read after two completed writes passed).
+//! A review found both; proofs come from the replayed serial order and from the dependency
+//! graph over a complete version order. Its anomalies stand.
+//!
 //! A write of unknown value (`["w", k, null]`, in an invocation or an `info`) is given to adya
 //! as a write of a fresh value, unique per (transaction, micro-op), that no other write has and
 //! no read returns (a string, while every other value is an integer). adya therefore takes it
@@ -193,9 +201,9 @@ pub(crate) fn check(records: &[HistoryRecord], strict: bool) -> Result<(CheckerV
     let v = match report.valid {
         Valid::True if weaker => verdict(
             None,
-            format!("proved serializable only, not strict serializability: no serializable anomalies ({opts_desc})"),
+            format!("no serializable anomalies found, and it checked serializability only ({opts_desc}); adya refutes, it does not prove"),
         ),
-        Valid::True => verdict(Some(true), format!("no {model} anomalies ({opts_desc})")),
+        Valid::True => verdict(None, format!("no {model} anomalies found ({opts_desc}); adya refutes, it does not prove")),
         Valid::False => {
             verdict(Some(false), format!("{model} anomalies: {} ({opts_desc})", report.anomaly_types.join(", ")))
         }
@@ -203,7 +211,7 @@ pub(crate) fn check(records: &[HistoryRecord], strict: bool) -> Result<(CheckerV
             // No inferable dependency at all (e.g. a single transaction): nothing can be cyclic.
             let empty = report.anomaly_types.iter().all(|t| t == "empty-transaction-graph");
             if empty && !weaker {
-                verdict(Some(true), format!("no dependencies between transactions, so no cycle ({opts_desc})"))
+                verdict(None, format!("no dependencies between transactions that it could infer ({opts_desc})"))
             } else {
                 verdict(None, format!("unknown: {} ({opts_desc})", unknown_why.join("; ")))
             }

@@ -1,6 +1,9 @@
 //! Anomalies visible without a serial-order search: aborted reads (G1a), intermediate reads
 //! (G1b), reads of values nobody wrote, lost updates, and list reads that no single append
-//! order explains.
+//! order explains — among them a read in which one transaction's appends are not one run in
+//! the order it made them (a review's history read `[2, 1, 3]` after one transaction appended
+//! 1 then 2: adya and the dependency graph both took it for valid, and only the serial
+//! search, when within its budget, refuted it).
 //!
 //! A register that a transaction which may have taken effect (`info`, or never completed)
 //! wrote with an unknown value ([`Effect::RegUnknown`]) may hold any value that write chose:
@@ -12,6 +15,56 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::{Effect, Ext, KeyKind, Txn, OURS};
 use crate::ops::Outcome;
 use crate::report::Anomaly;
+
+/// Why list read `l` of key `k` by transaction `reader` is no state of the list: in every
+/// state, each other transaction's appends to `k` are one run, in the order it made them, and
+/// whole — except a run at the end of the read, which may stop short only where the G1b check
+/// above says so. `None` when it is one, or when an ambiguous value hides who wrote what.
+fn split_appends(
+    txns: &[Txn],
+    reader: usize,
+    k: u64,
+    l: &[u64],
+    appended: &HashMap<(u64, u64), (usize, usize)>,
+    ambiguous: &HashSet<(u64, u64)>,
+) -> Option<String> {
+    if l.iter().any(|v| ambiguous.contains(&(k, *v))) {
+        return None;
+    }
+    let mut done: HashSet<usize> = HashSet::new();
+    let mut pos = 0;
+    while pos < l.len() {
+        let Some(&(w, first)) = appended.get(&(k, l[pos])) else {
+            pos += 1;
+            continue;
+        };
+        let run_start = pos;
+        while pos < l.len() && appended.get(&(k, l[pos])).is_some_and(|&(x, _)| x == w) {
+            pos += 1;
+        }
+        if w == reader {
+            continue;
+        }
+        let all = txns[w].writes.iter().find_map(|(wk, e)| match e {
+            Effect::Append(vs) if *wk == k => Some(vs.as_slice()),
+            _ => None,
+        })?;
+        let run = &l[run_start..pos];
+        let writer = txns[w].index;
+        if !done.insert(w) {
+            return Some(format!("T{writer}'s appends {all:?} are not one run"));
+        }
+        if first != 0 || !all.starts_with(run) {
+            return Some(format!("it shows {run:?} of T{writer}'s appends {all:?}, not in their order from the first"));
+        }
+        if run.len() < all.len() && pos < l.len() {
+            return Some(format!(
+                "it shows {run:?} of T{writer}'s appends {all:?}, and then other transactions' appends"
+            ));
+        }
+    }
+    None
+}
 
 fn anomaly(name: &str, ops: Vec<u64>, explanation: String) -> Anomaly {
     Anomaly { name: name.into(), ops, explanation, checker: OURS.into() }
@@ -74,7 +127,13 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
             if unknown.contains(k) && *ext != Ext::Reg(None) {
                 continue;
             }
-            if t.writes.iter().any(|(wk, _)| wk == k) {
+            // Two transactions that read the same ambiguous value may have read two versions.
+            let ambiguous_read = match ext {
+                Ext::Reg(Some(v)) => ambiguous.contains(&(*k, *v)),
+                Ext::List(l) => l.last().is_some_and(|v| ambiguous.contains(&(*k, *v))),
+                Ext::Reg(None) => false,
+            };
+            if t.writes.iter().any(|(wk, _)| wk == k) && !ambiguous_read {
                 lost.entry((*k, ext.clone())).or_default().push(i);
             }
             let vals: &[u64] = match ext {
@@ -151,6 +210,13 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
                 }
             }
             if let Ext::List(l) = ext {
+                if let Some(why) = split_appends(txns, i, *k, l, &appended, &ambiguous) {
+                    out.push(anomaly(
+                        "incompatible-order",
+                        vec![t.index],
+                        format!("T{} read key {k} as {l:?}: {why}", t.index),
+                    ));
+                }
                 let e = longest.entry(*k).or_insert((i, vec![]));
                 if l.len() > e.1.len() {
                     *e = (i, l.clone());

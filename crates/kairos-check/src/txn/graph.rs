@@ -173,24 +173,31 @@ fn single_rw(g: &G, rest: u8) -> Option<Vec<(usize, usize, u8, u64)>> {
     None
 }
 
-/// (key, value) pairs written by more than one transaction, or appended twice: values that do
-/// not identify their writer. No edge is inferred from them, and no version order that needs
-/// them is complete.
+/// (key, value) pairs written by more than one transaction (as its final or an intermediate
+/// write), or appended twice: values that do not identify their writer. No edge is inferred
+/// from them, and no version order that needs them is complete.
 pub(crate) fn ambiguous_writes(txns: &[Txn]) -> HashSet<(u64, u64)> {
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut dup = HashSet::new();
     for t in txns.iter().filter(|t| t.outcome != Outcome::Fail) {
+        let mut written: Vec<(u64, u64)> = t.intermediate.clone();
         for (k, e) in &t.writes {
-            let vals: &[u64] = match e {
-                Effect::Reg(v) => std::slice::from_ref(v),
-                Effect::RegUnknown => &[],
-                Effect::Append(vs) => vs,
-            };
-            for v in vals {
-                if !seen.insert((*k, *v)) {
-                    dup.insert((*k, *v));
-                }
+            match e {
+                Effect::Reg(v) => written.push((*k, *v)),
+                Effect::RegUnknown => {}
+                Effect::Append(vs) => written.extend(vs.iter().map(|v| (*k, *v))),
             }
+        }
+        written.sort_unstable();
+        // A transaction that writes a value twice to a register still names itself.
+        let mut last = None;
+        for kv in written {
+            let repeat =
+                last == Some(kv) && t.writes.iter().all(|(k, e)| *k != kv.0 || !matches!(e, Effect::Append(_)));
+            if !repeat && !seen.insert(kv) {
+                dup.insert(kv);
+            }
+            last = Some(kv);
         }
     }
     dup
@@ -318,13 +325,23 @@ fn build(txns: &[Txn], kinds: &HashMap<u64, KeyKind>, strict: bool) -> (G, Gaps)
         let nil_readers = reg_readers.get(&(*k, None)).map_or(0, Vec::len);
         if nil_readers.saturating_mul(vs.len()) <= 1_000_000 {
             succ.extend(vs.iter().map(|v| (*k, None, *v)));
+        } else {
+            // Too many edges to draw: without them the graph is not the DSG (a review's stale
+            // read of `nil` after a chain of writes went unseen, and was called proved).
+            gap(
+                &mut gaps,
+                format!(
+                    "key {k}: {nil_readers} reads of nil and {} values written, too many rw edges to draw",
+                    vs.len()
+                ),
+            );
         }
     }
     let mut wfr: HashMap<u64, Vec<(Option<u64>, u64)>> = HashMap::new();
     for t in txns.iter().filter(|t| t.outcome == Outcome::Ok) {
         for (k, e) in &t.reads {
             if let (Ext::Reg(v1), Some((_, Effect::Reg(v2)))) = (e, t.writes.iter().find(|(wk, _)| wk == k)) {
-                if let Some(v1) = v1.filter(|_| !unknown.contains_key(k)) {
+                if let Some(v1) = v1.filter(|v1| !unknown.contains_key(k) && !dup.contains(&(*k, *v1))) {
                     succ.push((*k, Some(v1), *v2));
                 }
                 wfr.entry(*k).or_default().push((*v1, *v2));
