@@ -491,7 +491,10 @@ fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
 /// and in `T`'s buffer they would overwrite the rewritten tuple's value (a review's schedule,
 /// now `a_readers_slow_lock_chain_does_not_clobber_a_rewrite_in_the_same_buffer`). The new
 /// tuple carries [`meta::REWRITE`], so that readers do not take `T` for an earlier operation
-/// (read rule c). Out of buffers, the write fails having taken no effect (no reader returns `T`).
+/// (read rule c); whoever writes the word back keeps the flag. Out of buffers, the outcome is
+/// unknown (`Timeout`, and `T`'s buffer is pinned): a reader that saw `T` as its maximum and
+/// then this writer's next operation returns `T` by rule c (a review's schedule, when this
+/// reported `OutOfBuffers`, "certainly no effect").
 fn rewrite(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     c.bump("rewrites");
     op.fresh = true;
@@ -499,7 +502,7 @@ fn rewrite(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
         Ok(ts) => ts,
         Err(e) => return c.finish(op, Err(e), now, out),
     };
-    let Some(buf) = c.pool.allocate(now) else { return c.finish(op, Err(KvError::OutOfBuffers), now, out) };
+    let Some(buf) = c.pool.allocate(now) else { return c.finish(op, Err(KvError::Timeout), now, out) };
     if let Some(old) = op.buf.replace(buf) {
         c.pool.abandon(old, now);
     }
@@ -685,7 +688,10 @@ fn reader_lock(c: &mut Client, op: &mut Op, x: u64, value: Vec<u8>, now: LocalTi
             if meta::id(o) < meta::id(x) {
                 verbs.push(Verb::Write { addr: l.buffer_copy(xw, xb), data: meta::encode_copy(x, &value) });
                 shape.cas_other = Some((verbs.len(), o));
-                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: meta::id(x) });
+                // X as its writer wrote it, GUESSED: its REWRITE flag is what read rule c goes
+                // by (a review's schedule dropped it here, and a read returned a rewritten
+                // operation's first tuple as an earlier, completed one).
+                verbs.push(Verb::Cas { addr: l.meta_word(slot, xw), expected: o, new: x & !meta::VERIFIED });
             }
         }
         let expected = op.locks.get(&node).copied().unwrap_or(0);
@@ -720,12 +726,12 @@ fn after_reader_lock(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outb
         // X is linearized and on a majority: mark it VERIFIED (and refresh the in-place copy)
         // in the background, so the next reads take one round trip.
         let slot = op.slot.unwrap_or(0);
-        let verified = meta::id(x) | meta::VERIFIED;
+        // (Flags kept: without its REWRITE flag the CAS missed every node holding a rewrite.)
+        let (guessed, verified) = (x & !meta::VERIFIED, x | meta::VERIFIED);
         let primary = c.primary(slot);
         for node in c.alive_replicas(slot) {
             let l = &c.cfg.layout;
-            let mut verbs =
-                vec![Verb::Cas { addr: l.meta_word(slot, xw as u32), expected: meta::id(x), new: verified }];
+            let mut verbs = vec![Verb::Cas { addr: l.meta_word(slot, xw as u32), expected: guessed, new: verified }];
             if Some(node) == primary {
                 verbs.push(Verb::Write { addr: l.inplace(node, slot), data: meta::encode_copy(verified, &v) });
             }

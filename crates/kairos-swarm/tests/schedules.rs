@@ -39,21 +39,25 @@ impl Lab {
     }
 
     fn with(protocol: Protocol, clock_us: &[u64]) -> Lab {
+        Lab::shaped(protocol, clock_us, 3, None)
+    }
+
+    /// Over `nodes` memory nodes, every key on all of them; each writer owns
+    /// `buffers_per_writer` out-of-place buffers (`None`: the layout's default).
+    fn shaped(protocol: Protocol, clock_us: &[u64], nodes: u32, buffers_per_writer: Option<u32>) -> Lab {
         let n = clock_us.len() as u32;
-        let layout = Layout::new(
-            LayoutConfig {
-                keys: 4,
-                key_size: 24,
-                value_size: 64,
-                replicas: 3,
-                memory_nodes: 3,
-                writers: n,
-                buffers_per_writer: 0,
-            }
-            .with_default_buffers(),
-        )
-        .unwrap();
-        let mut images: Vec<MemoryImage> = (0..3).map(|_| MemoryImage::new(layout.node_bytes())).collect();
+        let config = LayoutConfig {
+            keys: 4,
+            key_size: 24,
+            value_size: 64,
+            replicas: nodes,
+            memory_nodes: nodes,
+            writers: n,
+            buffers_per_writer: buffers_per_writer.unwrap_or(0),
+        };
+        let layout =
+            Layout::new(if buffers_per_writer.is_some() { config } else { config.with_default_buffers() }).unwrap();
+        let mut images: Vec<MemoryImage> = (0..nodes).map(|_| MemoryImage::new(layout.node_bytes())).collect();
         let load = index::bulk_load(&layout, protocol, &mut images, [(KEY.to_vec(), b"initial".to_vec())], 1).unwrap();
         let slot = load.tuples.iter().flatten().next().unwrap().0;
         let clients = (0..n)
@@ -854,4 +858,261 @@ fn rewrite_then_slow_reader_chain(land_reader_chain: bool) -> (Option<Completion
         lab.counter(g, "read_restarts")
     );
     (got, why)
+}
+
+// ------------------------------------------------------------------------------------------
+// Adversarial review (fourth round): rewrites in a fresh buffer, flagged REWRITE.
+// ------------------------------------------------------------------------------------------
+
+/// A stale writer that won its lock and finds its pool empty at the rewrite reports
+/// `OutOfBuffers` — "certainly did not take effect" — but its tuple T stays on the nodes it
+/// reached, and read rule c returns T's value to a reader that saw T as its maximum and then
+/// the writer's *next* operation's first tuple. W (one buffer, taken by T) writes T on P only;
+/// R's first iteration reads T as the maximum; V writes above T and completes; W resumes, wins
+/// T's lock, and its rewrite fails with OutOfBuffers. After the grace period W updates again
+/// (V2, in T's recycled buffer) and that write lands on C. R's second iteration (P and C) sees
+/// V2 above T, takes T for an earlier *completed* operation of W and returns "from W": a value
+/// no successful write ever wrote.
+#[test]
+fn a_rewrite_that_runs_out_of_buffers_is_never_returned_by_rule_c() {
+    // Writer 0 owns the loaded key's buffer and does nothing; every writer has one buffer.
+    let (v, w, r) = (1, 2, 3);
+    let mut lab = Lab::shaped(Protocol::SwarmKv, &[3_000, 5_000, 1_000, 3_000], 3, Some(1));
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+    let _ = b;
+
+    // W's update T lands whole on P; its chains elsewhere stall.
+    lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w);
+    let w_on_p = lab.apply(w, p, usize::MAX);
+    assert!(w_on_p.is_some());
+
+    // R's first iteration (majority-first, P among them) sees T as its maximum.
+    lab.invoke(r, 1, get());
+    let first = lab.queued_on(r);
+    assert!(first.contains(&p), "R's first majority includes the primary: {first:?}");
+    for n in first {
+        lab.step(r, n);
+    }
+    assert_eq!(lab.counter(r, "read_iterations_max"), 1);
+
+    // V updates above T everywhere and completes.
+    lab.invoke(v, 1, update(b"from V"));
+    lab.widen(v);
+    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
+    assert_eq!(done.result, Ok(None), "V's update");
+    for n in [p, b, c] {
+        land_all(&mut lab, v, n);
+    }
+
+    // W resumes on P and C: T is stale, W wins T's lock, and the rewrite finds no buffer.
+    lab.deliver(w, w_on_p);
+    let wd = lab.run(w, 1, &[p, c], 60).expect("W completes on P and C");
+    assert_eq!(lab.counter(w, "writer_lock_won"), 1, "{:?}", lab.clients[w].counters());
+    // (It was OutOfBuffers, which `KvError` documents as "certainly did not take effect".)
+    let w_failed_for_sure = wd.result.as_ref().is_err_and(|e| !e.is_unknown_outcome());
+
+    // After the grace period W updates again; V2's chain lands whole on C (reply slow).
+    lab.idle(w, 2);
+    lab.invoke(w, 2, update(b"W again"));
+    if !lab.done.contains_key(&(w, 2)) {
+        if lab.queued(w, c) == 0 {
+            lab.widen(w);
+        }
+        assert!(lab.apply(w, c, usize::MAX).is_some(), "V2 lands on C");
+    }
+
+    // R's second iteration, from P (T's only holder) and C.
+    let got = lab.run(r, 1, &[p, c], 50).expect("R completes");
+    assert!(
+        !(w_failed_for_sure && got.result == Ok(Some(b"from W".to_vec()))),
+        "R returned the value of W's update, which reported {:?} (certainly no effect); R: {:?}",
+        wd.result,
+        lab.clients[r].counters()
+    );
+}
+
+/// A reader that wins the lock of a rewritten tuple T' (flagged REWRITE) marks it VERIFIED with
+/// `CAS(id(T') -> id(T')|VERIFIED)`: the expected word lacks the flag, so the CAS fails on
+/// every node the writer's own rewrite reached (their word is `T'|REWRITE`). If the writer
+/// crashed before its own VERIFIED flip, T' stays GUESSED there for good and every later read
+/// of the key takes a lock round (3 round trips) instead of one. Before the flag, the same
+/// schedule left T' VERIFIED after the first read.
+#[test]
+fn a_reader_that_locks_a_rewritten_tuple_marks_it_verified() {
+    let (w, v, r1, r2) = (0, 1, 2, 3);
+    let mut lab = Lab::new(&[1_000, 5_000, 3_000, 3_000]);
+    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
+
+    // W's update T lands whole on P; its chains elsewhere stall.
+    lab.invoke(w, 1, update(b"from W"));
+    lab.widen(w);
+    let w_on_p = lab.apply(w, p, usize::MAX);
+    assert!(w_on_p.is_some());
+
+    // V updates above T everywhere and completes.
+    lab.invoke(v, 1, update(b"from V"));
+    lab.widen(v);
+    assert_eq!(lab.run(v, 1, &[p, b, c], 20).expect("V completes").result, Ok(None));
+    for n in [p, b, c] {
+        land_all(&mut lab, v, n);
+    }
+
+    // W resumes on P and C, finds T stale, wins T's lock and sends its rewrite T'.
+    lab.deliver(w, w_on_p);
+    for _ in 0..20 {
+        if lab.counter(w, "rewrites") > 0 {
+            break;
+        }
+        lab.step(w, p);
+        lab.step(w, c);
+    }
+    assert_eq!(lab.counter(w, "rewrites"), 1, "{:?}", lab.clients[w].counters());
+    // T' lands on P and C (a majority); W crashes before any reply (no VERIFIED flip of its own).
+    land_all(&mut lab, w, p);
+    land_all(&mut lab, w, c);
+
+    // R1 sees T' twice, locks it (installing it on B) and returns W's value.
+    lab.invoke(r1, 1, get());
+    let got = lab.run(r1, 1, &[p, b, c], 50).expect("R1 completes");
+    assert_eq!(got.result, Ok(Some(b"from W".to_vec())));
+    assert_eq!(lab.counter(r1, "reader_lock_won"), 1);
+    for n in [p, b, c] {
+        land_all(&mut lab, r1, n); // R1's VERIFIED flips
+    }
+
+    // Every later read should take one round trip, as after any reader's lock.
+    for id in 1..=3 {
+        lab.invoke(r2, id, get());
+        let got = lab.run(r2, id, &[p, b, c], 50).expect("R2 completes");
+        assert_eq!(got.result, Ok(Some(b"from W".to_vec())));
+        assert_eq!(
+            got.round_trips,
+            1,
+            "read {id} after R1's lock: words on P {:x?}, B {:x?}, C {:x?}",
+            meta_words_on(&mut lab, p),
+            meta_words_on(&mut lab, b),
+            meta_words_on(&mut lab, c)
+        );
+    }
+}
+
+/// A reader's lock round installs the tuple it locks with `CAS(o -> id(X))`, which drops
+/// `meta::REWRITE`: a rewritten tuple T' reaches the nodes the reader fills *unflagged*, and
+/// read rule c, which now tells T' from W's next operation by the flag only, takes T (W's
+/// first tuple of the same operation) for an earlier completed operation and returns it
+/// without T' being on a majority.
+///
+/// Five replicas (majority 3). W's T lands on N1. R1's first iteration sees T as its maximum
+/// (N1 is its only holder). V writes above T and completes. W resumes, finds T stale, wins its
+/// lock and rewrites T' (flagged) — which lands on N0 only; W crashes. R2 sees T' twice and
+/// locks it: its lock chain lands on N1 (T' installed there *without the flag*), then R2
+/// stalls. R1's second iteration reads N1, N2, N3: its maximum is unflagged T' above T, so rule
+/// c returns T's value. T' is on two nodes only: R3 (after R1) reads N2, N3, N4 and returns V's
+/// value; R4 (after R3) reads N0, N1, N2, locks T' and returns W's again — W, V, W with each
+/// value written once: not linearizable.
+#[test]
+fn a_reader_installed_rewrite_keeps_its_flag_for_rule_c() {
+    let (w, v, r1, r2, r3, r4) = (0, 1, 2, 3, 4, 5);
+    let mut lab = Lab::shaped(Protocol::SwarmKv, &[1_000, 5_000, 3_000, 3_000, 3_000, 3_000], 5, None);
+    let n: Vec<MemNodeId> = lab.nodes.clone();
+    assert_eq!(n.len(), 5);
+
+    // W's update T lands whole on N1 only; its other chains stall.
+    lab.invoke(w, 1, update(b"from W"));
+    if lab.queued(w, n[1]) == 0 {
+        lab.widen(w);
+    }
+    let w_on_n1 = lab.apply(w, n[1], usize::MAX);
+    assert!(w_on_n1.is_some());
+
+    // R1's first iteration sees T as its maximum (its majority includes N1).
+    lab.invoke(r1, 1, get());
+    if lab.queued(r1, n[1]) == 0 {
+        lab.widen(r1);
+    }
+    let mut answered = 0;
+    for &x in &[n[1], n[0], n[2], n[3], n[4]] {
+        if lab.counter(r1, "read_iterations_max") == 0 && lab.queued(r1, x) > 0 {
+            lab.step(r1, x);
+            answered += 1;
+        }
+    }
+    assert_eq!(lab.counter(r1, "read_iterations_max"), 1, "R1's first iteration ({answered} replies)");
+
+    // V updates above T everywhere and completes.
+    lab.invoke(v, 1, update(b"from V"));
+    lab.widen(v);
+    assert_eq!(lab.run(v, 1, &n, 20).expect("V completes").result, Ok(None));
+    for &x in &n {
+        land_all(&mut lab, v, x);
+    }
+
+    // W resumes, finds T stale, wins T's lock and sends its rewrite T'.
+    lab.deliver(w, w_on_n1);
+    for _ in 0..20 {
+        if lab.counter(w, "rewrites") > 0 {
+            break;
+        }
+        for &x in &n {
+            if lab.counter(w, "rewrites") == 0 {
+                lab.step(w, x);
+            }
+        }
+    }
+    assert_eq!(lab.counter(w, "rewrites"), 1, "{:?}", lab.clients[w].counters());
+    // T' lands on N0 only; W crashes.
+    land_all(&mut lab, w, n[0]);
+
+    // R2 sees T' twice (N0, N1, N2) and sends its lock round; only its chain to N1 lands.
+    lab.invoke(r2, 1, get());
+    for _ in 0..10 {
+        if lab.counter(r2, "read_iterations_max") >= 2 {
+            break;
+        }
+        if lab.queued_on(r2).iter().all(|x| ![n[0], n[1], n[2]].contains(x)) {
+            lab.widen(r2);
+        }
+        for &x in &[n[0], n[1], n[2]] {
+            if lab.counter(r2, "read_iterations_max") < 2 && lab.queued(r2, x) > 0 {
+                lab.step(r2, x);
+            }
+        }
+    }
+    assert_eq!(lab.counter(r2, "read_iterations_max"), 2);
+    let lock_chain = lab.conns.get(&(r2, n[1])).and_then(|q| q.back()).map(|p| p.verbs.clone()).unwrap();
+    assert!(matches!(lock_chain[0], Verb::Write { .. }), "R2's lock chain on N1 installs T': {lock_chain:?}");
+    land_all(&mut lab, r2, n[1]);
+    let words = format!(
+        "words on N0 {:x?}, N1 {:x?}, N2 {:x?}",
+        meta_words_on(&mut lab, n[0]),
+        meta_words_on(&mut lab, n[1]),
+        meta_words_on(&mut lab, n[2])
+    );
+
+    // R1's second iteration: N1, N2, N3.
+    // (N0, the primary, is slow: R1 waits for its chain to time out.)
+    let got1 = lab.run_timed(r1, 1, &[n[1], n[2], n[3]], 10_000);
+    let got1 = got1.unwrap_or_else(|| {
+        panic!(
+            "R1 stuck: {:?}; queued {:?}; {words}",
+            lab.clients[r1].counters(),
+            n.iter().map(|x| lab.queued(r1, *x)).collect::<Vec<_>>()
+        )
+    });
+    // R3 after R1: N2, N3, N4.
+    lab.invoke(r3, 1, get());
+    let got3 = lab.run_timed(r3, 1, &[n[2], n[3], n[4]], 10_000).expect("R3 completes");
+    // R4 after R3: N0, N1, N2.
+    lab.invoke(r4, 1, get());
+    let got4 = lab.run_timed(r4, 1, &[n[0], n[1], n[2]], 10_000).expect("R4 completes");
+    let results: Vec<_> = [&got1, &got3, &got4]
+        .iter()
+        .map(|g| g.result.clone().map(|v| String::from_utf8_lossy(&v.unwrap_or_default()).into_owned()))
+        .collect();
+    let fetches = lab.counter(r1, "fetches");
+    assert!(
+        !(results[0] == Ok("from W".into()) && results[1] == Ok("from V".into()) && results[2] == Ok("from W".into())),
+        "sequential reads returned {results:?} (R1 fetches: {fetches}); {words}"
+    );
 }
