@@ -96,6 +96,19 @@ fn request(id: u64, op: ClientOp, write_concern: WriteConcern, term: Option<u64>
     })
 }
 
+/// Member 1, primary of term 2, whose oplog shares nothing with the member's after `after`,
+/// tells it to roll back to the start.
+fn roll_back_everything(h: &mut RoleHarness<Member>, after: OpPos, seq: &mut u64) {
+    *seq += 1;
+    let rb = PeerBody::Batch {
+        after,
+        entries: vec![],
+        commit_point: ClusterTime::ZERO,
+        rollback_to: Some(ClusterTime::ZERO),
+    };
+    h.deliver(NodeId(1), peer(2, rb, *seq));
+}
+
 fn has_keys_entry(m: &Member) -> bool {
     m.oplog().iter().any(|e| matches!(e.op, Op::Keys(_)))
 }
@@ -119,14 +132,7 @@ fn a_primary_whose_earlier_keys_entry_was_rolled_back_writes_new_keys() {
     assert!(!h.role().is_primary());
 
     // 3. Member 1's oplog has none of member 0's term-1 entries: roll back to the start.
-    seq += 1;
-    let rb = PeerBody::Batch {
-        after: last,
-        entries: vec![],
-        commit_point: ClusterTime::ZERO,
-        rollback_to: Some(ClusterTime::ZERO),
-    };
-    h.deliver(NodeId(1), peer(2, rb, seq));
+    roll_back_everything(&mut h, last, &mut seq);
     assert!(h.role().oplog().is_empty() && !has_keys_entry(h.role()), "rolled back");
 
     // 4. Member 1 crashes before its entries reach anybody; members 0 and 2 (empty oplogs)
@@ -431,14 +437,7 @@ fn a_parked_copy_of_a_rolled_back_majority_write_is_never_acknowledged() {
 
     // 4. Member 1's oplog has none of member 0's term-1 entries: roll back everything.
     let last = last_pos(h.role());
-    seq += 1;
-    let rb = PeerBody::Batch {
-        after: last,
-        entries: vec![],
-        commit_point: ClusterTime::ZERO,
-        rollback_to: Some(ClusterTime::ZERO),
-    };
-    h.deliver(NodeId(1), peer(2, rb, seq));
+    roll_back_everything(&mut h, last, &mut seq);
     assert!(h.role().oplog().is_empty(), "rolled back");
 
     // 5. Member 0 pulls member 1's term-2 no-op, committed by members 1..3, past t_e.
