@@ -752,6 +752,34 @@ fn a_fusee_writer_stalled_past_its_deadline_does_not_block_the_key() {
 // rewrote (when rewrites kept their buffer).
 // ------------------------------------------------------------------------------------------
 
+/// Client `w`'s update to `value` lands whole on `node` (its reply held back) and its chains
+/// to the other replicas stall; returns the held reply.
+fn update_lands_only_on(
+    lab: &mut Lab,
+    w: usize,
+    value: &[u8],
+    node: MemNodeId,
+) -> Option<(ChainTag, Result<Vec<VerbOutcome>, VerbError>)> {
+    lab.invoke(w, 1, update(value));
+    lab.widen(w);
+    let reply = lab.apply(w, node, usize::MAX);
+    assert!(reply.is_some(), "the update's chain on {node:?} is whole");
+    reply
+}
+
+/// Client `v` updates the key to `value` on every replica and completes; its background
+/// chains land everywhere.
+fn update_everywhere(lab: &mut Lab, v: usize, value: &[u8]) {
+    lab.invoke(v, 1, update(value));
+    lab.widen(v); // chains to every replica
+    let nodes = lab.nodes.clone();
+    let done = lab.run(v, 1, &nodes, 20).expect("the update completes");
+    assert_eq!(done.result, Ok(None), "the update");
+    for n in nodes {
+        land_all(lab, v, n);
+    }
+}
+
 /// Applies every chain client `c` has queued on `node`, without delivering the replies (the
 /// client stalls or has crashed; the verbs land).
 fn land_all(lab: &mut Lab, c: usize, node: MemNodeId) {
@@ -792,10 +820,7 @@ fn rewrite_then_slow_reader_chain(land_reader_chain: bool) -> (Option<Completion
     let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
 
     // W's update T lands whole on P; its chains elsewhere stall (B's for good).
-    lab.invoke(w, 1, update(b"from W"));
-    lab.widen(w);
-    let w_on_p = lab.apply(w, p, usize::MAX);
-    assert!(w_on_p.is_some());
+    let w_on_p = update_lands_only_on(&mut lab, w, b"from W", p);
 
     // R: two iterations that read P and C see T as the maximum; R sends its lock round.
     lab.invoke(r, 1, get());
@@ -817,13 +842,7 @@ fn rewrite_then_slow_reader_chain(land_reader_chain: bool) -> (Option<Completion
     );
 
     // V updates above T everywhere and completes (fresh guess).
-    lab.invoke(v, 1, update(b"from V"));
-    lab.widen(v); // V's chains go to every replica
-    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
-    assert_eq!(done.result, Ok(None));
-    for n in [p, b, c] {
-        land_all(&mut lab, v, n);
-    }
+    update_everywhere(&mut lab, v, b"from V");
 
     // W resumes on P and C only; it finds T stale, wins T's lock (no reader holds it) and
     // rewrites T' on P and C.
@@ -878,14 +897,10 @@ fn a_rewrite_that_runs_out_of_buffers_is_never_returned_by_rule_c() {
     // Writer 0 owns the loaded key's buffer and does nothing; every writer has one buffer.
     let (v, w, r) = (1, 2, 3);
     let mut lab = Lab::shaped(Protocol::SwarmKv, &[3_000, 5_000, 1_000, 3_000], 3, Some(1));
-    let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
-    let _ = b;
+    let (p, c) = (lab.nodes[0], lab.nodes[2]);
 
     // W's update T lands whole on P; its chains elsewhere stall.
-    lab.invoke(w, 1, update(b"from W"));
-    lab.widen(w);
-    let w_on_p = lab.apply(w, p, usize::MAX);
-    assert!(w_on_p.is_some());
+    let w_on_p = update_lands_only_on(&mut lab, w, b"from W", p);
 
     // R's first iteration (majority-first, P among them) sees T as its maximum.
     lab.invoke(r, 1, get());
@@ -897,13 +912,7 @@ fn a_rewrite_that_runs_out_of_buffers_is_never_returned_by_rule_c() {
     assert_eq!(lab.counter(r, "read_iterations_max"), 1);
 
     // V updates above T everywhere and completes.
-    lab.invoke(v, 1, update(b"from V"));
-    lab.widen(v);
-    let done = lab.run(v, 1, &[p, b, c], 20).expect("V completes");
-    assert_eq!(done.result, Ok(None), "V's update");
-    for n in [p, b, c] {
-        land_all(&mut lab, v, n);
-    }
+    update_everywhere(&mut lab, v, b"from V");
 
     // W resumes on P and C: T is stale, W wins T's lock, and the rewrite finds no buffer.
     lab.deliver(w, w_on_p);
@@ -945,18 +954,10 @@ fn a_reader_that_locks_a_rewritten_tuple_marks_it_verified() {
     let [p, b, c] = [lab.nodes[0], lab.nodes[1], lab.nodes[2]];
 
     // W's update T lands whole on P; its chains elsewhere stall.
-    lab.invoke(w, 1, update(b"from W"));
-    lab.widen(w);
-    let w_on_p = lab.apply(w, p, usize::MAX);
-    assert!(w_on_p.is_some());
+    let w_on_p = update_lands_only_on(&mut lab, w, b"from W", p);
 
     // V updates above T everywhere and completes.
-    lab.invoke(v, 1, update(b"from V"));
-    lab.widen(v);
-    assert_eq!(lab.run(v, 1, &[p, b, c], 20).expect("V completes").result, Ok(None));
-    for n in [p, b, c] {
-        land_all(&mut lab, v, n);
-    }
+    update_everywhere(&mut lab, v, b"from V");
 
     // W resumes on P and C, finds T stale, wins T's lock and sends its rewrite T'.
     lab.deliver(w, w_on_p);
@@ -1041,12 +1042,7 @@ fn a_reader_installed_rewrite_keeps_its_flag_for_rule_c() {
     assert_eq!(lab.counter(r1, "read_iterations_max"), 1, "R1's first iteration ({answered} replies)");
 
     // V updates above T everywhere and completes.
-    lab.invoke(v, 1, update(b"from V"));
-    lab.widen(v);
-    assert_eq!(lab.run(v, 1, &n, 20).expect("V completes").result, Ok(None));
-    for &x in &n {
-        land_all(&mut lab, v, x);
-    }
+    update_everywhere(&mut lab, v, b"from V");
 
     // W resumes, finds T stale, wins T's lock and sends its rewrite T'.
     lab.deliver(w, w_on_n1);
