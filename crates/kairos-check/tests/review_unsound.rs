@@ -1,5 +1,5 @@
-//! Adversarial review (2026-12-07): histories the checkers got wrong. Every test here failed on the code
-//! reviewed (main at e436818), and passes since the fixes that name it.
+//! Adversarial review (2026-12-07): histories the checkers got wrong. Every test here failed
+//! on the code reviewed (main at e436818), and passes since the fixes that name it.
 
 use kairos_check::{check_history, parse_history, CheckOptions, CheckReport, Model, Verdict};
 

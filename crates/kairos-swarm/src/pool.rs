@@ -18,8 +18,9 @@
 //! the maximum, and reads of the key never finish (a review's schedule, 2026-12-07: a reader's
 //! lock chain stalled, its writer updated twice more past the grace period, then the primary
 //! crashed). For the same reason a stale write's rewrite never reuses its first tuple's buffer
-//! at once: it takes a fresh one (`crate::safe_guess`, step 3). So recycling is safe only while the grace period exceeds the longest time a chain
-//! stays in flight: eventual synchrony (operations and clock rates bounded after some time),
+//! at once: it takes a fresh one (`crate::safe_guess`, step 3). So recycling is safe only
+//! while the grace period exceeds the longest time a chain stays in flight: eventual
+//! synchrony (operations and clock rates bounded after some time),
 //! the assumption the SWARM paper's own recycling design makes. Runs that must not rely on it
 //! turn recycling off (every write then takes a fresh buffer). Memory is bounded: a writer
 //! holds at most one current buffer per key, plus the buffers retired within one grace period,

@@ -486,6 +486,7 @@ fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
 
 /// Writes again above every timestamp read since the operation began (after `resync`): like an
 /// ABD write, this one is complete once it is on a majority, whatever it reads.
+///
 /// The rewrite takes a **fresh buffer**, and `T`'s retires: helpers' chains that write `T`'s
 /// copy into `T`'s buffer (readers' lock rounds, stale writers' `M`) may land any time later,
 /// and in `T`'s buffer they would overwrite the rewritten tuple's value (a review's schedule,

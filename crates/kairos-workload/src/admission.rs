@@ -61,11 +61,11 @@
 //! and latency stays within the target, as TCP's congestion window doubles before its first
 //! loss. A lightly loaded coordinator never reaches it, so it refuses nothing; a loaded one
 //! overshoots what the servers take by at most about one doubling, and comes down from there
-//! as before. (Growing by the Little's-law factor instead, about 1.3 per floor, then damped
-//! after the first step down, the limit stayed below the knee: 42,519 txn/s committed at
-//! 64,000 offered, against 60,717 when it started at the maximum.) It used to start at the
-//! maximum: then every arrival of the first round trip went in before any latency was seen,
-//! and past saturation that flood alone sank the servers. Tiga at 256,000 txn/s offered, 4×
+//! as before. (Not by the Little's-law factor: near the target that is about 1.3 per floor,
+//! and after the first step down, damped, about 1 % per floor — from below, the limit would
+//! take seconds to reach the knee.) It used to start at the maximum: then every arrival of
+//! the first round trip went in before any latency was seen, and past saturation that flood
+//! alone sank the servers. Tiga at 256,000 txn/s offered, 4×
 //! its maximum (`kairos bench tiga --measured-cpu --load-keys --load 256000 --duration-s 10`),
 //! admitted 107,000 transactions in its first 0.75 s, its leaders fell behind, heartbeats came
 //! late, view changes followed one another (54 in the run, each merging tens of thousands of

@@ -3,8 +3,9 @@
 //! Operations have one micro-op: `["r",k,v]`, `["w",k,v]` or `["cas",k,[old,new]]`. The
 //! register starts as `nil`. Where values are integers, a write of [`TOMBSTONE`] deletes the key
 //! for good: no other write or CAS may follow it (an unknown-outcome one after it simply did not
-//! happen; a CAS from the tombstone to it changes nothing). Text values have no tombstone. `fail` operations did not happen (a failed CAS did not take effect);
-//! `info` (or never-completed) writes and CASes may have happened at any point after their
+//! happen; a CAS from the tombstone to it changes nothing). Text values have no tombstone.
+//! `fail` operations did not happen (a failed CAS did not take effect); `info` (or
+//! never-completed) writes and CASes may have happened at any point after their
 //! invocation: they get a response "at infinity", so a linearization may also place them last,
 //! where they change nothing observable; an `info` CAS whose expectation does not hold simply
 //! fails. `info` reads carry no information and are dropped.
