@@ -21,11 +21,15 @@
 //!
 //! An observation is a read that contains the value. Obligations are per observing session and
 //! key, keeping the strongest (latest in the key's order) required value. They are
-//! **transitive**: a value an observer must see brings the obligations of every value up to it
-//! in its key's order, as a value it saw does (a server that holds `c`, which followed a read of
-//! `b`, holds `b` and so whatever `b` followed). An `info` append that someone observed took
-//! effect, in its session's context: it carries that context's obligations too. (A review
-//! found both missing: a chain of three sessions, and an observed `info` append, each hid a
+//! **transitive**: a value an observer must see brings its own obligations, and those of the
+//! values they require, and so on (`c` followed a read of `b`, which followed a read of `a`:
+//! whoever saw `c` must see `b` and `a`). What a session *read* — a list, so every value up
+//! to its last — is in the causal past of what it appends afterwards; a value it only appended
+//! brings its own obligations, not those of the values before it in its key's order (its
+//! appender need not have seen them). An `info` append that someone observed took effect, in
+//! its session's context: it carries that context's obligations, and follows the session's
+//! earlier appends to its key. (A review found the transitivity and the `info` context
+//! missing: a chain of three sessions, and an observed `info` append, each hid a
 //! writes-follow-reads violation.)
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -57,15 +61,17 @@ struct Need {
 /// One observer's obligations, closed transitively (module docs).
 #[derive(Default)]
 struct Obligations {
-    /// Per key, how many values of its order (from the first) had their obligations taken.
+    /// Per key, how many values of its order (from the first) had their obligations taken:
+    /// the prefix the observer saw, or must see as some appender's read.
     expanded: HashMap<u64, usize>,
-    /// Values outside every key's order (never read) whose obligations were taken.
+    /// Single values (appended, not read, by whoever required them) whose obligations were
+    /// taken.
     taken: HashSet<(u64, u64)>,
 }
 
 impl Obligations {
-    /// The observer sees (or must see) `value` of `key`: it takes the obligations of every
-    /// value up to it in the key's order, and those of the values they require, and so on.
+    /// The observer saw `value` of `key` in a read (so every value before it too): it takes
+    /// their obligations, and those of the values they require, and so on (module docs).
     fn observe(
         &mut self,
         key: u64,
@@ -75,20 +81,22 @@ impl Obligations {
         longest: &HashMap<u64, Vec<u64>>,
         needs: &mut HashMap<u64, Need>,
     ) {
-        let mut work = vec![(key, value)];
-        while let Some((k, v)) = work.pop() {
-            let values: Vec<u64> = match pos.get(&(k, v)) {
-                Some(&p) => {
+        // (key, value, whether the whole prefix up to it is required: it was read).
+        let mut work = vec![(key, value, true)];
+        while let Some((k, v, read)) = work.pop() {
+            let at = pos.get(&(k, v)).copied();
+            if at.is_some_and(|p| self.expanded.get(&k).is_some_and(|done| *done > p)) {
+                continue;
+            }
+            let values: Vec<u64> = match at {
+                Some(p) if read => {
                     let done = self.expanded.entry(k).or_default();
-                    if *done > p {
-                        continue;
-                    }
                     let from = *done;
                     *done = p + 1;
                     longest[&k][from..=p].to_vec()
                 }
-                None if self.taken.insert((k, v)) => vec![v],
-                None => continue,
+                _ if self.taken.insert((k, v)) => vec![v],
+                _ => continue,
             };
             for v in values {
                 for d in deps.get(&(k, v)).into_iter().flatten() {
@@ -102,7 +110,7 @@ impl Obligations {
                     if stronger {
                         needs.insert(d.key, d.clone());
                     }
-                    work.push((d.key, d.value));
+                    work.push((d.key, d.value, d.guarantee == "writes-follow-reads"));
                 }
             }
         }
@@ -218,8 +226,11 @@ pub(crate) fn check(ops: &[Op]) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckE
                                 });
                             }
                         }
+                        // An `info` append someone read took effect: it follows the session's
+                        // earlier appends to its key too.
+                        let took_effect = ok || pos.contains_key(&(*key, *value));
                         for (k1, (v, src)) in &appended {
-                            if *k1 == *key && ok {
+                            if *k1 == *key && took_effect {
                                 if let (Some(pa), Some(pb)) = (pos.get(&(*key, *v)), pos.get(&(*key, *value))) {
                                     if pa > pb {
                                         out.push(anomaly(

@@ -1,5 +1,6 @@
-//! Adversarial review (2026-12-07): histories the checkers got wrong. Every test here failed
-//! on the code reviewed (main at e436818), and passes since the fixes that name it.
+//! Adversarial reviews (2026-12-07): histories the checkers got wrong. Every test here failed
+//! on the code reviewed (main at e436818, then 17fe27c for the second review's), and passes
+//! since the fixes; the second review's probes passed throughout.
 
 use kairos_check::{check_history, parse_history, CheckOptions, CheckReport, Model, Verdict};
 
@@ -23,6 +24,9 @@ fn info(p: u64, v: &str) -> String {
 fn op(p: u64, inv_v: &str, ok_v: &str) -> String {
     inv(p, inv_v) + &ok(p, ok_v)
 }
+fn op_info(p: u64, v: &str) -> String {
+    inv(p, v) + &info(p, v)
+}
 /// `n` concurrent `ok` appends of distinct values to list key `k`, never read: harmless, but
 /// the serial search must try every order of them (n! states) before it can refute.
 fn concurrent_unread_appends(k: u64, n: u64) -> String {
@@ -32,6 +36,17 @@ fn concurrent_unread_appends(k: u64, n: u64) -> String {
     }
     for p in 0..n {
         h += &ok(100 + p, &format!(r#"[["append",{k},{}]]"#, 100 + p));
+    }
+    h
+}
+/// `n` concurrent `ok` blind writes of distinct values to register `k`, never read.
+fn concurrent_blind_writes(k: u64, n: u64) -> String {
+    let mut h = String::new();
+    for p in 0..n {
+        h += &inv(100 + p, &format!(r#"[["w",{k},{}]]"#, 100 + p));
+    }
+    for p in 0..n {
+        h += &ok(100 + p, &format!(r#"[["w",{k},{}]]"#, 100 + p));
     }
     h
 }
@@ -175,4 +190,135 @@ fn cas_from_tombstone_does_not_resurrect_a_deleted_key() {
     h += &op(1, r#"[["r",1,null]]"#, r#"[["r",1,7]]"#);
     let r = run(&h, Model::Linearizable);
     assert_eq!(r.verdict, Verdict::Invalid, "{r}");
+}
+
+// ---------------------------------- a second review (of 17fe27c): false negatives
+
+/// Lost update on a LIST key whose read ends in an ambiguous value. T3 and T4 (both ok) read
+/// key 1 as [1, 2] and both appended to it: in any serial order the second would have seen the
+/// first's append. A list only grows, so two equal list reads are the same version: the
+/// duplicate value 2 (also appended by an info transaction) changes nothing. 17fe27c's
+/// `ambiguous_read` skipped it as it does for registers; kairos-dsg has no writer for 2 or 3
+/// and cannot refute, adya refuses duplicate values, and the search is out of budget: the
+/// verdict was unknown.
+#[test]
+fn list_lost_update_behind_an_ambiguous_value_is_still_invalid() {
+    let mut h = concurrent_unread_appends(2, 11);
+    h += &op(0, r#"[["append",1,1]]"#, r#"[["append",1,1]]"#);
+    h += &op(1, r#"[["append",1,2]]"#, r#"[["append",1,2]]"#);
+    h += &op_info(5, r#"[["append",1,2]]"#); // duplicate 2: never happened (the reads show one 2)
+    h += &op_info(6, r#"[["append",1,3]]"#); // duplicate 3
+    h += &op(3, r#"[["r",1,null],["append",1,3]]"#, r#"[["r",1,[1,2]],["append",1,3]]"#);
+    h += &op(4, r#"[["r",1,null],["append",1,4]]"#, r#"[["r",1,[1,2]],["append",1,4]]"#);
+    h += &op(7, r#"[["r",1,null]]"#, r#"[["r",1,[1,2,3,4]]]"#);
+    let r = run(&h, Model::Serializable);
+    assert_eq!(r.verdict, Verdict::Invalid, "{r}");
+}
+
+/// A register value that two transactions each wrote and overwrote (intermediate only, in
+/// both): whoever's it was, reading it is G1b. 17fe27c made the value "ambiguous", and every
+/// direct check skipped it: the verdict stayed Invalid (the search refutes at once) but only
+/// as an anonymous "serializability-violation".
+#[test]
+fn read_of_a_value_only_ever_written_intermediately_is_g1b() {
+    let mut h = concurrent_blind_writes(2, 20);
+    h += &op(0, r#"[["w",1,1],["w",1,2]]"#, r#"[["w",1,1],["w",1,2]]"#);
+    h += &op(1, r#"[["w",1,1],["w",1,3]]"#, r#"[["w",1,1],["w",1,3]]"#);
+    h += &op(3, r#"[["r",1,null]]"#, r#"[["r",1,1]]"#);
+    let r = run(&h, Model::Serializable);
+    assert_eq!(r.verdict, Verdict::Invalid, "{r}");
+    // The search refutes it (no final write of 1 exists); the direct check names it.
+    assert!(r.anomaly_names("kairos-serial-search").contains(&"G1b"), "{r}");
+}
+
+// ------------------------------------------------------------------ FALSE POSITIVES
+
+/// T0 writes 1, 2, then 1 again (ABA inside one transaction; it names itself, as
+/// ambiguous_writes now says); T1 reads 1 — T0's final value. Serial order T0, T1.
+/// Was reported G1b: `inter` held (1, 1) and was consulted before `writer`.
+#[test]
+fn read_of_a_final_value_the_writer_also_wrote_earlier_is_not_g1b() {
+    let mut h = String::new();
+    h += &op(0, r#"[["w",1,1],["w",1,2],["w",1,1]]"#, r#"[["w",1,1],["w",1,2],["w",1,1]]"#);
+    h += &op(1, r#"[["r",1,null]]"#, r#"[["r",1,1]]"#);
+    let r = run(&h, Model::StrictSerializable);
+    assert_eq!(r.verdict, Verdict::Valid, "{r}");
+}
+
+/// Causal: "must see a" is expanded to the obligations of every value BEFORE `a` in its key's
+/// order, although those values need not be in the observer's causal past. Session 2 appends
+/// 21 to key 1 blindly, then 30 to key 3. Session 1 (which had read 10 in key 2) appended 20 to
+/// key 1, ordered before 21. Session 3 sees 30, so must see 21 (MW) — but 20 is concurrent with
+/// 21 and 30, and so is 10: session 3 reading key 2 as [] is causal (its causal past is {21, 30}).
+/// Session 3 later reads key 1 as [20, 21], and only then has it seen 20.
+#[test]
+fn causal_obligation_does_not_reach_values_before_a_required_one() {
+    let mut h = String::new();
+    h += &op(0, r#"[["append",2,10]]"#, r#"[["append",2,10]]"#);
+    h += &op(1, r#"[["r",2,null]]"#, r#"[["r",2,[10]]]"#);
+    h += &op(1, r#"[["append",1,20]]"#, r#"[["append",1,20]]"#);
+    h += &op(2, r#"[["append",1,21]]"#, r#"[["append",1,21]]"#);
+    h += &op(2, r#"[["append",3,30]]"#, r#"[["append",3,30]]"#);
+    h += &op(3, r#"[["r",3,null]]"#, r#"[["r",3,[30]]]"#);
+    h += &op(3, r#"[["r",2,null]]"#, r#"[["r",2,[]]]"#);
+    h += &op(3, r#"[["r",1,null]]"#, r#"[["r",1,[20,21]]]"#);
+    let r = run(&h, Model::Causal);
+    assert_eq!(r.verdict, Verdict::Valid, "{r}");
+}
+
+/// Causal, monotonic-writes on one key: session 0 appends 1 (ok), then 2 (info). Session 1 reads
+/// [2, 1]: 2 took effect (it is read), after its invocation, which followed 1's completion, so
+/// 1 must precede 2. Was not flagged: the same-key order check skipped `info` appends even
+/// when the key's order showed they took effect.
+#[test]
+fn causal_observed_info_append_ordered_before_its_sessions_earlier_append() {
+    let mut h = String::new();
+    h += &op(0, r#"[["append",1,1]]"#, r#"[["append",1,1]]"#);
+    h += &op_info(0, r#"[["append",1,2]]"#);
+    h += &op(1, r#"[["r",1,null]]"#, r#"[["r",1,[2,1]]]"#);
+    let r = run(&h, Model::Causal);
+    assert_eq!(r.verdict, Verdict::Invalid, "{r}");
+}
+
+// ------------------------------------------- probes expected to PASS (tried, no bug)
+
+/// A transaction appends to a key, reads it, appends again; others read its appends whole.
+#[test]
+fn probe_append_read_append_is_one_run() {
+    let mut h = String::new();
+    h += &op(0, r#"[["append",1,1]]"#, r#"[["append",1,1]]"#);
+    h += &op(
+        1,
+        r#"[["append",1,2],["r",1,null],["append",1,3],["r",1,null]]"#,
+        r#"[["append",1,2],["r",1,[1,2]],["append",1,3],["r",1,[1,2,3]]]"#,
+    );
+    h += &op(2, r#"[["r",1,null],["append",1,4]]"#, r#"[["r",1,[1,2,3]],["append",1,4]]"#);
+    h += &op(3, r#"[["r",1,null]]"#, r#"[["r",1,[1,2,3,4]]]"#);
+    let r = run(&h, Model::StrictSerializable);
+    assert_eq!(r.verdict, Verdict::Valid, "{r}");
+}
+
+/// Info and never-completed appenders, seen whole, in the middle of a read.
+#[test]
+fn probe_info_appenders_seen_whole() {
+    let mut h = String::new();
+    h += &op_info(0, r#"[["append",1,1],["append",1,2]]"#);
+    h += &inv(1, r#"[["append",1,3],["append",2,9],["append",1,4]]"#);
+    h += &op(2, r#"[["r",1,null],["append",1,5]]"#, r#"[["r",1,[1,2,3,4]],["append",1,5]]"#);
+    h += &op(3, r#"[["r",1,null],["r",2,null]]"#, r#"[["r",1,[1,2,3,4,5]],["r",2,[9]]]"#);
+    let r = run(&h, Model::Serializable);
+    assert_eq!(r.verdict, Verdict::Valid, "{r}");
+}
+
+/// Causal: info append observed, then the same session's later ok append.
+#[test]
+fn probe_causal_info_then_ok() {
+    let mut h = String::new();
+    h += &op_info(0, r#"[["append",1,1]]"#);
+    h += &op(0, r#"[["append",2,2]]"#, r#"[["append",2,2]]"#);
+    h += &op(1, r#"[["r",2,null]]"#, r#"[["r",2,[2]]]"#);
+    h += &op(1, r#"[["r",1,null]]"#, r#"[["r",1,[]]]"#);
+    h += &op(2, r#"[["r",1,null]]"#, r#"[["r",1,[1]]]"#);
+    let r = run(&h, Model::Causal);
+    assert_eq!(r.verdict, Verdict::Valid, "{r}");
 }

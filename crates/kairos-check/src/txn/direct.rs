@@ -107,6 +107,10 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
             }
         }
         for (k, v) in &t.intermediate {
+            // Written, overwritten, and written again last: its final value (ABA in one).
+            if t.writes.iter().any(|(wk, e)| wk == k && *e == Effect::Reg(*v)) {
+                continue;
+            }
             if t.outcome == Outcome::Fail {
                 failed.insert((*k, *v), i);
             } else {
@@ -128,11 +132,8 @@ pub(crate) fn anomalies(txns: &[Txn], _kinds: &HashMap<u64, KeyKind>) -> Vec<Ano
                 continue;
             }
             // Two transactions that read the same ambiguous value may have read two versions.
-            let ambiguous_read = match ext {
-                Ext::Reg(Some(v)) => ambiguous.contains(&(*k, *v)),
-                Ext::List(l) => l.last().is_some_and(|v| ambiguous.contains(&(*k, *v))),
-                Ext::Reg(None) => false,
-            };
+            // (A list only grows: two equal list reads are one version.)
+            let ambiguous_read = matches!(ext, Ext::Reg(Some(v)) if ambiguous.contains(&(*k, *v)));
             if t.writes.iter().any(|(wk, _)| wk == k) && !ambiguous_read {
                 lost.entry((*k, ext.clone())).or_default().push(i);
             }

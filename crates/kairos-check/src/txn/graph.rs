@@ -173,33 +173,40 @@ fn single_rw(g: &G, rest: u8) -> Option<Vec<(usize, usize, u8, u64)>> {
     None
 }
 
-/// (key, value) pairs written by more than one transaction (as its final or an intermediate
-/// write), or appended twice: values that do not identify their writer. No edge is inferred
-/// from them, and no version order that needs them is complete.
+/// (key, value) pairs that do not identify their writer: appended twice, or written by more
+/// than one transaction (as its final or an intermediate write) with at least one of them
+/// final. (A value only ever overwritten is an intermediate read's, whoever wrote it: G1b.)
+/// No edge is inferred from them, and no version order that needs them is complete.
 pub(crate) fn ambiguous_writes(txns: &[Txn]) -> HashSet<(u64, u64)> {
-    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    // Per value: how many transactions wrote it, and whether one of them wrote it last.
+    let mut writers: HashMap<(u64, u64), (usize, bool)> = HashMap::new();
     let mut dup = HashSet::new();
     for t in txns.iter().filter(|t| t.outcome != Outcome::Fail) {
-        let mut written: Vec<(u64, u64)> = t.intermediate.clone();
+        let mut written: Vec<((u64, u64), bool)> = t.intermediate.iter().map(|kv| (*kv, false)).collect();
         for (k, e) in &t.writes {
             match e {
-                Effect::Reg(v) => written.push((*k, *v)),
+                Effect::Reg(v) => written.push(((*k, *v), true)),
                 Effect::RegUnknown => {}
-                Effect::Append(vs) => written.extend(vs.iter().map(|v| (*k, *v))),
+                Effect::Append(vs) => {
+                    let mut once = HashSet::new();
+                    for v in vs {
+                        if !once.insert(*v) {
+                            dup.insert((*k, *v));
+                        }
+                        written.push(((*k, *v), true));
+                    }
+                }
             }
         }
-        written.sort_unstable();
         // A transaction that writes a value twice to a register still names itself.
-        let mut last = None;
-        for kv in written {
-            let repeat =
-                last == Some(kv) && t.writes.iter().all(|(k, e)| *k != kv.0 || !matches!(e, Effect::Append(_)));
-            if !repeat && !seen.insert(kv) {
-                dup.insert(kv);
-            }
-            last = Some(kv);
+        written.sort_unstable_by_key(|(kv, last)| (*kv, !*last));
+        written.dedup_by_key(|(kv, _)| *kv);
+        for (kv, last) in written {
+            let w = writers.entry(kv).or_default();
+            *w = (w.0 + 1, w.1 || last);
         }
     }
+    dup.extend(writers.into_iter().filter(|(_, (n, last))| *n > 1 && *last).map(|(kv, _)| kv));
     dup
 }
 
