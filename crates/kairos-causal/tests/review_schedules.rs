@@ -22,6 +22,8 @@
 //!   the commit point passed the old optime, the copy was answered `Written`.
 //! - Any client could `getMore` another session's cursor (ids were sequential).
 //! - Retry records were kept by count: after 100,000 other sessions' writes, a retry ran again.
+//! - Each cursor held a copy of its whole result, a thousand cursors per member with no byte
+//!   limit: one client could pin a thousand collections' worth of memory.
 
 use bson::{doc, Document};
 use kairos_causal::msg::{
@@ -549,4 +551,74 @@ fn a_retryable_write_is_not_run_twice_after_many_other_sessions_wrote() {
     let r = mongo_replies(&h.deliver(CLIENT, mongo(4, &find)));
     let d = r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap()[0].as_document().unwrap().clone();
     assert_eq!(d.get_i32("n"), Ok(1), "the retryable write ran twice: {d:?}");
+}
+
+fn batch_ids(reply: &Document, batch: &str) -> Vec<i32> {
+    let docs = reply.get_document("cursor").unwrap().get_array(batch).unwrap();
+    docs.iter().map(|d| d.as_document().unwrap().get_i32("_id").unwrap()).collect()
+}
+
+/// A cursor holds its query, not a copy of its result: a `getMore` reads on after the last
+/// `_id` it returned, at the newest state — a document deleted since is not returned, an
+/// updated one is returned as it is now, one written behind the cursor is not, one ahead is
+/// (as MongoDB's yielding cursors do); and `skip` / `limit` hold across batches.
+#[test]
+fn a_cursor_reads_on_after_its_last_id_at_the_newest_state() {
+    let mut h = one_member_primary();
+    let docs: Vec<Document> = (1..=5).map(|i| doc! { "_id": i, "v": 0 }).collect();
+    let ins = doc! { "insert": "c", "$db": "test", "documents": docs };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(5));
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(2, &doc! { "find": "c", "$db": "test", "batchSize": 2 })));
+    assert_eq!(batch_ids(&r[0], "firstBatch"), [1, 2]);
+    let cursor = r[0].get_document("cursor").unwrap().get_i64("id").unwrap();
+    assert_ne!(cursor, 0);
+    let writes = [
+        doc! { "insert": "c", "$db": "test", "documents": [ { "_id": 0 }, { "_id": 6 } ] },
+        doc! { "delete": "c", "$db": "test", "deletes": [ { "q": { "_id": 3 }, "limit": 1 } ] },
+        doc! { "update": "c", "$db": "test", "updates": [ { "q": { "_id": 4 }, "u": { "$set": { "v": 1 } } } ] },
+    ];
+    for (i, w) in writes.iter().enumerate() {
+        let r = mongo_replies(&h.deliver(CLIENT, mongo(3 + i as u64, w)));
+        assert_eq!(r[0].get_f64("ok"), Ok(1.0), "{r:?}");
+    }
+    let more = doc! { "getMore": cursor, "collection": "c", "$db": "test" };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(6, &more)));
+    assert_eq!(batch_ids(&r[0], "nextBatch"), [4, 5, 6], "{r:?}");
+    let updated = r[0].get_document("cursor").unwrap().get_array("nextBatch").unwrap()[0].as_document().unwrap();
+    assert_eq!(updated.get_i32("v"), Ok(1), "the document as it is now");
+    assert_eq!(r[0].get_document("cursor").unwrap().get_i64("id"), Ok(0), "exhausted");
+    // skip 1, limit 3, an empty first batch: the skip and the limit carry to the getMores.
+    let find = doc! { "find": "c", "$db": "test", "skip": 1, "limit": 3, "batchSize": 0 };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(7, &find)));
+    assert!(batch_ids(&r[0], "firstBatch").is_empty());
+    let cursor = r[0].get_document("cursor").unwrap().get_i64("id").unwrap();
+    let more = |batch: i32| doc! { "getMore": cursor, "collection": "c", "$db": "test", "batchSize": batch };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(8, &more(2))));
+    assert_eq!(batch_ids(&r[0], "nextBatch"), [1, 2]);
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(9, &more(2))));
+    assert_eq!(batch_ids(&r[0], "nextBatch"), [4], "the limit of 3 holds across batches");
+    assert_eq!(r[0].get_document("cursor").unwrap().get_i64("id"), Ok(0));
+}
+
+/// Open cursors are bounded in bytes, not only in number: cursors whose queries together pass
+/// 64 MiB drop the least recently used (the first cursor here). Before, each cursor copied its
+/// result, and a thousand of them were kept whatever their size.
+#[test]
+fn open_cursors_are_bounded_in_bytes() {
+    let mut h = one_member_primary();
+    let big = "x".repeat(1 << 20);
+    let ins = doc! { "insert": "c", "$db": "test", "documents": [ { "_id": 1, "a": &big }, { "_id": 2, "a": &big } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(2));
+    let find = doc! { "find": "c", "$db": "test", "filter": { "a": &big }, "batchSize": 1 };
+    let mut cursors = Vec::new();
+    for i in 0..80 {
+        let r = mongo_replies(&h.deliver(CLIENT, mongo(10 + i, &find)));
+        cursors.push(r[0].get_document("cursor").unwrap().get_i64("id").unwrap());
+    }
+    let more = |c: i64| doc! { "getMore": c, "collection": "c", "$db": "test" };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(100, &more(cursors[0]))));
+    let code = r[0].get_i32("code");
+    assert_eq!(code, Ok(kairos_causal::mongo::codes::CURSOR_NOT_FOUND), "the oldest cursor was dropped");
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(101, &more(cursors[79]))));
+    assert_eq!(batch_ids(&r[0], "nextBatch"), [2], "the newest cursor reads on");
 }

@@ -25,7 +25,12 @@
 //!
 //! Cursors belong to the session that opened them: `getMore` and `killCursors` from another
 //! session (or none, for a session's cursor) do not reach them (MongoDB: 50737 / 50738), and
-//! their ids are drawn at random, so that one client cannot guess another's.
+//! their ids are drawn at random, so that one client cannot guess another's. A cursor holds
+//! its query, not its result: each `getMore` reads on from the `_id` after the last one it
+//! returned, at the newest state (the commit point for a majority read), as MongoDB's
+//! cursors yield and read on — documents are never returned twice, and those written ahead
+//! of the cursor may show. (A copy of the result per cursor let a client pin a thousand
+//! collections' worth of memory: a review's note.)
 
 use super::{Member, MemberState, PendingWrite, Waiter, Waiting, MAX_TIME_MS_CAP};
 use crate::mongo::wire::{decode_document, MAX_BSON_OBJECT_SIZE, MAX_MESSAGE_SIZE_BYTES};
@@ -39,6 +44,7 @@ use kairos_clock::{gossip_in, ClusterTime};
 use kairos_core::{Ctx, LocalTime, NodeId};
 use rand::Rng;
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
 use std::time::Duration;
 
 /// `maxWireVersion` announced (MongoDB 6.0); 0 is the minimum.
@@ -47,8 +53,10 @@ pub const MAX_WIRE_VERSION: i32 = 17;
 pub const MAX_WRITE_BATCH_SIZE: i32 = 100_000;
 /// `logicalSessionTimeoutMinutes` announced.
 pub const LOGICAL_SESSION_TIMEOUT_MINUTES: i32 = 30;
-/// Open cursors per member; the oldest is dropped beyond this.
+/// Open cursors per member, and the bytes of their queries together; the least recently
+/// used is dropped beyond either.
 const MAX_CURSORS: usize = 1_000;
+const MAX_CURSOR_QUERY_BYTES: usize = 64 * 1024 * 1024;
 /// An unused cursor is dropped after this long.
 const CURSOR_IDLE: Duration = Duration::from_secs(600);
 /// Awaitable `hello`s parked at once; beyond this they are answered at once.
@@ -193,7 +201,20 @@ impl DocStore {
 
     /// Every document of `ns` as of `upto`, in `_id`-key order.
     fn scan<'a>(&'a self, ns: &str, upto: ClusterTime) -> impl Iterator<Item = (&'a Vec<u8>, &'a Document)> + 'a {
-        self.ns.get(ns).into_iter().flatten().filter_map(move |(k, v)| Self::version_at(v, upto).map(|d| (k, d)))
+        self.scan_range(ns, (Bound::Unbounded, Bound::Unbounded), upto)
+    }
+
+    /// The documents of `ns` as of `upto` whose `_id` keys lie in `range`, in key order.
+    fn scan_range<'a>(
+        &'a self,
+        ns: &str,
+        range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
+        upto: ClusterTime,
+    ) -> impl Iterator<Item = (&'a Vec<u8>, &'a Document)> + 'a {
+        let coll = self.ns.get(ns).filter(|_| range_is_valid(range));
+        coll.into_iter()
+            .flat_map(move |c| c.range::<[u8], _>(range))
+            .filter_map(move |(k, v)| Self::version_at(v, upto).map(|d| (k, d)))
     }
 
     /// Number of live documents in `ns` at the newest version (tests).
@@ -202,12 +223,40 @@ impl DocStore {
     }
 }
 
+/// A `find` that has more to return (module docs).
 struct Cursor {
-    ns: String,
     /// The `lsid` of the session that opened it (`id_key`), if any.
     owner: Option<Vec<u8>>,
-    docs: VecDeque<Document>,
+    query: Query,
+    /// The `_id` key of the last document returned: the next batch starts after it.
+    after: Option<Vec<u8>>,
+    /// Matches still to skip (a first batch of size 0 skipped none).
+    skip: usize,
+    /// Documents the `limit` still allows.
+    left: usize,
+    /// The bytes of its query, counted against [`MAX_CURSOR_QUERY_BYTES`].
+    query_bytes: usize,
     last_used: LocalTime,
+    /// When it was last used, in uses of any cursor: the least recently used goes first,
+    /// also among those used at one instant.
+    use_seq: u64,
+}
+
+/// What a `find` asked for, kept by its cursor.
+struct Query {
+    ns: String,
+    filter: Filter,
+    projection: Option<Document>,
+    /// A majority read: each batch is read at the commit point.
+    majority: bool,
+}
+
+/// A batch of a query, and whether more is left.
+struct Batch {
+    docs: Vec<Document>,
+    /// The `_id` key of its last document.
+    last_key: Option<Vec<u8>>,
+    more: bool,
 }
 
 struct HelloWaiter {
@@ -230,6 +279,8 @@ pub(super) struct MongoState {
     /// Start of this process (`topologyVersion.processId`).
     pub(super) started_at: LocalTime,
     cursors: BTreeMap<i64, Cursor>,
+    cursor_query_bytes: usize,
+    cursor_uses: u64,
     hello_waiters: Vec<HelloWaiter>,
     topology: (bool, Option<u32>),
     topology_counter: i64,
@@ -272,6 +323,21 @@ fn write_concern(cmd: &Document) -> WriteConcern {
         Some(Bson::Double(w)) if *w <= 1.0 => WriteConcern::W1,
         _ => WriteConcern::Majority,
     }
+}
+
+/// Whether `BTreeMap::range` takes `range` without panicking (start after end, or one key
+/// excluded at both ends).
+fn range_is_valid((from, to): (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match (from, to) {
+        (Bound::Excluded(a), Bound::Excluded(b)) => a < b,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a <= b,
+        _ => true,
+    }
+}
+
+/// The size of a value as BSON (in a one-field document).
+fn bson_bytes(v: &Bson) -> usize {
+    doc_bytes(&doc! { "": v.clone() }).len()
 }
 
 fn doc_bytes(d: &Document) -> Vec<u8> {
@@ -536,7 +602,16 @@ impl Member {
     pub(super) fn mongo_tick(&mut self, ctx: &mut Ctx<'_, CausalMsg>) {
         self.answer_hellos(ctx, false);
         let now = ctx.now();
-        self.mongo.cursors.retain(|_, c| now.saturating_since(c.last_used) < CURSOR_IDLE);
+        let idle: Vec<i64> = self
+            .mongo
+            .cursors
+            .iter()
+            .filter(|(_, c)| now.saturating_since(c.last_used) >= CURSOR_IDLE)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.drop_cursor(id);
+        }
     }
 
     // ----- reads -----
@@ -581,7 +656,7 @@ impl Member {
         let result = if p.cmd.keys().next().is_some_and(|k| k == "count") {
             self.run_count(&p.cmd, upto)
         } else {
-            self.run_find(ctx, &p.cmd, upto)
+            self.run_find(ctx, &p.cmd, p.majority)
         };
         match result {
             Ok(body) => self.mongo_send(ctx, to, p.id, body, op_time),
@@ -589,34 +664,69 @@ impl Member {
         }
     }
 
-    fn run_find(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document, upto: ClusterTime) -> CmdResult<Document> {
+    fn run_find(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document, majority: bool) -> CmdResult<Document> {
         let ns = namespace(cmd, "find")?;
-        let filter = Filter::parse(cmd.get_document("filter").ok())?;
-        let projection = cmd.get_document("projection").ok();
+        let query = Query {
+            ns: ns.clone(),
+            filter: Filter::parse(cmd.get_document("filter").ok())?,
+            projection: cmd.get_document("projection").ok().cloned(),
+            majority,
+        };
         let skip = get_count(cmd, "skip")?.unwrap_or(0) as usize;
         let limit = match get_count(cmd, "limit")? {
             Some(0) | None => usize::MAX,
             Some(n) => n as usize,
         };
         let single_batch = get_flag(cmd, "singleBatch");
-        let batch = get_count(cmd, "batchSize")?.map_or(DEFAULT_BATCH_DOCS, |b| b as usize);
-        let found: Vec<Document> = match filter.id() {
-            Some(id) => {
-                self.docs.get(&ns, &id_key(id), upto).filter(|d| filter.matches(d)).cloned().into_iter().collect()
-            }
-            None => self.docs.scan(&ns, upto).filter(|(_, d)| filter.matches(d)).map(|(_, d)| d.clone()).collect(),
-        };
-        let mut docs = VecDeque::new();
-        for d in found.into_iter().skip(skip).take(limit) {
-            docs.push_back(project(&d, projection)?);
-        }
-        let first = take_batch(&mut docs, batch);
-        let cursor_id = if single_batch || docs.is_empty() {
-            0
+        let batch_docs = get_count(cmd, "batchSize")?.map_or(DEFAULT_BATCH_DOCS, |b| b as usize);
+        let first = self.read_batch(&query, None, skip, limit, batch_docs)?;
+        let cursor_id = if first.more && !single_batch {
+            let skip = if first.docs.is_empty() { skip } else { 0 };
+            let left = limit - first.docs.len();
+            self.open_cursor(ctx, cmd.get("lsid").map(id_key), query, first.last_key, skip, left)
         } else {
-            self.open_cursor(ctx, ns.clone(), cmd.get("lsid").map(id_key), docs)
+            0
         };
-        Ok(doc! { "cursor": { "firstBatch": first, "id": cursor_id, "ns": ns }, "ok": 1.0 })
+        Ok(doc! { "cursor": { "firstBatch": first.docs, "id": cursor_id, "ns": ns }, "ok": 1.0 })
+    }
+
+    /// Up to `batch_docs` documents (and [`MAX_BATCH_BYTES`], at least one) of `query` after
+    /// the `_id` key `after`, skipping the first `skip` matches and returning at most `left`.
+    fn read_batch(
+        &self,
+        query: &Query,
+        after: Option<&[u8]>,
+        skip: usize,
+        left: usize,
+        batch_docs: usize,
+    ) -> CmdResult<Batch> {
+        let upto = if query.majority { self.commit_point } else { ClusterTime::MAX };
+        let id = query.filter.id().map(id_key);
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let range = match &id {
+            // One key at most: the `_id` of an equality filter.
+            Some(id) => {
+                (if after.is_some() { from } else { Bound::Included(id.as_slice()) }, Bound::Included(id.as_slice()))
+            }
+            None => (from, Bound::Unbounded),
+        };
+        let mut found =
+            self.docs.scan_range(&query.ns, range, upto).filter(|(_, d)| query.filter.matches(d)).skip(skip).peekable();
+        let (mut docs, mut bytes, mut last) = (Vec::new(), 0, None::<Vec<u8>>);
+        while docs.len() < batch_docs.min(left) {
+            let Some((key, d)) = found.peek() else { break };
+            let d = project(d, query.projection.as_ref())?;
+            let len = doc_bytes(&d).len();
+            if !docs.is_empty() && bytes + len > MAX_BATCH_BYTES {
+                break;
+            }
+            bytes += len;
+            last = Some(key.to_vec());
+            docs.push(d);
+            found.next();
+        }
+        let more = docs.len() < left && found.peek().is_some();
+        Ok(Batch { docs, last_key: last, more })
     }
 
     fn run_count(&self, cmd: &Document, upto: ClusterTime) -> CmdResult<Document> {
@@ -628,19 +738,27 @@ impl Member {
         Ok(doc! { "n": n as i64, "ok": 1.0 })
     }
 
-    /// A cursor of session `owner` over `docs`, under a random id (module docs); beyond
-    /// [`MAX_CURSORS`] the least recently used one goes.
+    /// A cursor of session `owner` that reads `query` on after `after`, under a random id
+    /// (module docs); beyond [`MAX_CURSORS`] or [`MAX_CURSOR_QUERY_BYTES`] the least recently
+    /// used ones go.
     fn open_cursor(
         &mut self,
         ctx: &mut Ctx<'_, CausalMsg>,
-        ns: String,
         owner: Option<Vec<u8>>,
-        docs: VecDeque<Document>,
+        query: Query,
+        after: Option<Vec<u8>>,
+        skip: usize,
+        left: usize,
     ) -> i64 {
-        if self.mongo.cursors.len() >= MAX_CURSORS {
-            if let Some((&oldest, _)) = self.mongo.cursors.iter().min_by_key(|(_, c)| c.last_used) {
-                self.mongo.cursors.remove(&oldest);
-            }
+        let query_bytes = query.ns.len()
+            + query.filter.equals.iter().map(|(k, v)| k.len() + bson_bytes(v)).sum::<usize>()
+            + query.projection.as_ref().map_or(0, |p| doc_bytes(p).len())
+            + after.as_ref().map_or(0, Vec::len);
+        while self.mongo.cursors.len() >= MAX_CURSORS
+            || self.mongo.cursor_query_bytes + query_bytes > MAX_CURSOR_QUERY_BYTES
+        {
+            let Some((&oldest, _)) = self.mongo.cursors.iter().min_by_key(|(_, c)| c.use_seq) else { break };
+            self.drop_cursor(oldest);
         }
         let id = loop {
             let id = ctx.rng().random_range(1..i64::MAX);
@@ -648,8 +766,18 @@ impl Member {
                 break id;
             }
         };
-        self.mongo.cursors.insert(id, Cursor { ns, owner, docs, last_used: ctx.now() });
+        self.mongo.cursor_query_bytes += query_bytes;
+        self.mongo.cursor_uses += 1;
+        let use_seq = self.mongo.cursor_uses;
+        let cursor = Cursor { owner, query, after, skip, left, query_bytes, last_used: ctx.now(), use_seq };
+        self.mongo.cursors.insert(id, cursor);
         id
+    }
+
+    fn drop_cursor(&mut self, id: i64) {
+        if let Some(c) = self.mongo.cursors.remove(&id) {
+            self.mongo.cursor_query_bytes -= c.query_bytes;
+        }
     }
 
     fn mongo_get_more(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document) -> CmdResult<Document> {
@@ -659,8 +787,9 @@ impl Member {
             _ => return Err(CommandError::bad_value("getMore needs a cursor id (long)")),
         };
         let ns = namespace(cmd, "collection")?;
-        let batch = get_count(cmd, "batchSize")?.map_or(usize::MAX, |b| if b == 0 { usize::MAX } else { b as usize });
-        let Some(c) = self.mongo.cursors.get_mut(&id).filter(|c| c.ns == ns) else {
+        let batch_docs =
+            get_count(cmd, "batchSize")?.map_or(usize::MAX, |b| if b == 0 { usize::MAX } else { b as usize });
+        let Some(c) = self.mongo.cursors.get(&id).filter(|c| c.query.ns == ns) else {
             return Err(CommandError::new(codes::CURSOR_NOT_FOUND, format!("cursor id {id} not found")));
         };
         let session = cmd.get("lsid").map(id_key);
@@ -673,15 +802,24 @@ impl Member {
             };
             return Err(CommandError::new(code, format!("cursor id {id} {msg}")));
         }
-        c.last_used = ctx.now();
-        let next = take_batch(&mut c.docs, batch);
-        let left = if c.docs.is_empty() {
-            self.mongo.cursors.remove(&id);
-            0
-        } else {
+        let next = self.read_batch(&c.query, c.after.as_deref(), c.skip, c.left, batch_docs)?;
+        let left_id = if next.more {
+            if let Some(c) = self.mongo.cursors.get_mut(&id) {
+                if !next.docs.is_empty() {
+                    c.skip = 0;
+                    c.left -= next.docs.len();
+                    c.after = next.last_key;
+                }
+                c.last_used = ctx.now();
+                self.mongo.cursor_uses += 1;
+                c.use_seq = self.mongo.cursor_uses;
+            }
             id
+        } else {
+            self.drop_cursor(id);
+            0
         };
-        Ok(doc! { "cursor": { "nextBatch": next, "id": left, "ns": ns }, "ok": 1.0 })
+        Ok(doc! { "cursor": { "nextBatch": next.docs, "id": left_id, "ns": ns }, "ok": 1.0 })
     }
 
     /// Kills the cursors named that belong to the session of `cmd`; another session's are
@@ -698,7 +836,7 @@ impl Member {
                 _ => return Err(CommandError::bad_value("cursor ids must be longs")),
             };
             if self.mongo.cursors.get(&id).is_some_and(|c| c.owner == session) {
-                self.mongo.cursors.remove(&id);
+                self.drop_cursor(id);
                 killed.push(id);
             } else {
                 not_found.push(id);
@@ -1128,21 +1266,6 @@ fn write_result(n: i32, errors: Vec<Document>) -> Document {
     let mut out = doc! { "n": n };
     if !errors.is_empty() {
         out.insert("writeErrors", errors);
-    }
-    out
-}
-
-fn take_batch(docs: &mut VecDeque<Document>, n: usize) -> Vec<Document> {
-    let mut out = Vec::new();
-    let mut bytes = 0;
-    while out.len() < n {
-        let Some(d) = docs.front() else { break };
-        let len = doc_bytes(d).len();
-        if !out.is_empty() && bytes + len > MAX_BATCH_BYTES {
-            break;
-        }
-        bytes += len;
-        out.extend(docs.pop_front());
     }
     out
 }

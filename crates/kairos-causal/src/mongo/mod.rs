@@ -166,12 +166,31 @@ pub fn id_key(id: &Bson) -> Vec<u8> {
     out
 }
 
-/// Numbers compare by value across Int32 / Int64 / Double; everything else by BSON equality.
+/// Numbers compare by exact value across Int32 / Int64 / Double, as in MongoDB (`2^53 + 1` as
+/// a long is not the double `2^53`, which a comparison through `f64` would call equal; `NaN`
+/// matches `NaN`); everything else by BSON equality.
 pub fn values_equal(a: &Bson, b: &Bson) -> bool {
-    match (as_f64(a), as_f64(b)) {
-        (Some(x), Some(y)) => x == y,
+    match (as_i64(a), as_i64(b), a, b) {
+        (Some(x), Some(y), _, _) => x == y,
+        (Some(i), None, _, Bson::Double(d)) | (None, Some(i), Bson::Double(d), _) => double_equals_long(*d, i),
+        (None, None, Bson::Double(x), Bson::Double(y)) => x == y || (x.is_nan() && y.is_nan()),
         _ => a == b,
     }
+}
+
+fn as_i64(b: &Bson) -> Option<i64> {
+    match b {
+        Bson::Int32(v) => Some(i64::from(*v)),
+        Bson::Int64(v) => Some(*v),
+        _ => None,
+    }
+}
+
+/// Whether a double holds exactly this long: integral and inside the long range (so the cast
+/// is exact), then equal.
+fn double_equals_long(d: f64, i: i64) -> bool {
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    d.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&d) && d as i64 == i
 }
 
 fn as_f64(b: &Bson) -> Option<f64> {
@@ -362,9 +381,17 @@ impl Update {
                             Some(s) => Bson::Int32(s),
                             None => Bson::Int64(i64::from(*a) + i64::from(*b)),
                         },
-                        (Some(Bson::Int64(a)), Bson::Int32(b)) => Bson::Int64(a.wrapping_add(i64::from(*b))),
-                        (Some(Bson::Int32(a)), Bson::Int64(b)) => Bson::Int64(i64::from(*a).wrapping_add(*b)),
-                        (Some(Bson::Int64(a)), Bson::Int64(b)) => Bson::Int64(a.wrapping_add(*b)),
+                        (Some(a), b) if as_i64(a).is_some() && as_i64(b).is_some() => {
+                            let (a, b) = (as_i64(a).unwrap_or_default(), as_i64(b).unwrap_or_default());
+                            // MongoDB refuses a long $inc that overflows rather than wrapping.
+                            let sum = a.checked_add(b).ok_or_else(|| {
+                                CommandError::bad_value(format!(
+                                    "Failed to apply $inc operations to current value ({a}) in field `{k}`: \
+                                     the sum overflows a long"
+                                ))
+                            })?;
+                            Bson::Int64(sum)
+                        }
                         (Some(a), b) => match (as_f64(a), as_f64(b)) {
                             (Some(x), Some(y)) => Bson::Double(x + y),
                             _ => {
@@ -448,9 +475,27 @@ mod tests {
         let r = Update::parse(&Bson::Document(doc! { "c": 1 })).unwrap();
         assert_eq!(r.apply(&d).unwrap(), doc! { "_id": 1, "c": 1 });
         assert!(Update::parse(&Bson::Document(doc! { "$pull": { "a": 1 } })).is_err());
+        let big = Update::parse(&Bson::Document(doc! { "$inc": { "a": i64::MAX } })).unwrap();
+        assert_eq!(big.apply(&d).unwrap_err().code, 2, "a long $inc past i64::MAX is an error, not a wrap");
         let p = Update::parse(&Bson::Document(doc! { "$push": { "l": 7 } })).unwrap();
         let once = p.apply(&d).unwrap();
         assert_eq!(p.apply(&once).unwrap().get_array("l").unwrap(), &vec![Bson::Int32(7), Bson::Int32(7)]);
+    }
+
+    #[test]
+    fn numbers_compare_exactly_across_types() {
+        let above_double_precision = (1i64 << 53) + 1;
+        assert!(!values_equal(&Bson::Int64(above_double_precision), &Bson::Int64(1 << 53)));
+        assert!(!values_equal(&Bson::Int64(above_double_precision), &Bson::Double((1i64 << 53) as f64)));
+        assert!(!values_equal(&Bson::Int64(i64::MAX), &Bson::Double(9_223_372_036_854_775_808.0)));
+        assert!(values_equal(&Bson::Int64(1 << 53), &Bson::Double((1i64 << 53) as f64)));
+        assert!(values_equal(&Bson::Int32(7), &Bson::Int64(7)));
+        assert!(values_equal(&Bson::Double(7.0), &Bson::Int32(7)));
+        assert!(!values_equal(&Bson::Double(7.5), &Bson::Int32(7)));
+        assert!(values_equal(&Bson::Double(f64::NAN), &Bson::Double(f64::NAN)));
+        let d = doc! { "_id": 1, "n": above_double_precision };
+        assert!(!Filter::parse(Some(&doc! { "n": 1i64 << 53 })).unwrap().matches(&d));
+        assert!(Filter::parse(Some(&doc! { "n": above_double_precision })).unwrap().matches(&d));
     }
 
     #[test]
