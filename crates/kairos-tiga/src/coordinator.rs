@@ -237,6 +237,9 @@ struct Pending {
     pieces: Vec<Arc<Piece>>,
     slot: u64,
     invoked_at: LocalTime,
+    /// When its first submit went out: no submit goes out later than
+    /// [`Coordinator::resend_window`] after it (servers refuse older transactions).
+    first_send_at: Option<LocalTime>,
     sends: u32,
     invoke: Vec<MicroOp>,
     /// Each replica's latest replies: `width` entries per piece, in `pieces`' order, by
@@ -465,6 +468,7 @@ impl Coordinator {
                     pieces,
                     slot,
                     invoked_at: ctx.now(),
+                    first_send_at: None,
                     sends: 0,
                     invoke,
                     kind,
@@ -557,16 +561,32 @@ impl Coordinator {
         self.stats.view_changes += 1;
         ctx.metric("tiga.coordinator_view_changes", 1);
         let inflight: Vec<TxnId> = self.pending.keys().copied().collect();
+        let window = self.resend_window();
         for txn in inflight {
             if let Some(p) = self.pending.get_mut(&txn) {
                 if !self.config.unsafe_accept_old_view_replies {
                     p.replies.fill(ReplicaReplies::default());
                     p.first_leader_ts.fill(None);
                 }
+                // Free, but not past the resend window: a later submit would reach servers
+                // that may have forgotten the transaction (they refuse it; it gives up).
+                if p.first_send_at.is_some_and(|at| ctx.now().saturating_since(at) > window) {
+                    continue;
+                }
                 p.sends = p.sends.saturating_sub(1);
             }
             self.send(ctx, txn);
         }
+    }
+
+    /// How long after a transaction's first submit it may be sent again: up to its last
+    /// retry, due `retry_timeout × (max_sends − 1)` after it, with half a `retry_timeout` for
+    /// a late timer (a busy coordinator). A view change's resend does not count as a retry,
+    /// but does not extend this. Servers refuse a transaction first sent `retry_timeout ×
+    /// max_sends + future_slack` ago: a submit sent in the window has at least half a
+    /// `retry_timeout` and the slack to arrive.
+    fn resend_window(&self) -> Duration {
+        (self.config.retry_timeout * self.config.max_sends).saturating_sub(self.config.retry_timeout / 2)
     }
 
     /// (Re)sends `txn` with a fresh timestamp and re-arms its retry timer; or, while it waits
@@ -594,12 +614,19 @@ impl Coordinator {
         let Some(p) = self.pending.get_mut(&txn) else { return };
         p.sends += 1;
         let ts = Ts::at(now + headroom);
+        let first_send_time = *p.first_send_at.get_or_insert(now);
         for piece in &p.pieces {
             let replicas = self.topology.shards.get(piece.shard as usize).map_or(&[][..], Vec::as_slice);
             for &node in replicas {
                 ctx.send(
                     node,
-                    TigaMsg::Submit(Submit { view: self.view, piece: Arc::clone(piece), ts, send_time: now }),
+                    TigaMsg::Submit(Submit {
+                        view: self.view,
+                        piece: Arc::clone(piece),
+                        ts,
+                        send_time: now,
+                        first_send_time,
+                    }),
                 );
             }
         }
@@ -822,7 +849,8 @@ impl Coordinator {
 
     fn on_retry(&mut self, ctx: &mut Ctx<'_, TigaMsg>, txn: TxnId) {
         let Some(p) = self.pending.get(&txn) else { return };
-        if p.sends < self.config.max_sends {
+        let in_window = p.first_send_at.is_none_or(|at| ctx.now().saturating_since(at) <= self.resend_window());
+        if p.sends < self.config.max_sends && in_window {
             self.stats.retransmissions += 1;
             ctx.metric("tiga.retransmissions", 1);
             return self.send(ctx, txn);

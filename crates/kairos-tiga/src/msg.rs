@@ -135,6 +135,10 @@ pub struct Submit {
     pub ts: Ts,
     /// The coordinator's clock when it sent the submit (one-way delay samples).
     pub send_time: LocalTime,
+    /// The coordinator's clock when it sent the transaction's first submit: a server refuses
+    /// a submit whose transaction is older than the horizon after which it forgets executed
+    /// ids (it may have run it already; `Server::forget_truncated`).
+    pub first_send_time: LocalTime,
 }
 
 /// A server's reply to a coordinator about one piece.

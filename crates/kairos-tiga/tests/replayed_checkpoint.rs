@@ -36,7 +36,13 @@ fn piece(seq: u32) -> Piece {
 
 fn submit(h: &mut RoleHarness<Server>, seq: u32) -> Vec<Effect<TigaMsg>> {
     let now = h.now();
-    let s = Submit { view: 0, piece: piece(seq).into(), ts: Ts::at(now + Duration::from_millis(1)), send_time: now };
+    let s = Submit {
+        view: 0,
+        piece: piece(seq).into(),
+        ts: Ts::at(now + Duration::from_millis(1)),
+        send_time: now,
+        first_send_time: now,
+    };
     h.deliver(COORDINATOR, TigaMsg::Submit(s))
 }
 

@@ -44,7 +44,10 @@ fn t2_piece() -> Piece {
 
 fn submit(h: &mut RoleHarness<Server>, piece: Piece, ts: Ts, view: u64) -> Vec<Effect<TigaMsg>> {
     let now = h.now();
-    h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view, piece: piece.into(), ts, send_time: now }))
+    h.deliver(
+        COORDINATOR,
+        TigaMsg::Submit(Submit { view, piece: piece.into(), ts, send_time: now, first_send_time: now }),
+    )
 }
 
 fn to(effects: &[Effect<TigaMsg>], node: NodeId) -> Vec<TigaMsg> {

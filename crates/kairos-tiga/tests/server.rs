@@ -54,7 +54,13 @@ fn submit(h: &mut RoleHarness<Server>, piece: Piece, after: Duration) -> Vec<Eff
     let now = h.now();
     h.deliver(
         COORDINATOR,
-        TigaMsg::Submit(Submit { view: 0, piece: piece.into(), ts: Ts::at(now + after), send_time: now }),
+        TigaMsg::Submit(Submit {
+            view: 0,
+            piece: piece.into(),
+            ts: Ts::at(now + after),
+            send_time: now,
+            first_send_time: now,
+        }),
     )
 }
 
@@ -112,7 +118,14 @@ fn a_leader_bumps_a_late_timestamp_and_a_follower_holds_it() {
         let ts = Ts::from_nanos(released.as_nanos() - 1);
         h.deliver(
             COORDINATOR,
-            TigaMsg::Submit(Submit { view: 0, piece: piece(2, &[0], &[6]).into(), ts, send_time: now }),
+            TigaMsg::Submit(Submit {
+                view: 0,
+                piece: piece(2, &[0], &[6]).into(),
+                ts,
+                send_time: now,
+                // A coordinator whose clock lags: its first send is no later than its timestamp.
+                first_send_time: LocalTime::from_nanos(ts.as_nanos()),
+            }),
         );
     }
     let bumped = replies(&leader.advance(Duration::from_millis(1)));
@@ -387,7 +400,10 @@ fn a_follower_restarted_from_its_journaled_checkpoint_answers_a_resend_instead_o
     assert_eq!(view_of(&mut h), (1, ServerState::Normal));
     // The coordinator resends transaction 1 in view 1.
     let (piece, ts, send_time) = (piece(1, &[0], &[2]), ns(h.now()) + Duration::from_millis(5), h.now());
-    let resend = h.deliver(COORDINATOR, TigaMsg::Submit(Submit { view: 1, piece: piece.into(), ts, send_time }));
+    let resend = h.deliver(
+        COORDINATOR,
+        TigaMsg::Submit(Submit { view: 1, piece: piece.into(), ts, send_time, first_send_time: send_time }),
+    );
     assert_eq!(
         replies(&resend),
         vec![(1, ReplyKind::Slow, now + Duration::from_nanos(1), None)],

@@ -780,7 +780,7 @@ impl Server {
     /// view change here); the one-way delay sample is measured to then, so that a coordinator's
     /// estimate does not take the view change's wait for a network delay.
     fn on_submit(&mut self, ctx: &mut Ctx<'_, TigaMsg>, from: NodeId, submit: Submit, arrived: LocalTime) {
-        let Submit { piece, ts, send_time, .. } = submit;
+        let Submit { piece, ts, send_time, first_send_time, .. } = submit;
         // Only the coordinator a transaction id names may submit it (or claim its at-most-once
         // slot), and a timestamp beyond any headroom a coordinator can choose is refused (it
         // would sit in the queue, and through agreement in other leaders' queues, forever).
@@ -788,7 +788,16 @@ impl Server {
             + self.config.margin
             + self.config.future_slack
             + Duration::from_nanos(self.config.headroom_shift_ns.unsigned_abs());
-        if from != piece.txn.coordinator() || ts > Ts::at(ctx.now()) + horizon {
+        // A transaction first sent before the forget horizon may have run here and been
+        // forgotten (`forget_truncated`: its entry's timestamp is no earlier than its first
+        // send): refused, whatever this submit's own timestamp. No coordinator sends one
+        // (`Coordinator::resend_window`); a replayed or long-delayed message does.
+        let forgotten = ctx.now().saturating_since(first_send_time) > self.forget_after();
+        if from != piece.txn.coordinator()
+            || ts > Ts::at(ctx.now()) + horizon
+            || forgotten
+            || Ts::at(first_send_time) > ts
+        {
             self.stats.rejected += 1;
             ctx.metric("tiga.server_rejected", 1);
             return;
@@ -1451,11 +1460,16 @@ impl Server {
         self.config.retry_timeout * self.config.max_sends
     }
 
+    /// How long after its timestamp a truncated entry's transaction is remembered.
+    fn forget_after(&self) -> Duration {
+        self.resend_horizon() + self.config.future_slack
+    }
+
     /// Forgets the transactions of truncated entries once no coordinator can resend them
     /// ([`Server::resend_horizon`]; their timestamps are in the past by then), with
     /// `future_slack` to spare for clock error; at most [`FORGOTTEN_PER_CALL`] per call.
     fn forget_truncated(&mut self, now: Ts) {
-        let keep = self.resend_horizon() + self.config.future_slack;
+        let keep = self.forget_after();
         self.gate.forget_older(now.saturating_sub(keep));
         for _ in 0..FORGOTTEN_PER_CALL {
             let Some(&Truncated { ts, txn, .. }) = self.truncated.front() else { break };

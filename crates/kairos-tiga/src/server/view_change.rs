@@ -997,7 +997,13 @@ impl Server {
             // Already serving in this view (a duplicate): its entries are log synchronization.
             return self.on_log_sync(ctx, from_node, from, entries, commit_point);
         }
-        self.log.truncate(from);
+        // Rejoining the view it served in, its log is a prefix of the leader's (a leader's log
+        // only grows within its view): a StartView of that view, perhaps an old copy replayed,
+        // only extends it. Truncating to its `from` dropped entries this replica had already
+        // acknowledged and answered on the slow path (a review's schedule).
+        let keep = if self.last_normal == self.view.number { self.log.len() } else { from };
+        let known = usize::try_from(keep - from).unwrap_or(usize::MAX);
+        self.log.truncate(keep);
         self.rebuild_keeping_released();
         // The truncation is durable before any entry adopted below is journaled: the records
         // of those entries would otherwise follow the old log in the journal, and a write torn
@@ -1006,7 +1012,7 @@ impl Server {
         self.write_snapshot(ctx);
         self.leader_heard_at = ctx.now();
         self.become_normal(ctx);
-        for e in entries {
+        for e in entries.into_iter().skip(known) {
             self.adopt_entry(ctx, e);
         }
         self.apply_committed(ctx, commit_point.min(self.log.len()));
