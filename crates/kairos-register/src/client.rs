@@ -68,6 +68,8 @@ enum Phase {
 }
 
 struct InFlight {
+    /// Its id in messages: drawn at random, so that a reply to an operation of this client's
+    /// previous incarnation (which numbered its operations from 1 too) is never taken for one.
     op: u64,
     key: u64,
     kind: Kind,
@@ -75,6 +77,8 @@ struct InFlight {
     acks: BTreeSet<NodeId>,
     /// Store phase: the life each acknowledgement came from (see the crate docs).
     ack_lives: BTreeMap<NodeId, u64>,
+    /// Store phase: the latest life reported for each replica, by any acknowledgement so far.
+    reported_lives: BTreeMap<NodeId, u64>,
     best: Versioned,
     stored: Versioned,
     /// Message rounds sent so far (phases plus retransmissions).
@@ -128,10 +132,10 @@ impl Client {
             return;
         }
         self.next_op += 1;
-        let op = self.next_op;
+        let op = ctx.rng().random();
         let key = ctx.rng().random_range(0..self.config.keys.max(1));
         let write = ctx.rng().random_bool(self.config.write_ratio.clamp(0.0, 1.0));
-        let kind = if write { Kind::Write(((self.config.process + 1) << 32) | op) } else { Kind::Read };
+        let kind = if write { Kind::Write(((self.config.process + 1) << 32) | self.next_op) } else { Kind::Read };
         let (f, micro) = match kind {
             Kind::Read => ("read", MicroOp::Read { key, value: None }),
             Kind::Write(value) => ("write", MicroOp::Write { key, value }),
@@ -144,6 +148,7 @@ impl Client {
             phase: Phase::Query,
             acks: BTreeSet::new(),
             ack_lives: BTreeMap::new(),
+            reported_lives: BTreeMap::new(),
             best: Versioned::default(),
             stored: Versioned::default(),
             rounds: 0,
@@ -230,9 +235,13 @@ impl Process for Client {
             RegisterMsg::StoreAck { op, key, life, lives } if op == f.op && key == f.key && f.phase == Phase::Store => {
                 f.acks.insert(from);
                 f.ack_lives.insert(from, life);
-                // An acknowledgement from a life that has ended since does not count: that
-                // replica may have forgotten the store (crate docs, "Lives"); it is asked again.
-                for (replica, current) in lives {
+                // An acknowledgement from a life that has ended does not count: that replica
+                // may have forgotten the store (crate docs, "Lives"); it is asked again. Ended
+                // by any report of this phase, before or after it arrived (an old life's
+                // acknowledgement arriving after the report of its end was counted: a review's
+                // schedule).
+                f.reported_lives.extend(lives);
+                for (&replica, &current) in &f.reported_lives {
                     if f.ack_lives.get(&replica).is_some_and(|l| *l != current) {
                         f.ack_lives.remove(&replica);
                         f.acks.remove(&replica);

@@ -1,0 +1,161 @@
+//! Schedules from a review outside the suite (2026-12-07), each failing before its fix:
+//! - An acknowledgement from a replica's previous life that arrived *after* another replica
+//!   had reported that life's end was counted: the client checked each StoreAck's `lives` only
+//!   against acknowledgements received before it. A write completed with one holder of three.
+//! - A client that crashed and restarted numbered its operations from 1 again, so a reply to
+//!   its previous incarnation's operation 1 (queued at a replica's dialer while it was down, or
+//!   delayed) was taken for a reply to its new operation 1: a read missed a completed write.
+
+use kairos_core::harness::{sent, RoleHarness};
+use kairos_core::{Effect, NodeId};
+use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+const A: NodeId = NodeId(0);
+const B: NodeId = NodeId(1);
+const C: NodeId = NodeId(2);
+const W: NodeId = NodeId(3);
+const R: NodeId = NodeId(4);
+
+fn replicas() -> Vec<NodeId> {
+    vec![A, B, C]
+}
+
+fn msgs(from: NodeId, effects: Vec<Effect<RegisterMsg>>) -> Vec<(NodeId, NodeId, RegisterMsg)> {
+    sent(&effects).into_iter().map(|(to, m)| (from, to, m.clone())).collect()
+}
+
+/// Delivers every queued message among the harnesses (a reliable, in-order network).
+fn drain(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<(NodeId, NodeId, RegisterMsg)>) {
+    while let Some((from, to, m)) = q.pop_front() {
+        let out = hs[to.index()].deliver(from, m);
+        q.extend(msgs(to, out));
+    }
+}
+
+fn client(process: u64, write: bool) -> RoleHarness<Client> {
+    let mut c = ClientConfig::new(replicas(), process);
+    c.keys = 1;
+    c.write_ratio = if write { 1.0 } else { 0.0 };
+    c.max_ops = Some(1);
+    c.retry = Duration::from_secs(60);
+    c.op_timeout = Duration::from_secs(600);
+    c.start_delay = Duration::from_millis(1);
+    RoleHarness::new(if write { W } else { R }, Client::new(c), 42 + process)
+}
+
+#[test]
+fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted() {
+    // Three replicas, bootstrapped (each recovers from the empty states of the others).
+    let mut hs: Vec<RoleHarness<Replica>> =
+        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
+    let mut q = VecDeque::new();
+    for (i, h) in hs.iter_mut().enumerate() {
+        q.extend(msgs(NodeId(i as u32), h.start()));
+    }
+    drain(&mut hs, &mut q);
+    assert!(hs.iter().all(|h| h.role().is_recovered()));
+
+    // The writer's query round, answered by all three.
+    let mut w = client(0, true);
+    w.start();
+    let queries = msgs(W, w.advance(Duration::from_millis(1)));
+    let mut stores = Vec::new();
+    for (_, to, m) in queries {
+        for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+            stores.extend(msgs(W, w.deliver(to, ack)));
+        }
+    }
+    assert_eq!(stores.len(), 3, "the store round goes to A, B and C");
+    let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
+
+    // A stores the value and acknowledges it; the acknowledgement is still on the wire when A
+    // crashes and loses its disk.
+    let old_ack = msgs(A, hs[A.index()].deliver(W, store_for(A))).pop().unwrap().2;
+    assert!(matches!(old_ack, RegisterMsg::StoreAck { .. }));
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &replicas()), 1_000);
+    let out = hs[A.index()].restart(Replica::new(A, &replicas()));
+    q.extend(msgs(A, out));
+    drain(&mut hs, &mut q); // A recovers from B and C (neither holds the value yet)
+    assert!(hs[A.index()].role().is_recovered());
+
+    // B stores the value after it answered A's recovery: its ack reports A's new life.
+    let b_ack = msgs(B, hs[B.index()].deliver(W, store_for(B))).pop().unwrap().2;
+    w.deliver(B, b_ack);
+    // Then A's acknowledgement from its previous life arrives (C never gets the store).
+    w.deliver(A, old_ack);
+
+    assert_eq!(w.role().last_ok(), None, "the write completed on B's ack and A's ended life's ack (only B holds it)");
+    // C's acknowledgement completes it, with two holders.
+    let c_ack = msgs(C, hs[C.index()].deliver(W, store_for(C))).pop().unwrap().2;
+    w.deliver(C, c_ack);
+    let (key, tag) = w.role().last_ok().expect("the write completed on B's and C's acknowledgements");
+    let holders = hs.iter().filter(|h| h.role().get(key).tag >= tag).count();
+    assert!(holders >= 2, "the write completed with tag {tag:?}, but only {holders} of 3 replicas hold it");
+}
+
+/// A client that crashes and restarts does not take replies to its previous incarnation's
+/// operations for replies to its own.
+#[test]
+fn a_restarted_client_does_not_take_replies_to_its_previous_incarnation() {
+    let mut hs: Vec<RoleHarness<Replica>> =
+        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
+    let mut q = VecDeque::new();
+    for (i, h) in hs.iter_mut().enumerate() {
+        q.extend(msgs(NodeId(i as u32), h.start()));
+    }
+    drain(&mut hs, &mut q);
+
+    // The reader's first incarnation queries key 0; A and B answer (empty), then it crashes
+    // before the answers reach it.
+    let mut r = client(1, false);
+    r.start();
+    let mut stale = Vec::new();
+    for (_, to, m) in msgs(R, r.advance(Duration::from_millis(1))) {
+        if to != C {
+            stale.extend(msgs(to, hs[to.index()].deliver(R, m)));
+        }
+    }
+    assert_eq!(stale.len(), 2);
+
+    // A write of key 0 completes, everywhere.
+    let mut w = client(0, true);
+    w.start();
+    let mut pending: VecDeque<(NodeId, NodeId, RegisterMsg)> = msgs(W, w.advance(Duration::from_millis(1))).into();
+    while let Some((from, to, m)) = pending.pop_front() {
+        if to == W {
+            pending.extend(msgs(W, w.deliver(from, m)));
+        } else {
+            pending.extend(msgs(to, hs[to.index()].deliver(W, m)));
+        }
+    }
+    let (_, written) = w.role().last_ok().expect("the write completed");
+
+    // The reader restarts (same node, same process) and reads key 0 as its operation 1.
+    r.restart(client(1, false).role);
+    let fresh = msgs(R, r.advance(Duration::from_millis(1)));
+    assert!(!fresh.is_empty(), "the new incarnation sent its query");
+    // The old replies arrive first.
+    let mut writeback = Vec::new();
+    for (from, _, m) in stale {
+        writeback.extend(msgs(R, r.deliver(from, m)));
+    }
+    for (_, to, m) in writeback {
+        for (_, _, ack) in msgs(to, hs[to.index()].deliver(R, m)) {
+            r.deliver(to, ack);
+        }
+    }
+    assert_eq!(r.role().last_ok(), None, "replies to the previous incarnation's operation 1 were counted");
+    // The new incarnation's own query round completes the read, with the write in it.
+    let mut pending: VecDeque<(NodeId, NodeId, RegisterMsg)> = fresh.into();
+    while let Some((from, to, m)) = pending.pop_front() {
+        if to == R {
+            pending.extend(msgs(R, r.deliver(from, m)));
+        } else {
+            pending.extend(msgs(to, hs[to.index()].deliver(R, m)));
+        }
+    }
+    let (_, read) = r.role().last_ok().expect("the read completed");
+    assert!(read >= written, "a read invoked after the write of tag {written:?} completed returned tag {read:?}");
+}
