@@ -51,6 +51,15 @@ const REPAIR_BATCH: u64 = 16;
 pub const KEYS_MAX: usize = 256;
 
 /// A transaction in the executor's graph (removed once executed here).
+/// How a transaction reaches a home's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admission {
+    /// Its coordinator's submission: refused while the log is full.
+    Submitted,
+    /// Read in another home's log (`on_batch` adopts it): never refused.
+    Adopted,
+}
+
 #[derive(Clone, Debug)]
 struct Vertex {
     shards: ShardSet,
@@ -232,15 +241,27 @@ impl Server {
             ctx.metric("detock.stale_submits", 1);
             return;
         }
-        self.log(ctx, txn, keys, pieces);
+        self.log(ctx, txn, keys, pieces, Admission::Submitted);
     }
 
-    /// Appends `txn` to the current batch, unless the log is full (the coordinator resubmits).
-    fn log(&mut self, ctx: &mut Ctx<'_, DetockMsg>, txn: TxnId, keys: Vec<Key>, pieces: Pieces) -> bool {
+    /// Appends `txn` to the current batch, unless it was submitted and the log is full (the
+    /// coordinator resubmits). An adoption is never refused: the transaction is in another
+    /// home's log already, and each log entry is read once — refused, it stayed half-logged,
+    /// incomplete at every executor, and so did everything after it on its keys (a review's
+    /// schedule: a home cut off from its followers under load).
+    fn log(
+        &mut self,
+        ctx: &mut Ctx<'_, DetockMsg>,
+        txn: TxnId,
+        keys: Vec<Key>,
+        pieces: Pieces,
+        admission: Admission,
+    ) -> bool {
         let horizon = self.config.resubmit_after * (self.config.max_sends + 1);
         let now = ctx.now();
         let Some(h) = self.home.as_mut() else { return false };
-        if h.batch.len() >= self.config.batch_max || h.replicating.len() >= self.config.batches_in_flight_max {
+        let full = h.batch.len() >= self.config.batch_max || h.replicating.len() >= self.config.batches_in_flight_max;
+        if full && admission == Admission::Submitted {
             ctx.metric("detock.log_full", 1);
             return false;
         }
@@ -411,7 +432,7 @@ impl Server {
             if mine
                 && s != self.shard
                 && !h.logged.contains_key(&t.txn)
-                && self.log(ctx, t.txn, t.keys.clone(), t.pieces.clone())
+                && self.log(ctx, t.txn, t.keys.clone(), t.pieces.clone(), Admission::Adopted)
             {
                 self.stats.txns_adopted += 1;
                 ctx.metric("detock.adopted", 1);
