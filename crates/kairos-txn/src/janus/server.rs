@@ -20,9 +20,15 @@
 //!
 //! # Memory
 //! An executed transaction's record (its dependencies and values read, for inquiries and
-//! resent commits) is dropped `forget_after` after it executed; its id stays in a set, so that
-//! nothing executes twice. A message that names a dropped transaction later than that (a
-//! delay no campaign injects) stalls what depends on it here, never executes anything twice.
+//! resent commits) is dropped `forget_after` after it executed, or, while a key here still
+//! names it as its last executed accessor (every pre-accept on the key reports it), once
+//! `forget_after` has passed since a later one took its place: at most one such record per
+//! key. (Dropped while still reported, it was named in normal operation after a key sat idle
+//! for `forget_after`, and the other shards of the transaction that depended on it asked about
+//! it forever: a review's schedule.) Its id stays in a set, so that nothing executes twice.
+//! A message that names a dropped transaction later than that (a delay no campaign injects),
+//! or an inquiry about an ancestor of a kept record that was itself dropped, stalls what
+//! depends on it here, never executes anything twice.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -135,6 +141,9 @@ pub struct Server {
     executed: BTreeSet<TxnId>,
     /// Executed transactions whose record is kept, oldest first.
     forget_queue: VecDeque<(LocalTime, TxnId)>,
+    /// Executed transactions past `forget_after` whose record is kept while some key here
+    /// still names it as its last executed accessor (module docs): at most one per key.
+    kept_as_last: BTreeSet<TxnId>,
     /// Transactions pre-accepted or accepted here, oldest first: one not committed here
     /// `inquire_after` later is asked about (its commit may have been lost, and nothing
     /// else may ever depend on it here).
@@ -168,6 +177,7 @@ impl Server {
             vertices: BTreeMap::new(),
             executed: BTreeSet::new(),
             forget_queue: VecDeque::new(),
+            kept_as_last: BTreeSet::new(),
             uncommitted_queue: VecDeque::new(),
             accessors: BTreeMap::new(),
             blockers: BTreeMap::new(),
@@ -214,6 +224,12 @@ impl Server {
     /// Transactions this server holds a record of (executed ones until forgotten).
     pub fn records(&self) -> usize {
         self.vertices.len()
+    }
+
+    /// Executed transactions whose record is kept only because a key here names it as its
+    /// last executed accessor (module docs): at most one per key.
+    pub fn records_kept_as_last(&self) -> usize {
+        self.kept_as_last.len()
     }
 
     fn my_bit(&self) -> ShardSet {
@@ -402,6 +418,18 @@ impl Server {
         self.waits.committed(txn)
     }
 
+    /// Whether some key of `txn` here names it as its last executed accessor.
+    fn is_last_executed(&self, txn: TxnId) -> bool {
+        let keys = self.vertices.get(&txn).map_or(&[][..], |v| &v.keys[..]);
+        keys.iter().any(|k| self.accessors.get(k).and_then(|a| a.last_executed).is_some_and(|d| d.txn == txn))
+    }
+
+    /// Drops an executed transaction's record (its id stays in `executed`).
+    fn forget(&mut self, txn: TxnId) {
+        self.vertices.remove(&txn);
+        self.stats.forgotten += 1;
+    }
+
     fn inquiry_answer(&self, txn: TxnId) -> Option<JanusMsg> {
         let v = self.vertices.get(&txn).filter(|v| v.status >= Status::Committed)?;
         Some(JanusMsg::InquireReply(Answer {
@@ -549,6 +577,7 @@ impl Server {
         let keys = v.keys.clone();
         let pieces = v.pieces.clone();
         let mut reads = Vec::with_capacity(keys.len());
+        let mut superseded = Vec::new();
         let writes = !reads_only(&pieces);
         for &k in &keys {
             let value = self.store.get(k).value;
@@ -568,7 +597,18 @@ impl Server {
             }
             if let Some(a) = self.accessors.get_mut(&k) {
                 a.pending.retain(|d| d.txn != txn);
-                a.last_executed = Some(dep);
+                if let Some(old) = a.last_executed.replace(dep) {
+                    superseded.push(old.txn);
+                }
+            }
+        }
+        // A record kept as a key's last executed accessor that no key names any more is kept
+        // `forget_after` again: the pre-accepts that reported it may still make their senders
+        // ask about it.
+        for old in superseded {
+            if self.kept_as_last.contains(&old) && !self.is_last_executed(old) {
+                self.kept_as_last.remove(&old);
+                self.forget_queue.push_back((ctx.now(), old));
             }
         }
         self.store.run_pieces(&pieces, &keys);
@@ -632,8 +672,13 @@ impl Server {
                 break;
             }
             self.forget_queue.pop_front();
-            self.vertices.remove(&txn);
-            self.stats.forgotten += 1;
+            if self.is_last_executed(txn) {
+                // Later pre-accepts here still report it: whoever gets such a report may ask
+                // about it (module docs).
+                self.kept_as_last.insert(txn);
+            } else {
+                self.forget(txn);
+            }
         }
         ctx.set_timer(ServerTimer::Repair, self.config.repair_interval);
     }
