@@ -14,7 +14,8 @@
 //! bytes", or a [`ProtocolError`] (the connection answers `-ERR Protocol error: …` and closes,
 //! as Redis does). Limits ([`Limits`]): bulk length (Redis's `proto-max-bulk-len`, 512 MiB,
 //! configurable lower), array length (1,048,576 arguments) and inline command length (64 KiB).
-//! Inline commands are split on spaces without Redis's quote handling.
+//! Inline commands are split on spaces without Redis's quote handling, and end at LF with or
+//! without CR before it, as in Redis (`printf 'PING\n' | nc`); array and bulk headers need CRLF.
 
 use thiserror::Error;
 
@@ -68,6 +69,16 @@ fn line(buf: &[u8], max: usize, too_big: ProtocolError) -> Result<Option<(&[u8],
     }
 }
 
+/// An inline command's line: up to LF, without the CR before it if there is one.
+fn inline_line(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    let window = &buf[..buf.len().min(max + 2)];
+    match window.iter().position(|b| *b == b'\n') {
+        Some(i) => Ok(Some((buf[..i].strip_suffix(b"\r").unwrap_or(&buf[..i]), i + 1))),
+        None if buf.len() > max => Err(ProtocolError::InlineTooBig),
+        None => Ok(None),
+    }
+}
+
 fn int(digits: &[u8]) -> Option<i64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
@@ -102,7 +113,7 @@ pub fn parse_command(buf: &[u8], limits: &Limits, scan: &mut Scan) -> Result<Opt
     let Some(&first) = buf.first() else { return Ok(None) };
     if first != b'*' {
         // At most `inline_bytes_max` to look at, again on each read: bounded.
-        let Some((l, used)) = line(buf, limits.inline_bytes_max, ProtocolError::InlineTooBig)? else {
+        let Some((l, used)) = inline_line(buf, limits.inline_bytes_max)? else {
             scan.bytes_scanned += buf.len().min(limits.inline_bytes_max + 2);
             return Ok(None);
         };
@@ -300,6 +311,16 @@ fn read_reply_nested(r: &mut impl std::io::BufRead, limits: &Limits, depth: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A review's input: Redis ends an inline command at a bare LF too (`printf 'PING\n' | nc`);
+    /// the gateway waited for CRLF until its partial-command timeout.
+    #[test]
+    fn an_inline_command_ended_by_a_bare_lf_is_complete() {
+        assert_eq!(parse(b"PING\n"), Ok(Some((vec![b"PING".to_vec()], 5))));
+        assert_eq!(parse(b"SET k v\nGET k\n"), Ok(Some((vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()], 8))));
+        assert_eq!(parse(b"PING\r\n"), Ok(Some((vec![b"PING".to_vec()], 6))));
+        assert_eq!(parse(b"PING"), Ok(None));
+    }
 
     /// A review's input: one command of 100,000 one-byte arguments arriving in 4 KiB reads.
     /// Each read re-parsed (and copied) every argument before it; now scanning resumes where
