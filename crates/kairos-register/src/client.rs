@@ -77,8 +77,8 @@ struct InFlight {
     acks: BTreeSet<NodeId>,
     /// Store phase: the life each acknowledgement came from (see the crate docs).
     ack_lives: BTreeMap<NodeId, u64>,
-    /// Store phase: the latest life reported for each replica, by any acknowledgement so far.
-    reported_lives: BTreeMap<NodeId, u64>,
+    /// Store phase: the lives each counted acknowledgement reported for the other replicas.
+    ack_reports: BTreeMap<NodeId, BTreeMap<NodeId, u64>>,
     best: Versioned,
     stored: Versioned,
     /// Message rounds sent so far (phases plus retransmissions).
@@ -148,7 +148,7 @@ impl Client {
             phase: Phase::Query,
             acks: BTreeSet::new(),
             ack_lives: BTreeMap::new(),
-            reported_lives: BTreeMap::new(),
+            ack_reports: BTreeMap::new(),
             best: Versioned::default(),
             stored: Versioned::default(),
             rounds: 0,
@@ -233,20 +233,38 @@ impl Process for Client {
                 }
             }
             RegisterMsg::StoreAck { op, key, life, lives } if op == f.op && key == f.key && f.phase == Phase::Store => {
-                f.acks.insert(from);
-                f.ack_lives.insert(from, life);
-                // An acknowledgement from a life that has ended does not count: that replica
-                // may have forgotten the store (crate docs, "Lives"); it is asked again. Ended
-                // by any report of this phase, before or after it arrived (an old life's
-                // acknowledgement arriving after the report of its end was counted: a review's
-                // schedule).
-                f.reported_lives.extend(lives);
-                for (&replica, &current) in &f.reported_lives {
-                    if f.ack_lives.get(&replica).is_some_and(|l| *l != current) {
-                        f.ack_lives.remove(&replica);
-                        f.acks.remove(&replica);
-                        ctx.metric("register.acks_of_ended_lives", 1);
+                // Counted acknowledgements must agree on each other's lives (crate docs,
+                // "Lives"): one whose life another reports otherwise may come from a life that
+                // has ended, and that replica may have forgotten the store. Lives have no
+                // order, so the two that disagree are both dropped and asked again; their new
+                // answers settle it. (Checked both ways: an old life's acknowledgement arriving
+                // after the report of its end was counted; and a stale report kept for the
+                // phase voided every acknowledgement of the current life: two reviews'
+                // schedules.)
+                let report: BTreeMap<NodeId, u64> = lives.into_iter().collect();
+                let disagree: Vec<NodeId> = f
+                    .acks
+                    .iter()
+                    .copied()
+                    .filter(|&other| other != from)
+                    .filter(|other| {
+                        let they_say = f.ack_reports.get(other).and_then(|r| r.get(&from));
+                        let we_say = report.get(other);
+                        they_say.is_some_and(|l| *l != life)
+                            || we_say.is_some_and(|l| f.ack_lives.get(other) != Some(l))
+                    })
+                    .collect();
+                if disagree.is_empty() {
+                    f.acks.insert(from);
+                    f.ack_lives.insert(from, life);
+                    f.ack_reports.insert(from, report);
+                } else {
+                    for r in disagree.into_iter().chain([from]) {
+                        f.acks.remove(&r);
+                        f.ack_lives.remove(&r);
+                        f.ack_reports.remove(&r);
                     }
+                    ctx.metric("register.acks_of_ended_lives", 1);
                 }
                 if f.acks.len() >= quorum {
                     self.finish(ctx, OpType::Ok);

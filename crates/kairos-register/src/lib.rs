@@ -30,9 +30,9 @@
 //! replica's recovery starts a new *life* (its recovery nonce, kept on its disk), every
 //! acknowledgement of a store names the life that gave it, and a replica that answers another's
 //! recovery records that replica's new life (durably, before it answers) and reports it with
-//! its own acknowledgements. A client drops an acknowledgement whose life another
-//! acknowledgement of the same phase reports ended — whichever arrived first — and asks that
-//! replica again. Take such a write and the replica `a` that acknowledged
+//! its own acknowledgements. A client counts only acknowledgements that agree on each other's
+//! lives: two that disagree (whichever arrived first) are both dropped, and both replicas
+//! asked again. Take such a write and the replica `a` that acknowledged
 //! it before forgetting: the rest of its majority and `a`'s recovery majority share a replica
 //! `b`; if `b` acknowledged before it answered `a`, its answer carried the write; if after,
 //! its acknowledgement reports `a`'s new life and the client no longer counts `a`'s old one.

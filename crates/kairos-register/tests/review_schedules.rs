@@ -5,6 +5,10 @@
 //! - A client that crashed and restarted numbered its operations from 1 again, so a reply to
 //!   its previous incarnation's operation 1 (queued at a replica's dialer while it was down, or
 //!   delayed) was taken for a reply to its new operation 1: a read missed a completed write.
+//!
+//! And from the review of those fixes: keeping every report of the phase, a stale report of
+//! a replica's life voided each later acknowledgement of its current life, and a write held
+//! by a majority never completed.
 
 use kairos_core::harness::{sent, RoleHarness};
 use kairos_core::{Effect, NodeId};
@@ -87,10 +91,16 @@ fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted()
     w.deliver(A, old_ack);
 
     assert_eq!(w.role().last_ok(), None, "the write completed on B's ack and A's ended life's ack (only B holds it)");
-    // C's acknowledgement completes it, with two holders.
+    // C acknowledges; the client asks A and B again, and they acknowledge from their current
+    // lives: the write completes, with a majority holding it.
     let c_ack = msgs(C, hs[C.index()].deliver(W, store_for(C))).pop().unwrap().2;
     w.deliver(C, c_ack);
-    let (key, tag) = w.role().last_ok().expect("the write completed on B's and C's acknowledgements");
+    for (_, to, m) in msgs(W, w.advance(Duration::from_secs(61))) {
+        for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+            w.deliver(to, ack);
+        }
+    }
+    let (key, tag) = w.role().last_ok().expect("the write completed on its current lives' acknowledgements");
     let holders = hs.iter().filter(|h| h.role().get(key).tag >= tag).count();
     assert!(holders >= 2, "the write completed with tag {tag:?}, but only {holders} of 3 replicas hold it");
 }
@@ -158,4 +168,72 @@ fn a_restarted_client_does_not_take_replies_to_its_previous_incarnation() {
     }
     let (_, read) = r.role().last_ok().expect("the read completed");
     assert!(read >= written, "a read invoked after the write of tag {written:?} completed returned tag {read:?}");
+}
+/// C acknowledges the store while A is in its first life; the ack (reporting A's first life)
+/// is delayed. A loses its disk and recovers from B and C, then stores the value and
+/// acknowledges it from its new life. B is down for good (one fault of three). C's delayed
+/// ack then arrives and its stale report of A's life is kept for the phase: every later
+/// acknowledgement from A's *current* life is dropped as "ended", and the write never
+/// completes though A and C, a majority, hold it. (It passed before the first fix.)
+#[test]
+fn a_stale_report_of_a_life_does_not_void_the_current_lifes_acks_forever() {
+    let mut hs: Vec<RoleHarness<Replica>> =
+        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
+    let mut q = VecDeque::new();
+    for (i, h) in hs.iter_mut().enumerate() {
+        q.extend(msgs(NodeId(i as u32), h.start()));
+    }
+    drain(&mut hs, &mut q);
+    assert!(hs.iter().all(|h| h.role().is_recovered()));
+
+    let mut cfg = ClientConfig::new(replicas(), 0);
+    cfg.keys = 1;
+    cfg.write_ratio = 1.0;
+    cfg.max_ops = Some(1);
+    cfg.retry = Duration::from_secs(60);
+    cfg.op_timeout = Duration::from_secs(6000);
+    cfg.start_delay = Duration::from_millis(1);
+    let mut w = RoleHarness::new(W, Client::new(cfg), 42);
+    w.start();
+    let mut stores = Vec::new();
+    for (_, to, m) in msgs(W, w.advance(Duration::from_millis(1))) {
+        for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+            stores.extend(msgs(W, w.deliver(to, ack)));
+        }
+    }
+    assert_eq!(stores.len(), 3);
+    let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
+
+    // C stores and acks in A's first life; the ack is delayed.
+    let c_ack = msgs(C, hs[C.index()].deliver(W, store_for(C))).pop().unwrap().2;
+    // A loses its disk and recovers from B and C.
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &replicas()), 1_000);
+    let out = hs[A.index()].restart(Replica::new(A, &replicas()));
+    q.extend(msgs(A, out));
+    drain(&mut hs, &mut q);
+    assert!(hs[A.index()].role().is_recovered());
+    // B crashes now and never comes back. A stores the value in its new life and acks.
+    let a_ack = msgs(A, hs[A.index()].deliver(W, store_for(A))).pop().unwrap().2;
+    w.deliver(A, a_ack);
+    // C's delayed ack arrives: it names A's first life (true when C sent it).
+    w.deliver(C, c_ack);
+    // The client asks the replicas missing from its acks again; A and C (alive) answer.
+    for _ in 0..20 {
+        for (_, to, m) in msgs(W, w.advance(Duration::from_secs(61))) {
+            if to != B {
+                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                    w.deliver(to, ack);
+                }
+            }
+        }
+        if w.role().last_ok().is_some() {
+            break;
+        }
+    }
+    let holders = hs.iter().enumerate().filter(|(i, h)| *i != B.index() && h.role().get(0).value.is_some()).count();
+    assert_eq!(holders, 2, "A (current life) and C hold the value");
+    assert!(
+        w.role().last_ok().is_some(),
+        "the write never completes: every ack of A's current life is dropped as ended"
+    );
 }
