@@ -38,6 +38,19 @@ fn drain(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<(NodeId, NodeId, Regi
     }
 }
 
+/// Three replicas, started and recovered from one another's empty states.
+fn bootstrapped() -> Vec<RoleHarness<Replica>> {
+    let mut hs: Vec<RoleHarness<Replica>> =
+        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
+    let mut q = VecDeque::new();
+    for (i, h) in hs.iter_mut().enumerate() {
+        q.extend(msgs(NodeId(i as u32), h.start()));
+    }
+    drain(&mut hs, &mut q);
+    assert!(hs.iter().all(|h| h.role().is_recovered()));
+    hs
+}
+
 fn client(process: u64, write: bool) -> RoleHarness<Client> {
     let mut c = ClientConfig::new(replicas(), process);
     c.keys = 1;
@@ -52,14 +65,7 @@ fn client(process: u64, write: bool) -> RoleHarness<Client> {
 #[test]
 fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted() {
     // Three replicas, bootstrapped (each recovers from the empty states of the others).
-    let mut hs: Vec<RoleHarness<Replica>> =
-        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
-    let mut q = VecDeque::new();
-    for (i, h) in hs.iter_mut().enumerate() {
-        q.extend(msgs(NodeId(i as u32), h.start()));
-    }
-    drain(&mut hs, &mut q);
-    assert!(hs.iter().all(|h| h.role().is_recovered()));
+    let mut hs = bootstrapped();
 
     // The writer's query round, answered by all three.
     let mut w = client(0, true);
@@ -80,8 +86,7 @@ fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted()
     assert!(matches!(old_ack, RegisterMsg::StoreAck { .. }));
     hs[A.index()] = RoleHarness::new(A, Replica::new(A, &replicas()), 1_000);
     let out = hs[A.index()].restart(Replica::new(A, &replicas()));
-    q.extend(msgs(A, out));
-    drain(&mut hs, &mut q); // A recovers from B and C (neither holds the value yet)
+    drain(&mut hs, &mut msgs(A, out).into()); // A recovers from B and C (neither holds the value yet)
     assert!(hs[A.index()].role().is_recovered());
 
     // B stores the value after it answered A's recovery: its ack reports A's new life.
@@ -109,13 +114,7 @@ fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted()
 /// operations for replies to its own.
 #[test]
 fn a_restarted_client_does_not_take_replies_to_its_previous_incarnation() {
-    let mut hs: Vec<RoleHarness<Replica>> =
-        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
-    let mut q = VecDeque::new();
-    for (i, h) in hs.iter_mut().enumerate() {
-        q.extend(msgs(NodeId(i as u32), h.start()));
-    }
-    drain(&mut hs, &mut q);
+    let mut hs = bootstrapped();
 
     // The reader's first incarnation queries key 0; A and B answer (empty), then it crashes
     // before the answers reach it.
@@ -177,14 +176,7 @@ fn a_restarted_client_does_not_take_replies_to_its_previous_incarnation() {
 /// completes though A and C, a majority, hold it. (It passed before the first fix.)
 #[test]
 fn a_stale_report_of_a_life_does_not_void_the_current_lifes_acks_forever() {
-    let mut hs: Vec<RoleHarness<Replica>> =
-        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
-    let mut q = VecDeque::new();
-    for (i, h) in hs.iter_mut().enumerate() {
-        q.extend(msgs(NodeId(i as u32), h.start()));
-    }
-    drain(&mut hs, &mut q);
-    assert!(hs.iter().all(|h| h.role().is_recovered()));
+    let mut hs = bootstrapped();
 
     let mut cfg = ClientConfig::new(replicas(), 0);
     cfg.keys = 1;
@@ -209,8 +201,7 @@ fn a_stale_report_of_a_life_does_not_void_the_current_lifes_acks_forever() {
     // A loses its disk and recovers from B and C.
     hs[A.index()] = RoleHarness::new(A, Replica::new(A, &replicas()), 1_000);
     let out = hs[A.index()].restart(Replica::new(A, &replicas()));
-    q.extend(msgs(A, out));
-    drain(&mut hs, &mut q);
+    drain(&mut hs, &mut msgs(A, out).into());
     assert!(hs[A.index()].role().is_recovered());
     // B crashes now and never comes back. A stores the value in its new life and acks.
     let a_ack = msgs(A, hs[A.index()].deliver(W, store_for(A))).pop().unwrap().2;

@@ -22,88 +22,19 @@
 
 mod common;
 
-use common::{server, tk, topology, COORDINATOR, VM};
-use kairos_core::harness::{sent, RoleHarness};
-use kairos_core::{Effect, NodeId};
-use kairos_tiga::coordinator::Coordinator;
-use kairos_tiga::msg::{TigaMsg, TxnId};
+use common::{outgoing, server, tk, Cluster, COORDINATOR, VM};
+use kairos_core::NodeId;
+use kairos_tiga::msg::TigaMsg;
 use kairos_tiga::ops::{Op, OpKind};
-use kairos_tiga::server::Server;
 use kairos_tiga::topology::TigaConfig;
 use kairos_tiga::view::{ServerState, View};
-use kairos_workload::FixedKeys;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
-
-struct Net {
-    servers: BTreeMap<NodeId, RoleHarness<Server>>,
-    coord: RoleHarness<Coordinator>,
-}
-
-impl Net {
-    fn new() -> Self {
-        let mut servers = BTreeMap::new();
-        for s in 0..2u32 {
-            for r in 0..3u32 {
-                let node = topology().shards[s as usize][r as usize];
-                let mut h = RoleHarness::new(node, server(s, r), 1 + u64::from(node.0));
-                h.start();
-                servers.insert(node, h);
-            }
-        }
-        let c = Coordinator::new(
-            topology(),
-            TigaConfig::default(),
-            Box::new(FixedKeys::new(vec![])),
-            vec![vec![Duration::from_millis(5); 3]; 2],
-            0,
-        );
-        let mut coord = RoleHarness::new(COORDINATOR, c, 99);
-        coord.start();
-        Net { servers, coord }
-    }
-
-    fn s(&self, n: u32) -> &Server {
-        self.servers[&NodeId(n)].role()
-    }
-
-    /// Delivers `queue` and everything it causes, as long as `allow(from, to, msg)`.
-    fn pump(
-        &mut self,
-        mut queue: VecDeque<(NodeId, NodeId, TigaMsg)>,
-        allow: impl Fn(NodeId, NodeId, &TigaMsg) -> bool,
-    ) {
-        let mut steps = 0;
-        while let Some((from, to, msg)) = queue.pop_front() {
-            steps += 1;
-            assert!(steps < 100_000, "message storm");
-            if !allow(from, to, &msg) {
-                continue;
-            }
-            let effects = if to == COORDINATOR {
-                self.coord.deliver(from, msg)
-            } else if let Some(h) = self.servers.get_mut(&to) {
-                h.deliver(from, msg)
-            } else {
-                continue;
-            };
-            queue.extend(outgoing(to, &effects));
-        }
-    }
-}
-
-fn outgoing(from: NodeId, effects: &[Effect<TigaMsg>]) -> Vec<(NodeId, NodeId, TigaMsg)> {
-    sent(effects).into_iter().map(|(to, m)| (from, to, m.clone())).collect()
-}
-
-fn log_has(s: &Server, txn: TxnId) -> bool {
-    s.log().iter().any(|e| e.piece.txn == txn)
-}
 
 /// Runs the schedule of the module docs; `restart`: whether follower F2 of shard 0 crashes
 /// and rejoins view 0 (step 2). Returns whether T is in shard 0's and shard 1's view-1 logs.
 fn run(restart: bool) -> (bool, bool) {
-    let mut net = Net::new();
+    let mut net = Cluster::new(TigaConfig::default());
 
     // 1. T over both shards: every replica gets it in time and releases it.
     let ops = vec![Op::new(tk(0), OpKind::IncrBy(1)), Op::new(tk(1), OpKind::IncrBy(1))];
@@ -121,7 +52,7 @@ fn run(restart: bool) -> (bool, bool) {
     net.pump(to_coord, |_, to, _| to == COORDINATOR);
     let st = net.coord.role().stats();
     assert_eq!((st.committed, st.committed_fast), (1, 1), "the client is told T committed (fast path)");
-    assert!(!log_has(net.s(0), t) && !log_has(net.s(3), t), "T is not agreed yet: in neither leader's log");
+    assert!(!net.logged(0, t) && !net.logged(3, t), "T is not agreed yet: in neither leader's log");
 
     // 2. F2 of shard 0 crashes, restarts with its disk (which holds `Released(T)`) and rejoins
     //    view 0 from its live leader L0 (whose log does not hold T yet).
@@ -155,7 +86,7 @@ fn run(restart: bool) -> (bool, bool) {
     net.pump(q, |_, to, _| to != NodeId(0) && to != COORDINATOR);
     assert_eq!(net.s(1).view(), (&view1, ServerState::Normal), "shard 0's new leader started view 1");
     assert_eq!(net.s(3).view(), (&view1, ServerState::Normal), "shard 1's leader started view 1");
-    (log_has(net.s(1), t), log_has(net.s(3), t))
+    (net.logged(1, t), net.logged(3, t))
 }
 
 /// Control: without F2's restart, the same schedule keeps T on both shards.
