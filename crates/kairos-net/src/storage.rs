@@ -28,13 +28,15 @@
 //! Opening reads all of it. A frame cut short at the end of the log is a torn last write —
 //! the process died while writing it, so nothing that depended on it was sent — and is
 //! dropped (the log is truncated there); so is a last frame failing its checksum, and a frame
-//! whose header reads as zeros with no whole frame anywhere after it (a sync that never
+//! whose header fails its checksum with no whole frame anywhere after it (a sync that never
 //! finished: whatever follows is its unwritten remains; the salt is what makes "a whole frame"
-//! mean one the log wrote, not one inside a record's bytes). A sync of more than
+//! mean one the log wrote, not one inside a record's bytes). A log header that fails its
+//! checksum with nothing but zeros after it is a log being started when the power failed: it
+//! holds nothing, and starts again. A sync of more than
 //! `FRAME_MAX_BYTES` (1 GiB) is written as several frames, and only its last can tear alone.
-//! A header that fails its checksum and is not zeros, a zero header with a whole frame after
-//! it, a bad frame followed by more data, or a bad snapshot or page, is corruption: an error
-//! that names the file, never a silent loss. (The length has a checksum of its own so that a
+//! A frame header that fails its checksum with a whole frame after it, a bad frame body
+//! followed by more data, or a bad snapshot or page, is corruption: an error that names the
+//! file, never a silent loss. (The length has a checksum of its own so that a
 //! corrupted length in the middle is not taken for a frame cut short at the end: a review's
 //! test lost two synced records that way.)
 //!
@@ -362,6 +364,12 @@ fn log_header_of(path: &Path, bytes: &[u8]) -> Result<Option<LogHeader>, Storage
     let Some(header) = bytes.get(..len) else { return Ok(None) };
     let check = u32::from_le_bytes(header[len - 4..].try_into().expect("4 bytes"));
     if (format == LogFormat::SyncFrames && &header[..4] != LOG_MAGIC) || xxh3_64(&header[..len - 4]) as u32 != check {
+        if zeros_from(bytes) <= len {
+            // A header not (or partly) written back, nothing after it: a log being started
+            // when the power failed (after a snapshot, or on a first open), which holds
+            // nothing yet (a review's schedule).
+            return Ok(None);
+        }
         let why = "not a log this node wrote (bad header)".into();
         return Err(StorageError::Corrupt { file: path.to_path_buf(), offset: 0, why });
     }
@@ -486,13 +494,11 @@ fn decode_log(path: &Path, bytes: &[u8], header: LogHeader) -> Result<(Vec<Vec<u
             Framed::TornHeader | Framed::CutShort => return Ok((records, at)),
             Framed::BadBody(end) if end == bytes.len() => return Ok((records, at)),
             Framed::BadBody(_) => return Err(corrupt("a frame fails its checksum but more data follows it")),
-            // A sync's frame whose header was never written back, the rest of it partly:
-            // torn, unless a whole frame follows (then the header was written, and lost).
-            Framed::BadHeader
-                if format == LogFormat::SyncFrames
-                    && bytes[at..at + HEADER].iter().all(|b| *b == 0)
-                    && !whole_frame_after(bytes, at + HEADER, salt, zeros) =>
-            {
+            // A sync's frame whose header was not (or only partly) written back, the rest of
+            // it partly: torn, unless a whole frame follows (then the header was written, and
+            // lost). (Only a header of zeros counted at first; one cut at a page boundary is
+            // half written: a review's schedule.)
+            Framed::BadHeader if format == LogFormat::SyncFrames && !whole_frame_after(bytes, at + 1, salt, zeros) => {
                 return Ok((records, at))
             }
             Framed::BadHeader => return Err(corrupt("a frame's length fails its checksum but more data follows it")),
@@ -686,6 +692,41 @@ mod tests {
         std::fs::write(&log, &bytes).unwrap();
         let (_, stored) = DiskStore::open(dir.path()).expect("a torn sync");
         assert_eq!(stored.records.len(), 3);
+    }
+
+    /// The third review's schedules: a sync's frame header cut at a page boundary (its first
+    /// bytes written back, the rest not), and a log header never written back after a
+    /// snapshot (24 zeros): both torn, nothing acknowledged, and both were taken for
+    /// corruption.
+    #[test]
+    fn a_half_written_frame_header_and_a_zeroed_log_header_are_torn_writes() {
+        let (dir, log, synced) = three_synced_records();
+        {
+            let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+            s.write(Persist::Append(vec![7u8; 64])).unwrap();
+            s.sync().unwrap();
+        }
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes[synced.len() + 6..].fill(0);
+        std::fs::write(&log, &bytes).unwrap();
+        let (mut s, stored) = DiskStore::open(dir.path()).expect("a torn unacknowledged sync is not corruption");
+        assert_eq!(stored.records.len(), 3);
+        s.write(Persist::Snapshot(b"state".to_vec())).unwrap();
+        drop(s);
+        let len = std::fs::metadata(&log).unwrap().len() as usize;
+        assert_eq!(len, LOG_HEADER, "the restarted log is its header");
+        std::fs::write(&log, vec![0u8; len]).unwrap();
+        let (_, stored) = DiskStore::open(dir.path()).expect("a log header never written back is not corruption");
+        assert_eq!((stored.snapshot.as_deref(), stored.records.len()), (Some(&b"state"[..]), 0));
+        // A bad log header with frames after it is still an error.
+        let (mut s, _) = DiskStore::open(dir.path()).unwrap();
+        s.write(Persist::Append(b"x".to_vec())).unwrap();
+        s.sync().unwrap();
+        drop(s);
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes[..LOG_HEADER].fill(0);
+        std::fs::write(&log, &bytes).unwrap();
+        assert!(DiskStore::open(dir.path()).is_err(), "frames after a lost log header");
     }
 
     /// A log of the earlier format (a frame per record) is read, and rewritten in the current
