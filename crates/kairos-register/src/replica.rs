@@ -19,12 +19,15 @@ const RECORDS_PER_SNAPSHOT: u64 = 4_096;
 /// not taken for a new life.
 const NONCES_KEPT: usize = 64;
 
-/// What a snapshot holds: the replica's life, the other replicas' lives as it learned them,
-/// and its whole store (records after it hold single keys).
+/// What a snapshot holds: the replica's life, the other replicas' lives as it learned them
+/// and the recovery nonces they sent (so that a replayed request of an earlier recovery is
+/// not taken for a new life after a restart either: a review's schedule), and its whole
+/// store (records after it hold single keys).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Snapshot {
     life: u64,
     lives: Vec<(NodeId, u64)>,
+    nonces_seen: Vec<(NodeId, Vec<u64>)>,
     store: Vec<(u64, Versioned)>,
 }
 
@@ -136,6 +139,7 @@ impl Replica {
         let snapshot = Snapshot {
             life: self.life,
             lives: self.lives.iter().map(|(n, l)| (*n, *l)).collect(),
+            nonces_seen: self.nonces_seen.iter().map(|(n, seen)| (*n, seen.iter().copied().collect())).collect(),
             store: self.store.iter().map(|(k, v)| (*k, *v)).collect(),
         };
         let Ok(bytes) = postcard::to_allocvec(&snapshot) else { return false };
@@ -185,6 +189,11 @@ impl Process for Replica {
                 ctx.send(from, RegisterMsg::RecoverReply { nonce, entries });
             }
             RegisterMsg::RecoverReply { nonce, entries } => {
+                if self.recovered && self.peers.contains(&from) && self.recovery_nonce == Some(nonce) {
+                    // A peer that missed the recovery has now recorded this life (below).
+                    self.recovery_replies.insert(from);
+                    return;
+                }
                 if self.recovered || !self.peers.contains(&from) || self.recovery_nonce != Some(nonce) {
                     ctx.metric("register.ignored_recovery_replies", 1);
                     return;
@@ -202,8 +211,15 @@ impl Process for Replica {
                     }
                     self.recovered = true;
                     self.just_recovered = true;
-                    ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
                     ctx.metric("register.recoveries", 1);
+                    // The peers that did not answer still hold this replica's ended life, and
+                    // their acknowledgements would disagree with its own forever (the client
+                    // counts only acknowledgements that agree): it keeps telling them, on the
+                    // retry timer, until each has answered (a review's schedule, five replicas
+                    // of which one missed the recovery and two were down).
+                    if self.recovery_replies.len() == self.peers.len() {
+                        ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
+                    }
                 }
             }
             _ if !self.recovered => ctx.metric("register.ignored_while_recovering", 1),
@@ -224,7 +240,9 @@ impl Process for Replica {
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
         self.changed.clear();
         self.just_recovered = false;
-        if ReplicaTimer::from_id(timer) == Some(ReplicaTimer::RecoveryRetry) && !self.recovered {
+        if ReplicaTimer::from_id(timer) == Some(ReplicaTimer::RecoveryRetry)
+            && (!self.recovered || self.recovery_replies.len() < self.peers.len())
+        {
             self.ask_for_recovery(ctx);
         }
     }
@@ -238,7 +256,7 @@ impl Process for Replica {
         // completes, so only a lone replica's disk can hold records without one (life 0). A
         // snapshot that does not decode (one written before lives existed, say) leaves it
         // amnesiac.
-        let empty = Snapshot { life: 0, lives: Vec::new(), store: Vec::new() };
+        let empty = Snapshot { life: 0, lives: Vec::new(), nonces_seen: Vec::new(), store: Vec::new() };
         let snapshot = stored.snapshot.as_deref().map_or(Ok(empty), postcard::from_bytes::<Snapshot>);
         let Ok(snapshot) = snapshot else { return };
         let records: Result<Vec<(u64, Versioned)>, _> =
@@ -246,6 +264,7 @@ impl Process for Replica {
         let Ok(records) = records else { return };
         self.life = snapshot.life;
         self.lives = snapshot.lives.into_iter().collect();
+        self.nonces_seen = snapshot.nonces_seen.into_iter().map(|(n, seen)| (n, seen.into_iter().collect())).collect();
         for (key, state) in snapshot.store.into_iter().chain(records) {
             self.adopt(key, state);
         }

@@ -1,0 +1,158 @@
+//! A third review's schedules (2026-12-07) of the register's lives, each failing before its
+//! fix: a replayed recovery request after a restart revived an ended life (the nonces a
+//! replica had seen were not on its disk); and a replica that missed another's recovery
+//! reported its ended life forever, so that, with the client counting only acknowledgements
+//! that agree, no write completed while two of five replicas were down.
+
+use kairos_core::harness::{sent, RoleHarness};
+use kairos_core::{Effect, NodeId};
+use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+const A: NodeId = NodeId(0);
+const B: NodeId = NodeId(1);
+const C: NodeId = NodeId(2);
+const D: NodeId = NodeId(3);
+const E: NodeId = NodeId(4);
+const W: NodeId = NodeId(9);
+
+type Msg = (NodeId, NodeId, RegisterMsg);
+
+fn msgs(from: NodeId, effects: Vec<Effect<RegisterMsg>>) -> Vec<Msg> {
+    sent(&effects).into_iter().map(|(to, m)| (from, to, m.clone())).collect()
+}
+
+/// Delivers every queued message for which `keep` holds (the others are lost).
+fn drain_if(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<Msg>, keep: impl Fn(&Msg) -> bool) {
+    while let Some(m) = q.pop_front() {
+        if !keep(&m) {
+            continue;
+        }
+        let (from, to, msg) = m;
+        let out = hs[to.index()].deliver(from, msg);
+        q.extend(msgs(to, out));
+    }
+}
+
+fn boot(replicas: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Vec<Msg>) {
+    let mut hs: Vec<RoleHarness<Replica>> =
+        replicas.iter().map(|&me| RoleHarness::new(me, Replica::new(me, replicas), u64::from(me.0))).collect();
+    let mut q = VecDeque::new();
+    for (i, h) in hs.iter_mut().enumerate() {
+        q.extend(msgs(NodeId(i as u32), h.start()));
+    }
+    let first = q.iter().cloned().collect();
+    drain_if(&mut hs, &mut q, |_| true);
+    assert!(hs.iter().all(|h| h.role().is_recovered()));
+    (hs, first)
+}
+
+fn writer(replicas: Vec<NodeId>) -> RoleHarness<Client> {
+    let mut c = ClientConfig::new(replicas, 0);
+    c.keys = 1;
+    c.write_ratio = 1.0;
+    c.max_ops = Some(1);
+    c.retry = Duration::from_secs(60);
+    c.op_timeout = Duration::from_secs(6000);
+    c.start_delay = Duration::from_millis(1);
+    RoleHarness::new(W, Client::new(c), 42)
+}
+
+/// Runs the writer's query round with the replicas in `up`; returns its Store messages.
+fn query_round(w: &mut RoleHarness<Client>, hs: &mut [RoleHarness<Replica>], up: &[NodeId]) -> Vec<Msg> {
+    w.start();
+    let mut stores = Vec::new();
+    for (_, to, m) in msgs(W, w.advance(Duration::from_millis(1))) {
+        if up.contains(&to) {
+            for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                stores.extend(msgs(W, w.deliver(to, ack)));
+            }
+        }
+    }
+    stores
+}
+
+/// `nonces_seen` (the guard against a replayed RecoverRequest of an earlier recovery)
+/// is memory only: after B restarts with its disk it is empty, and a delayed duplicate of A's
+/// *first-start* RecoverRequest makes B record (and persist) A's first life again, ended
+/// though it is. B's acknowledgement then agrees with A's acknowledgement from that ended life,
+/// and the write completes on A's forgotten ack and B's: one holder of three.
+#[test]
+fn a_replayed_recover_request_after_a_restart_does_not_revive_an_ended_life() {
+    let reps = vec![A, B, C];
+    let (mut hs, first) = boot(&reps);
+    // A's RecoverRequest to B at the first start, duplicated by the network.
+    let replay = first
+        .iter()
+        .find(|(f, t, m)| *f == A && *t == B && matches!(m, RegisterMsg::RecoverRequest { .. }))
+        .unwrap()
+        .2
+        .clone();
+
+    let mut w = writer(reps.clone());
+    let stores = query_round(&mut w, &mut hs, &reps);
+    assert_eq!(stores.len(), 3);
+    let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
+
+    // A acknowledges from its first life; the client counts it.
+    let a_ack = msgs(A, hs[A.index()].deliver(W, store_for(A))).pop().unwrap().2;
+    w.deliver(A, a_ack);
+    // A loses its disk and recovers from B and C (neither holds the value).
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |_| true);
+    assert!(hs[A.index()].role().is_recovered());
+    // B crashes and restarts with its disk (not amnesia: it serves at once).
+    let _ = hs[B.index()].restart(Replica::new(B, &reps));
+    assert!(hs[B.index()].role().is_recovered());
+    // The duplicate of A's first-start request arrives at B (its reply is ignored by A).
+    let _ = hs[B.index()].deliver(A, replay);
+    // B stores the value; its ack reports A's first life.
+    let b_ack = msgs(B, hs[B.index()].deliver(W, store_for(B))).pop().unwrap().2;
+    w.deliver(B, b_ack);
+
+    assert_eq!(w.role().last_ok(), None, "the write completed on A's ended life's ack and B's (one holder of three)");
+}
+
+/// Five replicas. A loses its disk and recovers from B, C and D; its request to E
+/// is lost (E was down), and A did not ask again once recovered, so E kept reporting A's
+/// first life. B and C then crash for good (two faults of five). A, D and E, a majority, are
+/// up and every message among them is delivered; before the fix A's and E's acknowledgements
+/// always disagreed (each round both dropped and asked again) and no write completed. Now A
+/// tells E of its new life on its retry timer.
+#[test]
+fn a_replica_that_missed_a_recovery_does_not_block_writes() {
+    let reps = vec![A, B, C, D, E];
+    let (mut hs, _) = boot(&reps);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
+    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+
+    // B and C are down for good.
+    let up = [A, D, E];
+    let mut w = writer(reps.clone());
+    let stores = query_round(&mut w, &mut hs, &up);
+    assert_eq!(stores.len(), 5);
+    let mut round: Vec<Msg> = stores;
+    for _ in 0..50 {
+        for (_, to, m) in round.drain(..) {
+            if up.contains(&to) {
+                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                    let _ = w.deliver(to, ack);
+                }
+            }
+        }
+        if w.role().last_ok().is_some() {
+            break;
+        }
+        // Time passes for A too: it tells the peers that missed its recovery (E, now up).
+        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
+        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
+        round = msgs(W, w.advance(Duration::from_secs(61)));
+    }
+    let holders = up.iter().filter(|r| hs[r.index()].role().get(0).value.is_some()).count();
+    assert_eq!(holders, 3, "A, D and E hold the value");
+    assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
+}
