@@ -73,6 +73,11 @@ impl<P: Process> RoleHarness<P> {
         &self.role
     }
 
+    /// The node the role runs at.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
     /// The role's local clock.
     pub fn now(&self) -> LocalTime {
         self.now

@@ -4,9 +4,12 @@
 //! reported its ended life forever, so that, with the client counting only acknowledgements
 //! that agree, no write completed while two of five replicas were down.
 
-use kairos_core::harness::{sent, RoleHarness};
-use kairos_core::{Effect, NodeId};
-use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
+mod common;
+
+use common::{boot, drain, drain_if, msgs, query_round, Msg};
+use kairos_core::harness::RoleHarness;
+use kairos_core::NodeId;
+use kairos_register::{Client, RegisterMsg, Replica};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -17,60 +20,8 @@ const D: NodeId = NodeId(3);
 const E: NodeId = NodeId(4);
 const W: NodeId = NodeId(9);
 
-type Msg = (NodeId, NodeId, RegisterMsg);
-
-fn msgs(from: NodeId, effects: Vec<Effect<RegisterMsg>>) -> Vec<Msg> {
-    sent(&effects).into_iter().map(|(to, m)| (from, to, m.clone())).collect()
-}
-
-/// Delivers every queued message for which `keep` holds (the others are lost).
-fn drain_if(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<Msg>, keep: impl Fn(&Msg) -> bool) {
-    while let Some(m) = q.pop_front() {
-        if !keep(&m) {
-            continue;
-        }
-        let (from, to, msg) = m;
-        let out = hs[to.index()].deliver(from, msg);
-        q.extend(msgs(to, out));
-    }
-}
-
-fn boot(replicas: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Vec<Msg>) {
-    let mut hs: Vec<RoleHarness<Replica>> =
-        replicas.iter().map(|&me| RoleHarness::new(me, Replica::new(me, replicas), u64::from(me.0))).collect();
-    let mut q = VecDeque::new();
-    for (i, h) in hs.iter_mut().enumerate() {
-        q.extend(msgs(NodeId(i as u32), h.start()));
-    }
-    let first = q.iter().cloned().collect();
-    drain_if(&mut hs, &mut q, |_| true);
-    assert!(hs.iter().all(|h| h.role().is_recovered()));
-    (hs, first)
-}
-
-fn writer(replicas: Vec<NodeId>) -> RoleHarness<Client> {
-    let mut c = ClientConfig::new(replicas, 0);
-    c.keys = 1;
-    c.write_ratio = 1.0;
-    c.max_ops = Some(1);
-    c.retry = Duration::from_secs(60);
-    c.op_timeout = Duration::from_secs(6000);
-    c.start_delay = Duration::from_millis(1);
-    RoleHarness::new(W, Client::new(c), 42)
-}
-
-/// Runs the writer's query round with the replicas in `up`; returns its Store messages.
-fn query_round(w: &mut RoleHarness<Client>, hs: &mut [RoleHarness<Replica>], up: &[NodeId]) -> Vec<Msg> {
-    w.start();
-    let mut stores = Vec::new();
-    for (_, to, m) in msgs(W, w.advance(Duration::from_millis(1))) {
-        if up.contains(&to) {
-            for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-                stores.extend(msgs(W, w.deliver(to, ack)));
-            }
-        }
-    }
-    stores
+fn writer(replicas: &[NodeId]) -> RoleHarness<Client> {
+    common::client(W, replicas, 0, true)
 }
 
 /// `nonces_seen` (the guard against a replayed RecoverRequest of an earlier recovery)
@@ -90,7 +41,7 @@ fn a_replayed_recover_request_after_a_restart_does_not_revive_an_ended_life() {
         .2
         .clone();
 
-    let mut w = writer(reps.clone());
+    let mut w = writer(&reps);
     let stores = query_round(&mut w, &mut hs, &reps);
     assert_eq!(stores.len(), 3);
     let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
@@ -101,7 +52,7 @@ fn a_replayed_recover_request_after_a_restart_does_not_revive_an_ended_life() {
     // A loses its disk and recovers from B and C (neither holds the value).
     hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
     let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
-    drain_if(&mut hs, &mut q, |_| true);
+    drain(&mut hs, &mut q);
     assert!(hs[A.index()].role().is_recovered());
     // B crashes and restarts with its disk (not amnesia: it serves at once).
     let _ = hs[B.index()].restart(Replica::new(B, &reps));
@@ -132,7 +83,7 @@ fn a_replica_that_missed_a_recovery_does_not_block_writes() {
 
     // B and C are down for good.
     let up = [A, D, E];
-    let mut w = writer(reps.clone());
+    let mut w = writer(&reps);
     let stores = query_round(&mut w, &mut hs, &up);
     assert_eq!(stores.len(), 5);
     let mut round: Vec<Msg> = stores;

@@ -10,9 +10,12 @@
 //! a replica's life voided each later acknowledgement of its current life, and a write held
 //! by a majority never completed.
 
-use kairos_core::harness::{sent, RoleHarness};
-use kairos_core::{Effect, NodeId};
-use kairos_register::{Client, ClientConfig, RegisterMsg, Replica};
+mod common;
+
+use common::{boot, drain, msgs, query_round};
+use kairos_core::harness::RoleHarness;
+use kairos_core::NodeId;
+use kairos_register::{Client, RegisterMsg, Replica};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -26,40 +29,14 @@ fn replicas() -> Vec<NodeId> {
     vec![A, B, C]
 }
 
-fn msgs(from: NodeId, effects: Vec<Effect<RegisterMsg>>) -> Vec<(NodeId, NodeId, RegisterMsg)> {
-    sent(&effects).into_iter().map(|(to, m)| (from, to, m.clone())).collect()
-}
-
-/// Delivers every queued message among the harnesses (a reliable, in-order network).
-fn drain(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<(NodeId, NodeId, RegisterMsg)>) {
-    while let Some((from, to, m)) = q.pop_front() {
-        let out = hs[to.index()].deliver(from, m);
-        q.extend(msgs(to, out));
-    }
-}
-
 /// Three replicas, started and recovered from one another's empty states.
 fn bootstrapped() -> Vec<RoleHarness<Replica>> {
-    let mut hs: Vec<RoleHarness<Replica>> =
-        replicas().into_iter().map(|me| RoleHarness::new(me, Replica::new(me, &replicas()), u64::from(me.0))).collect();
-    let mut q = VecDeque::new();
-    for (i, h) in hs.iter_mut().enumerate() {
-        q.extend(msgs(NodeId(i as u32), h.start()));
-    }
-    drain(&mut hs, &mut q);
-    assert!(hs.iter().all(|h| h.role().is_recovered()));
-    hs
+    boot(&replicas()).0
 }
 
+/// The writer (process 0, at W) or the reader (process 1, at R).
 fn client(process: u64, write: bool) -> RoleHarness<Client> {
-    let mut c = ClientConfig::new(replicas(), process);
-    c.keys = 1;
-    c.write_ratio = if write { 1.0 } else { 0.0 };
-    c.max_ops = Some(1);
-    c.retry = Duration::from_secs(60);
-    c.op_timeout = Duration::from_secs(600);
-    c.start_delay = Duration::from_millis(1);
-    RoleHarness::new(if write { W } else { R }, Client::new(c), 42 + process)
+    common::client(if write { W } else { R }, &replicas(), process, write)
 }
 
 #[test]
@@ -69,14 +46,7 @@ fn an_ack_of_an_ended_life_arriving_after_the_report_of_its_end_is_not_counted()
 
     // The writer's query round, answered by all three.
     let mut w = client(0, true);
-    w.start();
-    let queries = msgs(W, w.advance(Duration::from_millis(1)));
-    let mut stores = Vec::new();
-    for (_, to, m) in queries {
-        for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-            stores.extend(msgs(W, w.deliver(to, ack)));
-        }
-    }
+    let stores = query_round(&mut w, &mut hs, &replicas());
     assert_eq!(stores.len(), 3, "the store round goes to A, B and C");
     let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
 
@@ -178,21 +148,8 @@ fn a_restarted_client_does_not_take_replies_to_its_previous_incarnation() {
 fn a_stale_report_of_a_life_does_not_void_the_current_lifes_acks_forever() {
     let mut hs = bootstrapped();
 
-    let mut cfg = ClientConfig::new(replicas(), 0);
-    cfg.keys = 1;
-    cfg.write_ratio = 1.0;
-    cfg.max_ops = Some(1);
-    cfg.retry = Duration::from_secs(60);
-    cfg.op_timeout = Duration::from_secs(6000);
-    cfg.start_delay = Duration::from_millis(1);
-    let mut w = RoleHarness::new(W, Client::new(cfg), 42);
-    w.start();
-    let mut stores = Vec::new();
-    for (_, to, m) in msgs(W, w.advance(Duration::from_millis(1))) {
-        for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-            stores.extend(msgs(W, w.deliver(to, ack)));
-        }
-    }
+    let mut w = client(0, true);
+    let stores = query_round(&mut w, &mut hs, &replicas());
     assert_eq!(stores.len(), 3);
     let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
 
