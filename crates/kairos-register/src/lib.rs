@@ -36,6 +36,10 @@
 //! it before forgetting: the rest of its majority and `a`'s recovery majority share a replica
 //! `b`; if `b` acknowledged before it answered `a`, its answer carried the write; if after,
 //! its acknowledgement reports `a`'s new life and the client no longer counts `a`'s old one.
+//! Liveness needs the replicas to agree in the end: a recovered replica keeps sending its
+//! recovery request (same nonce) to the peers that have not answered it, and a replica
+//! restarted with its disk announces its life to every peer again the same way, so that a peer
+//! that missed the recovery stops reporting the ended life.
 
 mod client;
 mod replica;

@@ -163,6 +163,14 @@ impl Process for Replica {
     fn on_start(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
         if !self.recovered {
             self.ask_for_recovery(ctx);
+        } else if self.life != 0 {
+            // Restarted with its disk: the peers that missed its recovery (before the crash
+            // or while it was down) may still hold an ended life of this replica, so it
+            // announces its life again, with the nonce that gave it, until each peer has
+            // answered. A peer that recorded it already only answers.
+            self.recovery_nonce = Some(self.life);
+            self.recovery_replies.clear();
+            self.ask_for_recovery(ctx);
         }
     }
 

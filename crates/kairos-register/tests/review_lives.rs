@@ -107,3 +107,41 @@ fn a_replica_that_missed_a_recovery_does_not_block_writes() {
     assert_eq!(holders, 3, "A, D and E hold the value");
     assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
 }
+
+/// As above, but A restarts with its disk before its retry timer fires: it serves at once and
+/// (before the fix) no longer told E of its new life, so A's and E's acknowledgements always
+/// disagreed and no write completed. A restarted replica now announces its life again to every
+/// peer, until each has answered.
+#[test]
+fn a_replica_restarted_with_its_disk_still_tells_the_peers_that_missed_its_recovery() {
+    let reps = vec![A, B, C, D, E];
+    let (mut hs, _) = boot(&reps);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
+    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    // A crashes and restarts with its disk; B and C are down for good.
+    let up = [A, D, E];
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    assert!(hs[A.index()].role().is_recovered(), "A serves at once from its disk");
+    drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
+
+    let mut w = writer(&reps);
+    let mut round = query_round(&mut w, &mut hs, &up);
+    for _ in 0..50 {
+        for (_, to, m) in round.drain(..) {
+            if up.contains(&to) {
+                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                    let _ = w.deliver(to, ack);
+                }
+            }
+        }
+        if w.role().last_ok().is_some() {
+            break;
+        }
+        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
+        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
+        round = msgs(W, w.advance(Duration::from_secs(61)));
+    }
+    assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
+}
