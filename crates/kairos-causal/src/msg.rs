@@ -58,6 +58,9 @@ pub struct RetryRecord {
     /// The BSON bytes of the session id (`lsid.id`).
     pub lsid: Vec<u8>,
     pub txn_number: i64,
+    /// The primary's physical clock when it ran the write, in ms (MongoDB's `wall`): records
+    /// expire by it. Not by the optime: a client may move the cluster time far ahead.
+    pub wall_ms: u64,
     /// The BSON bytes of the reply body (`n`, `nModified`, `upserted`, `writeErrors`).
     pub reply: Vec<u8>,
     /// False on every entry of a write split over several but the last: a member that has the

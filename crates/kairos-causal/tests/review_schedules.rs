@@ -24,6 +24,11 @@
 //! - Retry records were kept by count: after 100,000 other sessions' writes, a retry ran again.
 //! - Each cursor held a copy of its whole result, a thousand cursors per member with no byte
 //!   limit: one client could pin a thousand collections' worth of memory.
+//!
+//! And from a fourth review (2026-12-08):
+//! - Retry records expired by cluster time, which a client allowed to advance it may move a
+//!   year ahead: after one such gossip, the next retryable write dropped every session's
+//!   record, and an in-flight write ran twice when its driver retried it.
 
 use bson::{doc, Document};
 use kairos_causal::msg::{
@@ -205,7 +210,14 @@ fn mongo_replies(effects: &[Effect<CausalMsg>]) -> Vec<Document> {
 
 /// A one-member replica set (`mongod --replSet` as developers run it), primary.
 fn one_member_primary() -> RoleHarness<Member> {
-    let config = Arc::new(MemberConfig::new(vec![NodeId(0)]));
+    one_member_primary_with(|_| {})
+}
+
+/// As [`one_member_primary`], its configuration changed by `tweak` first.
+fn one_member_primary_with(tweak: impl FnOnce(&mut MemberConfig)) -> RoleHarness<Member> {
+    let mut config = MemberConfig::new(vec![NodeId(0)]);
+    tweak(&mut config);
+    let config = Arc::new(config);
     let timeout = config.election_timeout;
     let mut h = RoleHarness::new(NodeId(0), Member::new(config, 0), 3);
     h.start();
@@ -621,4 +633,56 @@ fn open_cursors_are_bounded_in_bytes() {
     assert_eq!(code, Ok(kairos_causal::mongo::codes::CURSOR_NOT_FOUND), "the oldest cursor was dropped");
     let r = mongo_replies(&h.deliver(CLIENT, mongo(101, &more(cursors[79]))));
     assert_eq!(batch_ids(&r[0], "nextBatch"), [2], "the newest cursor reads on");
+}
+
+/// Retry records expire by the primaries' clocks, not by the cluster time: a trusted client
+/// gossips a cluster time two hours ahead (well inside the rate limiter's year), another
+/// session's retryable write lands there, and session A's in-flight write must still be
+/// recognised when its driver retries it. Before the fix it ran a second time, with a reply
+/// that looked like a first run. Thirty minutes later by the clock, the record has expired.
+#[test]
+fn a_cluster_time_jump_does_not_expire_retry_records() {
+    let mut h = one_member_primary_with(|c| c.trusted_clients = true);
+    let ins = doc! { "insert": "c", "$db": "test", "writeConcern": { "w": 1 }, "documents": [ { "_id": 1, "n": 0 } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(1));
+    let inc = doc! { "update": "c", "$db": "test", "lsid": lsid(0xA), "txnNumber": 1i64, "writeConcern": { "w": 1 },
+    "updates": [ { "q": { "_id": 1 }, "u": { "$inc": { "n": 1 } } } ] };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(2, &inc)));
+    assert_eq!(r[0].get_i32("nModified"), Ok(1), "{r:?}");
+
+    let now = h.role().cluster_time();
+    let ahead = bson::Bson::Timestamp(bson::Timestamp { time: now.secs + 7_200, increment: 1 });
+    let dummy = bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] };
+    let gossip = doc! { "ping": 1, "$db": "admin",
+    "$clusterTime": { "clusterTime": ahead, "signature": { "hash": dummy, "keyId": 0i64 } } };
+    let r = mongo_replies(&h.deliver(NodeId(10), mongo(3, &gossip)));
+    assert_eq!(r[0].get_f64("ok"), Ok(1.0), "{r:?}");
+    assert!(h.role().cluster_time().secs >= now.secs + 7_200, "the trusted client moved the cluster time");
+    let other = |id: i32| {
+        doc! { "insert": "c", "$db": "test", "lsid": lsid(0xB), "txnNumber": i64::from(id),
+        "writeConcern": { "w": 1 }, "documents": [ { "_id": id } ] }
+    };
+    assert_eq!(mongo_replies(&h.deliver(NodeId(11), mongo(4, &other(2))))[0].get_i32("n"), Ok(1));
+
+    h.advance(Duration::from_millis(5));
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(5, &inc)));
+    assert_eq!(r[0].get_f64("ok"), Ok(1.0), "{r:?}");
+    let n_of_1 = |h: &mut RoleHarness<Member>, id: u64| {
+        let find = doc! { "find": "c", "$db": "test", "filter": { "_id": 1 } };
+        let r = mongo_replies(&h.deliver(CLIENT, mongo(id, &find)));
+        r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_i32("n")
+            .unwrap()
+    };
+    assert_eq!(n_of_1(&mut h, 6), 1, "the retry of (lsid A, txnNumber 1) ran the $inc a second time");
+
+    // Thirty-one minutes later by the primary's clock, another session's write expires A's
+    // record: a retry of it is now a new write, as after a session's timeout in MongoDB.
+    h.advance(Duration::from_secs(31 * 60));
+    assert_eq!(mongo_replies(&h.deliver(NodeId(11), mongo(7, &other(3))))[0].get_i32("n"), Ok(1));
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(8, &inc)));
+    assert_eq!(r[0].get_i32("nModified"), Ok(1), "{r:?}");
+    assert_eq!(n_of_1(&mut h, 9), 2, "the record outlived its session's timeout");
 }

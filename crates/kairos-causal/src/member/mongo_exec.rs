@@ -17,8 +17,12 @@
 //! over several entries marks all but its last incomplete: a later primary that has only
 //! those answers IncompleteTransactionHistory (217) rather than run the write a second time
 //! (MongoDB keeps a record per statement and runs only the rest; Kairos does not, yet).
-//! A record lives [`LOGICAL_SESSION_TIMEOUT_MINUTES`] of cluster time past its session's last
-//! write, as a session does in MongoDB, whatever the number of other sessions; with
+//! A record lives [`LOGICAL_SESSION_TIMEOUT_MINUTES`] past its session's last write, as a
+//! session does in MongoDB, whatever the number of other sessions. The time is the primaries'
+//! physical clocks as written in the entries (MongoDB's `wall`), not the cluster time: a
+//! client allowed to advance the cluster time may move it a year ahead, and by cluster time
+//! the next retryable write then dropped every record, so that an in-flight write ran twice
+//! when its driver retried it (a review's schedule). With
 //! [`MAX_RETRY_RECORDS`] live ones, a new session's retryable write is refused
 //! (TooManyLogicalSessions, 261) rather than a live record dropped (dropped by count, a retry
 //! after 100,000 other sessions' writes ran a second time: a review's schedule).
@@ -74,6 +78,11 @@ pub struct MongoSetConfig {
     pub hosts: Vec<String>,
 }
 
+/// A physical clock reading in whole ms (a retry record's `wall_ms`).
+fn wall_ms(now: LocalTime) -> u64 {
+    now.as_nanos() / 1_000_000
+}
+
 /// One version of a document: written at `t`, `None` = deleted.
 type Version = (ClusterTime, Option<Document>);
 
@@ -83,8 +92,11 @@ type Version = (ClusterTime, Option<Document>);
 pub(super) struct DocStore {
     ns: BTreeMap<String, BTreeMap<Vec<u8>, Vec<Version>>>,
     retry: BTreeMap<Vec<u8>, Retried>,
-    /// The retry records by optime, to drop those older than the session timeout.
-    retry_by_time: BTreeMap<ClusterTime, Vec<u8>>,
+    /// The retry records by (primary's clock, optime), to drop those older than the session
+    /// timeout.
+    retry_by_wall: BTreeMap<(u64, ClusterTime), Vec<u8>>,
+    /// The latest primary's clock among the entries applied (ms): the retry records' now.
+    wall_ms_max: u64,
     /// Deletes whose document is forgotten once the commit point passes them.
     tombstones: VecDeque<(ClusterTime, String, Vec<u8>)>,
 }
@@ -92,13 +104,14 @@ pub(super) struct DocStore {
 /// Live retryable-write records (one per session, module docs) beyond which a new session's
 /// retryable write is refused. Derived from the oplog alone, so every member keeps the same.
 pub const MAX_RETRY_RECORDS: usize = 100_000;
-/// A retry record expires this many seconds of cluster time after its session's last write.
-const RETRY_RECORD_TTL_S: u32 = LOGICAL_SESSION_TIMEOUT_MINUTES as u32 * 60;
+/// A retry record expires this long (ms of the primaries' clocks) after its session's last write.
+const RETRY_RECORD_TTL_MS: u64 = LOGICAL_SESSION_TIMEOUT_MINUTES as u64 * 60_000;
 
 #[derive(Clone)]
 struct Retried {
     txn_number: i64,
     optime: ClusterTime,
+    wall_ms: u64,
     reply: Vec<u8>,
     complete: bool,
 }
@@ -134,26 +147,38 @@ impl DocStore {
     }
 
     fn record_retry(&mut self, r: &RetryRecord, t: ClusterTime) {
-        let rec = Retried { txn_number: r.txn_number, optime: t, reply: r.reply.clone(), complete: r.complete };
+        let rec = Retried {
+            txn_number: r.txn_number,
+            optime: t,
+            wall_ms: r.wall_ms,
+            reply: r.reply.clone(),
+            complete: r.complete,
+        };
         if let Some(old) = self.retry.insert(r.lsid.clone(), rec) {
-            self.retry_by_time.remove(&old.optime);
+            self.retry_by_wall.remove(&(old.wall_ms, old.optime));
         }
-        self.retry_by_time.insert(t, r.lsid.clone());
-        while let Some(entry) = self.retry_by_time.first_entry().filter(|e| Self::expired(*e.key(), t)) {
+        self.retry_by_wall.insert((r.wall_ms, t), r.lsid.clone());
+        // A new primary's clock may be behind the last one's: time never goes back here.
+        self.wall_ms_max = self.wall_ms_max.max(r.wall_ms);
+        let now_ms = self.wall_ms_max;
+        while let Some(entry) = self.retry_by_wall.first_entry().filter(|e| Self::expired(e.key().0, now_ms)) {
             let lsid = entry.remove();
             self.retry.remove(&lsid);
         }
     }
 
-    /// Whether a retry record written at `written` has expired by cluster time `now`.
-    fn expired(written: ClusterTime, now: ClusterTime) -> bool {
-        written.secs.saturating_add(RETRY_RECORD_TTL_S) < now.secs
+    /// Whether a retry record written at `written_ms` has expired by `now_ms` (primaries' clocks).
+    fn expired(written_ms: u64, now_ms: u64) -> bool {
+        written_ms.saturating_add(RETRY_RECORD_TTL_MS) < now_ms
     }
 
-    /// Whether a retryable write of a session with no live record may run after `now`: the
-    /// table is not full, or its oldest record expires by then (the write's entry drops it).
-    fn retry_room(&self, now: ClusterTime) -> bool {
-        self.retry.len() < MAX_RETRY_RECORDS || self.retry_by_time.keys().next().is_some_and(|t| Self::expired(*t, now))
+    /// Whether a retryable write of a session with no live record may run at `now_ms` (this
+    /// primary's clock): the table is not full, or its oldest record expires by then (the
+    /// write's entry drops it).
+    fn retry_room(&self, now_ms: u64) -> bool {
+        let now_ms = now_ms.max(self.wall_ms_max);
+        self.retry.len() < MAX_RETRY_RECORDS
+            || self.retry_by_wall.keys().next().is_some_and(|(written_ms, _)| Self::expired(*written_ms, now_ms))
     }
 
     /// Forgets deleted documents whose delete the commit point has passed (no read needs them).
@@ -183,7 +208,8 @@ impl DocStore {
         }
         self.tombstones.retain(|(t, _, _)| *t < first);
         self.retry.clear();
-        self.retry_by_time.clear();
+        self.retry_by_wall.clear();
+        self.wall_ms_max = 0;
         for e in oplog {
             if let Op::Docs { retry: Some(r), .. } = &e.op {
                 self.record_retry(r, e.optime);
@@ -914,7 +940,7 @@ impl Member {
                     let msg = format!("txnNumber {n} is older than this session's {}", r.txn_number);
                     return self.mongo_reply_error(ctx, from, id, codes::TRANSACTION_TOO_OLD, &msg, false);
                 }
-            } else if !self.docs.retry_room(self.last_applied()) {
+            } else if !self.docs.retry_room(wall_ms(ctx.now())) {
                 let msg = format!(
                     "{MAX_RETRY_RECORDS} sessions made retryable writes in the last \
                      {LOGICAL_SESSION_TIMEOUT_MINUTES} minutes; retry later, or write without a txnNumber"
@@ -963,6 +989,7 @@ impl Member {
             let retry = txn.as_ref().map(|(lsid, txn_number)| RetryRecord {
                 lsid: lsid.clone(),
                 txn_number: *txn_number,
+                wall_ms: wall_ms(ctx.now()),
                 reply: if i == last { doc_bytes(&summary) } else { Vec::new() },
                 complete: i == last,
             });
