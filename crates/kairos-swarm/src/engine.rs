@@ -13,7 +13,7 @@ use crate::pool::Pool;
 use crate::verbs::{Chain, MemNodeId, Verb, VerbError, VerbOutcome};
 use kairos_core::LocalTime;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 /// Directory claims a create tries before it fails with [`KvError::IndexFull`] (a claim is
@@ -417,6 +417,9 @@ pub struct Client {
     pub(crate) fusee_seen: BTreeMap<u64, u64>,
     /// The lowest recent chain round trip: when a majority-first round widens.
     rtt_floor: RttFloor,
+    /// SWARM-KV: the slots on which one of this client's operations reported a deletion (it
+    /// writes nothing there again: [`crate::safe_guess`], rule 6).
+    pub(crate) deleted_slots: BTreeSet<u64>,
 }
 
 impl Client {
@@ -441,6 +444,7 @@ impl Client {
             suspected_at: BTreeMap::new(),
             fusee_seen: BTreeMap::new(),
             rtt_floor: RttFloor::default(),
+            deleted_slots: BTreeSet::new(),
         }
     }
 
@@ -730,6 +734,9 @@ impl Client {
             return;
         }
         op.done = true;
+        if let (Err(KvError::Deleted), Some(slot), Protocol::SwarmKv) = (&result, op.slot, self.cfg.protocol) {
+            self.deleted_slots.insert(slot);
+        }
         if let Some(buf) = op.buf.take() {
             match (&result, op.slot) {
                 // Its chains may still land, its tuple become the maximum: keep its value.

@@ -57,6 +57,13 @@
 //!    `Deleted` as soon as it read a deletion, also after a reader had returned its value: a
 //!    review's schedule, now the test
 //!    `an_update_a_reader_returned_before_a_delete_completes_despite_the_delete`.)
+//!    Rule c of the read takes a writer's earlier tuple `x0` for a completed write once it
+//!    sees the writer's next operation's tuple; an operation that reported `Deleted` completed
+//!    *without* effect, so after it the writer writes nothing on that key again (the deletion
+//!    is final: its later writes report `Deleted` at once). Before, its next update landed
+//!    where the deletion had not, and a read that saw it there returned `x0`, the value of a
+//!    write that reported `Deleted` (a review's schedule,
+//!    `a_read_never_returns_an_update_that_reported_deleted`).
 //!
 //! Without failures a stale write takes at most 5 round trips (write, fetch `M`, give `M` where
 //! it is missing, lock, rewrite); where a majority already holds a tuple above `T`, 3.
@@ -113,6 +120,10 @@ use kairos_core::LocalTime;
 pub(crate) fn begin(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     if let KvOp::Get { .. } = op.op {
         return read_round(c, op, now, out);
+    }
+    if op.slot.is_some_and(|slot| c.deleted_slots.contains(&slot)) {
+        // Rule 6's last paragraph: no tuple of this writer follows one that reported Deleted.
+        return c.finish(op, Err(KvError::Deleted), now, out);
     }
     match prepare_write(c, op, now) {
         Ok(()) => write_round(c, op, now, out),

@@ -32,7 +32,7 @@ fn setup(protocol: Protocol) -> (DirectMemory, Client, Layout) {
 
 #[test]
 fn bad_operations_are_clear_errors() {
-    for protocol in [Protocol::SwarmKv, Protocol::DmAbd] {
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Fusee] {
         let (mut mem, mut c, _) = setup(protocol);
         let mut now = LocalTime::from_secs(1);
         let mut run = |op: KvOp| mem.run_op(&mut c, 1, op, &mut now).result;
@@ -70,7 +70,7 @@ fn a_second_client_finds_an_inserted_key_through_the_directory() {
 
 #[test]
 fn garbage_in_memory_never_panics_a_client() {
-    for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Raw] {
+    for protocol in [Protocol::SwarmKv, Protocol::DmAbd, Protocol::Raw, Protocol::Fusee] {
         let (mut mem, mut c, _) = setup(protocol);
         // Scribble over every node.
         for img in &mut mem.images {

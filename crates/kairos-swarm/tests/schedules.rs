@@ -1112,3 +1112,72 @@ fn a_reader_installed_rewrite_keeps_its_flag_for_rule_c() {
         "sequential reads returned {results:?} (R1 fetches: {fetches}); {words}"
     );
 }
+
+/// The node of the key's first majority besides the primary (client `c`'s just-invoked
+/// operation sent its majority-first round to P and this node).
+fn majority_other(lab: &Lab, c: usize) -> MemNodeId {
+    let others: Vec<MemNodeId> = lab.nodes[1..].iter().copied().filter(|n| lab.queued(c, *n) > 0).collect();
+    assert_eq!(others.len(), 1, "a majority-first round: P and one other replica");
+    others[0]
+}
+
+/// A review's schedule (2026-12-08): read rule c returned the value of an update that
+/// reported `Deleted` (rule 6: it did not take effect). P primary, M the key's first
+/// majority's other node, O the third.
+/// 1. D deletes; its chain lands on O only (its chains to P and M stall for good).
+/// 2. W updates (tuple x0): lands on P; its chain to M stalls; the round widens to O, which
+///    shows the deletion: x0 is stale.
+/// 3. R reads P and M: x0 is the maximum. Its second iteration's chain to P runs at once
+///    (x0, no deletion yet); its chain to M stalls.
+/// 4. W races for x0 with the deletion as M: writes the deletion on P, wins on P and O, and
+///    reports `Deleted`.
+/// 5. W's stalled chains land on M (x0 there, no deletion), and W invokes its next update X.
+///    Before the fix X landed on M; now W writes nothing on the key again and X reports
+///    `Deleted` at once.
+/// 6. R's chain to M runs: before the fix, {P: x0, M: X} made rule c return x0.
+#[test]
+fn a_read_never_returns_an_update_that_reported_deleted() {
+    let (w, d, r) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let p = lab.nodes[0];
+
+    lab.invoke(d, 1, delete());
+    let m = majority_other(&lab, d);
+    let o = *lab.nodes.iter().find(|n| **n != p && **n != m).unwrap();
+    lab.widen(d);
+    assert!(lab.apply(d, o, usize::MAX).is_some(), "D's chain runs whole on O (its reply is lost)");
+
+    lab.invoke(w, 1, update(b"x0 from W"));
+    assert_eq!(majority_other(&lab, w), m);
+    lab.step(w, p);
+    lab.widen(w);
+    lab.step(w, o);
+    assert_eq!(lab.counter(w, "stale_guesses"), 1, "W saw D's deletion on O");
+
+    lab.invoke(r, 1, get());
+    assert_eq!(majority_other(&lab, r), m);
+    lab.step(r, p);
+    lab.step(r, m);
+    assert!(!lab.done.contains_key(&(r, 1)));
+    lab.step(r, p);
+    assert!(lab.queued(r, m) > 0, "R's second iteration waits for M");
+
+    let first = lab.run(w, 1, &[p, o], 20).expect("W's first update completes on P and O");
+    assert_eq!(first.result, Err(KvError::Deleted), "{first:?}");
+
+    while lab.queued(w, m) > 0 {
+        lab.step(w, m);
+    }
+    lab.invoke(w, 2, update(b"X from W"));
+    let wrote_more = lab.queued(w, m) + lab.queued(w, p) + lab.queued(w, o);
+    while lab.queued(w, m) > 0 {
+        lab.step(w, m);
+    }
+
+    lab.step(r, m);
+    let got = lab.run(r, 1, &[p, m], 20).expect("R completes on P and M");
+    assert_ne!(got.result, Ok(Some(b"x0 from W".to_vec())), "R returned the value of an update that reported Deleted");
+    assert_eq!(wrote_more, 0, "W wrote on the key after its update reported Deleted");
+    let second = lab.done.get(&(w, 2)).cloned().expect("W's next update reports at once");
+    assert_eq!(second.result, Err(KvError::Deleted), "{second:?}");
+}
