@@ -29,6 +29,8 @@
 //! - Retry records expired by cluster time, which a client allowed to advance it may move a
 //!   year ahead: after one such gossip, the next retryable write dropped every session's
 //!   record, and an in-flight write ran twice when its driver retried it.
+//! - A majority cursor's `getMore` reported the last applied time as `operationTime`, not
+//!   the commit point it read at (not a violation: the session's next read waited longer).
 
 use bson::{doc, Document};
 use kairos_causal::msg::{
@@ -685,4 +687,37 @@ fn a_cluster_time_jump_does_not_expire_retry_records() {
     let r = mongo_replies(&h.deliver(CLIENT, mongo(8, &inc)));
     assert_eq!(r[0].get_i32("nModified"), Ok(1), "{r:?}");
     assert_eq!(n_of_1(&mut h, 9), 2, "the record outlived its session's timeout");
+}
+
+/// A majority cursor reads each batch at the commit point, and its `getMore` says so in
+/// `operationTime` (MongoDB: the majority snapshot's time); it used to say the last applied
+/// time, which a causal session's next read then waited for, needlessly.
+#[test]
+fn a_majority_cursor_reports_the_commit_point_it_read_at() {
+    let mut h = RoleHarness::new(NodeId(0), Member::new(config(None), 0), 3);
+    h.start();
+    let mut seq = 0;
+    elect(&mut h, 1, &mut seq);
+    let ins = doc! { "insert": "c", "$db": "test", "writeConcern": { "w": 1 },
+    "documents": [ { "_id": 1 }, { "_id": 2 }, { "_id": 3 } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(1, &ins)))[0].get_i32("n"), Ok(1 + 2));
+    // Member 1 has everything so far: the commit point reaches it.
+    seq += 1;
+    let term = h.role().term();
+    h.deliver(NodeId(1), peer(term, PeerBody::Pull { last: last_pos(h.role()) }, seq));
+    let committed = h.role().commit_point();
+    assert_eq!(committed, h.role().last_applied(), "the pull committed the inserts");
+    let find = doc! { "find": "c", "$db": "test", "batchSize": 1, "readConcern": { "level": "majority" } };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(2, &find)));
+    let cursor = r[0].get_document("cursor").unwrap().get_i64("id").unwrap();
+    // A write that no secondary has: the last applied time moves past the commit point.
+    let ins = doc! { "insert": "c", "$db": "test", "writeConcern": { "w": 1 }, "documents": [ { "_id": 4 } ] };
+    assert_eq!(mongo_replies(&h.deliver(CLIENT, mongo(3, &ins)))[0].get_i32("n"), Ok(1));
+    assert!(h.role().last_applied() > committed);
+
+    let more = doc! { "getMore": cursor, "collection": "c", "$db": "test", "batchSize": 1 };
+    let r = mongo_replies(&h.deliver(CLIENT, mongo(4, &more)));
+    assert_eq!(batch_ids(&r[0], "nextBatch"), vec![2]);
+    let op_time = r[0].get_timestamp("operationTime").expect("a signed reply carries operationTime");
+    assert_eq!((op_time.time, op_time.increment), (committed.secs, committed.inc), "{:?}", r[0]);
 }

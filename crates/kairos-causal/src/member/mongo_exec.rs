@@ -442,7 +442,11 @@ impl Member {
                 return self.mongo_write(ctx, from, req.id, &name, &cmd)
             }
             "find" | "count" => return self.mongo_find(ctx, from, req.id, cmd),
-            "getMore" => self.mongo_get_more(ctx, &cmd),
+            "getMore" => match self.mongo_get_more(ctx, &cmd) {
+                // A majority cursor's batch is read at the commit point, and says so.
+                Ok((body, read_at)) => return self.mongo_send(ctx, from, req.id, body, read_at),
+                Err(e) => Err(e),
+            },
             "killCursors" => self.mongo_kill_cursors(&cmd),
             _ => Err(CommandError::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
         };
@@ -806,7 +810,8 @@ impl Member {
         }
     }
 
-    fn mongo_get_more(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document) -> CmdResult<Document> {
+    /// The next batch of a cursor, and the time it was read at (its `operationTime`).
+    fn mongo_get_more(&mut self, ctx: &mut Ctx<'_, CausalMsg>, cmd: &Document) -> CmdResult<(Document, ClusterTime)> {
         let id = match cmd.get("getMore") {
             Some(Bson::Int64(i)) => *i,
             Some(Bson::Int32(i)) => i64::from(*i),
@@ -829,6 +834,7 @@ impl Member {
             return Err(CommandError::new(code, format!("cursor id {id} {msg}")));
         }
         let next = self.read_batch(&c.query, c.after.as_deref(), c.skip, c.left, batch_docs)?;
+        let read_at = if c.query.majority { self.commit_point } else { self.last_applied() };
         let left_id = if next.more {
             if let Some(c) = self.mongo.cursors.get_mut(&id) {
                 if !next.docs.is_empty() {
@@ -845,7 +851,7 @@ impl Member {
             self.drop_cursor(id);
             0
         };
-        Ok(doc! { "cursor": { "nextBatch": next.docs, "id": left_id, "ns": ns }, "ok": 1.0 })
+        Ok((doc! { "cursor": { "nextBatch": next.docs, "id": left_id, "ns": ns }, "ok": 1.0 }, read_at))
     }
 
     /// Kills the cursors named that belong to the session of `cmd`; another session's are
