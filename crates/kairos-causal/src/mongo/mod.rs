@@ -153,12 +153,13 @@ pub fn signed_from_bson(b: &Bson) -> CmdResult<SignedClusterTime> {
 }
 
 /// The store key of an `_id` value: the BSON bytes of `{_id: value}`, with integral numbers
-/// (Int32, Int64, a Double without fraction) written as Int64, so `1`, `1L` and `1.0` are one
-/// `_id` as in MongoDB.
+/// (Int32, Int64, a Double without fraction that a long holds exactly) written as Int64, so
+/// `1`, `1L` and `1.0` are one `_id` as in MongoDB, and two `_id`s are one key exactly when
+/// [`values_equal`] says so.
 pub fn id_key(id: &Bson) -> Vec<u8> {
     let id = match id {
         Bson::Int32(v) => Bson::Int64(i64::from(*v)),
-        Bson::Double(d) if d.fract() == 0.0 && d.abs() < 9.0e15 => Bson::Int64(*d as i64),
+        Bson::Double(d) if double_as_long(*d).is_some() => Bson::Int64(*d as i64),
         other => other.clone(),
     };
     let mut out = Vec::new();
@@ -189,8 +190,13 @@ fn as_i64(b: &Bson) -> Option<i64> {
 /// Whether a double holds exactly this long: integral and inside the long range (so the cast
 /// is exact), then equal.
 fn double_equals_long(d: f64, i: i64) -> bool {
+    double_as_long(d) == Some(i)
+}
+
+/// The long equal to `d`, if one is (`d` integral and in `[-2^63, 2^63)`).
+fn double_as_long(d: f64) -> Option<i64> {
     const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
-    d.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&d) && d as i64 == i
+    (d.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&d)).then_some(d as i64)
 }
 
 fn as_f64(b: &Bson) -> Option<f64> {
@@ -496,6 +502,36 @@ mod tests {
         let d = doc! { "_id": 1, "n": above_double_precision };
         assert!(!Filter::parse(Some(&doc! { "n": 1i64 << 53 })).unwrap().matches(&d));
         assert!(Filter::parse(Some(&doc! { "n": above_double_precision })).unwrap().matches(&d));
+    }
+
+    /// Two `_id`s are one store key exactly when they compare equal (it used to normalise a
+    /// Double only below 9e15, so `9e15` as a double and as a long were two documents).
+    #[test]
+    fn id_keys_agree_with_equality() {
+        let numbers = [
+            Bson::Int32(7),
+            Bson::Int64(7),
+            Bson::Double(7.0),
+            Bson::Double(7.5),
+            Bson::Double(-0.0),
+            Bson::Int64(0),
+            Bson::Double(9.0e15),
+            Bson::Int64(9_000_000_000_000_000),
+            Bson::Double((1i64 << 62) as f64),
+            Bson::Int64(1 << 62),
+            Bson::Int64((1 << 53) + 1),
+            Bson::Double((1i64 << 53) as f64),
+            Bson::Double(-9_223_372_036_854_775_808.0),
+            Bson::Int64(i64::MIN),
+            Bson::Double(9_223_372_036_854_775_808.0),
+            Bson::Int64(i64::MAX),
+            Bson::Double(1e300),
+        ];
+        for a in &numbers {
+            for b in &numbers {
+                assert_eq!(id_key(a) == id_key(b), values_equal(a, b), "{a:?} and {b:?}");
+            }
+        }
     }
 
     #[test]
