@@ -63,9 +63,14 @@
 //!   recovery), so NCC+ here recovers from leader crashes as 2PL+Paxos does; the price is that
 //!   a key is held one Paxos round longer per commit. A coordinator crash leaves its prepared
 //!   attempts holding their keys (no cooperative termination), as in 2PL+Paxos.
-//! - Read marks live on the leader only and are lost when leadership changes. Only marks of
-//!   attempts that aborted can exceed a key's committed timestamp, and those need not order
-//!   anything, so losing them costs no safety.
+//! - Read marks live on the leader only and are lost when leadership changes. A mark may
+//!   exceed a key's committed timestamp (an aborted attempt's, or a committed read-only
+//!   piece's); a piece holds its key until its decision, and a new leader rebuilds the holds
+//!   of undecided pieces from the prepare records in its log. A review (2026-12-08) traced the
+//!   cross-shard schedules in which a lost mark of a committed read could let a later write
+//!   take a lower timestamp, and found each blocked by those holds or by the marks of the
+//!   other shards; campaigns (`kairos sim ncc+`) have found no violation. It is an argument
+//!   from schedules, not a proof.
 //! - Every transaction, single-shard ones included, commits in two phases (the paper's code
 //!   also always sends the decision).
 
