@@ -28,7 +28,8 @@
 //! And from a fourth review (2026-12-08):
 //! - Retry records expired by cluster time, which a client allowed to advance it may move a
 //!   year ahead: after one such gossip, the next retryable write dropped every session's
-//!   record, and an in-flight write ran twice when its driver retried it.
+//!   record, and an in-flight write ran twice when its driver retried it. (The review of its
+//!   fix: a primary whose clock was 40 minutes behind an earlier one's dropped its own records.)
 //! - A majority cursor's `getMore` reported the last applied time as `operationTime`, not
 //!   the commit point it read at (not a violation: the session's next read waited longer).
 
@@ -720,4 +721,50 @@ fn a_majority_cursor_reports_the_commit_point_it_read_at() {
     assert_eq!(batch_ids(&r[0], "nextBatch"), vec![2]);
     let op_time = r[0].get_timestamp("operationTime").expect("a signed reply carries operationTime");
     assert_eq!((op_time.time, op_time.increment), (committed.secs, committed.inc), "{:?}", r[0]);
+}
+
+/// From the review of that fix: member 0's clock is 40 minutes ahead of member 1's. Member 0,
+/// primary in term 1, runs session A's retryable write, which reaches member 1; member 1 is
+/// elected and runs session B's retryable `$inc`, whose reply is lost. With expiry against
+/// the newest clock seen, B's record (written 40 minutes "before" A's) was dropped by the very
+/// call that wrote it, and the driver's retry a second later ran the `$inc` again.
+#[test]
+fn a_primary_whose_clock_is_behind_an_earlier_primarys_keeps_its_retry_records() {
+    let mut seq = 10_000;
+    let mut h0 = RoleHarness::new(NodeId(0), Member::new(config(None), 0), 1);
+    let mut h1 = RoleHarness::new(NodeId(1), Member::new(config(None), 1), 2);
+    let _ = h0.advance(Duration::from_secs(40 * 60)); // not started yet: only its clock moves
+    h0.start();
+    h1.start();
+    let all = |_: &CausalMsg| true;
+    let e = elect(&mut h0, 1, &mut seq);
+    relay(&mut h0, &mut h1, e, &all);
+    let e = h0.advance(Duration::from_millis(300));
+    relay(&mut h0, &mut h1, e, &all);
+    let ins = doc! { "insert": "c", "$db": "test", "writeConcern": { "w": 1 }, "documents": [ { "_id": 1, "n": 0 } ] };
+    let e = h0.deliver(CLIENT, mongo(1, &ins));
+    assert_eq!(relay(&mut h0, &mut h1, e, &all)[0].get_i32("n"), Ok(1));
+    let a = doc! { "insert": "c", "$db": "test", "lsid": lsid(0xA), "txnNumber": 1i64, "writeConcern": { "w": 1 },
+    "documents": [ { "_id": 2 } ] };
+    let e = h0.deliver(CLIENT, mongo(2, &a));
+    assert_eq!(relay(&mut h0, &mut h1, e, &all)[0].get_i32("n"), Ok(1));
+    let e = h0.advance(Duration::from_millis(300));
+    relay(&mut h0, &mut h1, e, &all);
+    assert!(
+        h1.role().oplog().iter().any(|e| matches!(&e.op, kairos_causal::msg::Op::Docs { retry: Some(_), .. })),
+        "member 1 has session A's entry"
+    );
+
+    elect(&mut h1, 2, &mut seq);
+    let inc = doc! { "update": "c", "$db": "test", "lsid": lsid(0xB), "txnNumber": 1i64, "writeConcern": { "w": 1 },
+    "updates": [ { "q": { "_id": 1 }, "u": { "$inc": { "n": 1 } } } ] };
+    let r = mongo_replies(&h1.deliver(CLIENT, mongo(3, &inc)));
+    assert_eq!(r[0].get_i32("nModified"), Ok(1), "{r:?}");
+    h1.advance(Duration::from_secs(1));
+    let r = mongo_replies(&h1.deliver(CLIENT, mongo(4, &inc)));
+    assert_eq!(r[0].get_f64("ok"), Ok(1.0), "{r:?}");
+    let find = doc! { "find": "c", "$db": "test", "filter": { "_id": 1 } };
+    let r = mongo_replies(&h1.deliver(CLIENT, mongo(5, &find)));
+    let d = r[0].get_document("cursor").unwrap().get_array("firstBatch").unwrap()[0].as_document().unwrap().clone();
+    assert_eq!(d.get_i32("n"), Ok(1), "the retry of (lsid B, txnNumber 1), one second later, ran the $inc again");
 }

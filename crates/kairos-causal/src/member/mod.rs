@@ -153,6 +153,23 @@ enum Change {
     Amnesiac(bool),
 }
 
+/// The first 8 bytes of every snapshot and journal record: the layout of what follows. postcard
+/// is not self-describing, so a record of another layout could decode into wrong fields rather
+/// than fail (an oplog entry's retry record gained a field on 2026-12-08); a record without
+/// this tag is unreadable, and the member comes back amnesiac (see `amnesia`).
+const DURABLE_FORMAT: [u8; 8] = *b"KCSL0002";
+
+fn encode_durable<T: serde::Serialize>(value: &T) -> postcard::Result<Vec<u8>> {
+    postcard::to_extend(value, DURABLE_FORMAT.to_vec())
+}
+
+fn decode_durable<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> postcard::Result<T> {
+    match bytes.strip_prefix(&DURABLE_FORMAT) {
+        Some(body) => postcard::from_bytes(body),
+        None => Err(postcard::Error::DeserializeBadEncoding),
+    }
+}
+
 /// Journal records between two snapshots: beyond this many (and more than the oplog holds),
 /// the member writes its whole durable part as a snapshot instead.
 const CHANGES_PER_SNAPSHOT: u64 = 4_096;
@@ -379,14 +396,14 @@ impl Member {
         let changes = std::mem::take(&mut self.journal);
         self.journaled += changes.len() as u64;
         if self.journaled > CHANGES_PER_SNAPSHOT.max(self.d.oplog.len() as u64) {
-            if let Ok(bytes) = postcard::to_allocvec(&self.d) {
+            if let Ok(bytes) = encode_durable(&self.d) {
                 ctx.persist_snapshot(bytes);
                 self.journaled = 0;
                 return;
             }
         }
         for c in changes {
-            if let Ok(bytes) = postcard::to_allocvec(&c) {
+            if let Ok(bytes) = encode_durable(&c) {
                 ctx.persist(bytes);
             }
         }
@@ -1305,12 +1322,12 @@ impl Process for Member {
     /// keeping a prefix of the journal, `journal_unreadable` counts it, and the member has
     /// forgotten what came after, so it comes back amnesiac: see `amnesia`.)
     fn on_recover(&mut self, stored: &Stored) {
-        let snapshot = stored.snapshot.as_deref().map(postcard::from_bytes::<Durable>);
+        let snapshot = stored.snapshot.as_deref().map(decode_durable::<Durable>);
         let mut unreadable = matches!(snapshot, Some(Err(_)));
         let mut d = snapshot.and_then(Result::ok).unwrap_or_default();
         if !unreadable {
             for r in &stored.records {
-                match postcard::from_bytes::<Change>(r) {
+                match decode_durable::<Change>(r) {
                     Ok(c) => d.apply(c),
                     Err(_) => {
                         unreadable = true;

@@ -19,7 +19,8 @@
 //! (MongoDB keeps a record per statement and runs only the rest; Kairos does not, yet).
 //! A record lives [`LOGICAL_SESSION_TIMEOUT_MINUTES`] past its session's last write, as a
 //! session does in MongoDB, whatever the number of other sessions. The time is the primaries'
-//! physical clocks as written in the entries (MongoDB's `wall`), not the cluster time: a
+//! physical clocks as written in the entries (MongoDB's `wall`; never going back: a record
+//! counts from the newest clock seen when it was written), not the cluster time: a
 //! client allowed to advance the cluster time may move it a year ahead, and by cluster time
 //! the next retryable write then dropped every record, so that an in-flight write ran twice
 //! when its driver retried it (a review's schedule). With
@@ -147,20 +148,22 @@ impl DocStore {
     }
 
     fn record_retry(&mut self, r: &RetryRecord, t: ClusterTime) {
+        // A new primary's clock may be behind an earlier one's: time never goes back here, and
+        // a record is as new as the newest clock seen when it was written (else a primary 40
+        // minutes behind dropped its own records as it wrote them: a review's schedule).
+        self.wall_ms_max = self.wall_ms_max.max(r.wall_ms);
+        let now_ms = self.wall_ms_max;
         let rec = Retried {
             txn_number: r.txn_number,
             optime: t,
-            wall_ms: r.wall_ms,
+            wall_ms: now_ms,
             reply: r.reply.clone(),
             complete: r.complete,
         };
         if let Some(old) = self.retry.insert(r.lsid.clone(), rec) {
             self.retry_by_wall.remove(&(old.wall_ms, old.optime));
         }
-        self.retry_by_wall.insert((r.wall_ms, t), r.lsid.clone());
-        // A new primary's clock may be behind the last one's: time never goes back here.
-        self.wall_ms_max = self.wall_ms_max.max(r.wall_ms);
-        let now_ms = self.wall_ms_max;
+        self.retry_by_wall.insert((now_ms, t), r.lsid.clone());
         while let Some(entry) = self.retry_by_wall.first_entry().filter(|e| Self::expired(e.key().0, now_ms)) {
             let lsid = entry.remove();
             self.retry.remove(&lsid);
