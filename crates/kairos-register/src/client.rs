@@ -1,4 +1,4 @@
-use crate::{majority, RegisterMsg, Tag, Versioned};
+use crate::{majority, Life, RegisterMsg, Tag, Versioned};
 use kairos_core::history::{HistoryEvent, MicroOp, OpType, ReadValue};
 use kairos_core::{Ctx, NodeId, Process, Timer, TimerId};
 use rand::Rng as _;
@@ -76,9 +76,9 @@ struct InFlight {
     phase: Phase,
     acks: BTreeSet<NodeId>,
     /// Store phase: the life each acknowledgement came from (see the crate docs).
-    ack_lives: BTreeMap<NodeId, u64>,
+    ack_lives: BTreeMap<NodeId, Life>,
     /// Store phase: the lives each counted acknowledgement reported for the other replicas.
-    ack_reports: BTreeMap<NodeId, BTreeMap<NodeId, u64>>,
+    ack_reports: BTreeMap<NodeId, BTreeMap<NodeId, Life>>,
     best: Versioned,
     stored: Versioned,
     /// Message rounds sent so far (phases plus retransmissions).
@@ -235,13 +235,14 @@ impl Process for Client {
             RegisterMsg::StoreAck { op, key, life, lives } if op == f.op && key == f.key && f.phase == Phase::Store => {
                 // Counted acknowledgements must agree on each other's lives (crate docs,
                 // "Lives"): one whose life another reports otherwise may come from a life that
-                // has ended, and that replica may have forgotten the store. Lives have no
-                // order, so the two that disagree are both dropped and asked again; their new
-                // answers settle it. (Checked both ways: an old life's acknowledgement arriving
+                // has ended, and that replica may have forgotten the store. The two that
+                // disagree are both dropped and asked again (either may be the stale one: an
+                // ack of an ended life, or a report made before the peer learned the new
+                // life); their new answers settle it. (Checked both ways: an old life's acknowledgement arriving
                 // after the report of its end was counted; and a stale report kept for the
                 // phase voided every acknowledgement of the current life: two reviews'
                 // schedules.)
-                let report: BTreeMap<NodeId, u64> = lives.into_iter().collect();
+                let report: BTreeMap<NodeId, Life> = lives.into_iter().collect();
                 let disagree: Vec<NodeId> = f
                     .acks
                     .iter()

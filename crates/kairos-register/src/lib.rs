@@ -27,19 +27,33 @@
 //! replica gave in its previous life, then reach another replica only after that one answered
 //! the recovery: it completes with a majority of acknowledgements of which one is forgotten
 //! (campaign seeds 29551 and 48604: the write was then held by one replica of three). So a
-//! replica's recovery starts a new *life* (its recovery nonce, kept on its disk), every
-//! acknowledgement of a store names the life that gave it, and a replica that answers another's
-//! recovery records that replica's new life (durably, before it answers) and reports it with
-//! its own acknowledgements. A client counts only acknowledgements that agree on each other's
-//! lives: two that disagree (whichever arrived first) are both dropped, and both replicas
-//! asked again. Take such a write and the replica `a` that acknowledged
-//! it before forgetting: the rest of its majority and `a`'s recovery majority share a replica
-//! `b`; if `b` acknowledged before it answered `a`, its answer carried the write; if after,
-//! its acknowledgement reports `a`'s new life and the client no longer counts `a`'s old one.
-//! Liveness needs the replicas to agree in the end: a recovered replica keeps sending its
-//! recovery request (same nonce) to the peers that have not answered it, and a replica
-//! restarted with its disk announces its life to every peer again the same way, so that a peer
-//! that missed the recovery stops reporting the ended life.
+//! replica's recovery starts a new *life* ([`Life`], kept on its disk), every acknowledgement
+//! of a store names the life that gave it, and a replica that answers another's recovery
+//! records that replica's new life (durably, before it answers) and reports it with its own
+//! acknowledgements. A client counts only acknowledgements that agree on each other's lives:
+//! two that disagree (whichever arrived first) are both dropped, and both replicas asked
+//! again. Take such a write and the replica `a` that acknowledged it before forgetting: the
+//! rest of its majority and `a`'s recovery majority share a replica `b`; if `b` acknowledged
+//! before it answered `a`, its answer carried the write; if after, its acknowledgement reports
+//! `a`'s new life and the client no longer counts `a`'s old one.
+//!
+//! That last step needs `b` never to go back to an ended life of `a`, whatever arrives late:
+//! lives are ordered, and a replica records a life only if it is newer than the one it holds.
+//! (With unordered random lives, a delayed request of `a`'s earlier recovery reached a replica
+//! after `a`'s next one and made it report the ended life again: a write completed with two
+//! holders of five, a review's schedule.) A recovery is numbered in a first round: each peer
+//! tells the newest life of `a` it knows of, and once a majority has answered, `a` numbers
+//! its life one epoch above the highest (every earlier recovery that completed told a majority
+//! of the peers, and two majorities of them meet), then asks for the state in a second round.
+//! A peer that knows a life numbered alike — of an earlier recovery that did not complete —
+//! refuses the new one, and `a` numbers itself above it and asks again. A recovering replica
+//! also takes the other replicas' lives from the states it adopts, so that a replica that lost
+//! its disk still refuses their ended lives.
+//!
+//! Liveness needs the replicas to agree in the end: a recovered replica keeps telling the
+//! peers that have not answered its recovery its life (without asking for their state), and a
+//! replica restarted with its disk tells every peer again the same way, so that a peer that
+//! missed the recovery stops reporting the ended life.
 
 mod client;
 mod replica;
@@ -87,19 +101,43 @@ pub enum RegisterMsg {
     StoreAck {
         op: u64,
         key: u64,
-        life: u64,
-        lives: Vec<(kairos_core::NodeId, u64)>,
+        life: Life,
+        lives: Vec<(kairos_core::NodeId, Life)>,
     },
-    /// A recovering replica asks a peer for its whole state. `nonce` is drawn per recovery and
-    /// echoed: a replayed reply to an earlier recovery (of an older incarnation, say the first
-    /// start, when every state was empty) is not counted.
+    /// A recovery's first round: the newest life of the asker that the peer knows of, so that
+    /// the new life is numbered above every earlier one. `nonce` is drawn per recovery and
+    /// echoed.
+    LifeQuery {
+        nonce: u64,
+    },
+    LifeReply {
+        nonce: u64,
+        known: Life,
+    },
+    /// A recovery's second round (`want_state`), or the announcement of a recovered replica's
+    /// life to a peer that missed it (after a restart with the disk, say): the peer records
+    /// `life` unless it knows a newer one, and answers with its whole state if asked.
     RecoverRequest {
-        nonce: u64,
+        life: Life,
+        want_state: bool,
     },
+    /// `known`: the asker's life as the peer now records it (newer than `life` when the peer
+    /// refused it); `entries` and `lives` (the peer's store and its record of every replica's
+    /// life) only when the state was asked for.
     RecoverReply {
-        nonce: u64,
+        life: Life,
+        known: Life,
         entries: Vec<(u64, Versioned)>,
+        lives: Vec<(kairos_core::NodeId, Life)>,
     },
+}
+
+/// A replica's life: what the recovery that gave it its state was numbered (crate docs,
+/// "Lives"). Ordered by `epoch`, then by `nonce` (random, drawn per recovery).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Life {
+    pub epoch: u64,
+    pub nonce: u64,
 }
 
 /// Majority of `n` replicas.

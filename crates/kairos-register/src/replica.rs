@@ -1,4 +1,4 @@
-use crate::{majority, RegisterMsg, Tag, Versioned};
+use crate::{majority, Life, RegisterMsg, Tag, Versioned};
 use kairos_core::{Ctx, NodeId, Process, Stored, Timer, TimerId};
 use rand::Rng as _;
 use std::collections::{BTreeMap, BTreeSet};
@@ -7,7 +7,8 @@ use std::time::Duration;
 kairos_core::timers! {
     /// A replica's timers.
     enum ReplicaTimer {
-        /// Recovering: ask the replicas that have not answered again.
+        /// Ask the peers that have not answered the current round (recovery, or the
+        /// announcement of this replica's life) again.
         RecoveryRetry = 1,
     }
 }
@@ -15,20 +16,30 @@ kairos_core::timers! {
 pub const RECOVERY_KEYS_MAX: usize = 65_536;
 /// After this many stored records the replica persists a snapshot of its whole store instead.
 const RECORDS_PER_SNAPSHOT: u64 = 4_096;
-/// Recovery nonces remembered per peer, so that a replayed request of an earlier recovery is
-/// not taken for a new life.
-const NONCES_KEPT: usize = 64;
+/// The first 8 bytes of a snapshot: the layout of what follows. postcard is not
+/// self-describing, so a snapshot of another layout could decode into wrong fields rather than
+/// fail; one without this tag leaves the replica amnesiac (it recovers from the others).
+const SNAPSHOT_FORMAT: [u8; 8] = *b"KREG0003";
 
-/// What a snapshot holds: the replica's life, the other replicas' lives as it learned them
-/// and the recovery nonces they sent (so that a replayed request of an earlier recovery is
-/// not taken for a new life after a restart either: a review's schedule), and its whole
-/// store (records after it hold single keys).
+/// What a snapshot holds: the replica's life, the other replicas' lives as it learned them,
+/// and its whole store (records after it hold single keys).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Snapshot {
-    life: u64,
-    lives: Vec<(NodeId, u64)>,
-    nonces_seen: Vec<(NodeId, Vec<u64>)>,
+    life: Life,
+    lives: Vec<(NodeId, Life)>,
     store: Vec<(u64, Versioned)>,
+}
+
+/// Where this replica's recovery (or the announcement of its life) stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Round {
+    /// Serving, every peer told of its life.
+    Idle,
+    /// Recovering, first round: the newest life of this replica each peer knows of.
+    Numbering { nonce: u64, known: BTreeMap<NodeId, Life> },
+    /// Recovering, second round (`want_state`), or recovered and announcing its life to the
+    /// peers that have not answered yet.
+    Telling { life: Life, want_state: bool, answered: BTreeSet<NodeId> },
 }
 
 /// Holds the highest-tagged value of every key; serves queries and stores once recovered.
@@ -38,9 +49,7 @@ pub struct Replica {
     replica_count: usize,
     store: BTreeMap<u64, Versioned>,
     recovered: bool,
-    recovery_replies: BTreeSet<NodeId>,
-    /// This recovery's nonce (drawn when it starts).
-    recovery_nonce: Option<u64>,
+    round: Round,
     retry: Duration,
     /// Records persisted since the last snapshot.
     records_since_snapshot: u64,
@@ -53,12 +62,11 @@ pub struct Replica {
     just_recovered: bool,
     /// Test-only: a completed recovery does not persist what it adopted ([`Self::unpersisted_recovery_unsafe`]).
     unpersisted_recovery: bool,
-    /// This replica's life: the nonce of the recovery that gave it its state (crate docs).
-    life: u64,
-    /// Each other replica's life, as learned when answering its recovery.
-    lives: BTreeMap<NodeId, u64>,
-    /// The recovery nonces each other replica sent, latest last (at most [`NONCES_KEPT`]).
-    nonces_seen: BTreeMap<NodeId, std::collections::VecDeque<u64>>,
+    /// This replica's life: the number of the recovery that gave it its state (crate docs).
+    life: Life,
+    /// Each other replica's newest life this one learned (when answering its recovery or
+    /// announcement, or from a peer's state): it only grows.
+    lives: BTreeMap<NodeId, Life>,
 }
 
 impl Replica {
@@ -70,17 +78,15 @@ impl Replica {
             replica_count: replicas.len(),
             store: BTreeMap::new(),
             recovered: replicas.len() <= 1,
-            recovery_replies: BTreeSet::new(),
-            recovery_nonce: None,
+            round: Round::Idle,
             retry: Duration::from_millis(500),
             records_since_snapshot: 0,
             durable: BTreeMap::new(),
             changed: Vec::new(),
             just_recovered: false,
             unpersisted_recovery: false,
-            life: 0,
+            life: Life::default(),
             lives: BTreeMap::new(),
-            nonces_seen: BTreeMap::new(),
         }
     }
 
@@ -103,6 +109,11 @@ impl Replica {
 
     pub fn is_recovered(&self) -> bool {
         self.recovered
+    }
+
+    /// This replica's life (crate docs, "Lives").
+    pub fn life(&self) -> Life {
+        self.life
     }
 
     pub fn get(&self, key: u64) -> Versioned {
@@ -139,22 +150,147 @@ impl Replica {
         let snapshot = Snapshot {
             life: self.life,
             lives: self.lives.iter().map(|(n, l)| (*n, *l)).collect(),
-            nonces_seen: self.nonces_seen.iter().map(|(n, seen)| (*n, seen.iter().copied().collect())).collect(),
             store: self.store.iter().map(|(k, v)| (*k, *v)).collect(),
         };
-        let Ok(bytes) = postcard::to_allocvec(&snapshot) else { return false };
+        let Ok(bytes) = postcard::to_extend(&snapshot, SNAPSHOT_FORMAT.to_vec()) else { return false };
         ctx.persist_snapshot(bytes);
         self.records_since_snapshot = 0;
         self.durable = self.store.iter().map(|(k, v)| (*k, v.tag)).collect();
         true
     }
 
-    fn ask_for_recovery(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
-        let nonce = *self.recovery_nonce.get_or_insert_with(|| ctx.rng().random());
-        let missing = self.peers.iter().copied().filter(|p| !self.recovery_replies.contains(p));
-        ctx.send_all(missing, &RegisterMsg::RecoverRequest { nonce });
+    /// Records `life` for peer `from` if it is newer than what this replica knows (durably
+    /// before any answer leaves, once recovered: a restart must still report it). Returns the
+    /// life recorded for `from` afterwards.
+    fn learn_life(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, life: Life) -> Life {
+        let known = self.lives.entry(from).or_default();
+        if life > *known {
+            *known = life;
+            if self.recovered {
+                self.persist_store(ctx);
+            }
+        }
+        self.lives.get(&from).copied().unwrap_or_default()
+    }
+
+    /// Starts a recovery: its first round asks every peer for the newest life of this replica
+    /// it knows of.
+    fn start_recovery(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        let nonce = ctx.rng().random();
+        self.round = Round::Numbering { nonce, known: BTreeMap::new() };
+        self.send_round(ctx);
+    }
+
+    /// Tells every peer of `life` (a recovery's second round when `want_state`).
+    fn tell(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, life: Life, want_state: bool) {
+        self.round = Round::Telling { life, want_state, answered: BTreeSet::new() };
+        self.send_round(ctx);
+    }
+
+    /// (Re)sends the current round to the peers that have not answered it, and arms the retry.
+    fn send_round(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
+        match &self.round {
+            Round::Idle => return,
+            Round::Numbering { nonce, known } => {
+                let missing = self.peers.iter().copied().filter(|p| !known.contains_key(p));
+                ctx.send_all(missing, &RegisterMsg::LifeQuery { nonce: *nonce });
+            }
+            Round::Telling { life, want_state, answered } => {
+                let missing = self.peers.iter().copied().filter(|p| !answered.contains(p));
+                ctx.send_all(missing, &RegisterMsg::RecoverRequest { life: *life, want_state: *want_state });
+            }
+        }
         ctx.set_timer(ReplicaTimer::RecoveryRetry, self.retry);
     }
+
+    /// A peer's answer to the first round of a recovery.
+    fn on_life_reply(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, nonce: u64, life: Life) {
+        let needed = majority(self.replica_count - 1);
+        let Round::Numbering { nonce: mine, known } = &mut self.round else { return };
+        if *mine != nonce {
+            return;
+        }
+        known.insert(from, life);
+        if known.len() >= needed {
+            // Above every life a majority of the peers knows of: every earlier recovery that
+            // completed told a majority of them (crate docs, "Lives").
+            let epoch = known.values().map(|l| l.epoch).max().unwrap_or(0) + 1;
+            self.tell(ctx, Life { epoch, nonce }, true);
+        }
+    }
+
+    /// A peer's answer to the second round of a recovery, or to an announcement.
+    fn on_recover_reply(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, reply: RecoverReplyParts) {
+        let RecoverReplyParts { life, known, entries, lives } = reply;
+        let Round::Telling { life: mine, want_state, answered } = &mut self.round else { return };
+        if *mine != life {
+            ctx.metric("register.ignored_recovery_replies", 1);
+            return;
+        }
+        let want_state = *want_state;
+        if known > life {
+            // The peer knows a newer life of this replica: one of an earlier recovery that did
+            // not complete, numbered alike. Number this one above it and tell every peer again
+            // (a recovered replica keeps its state; acknowledgements of its previous number are
+            // then dropped by clients, which costs only a retry).
+            let life = Life { epoch: known.epoch + 1, nonce: life.nonce };
+            ctx.metric("register.lives_renumbered", 1);
+            if self.recovered {
+                self.life = life;
+                self.persist_store(ctx);
+            }
+            return self.tell(ctx, life, want_state);
+        }
+        answered.insert(from);
+        let answered_count = answered.len();
+        if self.recovered {
+            if answered_count == self.peers.len() {
+                self.round = Round::Idle;
+                ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
+            }
+            return;
+        }
+        // Nothing is persisted before recovery completes: a disk holding part of a recovery
+        // would look whole to a restart, which serves at once.
+        for (key, state) in entries {
+            self.adopt(key, state);
+        }
+        for (node, l) in lives {
+            if node != self.me && self.peers.contains(&node) {
+                let known = self.lives.entry(node).or_default();
+                *known = (*known).max(l);
+            }
+        }
+        if answered_count >= majority(self.replica_count - 1) {
+            self.life = life;
+            if !self.unpersisted_recovery {
+                self.persist_store(ctx);
+            }
+            self.recovered = true;
+            self.just_recovered = true;
+            ctx.metric("register.recoveries", 1);
+            // The peers that did not answer may still hold an ended life of this replica, and
+            // their acknowledgements would disagree with its own forever (clients count only
+            // acknowledgements that agree): the round goes on, without state, until each has
+            // answered (a review's schedule, five replicas of which one missed the recovery
+            // and two were down).
+            if let Round::Telling { want_state, .. } = &mut self.round {
+                *want_state = false;
+            }
+            if answered_count == self.peers.len() {
+                self.round = Round::Idle;
+                ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
+            }
+        }
+    }
+}
+
+/// A [`RegisterMsg::RecoverReply`]'s fields.
+struct RecoverReplyParts {
+    life: Life,
+    known: Life,
+    entries: Vec<(u64, Versioned)>,
+    lives: Vec<(NodeId, Life)>,
 }
 
 impl Process for Replica {
@@ -162,73 +298,44 @@ impl Process for Replica {
 
     fn on_start(&mut self, ctx: &mut Ctx<'_, RegisterMsg>) {
         if !self.recovered {
-            self.ask_for_recovery(ctx);
-        } else if self.life != 0 {
+            self.start_recovery(ctx);
+        } else if self.life != Life::default() {
             // Restarted with its disk: the peers that missed its recovery (before the crash
             // or while it was down) may still hold an ended life of this replica, so it
-            // announces its life again, with the nonce that gave it, until each peer has
-            // answered. A peer that recorded it already only answers.
-            self.recovery_nonce = Some(self.life);
-            self.recovery_replies.clear();
-            self.ask_for_recovery(ctx);
+            // announces its life again until each peer has answered.
+            self.tell(ctx, self.life, false);
         }
     }
 
     fn on_message(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, msg: RegisterMsg) {
         self.changed.clear();
         self.just_recovered = false;
+        let peer = self.peers.contains(&from);
         match msg {
-            RegisterMsg::RecoverRequest { nonce } => {
-                // Only peers' lives are kept (a stranger's requests are answered, not recorded).
-                let seen = self.peers.contains(&from).then(|| self.nonces_seen.entry(from).or_default());
-                if let Some(seen) = seen.filter(|seen| !seen.contains(&nonce)) {
-                    // A new recovery of `from`: its acknowledgements of earlier lives are void.
-                    // Durable before the answer leaves (a restart must still report it).
-                    if seen.len() >= NONCES_KEPT {
-                        seen.pop_front();
-                    }
-                    seen.push_back(nonce);
-                    self.lives.insert(from, nonce);
-                    if self.recovered {
-                        self.persist_store(ctx);
-                    }
-                }
-                let entries: Vec<_> = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
-                ctx.send(from, RegisterMsg::RecoverReply { nonce, entries });
+            RegisterMsg::LifeQuery { nonce } => {
+                let known = self.lives.get(&from).copied().unwrap_or_default();
+                ctx.send(from, RegisterMsg::LifeReply { nonce, known });
             }
-            RegisterMsg::RecoverReply { nonce, entries } => {
-                if self.recovered && self.peers.contains(&from) && self.recovery_nonce == Some(nonce) {
-                    // A peer that missed the recovery has now recorded this life (below).
-                    self.recovery_replies.insert(from);
-                    return;
-                }
-                if self.recovered || !self.peers.contains(&from) || self.recovery_nonce != Some(nonce) {
-                    ctx.metric("register.ignored_recovery_replies", 1);
-                    return;
-                }
-                // Nothing is persisted before recovery completes: a disk holding part of a
-                // recovery would look whole to a restart, which serves at once.
-                for (key, state) in entries {
-                    self.adopt(key, state);
-                }
-                self.recovery_replies.insert(from);
-                if self.recovery_replies.len() >= majority(self.replica_count - 1) {
-                    self.life = nonce;
-                    if !self.unpersisted_recovery {
-                        self.persist_store(ctx);
-                    }
-                    self.recovered = true;
-                    self.just_recovered = true;
-                    ctx.metric("register.recoveries", 1);
-                    // The peers that did not answer still hold this replica's ended life, and
-                    // their acknowledgements would disagree with its own forever (the client
-                    // counts only acknowledgements that agree): it keeps telling them, on the
-                    // retry timer, until each has answered (a review's schedule, five replicas
-                    // of which one missed the recovery and two were down).
-                    if self.recovery_replies.len() == self.peers.len() {
-                        ctx.cancel_timer(ReplicaTimer::RecoveryRetry);
-                    }
-                }
+            RegisterMsg::LifeReply { nonce, known } if peer => self.on_life_reply(ctx, from, nonce, known),
+            RegisterMsg::RecoverRequest { life, want_state } => {
+                // Only peers' lives are kept (a stranger's requests are answered, not
+                // recorded). A life older than the one recorded is refused: it is an ended
+                // one (a delayed or replayed request), or a recovery that lost the numbering
+                // to another, which then numbers itself anew.
+                let known = if peer { self.learn_life(ctx, from, life) } else { life };
+                let (entries, lives) = if want_state && known == life {
+                    let entries = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
+                    (entries, self.lives.iter().map(|(n, l)| (*n, *l)).collect())
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                ctx.send(from, RegisterMsg::RecoverReply { life, known, entries, lives });
+            }
+            RegisterMsg::RecoverReply { life, known, entries, lives } if peer => {
+                self.on_recover_reply(ctx, from, RecoverReplyParts { life, known, entries, lives })
+            }
+            RegisterMsg::LifeReply { .. } | RegisterMsg::RecoverReply { .. } => {
+                ctx.metric("register.ignored_recovery_replies", 1)
             }
             _ if !self.recovered => ctx.metric("register.ignored_while_recovering", 1),
             RegisterMsg::Query { op, key } => {
@@ -248,10 +355,8 @@ impl Process for Replica {
     fn on_timer(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, timer: TimerId) {
         self.changed.clear();
         self.just_recovered = false;
-        if ReplicaTimer::from_id(timer) == Some(ReplicaTimer::RecoveryRetry)
-            && (!self.recovered || self.recovery_replies.len() < self.peers.len())
-        {
-            self.ask_for_recovery(ctx);
+        if ReplicaTimer::from_id(timer) == Some(ReplicaTimer::RecoveryRetry) {
+            self.send_round(ctx);
         }
     }
 
@@ -262,17 +367,20 @@ impl Process for Replica {
     fn on_recover(&mut self, stored: &Stored) {
         // A replica of a replicated register writes its first snapshot when its recovery
         // completes, so only a lone replica's disk can hold records without one (life 0). A
-        // snapshot that does not decode (one written before lives existed, say) leaves it
-        // amnesiac.
-        let empty = Snapshot { life: 0, lives: Vec::new(), nonces_seen: Vec::new(), store: Vec::new() };
-        let snapshot = stored.snapshot.as_deref().map_or(Ok(empty), postcard::from_bytes::<Snapshot>);
+        // snapshot that does not decode (one of an older layout, say) leaves it amnesiac.
+        let snapshot = match stored.snapshot.as_deref() {
+            None => Ok(Snapshot { life: Life::default(), lives: Vec::new(), store: Vec::new() }),
+            Some(bytes) => match bytes.strip_prefix(&SNAPSHOT_FORMAT) {
+                Some(body) => postcard::from_bytes::<Snapshot>(body),
+                None => Err(postcard::Error::DeserializeBadEncoding),
+            },
+        };
         let Ok(snapshot) = snapshot else { return };
         let records: Result<Vec<(u64, Versioned)>, _> =
             stored.records.iter().map(|r| postcard::from_bytes(r)).collect();
         let Ok(records) = records else { return };
         self.life = snapshot.life;
         self.lives = snapshot.lives.into_iter().collect();
-        self.nonces_seen = snapshot.nonces_seen.into_iter().map(|(n, seen)| (n, seen.into_iter().collect())).collect();
         for (key, state) in snapshot.store.into_iter().chain(records) {
             self.adopt(key, state);
         }
@@ -286,7 +394,7 @@ impl Process for Replica {
     /// was handed to the disk, and all of them after the handler that completed recovery (so a
     /// restart with the disk serves nothing older than what this replica answered or counted
     /// toward a majority); recovery ends exactly when a majority of the other replicas has
-    /// answered.
+    /// answered its second round, and a recovered replica asks nobody for state.
     fn invariants(&self) -> Result<(), String> {
         let keys: Vec<u64> = match (self.recovered, self.just_recovered) {
             (false, _) => Vec::new(),
@@ -303,16 +411,20 @@ impl Process for Replica {
                 ));
             }
         }
-        if let Some(stranger) = self.recovery_replies.iter().find(|r| !self.peers.contains(r)) {
-            return Err(format!("replica {}: a recovery reply counted from {stranger}, not a peer", self.me));
-        }
+        let (answered, state_round) = match &self.round {
+            Round::Telling { answered, want_state, .. } => (answered.len(), *want_state),
+            Round::Numbering { known, .. } => (known.len(), false),
+            Round::Idle => (0, false),
+        };
         let needed = majority(self.replica_count - 1);
-        if !self.recovered && self.recovery_replies.len() >= needed {
+        if !self.recovered && state_round && answered >= needed {
             return Err(format!(
-                "replica {}: {} recovery replies (a majority is {needed}) but still recovering",
-                self.me,
-                self.recovery_replies.len()
+                "replica {}: {answered} recovery replies (a majority is {needed}) but still recovering",
+                self.me
             ));
+        }
+        if self.recovered && state_round {
+            return Err(format!("replica {}: recovered, but still asking its peers for their state", self.me));
         }
         Ok(())
     }

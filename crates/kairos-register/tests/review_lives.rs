@@ -3,6 +3,11 @@
 //! replica had seen were not on its disk); and a replica that missed another's recovery
 //! reported its ended life forever, so that, with the client counting only acknowledgements
 //! that agree, no write completed while two of five replicas were down.
+//!
+//! And from the review of those fixes (2026-12-08): with unordered lives, a delayed request of
+//! an ended life made a peer report it again (a write completed with two holders of five, and
+//! then no write completed at all); and a restarted replica's announcement was answered with
+//! every peer's whole store.
 
 mod common;
 
@@ -144,4 +149,129 @@ fn a_replica_restarted_with_its_disk_still_tells_the_peers_that_missed_its_recov
         round = msgs(W, w.advance(Duration::from_secs(61)));
     }
     assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
+}
+
+fn is_recover_request(m: &Msg) -> bool {
+    matches!(m.2, RegisterMsg::RecoverRequest { .. })
+}
+
+/// From the review of that fix (2026-12-08): lives were unordered random nonces, and a peer
+/// took any nonce it had not seen for a *new* life. Five replicas: A loses its disk and
+/// recovers life n1 (E misses it); A restarts with its disk and announces n1, the copy to E
+/// delayed. A acknowledges a write W's store in life n1, then loses its disk again and recovers
+/// n2 from C, D and E (none holds W). The delayed announcement of n1 reaches E, which took it
+/// for A's newest life; W's stores reach B (which missed n2) and E, and the acks of A (n1), B
+/// and E agreed: W completed with two holders of five. Now lives are ordered (epoch, nonce) and
+/// E refuses the older one. (The same came from a delayed first request of a recovery, before
+/// any announcement existed.)
+#[test]
+fn a_delayed_announcement_of_an_ended_life_is_refused() {
+    let reps = vec![A, B, C, D, E];
+    let (mut hs, _) = boot(&reps);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
+    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    let n1 = hs[A.index()].role().life();
+
+    let announce = msgs(A, hs[A.index()].restart(Replica::new(A, &reps)));
+    let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().expect("A announces to E");
+    let mut q: VecDeque<Msg> = announce.into_iter().filter(|m| m.1 != E).collect();
+    drain(&mut hs, &mut q);
+
+    let mut w = writer(&reps);
+    let stores = query_round(&mut w, &mut hs, &reps);
+    assert_eq!(stores.len(), 5);
+    let store_for = |r: NodeId| stores.iter().find(|(_, to, _)| *to == r).unwrap().2.clone();
+    let a_ack = msgs(A, hs[A.index()].deliver(W, store_for(A))).pop().unwrap().2;
+    let _ = w.deliver(A, a_ack);
+
+    // A loses its disk again and recovers from C, D and E (B's messages are lost).
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 2_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(from, to, _)| *to != B && *from != B);
+    assert!(hs[A.index()].role().is_recovered(), "A recovered from C, D and E");
+    assert!(hs[A.index()].role().life() > n1, "the new life is numbered above the ended one");
+    assert_eq!(hs[A.index()].role().get(0).value, None, "none of C, D, E held W's value");
+
+    let _ = hs[E.index()].deliver(A, delayed.2);
+    for r in [B, E] {
+        for (_, _, ack) in msgs(r, hs[r.index()].deliver(W, store_for(r))) {
+            let _ = w.deliver(r, ack);
+        }
+    }
+    let holders = reps.iter().filter(|r| hs[r.index()].role().get(0).value.is_some()).count();
+    assert!(
+        w.role().last_ok().is_none() || holders >= 3,
+        "W completed (acks of A's ended life, B and E) with {holders} holders of 5"
+    );
+}
+
+/// The same schedule as a liveness failure: once E recorded the ended life again, A's
+/// announcements of its new life were "already seen" at E, and with B and C down for good
+/// A's and E's acks disagreed forever.
+#[test]
+fn a_delayed_announcement_does_not_block_writes_forever() {
+    let reps = vec![A, B, C, D, E];
+    let (mut hs, _) = boot(&reps);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
+    let announce = msgs(A, hs[A.index()].restart(Replica::new(A, &reps)));
+    let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().unwrap();
+    let mut q: VecDeque<Msg> = announce.into_iter().filter(|m| m.1 != E).collect();
+    drain(&mut hs, &mut q);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 2_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain(&mut hs, &mut q);
+    assert!(hs[A.index()].role().is_recovered());
+    let _ = hs[E.index()].deliver(A, delayed.2);
+
+    let up = [A, D, E];
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
+    let mut w = writer(&reps);
+    let mut round = query_round(&mut w, &mut hs, &up);
+    for _ in 0..50 {
+        for (_, to, m) in round.drain(..) {
+            if up.contains(&to) {
+                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                    let _ = w.deliver(to, ack);
+                }
+            }
+        }
+        if w.role().last_ok().is_some() {
+            break;
+        }
+        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
+        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
+        round = msgs(W, w.advance(Duration::from_secs(61)));
+    }
+    assert!(w.role().last_ok().is_some(), "50 rounds: E reports A's ended life forever; no write completes");
+}
+
+/// A replica restarted with its disk tells its peers its life without asking for their state
+/// (each reply used to carry the peer's whole store, up to 65,536 keys, all discarded).
+#[test]
+fn an_announcement_is_not_answered_with_the_whole_store() {
+    let reps = vec![A, B, C, D, E];
+    let (mut hs, _) = boot(&reps);
+    for key in 0..2_000u64 {
+        let state = kairos_register::Versioned { tag: kairos_register::Tag { ts: 1, writer: 9 }, value: Some(key) };
+        for r in &reps {
+            let _ = hs[r.index()].deliver(W, RegisterMsg::Store { op: key, key, state });
+        }
+    }
+    let q = msgs(A, hs[A.index()].restart(Replica::new(A, &reps)));
+    assert!(hs[A.index()].role().is_recovered());
+    assert_eq!(q.len(), 4, "A tells its four peers: {q:?}");
+    let mut entries = 0;
+    for (from, to, m) in q {
+        for (_, _, reply) in msgs(to, hs[to.index()].deliver(from, m)) {
+            if let RegisterMsg::RecoverReply { entries: e, .. } = reply {
+                entries += e.len();
+            }
+        }
+    }
+    assert_eq!(entries, 0, "a restart with the disk pulled {entries} store entries over the network");
 }

@@ -36,7 +36,7 @@ pub fn drain(hs: &mut [RoleHarness<Replica>], q: &mut VecDeque<Msg>) {
 }
 
 /// `replicas` (node ids 0..n), started and recovered from one another's empty states; also
-/// returns the messages of the first start (for schedules that replay them).
+/// returns every message of the first start (for schedules that replay them).
 pub fn boot(replicas: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Vec<Msg>) {
     let mut hs: Vec<RoleHarness<Replica>> =
         replicas.iter().map(|&me| RoleHarness::new(me, Replica::new(me, replicas), u64::from(me.0))).collect();
@@ -44,10 +44,15 @@ pub fn boot(replicas: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Vec<Msg>) {
     for (i, h) in hs.iter_mut().enumerate() {
         q.extend(msgs(NodeId(i as u32), h.start()));
     }
-    let first = q.iter().cloned().collect();
-    drain(&mut hs, &mut q);
+    let mut all = Vec::new();
+    while let Some(m) = q.pop_front() {
+        all.push(m.clone());
+        let (from, to, msg) = m;
+        let out = hs[to.index()].deliver(from, msg);
+        q.extend(msgs(to, out));
+    }
     assert!(hs.iter().all(|h| h.role().is_recovered()));
-    (hs, first)
+    (hs, all)
 }
 
 /// A client at node `me` that runs one operation on key 0 (a write when `write`, else a read),
