@@ -420,6 +420,11 @@ pub struct Client {
     /// SWARM-KV: the slots on which one of this client's operations reported a deletion (it
     /// writes nothing there again: [`crate::safe_guess`], rule 6).
     pub(crate) deleted_slots: BTreeSet<u64>,
+    /// SWARM-KV: the slots on which one of this client's operations completed with a definite
+    /// outcome (a value, or `Deleted`). Until then its tuples there carry [`meta::REWRITE`],
+    /// so that read rule c does not take them for evidence about an earlier instance's
+    /// operations ([`crate::safe_guess`], rule 6).
+    pub(crate) settled_slots: BTreeSet<u64>,
 }
 
 impl Client {
@@ -445,6 +450,7 @@ impl Client {
             fusee_seen: BTreeMap::new(),
             rtt_floor: RttFloor::default(),
             deleted_slots: BTreeSet::new(),
+            settled_slots: BTreeSet::new(),
         }
     }
 
@@ -734,8 +740,17 @@ impl Client {
             return;
         }
         op.done = true;
-        if let (Err(KvError::Deleted), Some(slot), Protocol::SwarmKv) = (&result, op.slot, self.cfg.protocol) {
-            self.deleted_slots.insert(slot);
+        if let (Some(slot), Protocol::SwarmKv) = (op.slot, self.cfg.protocol) {
+            match &result {
+                Ok(_) => {
+                    self.settled_slots.insert(slot);
+                }
+                Err(KvError::Deleted) => {
+                    self.settled_slots.insert(slot);
+                    self.deleted_slots.insert(slot);
+                }
+                Err(_) => {}
+            }
         }
         if let Some(buf) = op.buf.take() {
             match (&result, op.slot) {

@@ -63,7 +63,13 @@
 //!    is final: its later writes report `Deleted` at once). Before, its next update landed
 //!    where the deletion had not, and a read that saw it there returned `x0`, the value of a
 //!    write that reported `Deleted` (a review's schedule,
-//!    `a_read_never_returns_an_update_that_reported_deleted`).
+//!    `a_read_never_returns_an_update_that_reported_deleted`). A client restarted with the same
+//!    writer id has forgotten what its earlier instance learned, so until one of its own
+//!    operations on a key has a definite outcome (a value, or `Deleted`), its tuples there
+//!    carry [`meta::REWRITE`] and rule c does not use them: a definite outcome after a
+//!    deletion reached a majority is `Deleted`, so a tuple without the flag follows no
+//!    operation of its writer that reported `Deleted` (the review of that fix:
+//!    `a_restarted_writer_does_not_make_a_read_return_an_update_that_reported_deleted`).
 //!
 //! Without failures a stale write takes at most 5 round trips (write, fetch `M`, give `M` where
 //! it is missing, lock, rewrite); where a majority already holds a tuple above `T`, 3.
@@ -143,6 +149,11 @@ pub(crate) fn prepare_write(c: &mut Client, op: &mut Op, now: LocalTime) -> Resu
     };
     op.buf = Some(buf);
     op.tuple = meta::pack(c.guess_ts(now)?, buf, c.cfg.writer, false);
+    if !op.slot.is_some_and(|slot| c.settled_slots.contains(&slot)) {
+        // This client (instance) has no definite outcome on the key yet: rule 6's last
+        // paragraph.
+        op.tuple |= meta::REWRITE;
+    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use kairos_swarm::client::{ChainTag, Completion, KvClient, KvError, KvOp, OpId, 
 use kairos_swarm::engine::{Client, ClientConfig, Protocol};
 use kairos_swarm::index;
 use kairos_swarm::layout::{Layout, LayoutConfig};
+use kairos_swarm::meta;
 use kairos_swarm::verbs::{MemNodeId, MemoryImage, Verb, VerbError, VerbOutcome};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -1180,4 +1181,70 @@ fn a_read_never_returns_an_update_that_reported_deleted() {
     assert_eq!(wrote_more, 0, "W wrote on the key after its update reported Deleted");
     let second = lab.done.get(&(w, 2)).cloned().expect("W's next update reports at once");
     assert_eq!(second.result, Err(KvError::Deleted), "{second:?}");
+}
+
+/// From the review of that fix (2026-12-08): W's "writes nothing more after `Deleted`" lived
+/// in its memory only. The schedule above up to W's update reporting `Deleted` and its stalled
+/// chains landing on M; then W's process restarts with the same writer id (no memory of the
+/// outcome) and updates again: its tuple X lands on M before the deletion does, and R's chain
+/// to M then saw {P: x0, M: X}: rule c returned x0. Now a client's tuples on a key carry
+/// REWRITE until one of its own operations there has a definite outcome, and rule c skips them.
+#[test]
+fn a_restarted_writer_does_not_make_a_read_return_an_update_that_reported_deleted() {
+    let (w, d, r) = (0, 1, 2);
+    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
+    let p = lab.nodes[0];
+
+    lab.invoke(d, 1, delete());
+    let m = majority_other(&lab, d);
+    let o = *lab.nodes.iter().find(|n| **n != p && **n != m).unwrap();
+    lab.widen(d);
+    assert!(lab.apply(d, o, usize::MAX).is_some(), "D's chain runs whole on O (its reply is lost)");
+    lab.invoke(w, 1, update(b"x0 from W"));
+    assert_eq!(majority_other(&lab, w), m);
+    lab.step(w, p);
+    lab.widen(w);
+    lab.step(w, o);
+    lab.invoke(r, 1, get());
+    assert_eq!(majority_other(&lab, r), m);
+    lab.step(r, p);
+    lab.step(r, m);
+    lab.step(r, p);
+    assert!(lab.queued(r, m) > 0, "R's second iteration waits for M");
+    let first = lab.run(w, 1, &[p, o], 20).expect("W's first update completes on P and O");
+    assert_eq!(first.result, Err(KvError::Deleted), "{first:?}");
+    // W's stalled chains land on M; their replies are lost with W's process.
+    while lab.queued(w, m) > 0 {
+        let _ = lab.apply(w, m, usize::MAX);
+    }
+    let x0_on_m = meta_words_on(&mut lab, m)[w];
+    assert_ne!(x0_on_m, 0, "x0 is on M");
+    let deletion_on_m = |lab: &mut Lab| meta_words_on(lab, m).iter().any(|x| meta::is_deleted(*x));
+    assert!(!deletion_on_m(&mut lab), "the deletion is not on M");
+
+    // W restarts (same writer id, nothing loaded) and updates the key again, its chains on M
+    // and P only, until its tuple X is on M.
+    let layout = lab.clients[w].config().layout.clone();
+    lab.clients[w] = Client::new(ClientConfig::new(Protocol::SwarmKv, w as u32, layout, LocalTime(0)));
+    lab.conns.retain(|(c, _), _| *c != w);
+    lab.idle(w, 1);
+    lab.invoke(w, 2, update(b"X from W"));
+    let mut landed = false;
+    for _ in 0..100 {
+        let Some(&n) = [m, p].iter().find(|n| lab.queued(w, **n) > 0) else {
+            lab.idle(w, 1);
+            continue;
+        };
+        lab.step(w, n);
+        if meta::id(meta_words_on(&mut lab, m)[w]) > meta::id(x0_on_m) {
+            landed = true;
+            break;
+        }
+    }
+    assert!(landed, "the restarted W's tuple X never landed on M");
+    assert!(!deletion_on_m(&mut lab), "the deletion is still not on M");
+
+    lab.step(r, m);
+    let got = lab.run(r, 1, &[p, m], 20).expect("R completes on P and M");
+    assert_ne!(got.result, Ok(Some(b"x0 from W".to_vec())), "R returned the value of an update that reported Deleted");
 }
