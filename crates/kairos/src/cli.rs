@@ -702,7 +702,9 @@ pub struct ServeArgs {
     /// Operations a client node performs before it stops.
     #[arg(long, default_value_t = 100)]
     pub ops: u64,
-    /// Seed of the node's random generator.
+    /// Mixed with the process's start time and id into the seed of the node's random
+    /// generator (printed at start). A restarted node must not repeat its earlier draws: its
+    /// recovery nonces and operation ids tell its replies from those of its previous life.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Keep what the node persists under DIR/node-N (synced before it answers), and recover it

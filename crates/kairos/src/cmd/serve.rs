@@ -86,7 +86,9 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     };
     let replicas = cfg.nodes_with_role("register-replica");
     let causal_members = cfg.nodes_with_role("causal-member");
-    let mut node_opts = NodeOptions::with_seed(args.seed);
+    let seed = start_seed(args.seed);
+    eprintln!("node {node}: random seed {seed}");
+    let mut node_opts = NodeOptions::with_seed(seed);
     // One folder per node, so one --data-dir can hold a whole local cluster.
     node_opts.data_dir = args.data_dir.as_ref().map(|d| d.join(format!("node-{node}")));
     node_opts.rejoin = args.rejoin;
@@ -347,4 +349,30 @@ pub(super) async fn run_until_stopped(
     let shown: Vec<String> = metrics.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
     eprintln!("node {me} stopped; {}", shown.join(" "));
     Ok(())
+}
+
+/// The seed of a node process's generator: `--seed` mixed with the start time and process id.
+/// With `--seed` alone, a node that lost its disk and restarted drew the recovery nonce of its
+/// earlier life again, and a delayed reply to that life then numbered the new one like it (a
+/// review's schedule: a register write completed with one holder of three); a restarted
+/// client repeated its operation ids the same way.
+fn start_seed(seed: u64) -> u64 {
+    #[allow(clippy::disallowed_methods)] // a host, not a protocol: the start time only seeds its generator
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let mut h = seed ^ (nanos as u64).rotate_left(17) ^ u64::from(std::process::id()).rotate_left(41);
+    // splitmix64's finaliser: nearby inputs give unrelated seeds.
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Two starts of a node with the same `--seed` draw from different generators.
+    #[test]
+    fn a_restarted_node_does_not_repeat_its_seed() {
+        let first = super::start_seed(1);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        assert_ne!(first, super::start_seed(1));
+    }
 }
