@@ -15,7 +15,7 @@
 //! that crashes and restarts with its disk recovers it and serves at once. A replica without
 //! a disk — a fresh one, or one whose disk was lost — starts in *recovery*: it answers nothing
 //! but recovery requests until it has adopted the state of a majority of the *other*
-//! replicas, and persists what it adopted only then, as one snapshot (a crash in the middle of
+//! replicas (each state in pages of [`RECOVERY_KEYS_MAX`] keys), and persists what it adopted only then, as one snapshot (a crash in the middle of
 //! a recovery leaves the disk empty, so the restart recovers again instead of serving part of
 //! a state). Any completed write was acked by a majority; the replica that forgot it is one of
 //! them, so the rest of that majority meets every majority of the others. This is safe while
@@ -59,7 +59,7 @@ mod client;
 mod replica;
 
 pub use client::{Client, ClientConfig, ROUND_TRIP_METRICS};
-pub use replica::Replica;
+pub use replica::{Replica, RECOVERY_KEYS_MAX};
 
 use serde::{Deserialize, Serialize};
 
@@ -117,18 +117,23 @@ pub enum RegisterMsg {
     /// A recovery's second round (`want_state`), or the announcement of a recovered replica's
     /// life to a peer that missed it (after a restart with the disk, say): the peer records
     /// `life` unless it knows a newer one, and answers with its whole state if asked.
+    /// The state travels in pages of at most [`RECOVERY_KEYS_MAX`] keys: `after` asks for the
+    /// keys above it.
     RecoverRequest {
         life: Life,
         want_state: bool,
+        after: Option<u64>,
     },
     /// `known`: the asker's life as the peer now records it (newer than `life` when the peer
-    /// refused it); `entries` and `lives` (the peer's store and its record of every replica's
-    /// life) only when the state was asked for.
+    /// refused it); `entries` and `lives` (a page of the peer's store, and its record of every
+    /// replica's life) only when the state was asked for; `more`: the store goes on past the
+    /// page's last key.
     RecoverReply {
         life: Life,
         known: Life,
         entries: Vec<(u64, Versioned)>,
         lives: Vec<(kairos_core::NodeId, Life)>,
+        more: bool,
     },
 }
 

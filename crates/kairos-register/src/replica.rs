@@ -12,7 +12,8 @@ kairos_core::timers! {
         RecoveryRetry = 1,
     }
 }
-/// At most this many keys travel in one recovery reply (a limit on message size).
+/// At most this many keys travel in one recovery reply (a limit on message size); a larger
+/// store travels in several.
 pub const RECOVERY_KEYS_MAX: usize = 65_536;
 /// After this many stored records the replica persists a snapshot of its whole store instead.
 const RECORDS_PER_SNAPSHOT: u64 = 4_096;
@@ -38,8 +39,9 @@ enum Round {
     /// Recovering, first round: the newest life of this replica each peer knows of.
     Numbering { nonce: u64, known: BTreeMap<NodeId, Life> },
     /// Recovering, second round (`want_state`), or recovered and announcing its life to the
-    /// peers that have not answered yet.
-    Telling { life: Life, want_state: bool, answered: BTreeSet<NodeId> },
+    /// peers that have not answered yet. `pages`: per peer, the last key of the pages of its
+    /// state received so far (a peer has answered once its last page is in).
+    Telling { life: Life, want_state: bool, answered: BTreeSet<NodeId>, pages: BTreeMap<NodeId, u64> },
 }
 
 /// Holds the highest-tagged value of every key; serves queries and stores once recovered.
@@ -183,7 +185,7 @@ impl Replica {
 
     /// Tells every peer of `life` (a recovery's second round when `want_state`).
     fn tell(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, life: Life, want_state: bool) {
-        self.round = Round::Telling { life, want_state, answered: BTreeSet::new() };
+        self.round = Round::Telling { life, want_state, answered: BTreeSet::new(), pages: BTreeMap::new() };
         self.send_round(ctx);
     }
 
@@ -195,9 +197,11 @@ impl Replica {
                 let missing = self.peers.iter().copied().filter(|p| !known.contains_key(p));
                 ctx.send_all(missing, &RegisterMsg::LifeQuery { nonce: *nonce });
             }
-            Round::Telling { life, want_state, answered } => {
-                let missing = self.peers.iter().copied().filter(|p| !answered.contains(p));
-                ctx.send_all(missing, &RegisterMsg::RecoverRequest { life: *life, want_state: *want_state });
+            Round::Telling { life, want_state, answered, pages } => {
+                for peer in self.peers.iter().copied().filter(|p| !answered.contains(p)) {
+                    let after = pages.get(&peer).copied().filter(|_| *want_state);
+                    ctx.send(peer, RegisterMsg::RecoverRequest { life: *life, want_state: *want_state, after });
+                }
             }
         }
         ctx.set_timer(ReplicaTimer::RecoveryRetry, self.retry);
@@ -221,8 +225,8 @@ impl Replica {
 
     /// A peer's answer to the second round of a recovery, or to an announcement.
     fn on_recover_reply(&mut self, ctx: &mut Ctx<'_, RegisterMsg>, from: NodeId, reply: RecoverReplyParts) {
-        let RecoverReplyParts { life, known, entries, lives } = reply;
-        let Round::Telling { life: mine, want_state, answered } = &mut self.round else { return };
+        let RecoverReplyParts { life, known, entries, lives, more } = reply;
+        let Round::Telling { life: mine, want_state, answered, pages } = &mut self.round else { return };
         if *mine != life {
             ctx.metric("register.ignored_recovery_replies", 1);
             return;
@@ -241,8 +245,28 @@ impl Replica {
             }
             return self.tell(ctx, life, want_state);
         }
-        answered.insert(from);
+        let last_key = entries.last().map(|(k, _)| *k);
+        let next_page = match (more && want_state && !self.recovered, last_key) {
+            (true, Some(last)) if pages.get(&from).is_none_or(|seen| last > *seen) => {
+                pages.insert(from, last);
+                Some(last)
+            }
+            (true, _) => return, // a page already received, or an empty one that says more
+            (false, _) => {
+                answered.insert(from);
+                None
+            }
+        };
         let answered_count = answered.len();
+        if let Some(after) = next_page {
+            // Adopt this page and ask for the next (the peer recorded this life at its first
+            // page: whatever it acknowledges after that reports the new life).
+            for (key, state) in entries {
+                self.adopt(key, state);
+            }
+            ctx.send(from, RegisterMsg::RecoverRequest { life, want_state: true, after: Some(after) });
+            return;
+        }
         if self.recovered {
             if answered_count == self.peers.len() {
                 self.round = Round::Idle;
@@ -291,6 +315,7 @@ struct RecoverReplyParts {
     known: Life,
     entries: Vec<(u64, Versioned)>,
     lives: Vec<(NodeId, Life)>,
+    more: bool,
 }
 
 impl Process for Replica {
@@ -317,22 +342,24 @@ impl Process for Replica {
                 ctx.send(from, RegisterMsg::LifeReply { nonce, known });
             }
             RegisterMsg::LifeReply { nonce, known } if peer => self.on_life_reply(ctx, from, nonce, known),
-            RegisterMsg::RecoverRequest { life, want_state } => {
+            RegisterMsg::RecoverRequest { life, want_state, after } => {
                 // Only peers' lives are kept (a stranger's requests are answered, not
                 // recorded). A life older than the one recorded is refused: it is an ended
                 // one (a delayed or replayed request), or a recovery that lost the numbering
                 // to another, which then numbers itself anew.
                 let known = if peer { self.learn_life(ctx, from, life) } else { life };
-                let (entries, lives) = if want_state && known == life {
-                    let entries = self.store.iter().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
-                    (entries, self.lives.iter().map(|(n, l)| (*n, *l)).collect())
-                } else {
-                    (Vec::new(), Vec::new())
-                };
-                ctx.send(from, RegisterMsg::RecoverReply { life, known, entries, lives });
+                let (mut entries, mut lives, mut more) = (Vec::new(), Vec::new(), false);
+                if want_state && known == life {
+                    let from_key = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+                    let mut page = self.store.range((from_key, std::ops::Bound::Unbounded));
+                    entries = page.by_ref().take(RECOVERY_KEYS_MAX).map(|(k, v)| (*k, *v)).collect();
+                    more = page.next().is_some();
+                    lives = self.lives.iter().map(|(n, l)| (*n, *l)).collect();
+                }
+                ctx.send(from, RegisterMsg::RecoverReply { life, known, entries, lives, more });
             }
-            RegisterMsg::RecoverReply { life, known, entries, lives } if peer => {
-                self.on_recover_reply(ctx, from, RecoverReplyParts { life, known, entries, lives })
+            RegisterMsg::RecoverReply { life, known, entries, lives, more } if peer => {
+                self.on_recover_reply(ctx, from, RecoverReplyParts { life, known, entries, lives, more })
             }
             RegisterMsg::LifeReply { .. } | RegisterMsg::RecoverReply { .. } => {
                 ctx.metric("register.ignored_recovery_replies", 1)

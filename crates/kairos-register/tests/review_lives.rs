@@ -7,7 +7,8 @@
 //! And from the review of those fixes (2026-12-08): with unordered lives, a delayed request of
 //! an ended life made a peer report it again (a write completed with two holders of five, and
 //! then no write completed at all); and a restarted replica's announcement was answered with
-//! every peer's whole store.
+//! every peer's whole store. And from the review of ordered lives: a recovery took a reply cut
+//! at `RECOVERY_KEYS_MAX` keys for a peer's whole state.
 
 mod common;
 
@@ -274,4 +275,51 @@ fn an_announcement_is_not_answered_with_the_whole_store() {
         }
     }
     assert_eq!(entries, 0, "a restart with the disk pulled {entries} store entries over the network");
+}
+
+/// From the review of ordered lives (2026-12-08): a recovery reply carried at most
+/// `RECOVERY_KEYS_MAX` keys, the lowest, and the recovering replica took it for the peer's
+/// whole state. Three replicas hold 65,536 keys; a write on a key above them completes with
+/// A's and B's acks; A loses its disk and recovers from B and C: it came back without the
+/// written key, held then by B alone. The state now travels in pages.
+#[test]
+fn a_recovery_takes_every_key_past_one_reply() {
+    let reps = vec![A, B, C];
+    let (mut hs, _) = boot(&reps);
+    let loader = NodeId(7);
+    let filler = kairos_register::Versioned { tag: kairos_register::Tag { ts: 1, writer: loader.0 }, value: Some(1) };
+    let keys = kairos_register::RECOVERY_KEYS_MAX as u64;
+    for key in 0..keys {
+        for r in &reps {
+            let _ = hs[r.index()].deliver(loader, RegisterMsg::Store { op: key, key, state: filler });
+        }
+    }
+    let mut c = kairos_register::ClientConfig::new(reps.clone(), 0);
+    c.keys = u64::MAX;
+    c.write_ratio = 1.0;
+    c.max_ops = Some(1);
+    c.retry = Duration::from_secs(60);
+    c.op_timeout = Duration::from_secs(6000);
+    c.start_delay = Duration::from_millis(1);
+    let mut w = RoleHarness::new(W, Client::new(c), 42);
+    let stores = query_round(&mut w, &mut hs, &reps);
+    let RegisterMsg::Store { key, .. } = &stores[0].2 else { panic!("not a store: {:?}", stores[0]) };
+    let key = *key;
+    assert!(key >= keys, "the written key {key} lies above the first {keys}");
+    for (_, to, m) in stores {
+        if to != C {
+            for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                let _ = w.deliver(to, ack);
+            }
+        }
+    }
+    let (_, tag) = w.role().last_ok().expect("the write completed with A and B");
+
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
+    drain(&mut hs, &mut q);
+    assert!(hs[A.index()].role().is_recovered());
+    let holders = reps.iter().filter(|r| hs[r.index()].role().get(key).tag >= tag).count();
+    assert!(holders >= 2, "the write of key {key} completed, but after A's recovery {holders} of 3 hold it");
+    assert!((0..keys).step_by(997).all(|k| hs[A.index()].role().get(k).value == Some(1)), "A has the first page");
 }
