@@ -18,7 +18,8 @@
 //!
 //! Above [`REALTIME_MAX_RECORDS`] records adya checks plain serializability only; asked for
 //! strict serializability, its "yes" is then reported as unknown (a weaker model proved), its
-//! anomalies stand. A history that writes a value twice to a key is not given to it.
+//! anomalies stand. A history that writes a value twice to a key is not given to it (a write
+//! of a transaction that never completes counts too).
 //!
 //! **adya refutes; it does not prove.** Its "valid" is reported as unknown (corroboration,
 //! not a proof): adya 0.1 does not check that a list read is a legal order of appends (a read
@@ -37,6 +38,7 @@
 //! needs them (two reads of different values that only that one write could have produced, for
 //! instance); kairos-serial-search decides those.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use adya::check::{Opts, Valid, Workload};
@@ -70,23 +72,45 @@ fn unique(key: u64, value: u64) -> String {
     )
 }
 
+/// Per record, the position of its transaction's invocation; per invocation position, the
+/// position and type of its completion (none: it never completed).
+fn transactions(records: &[HistoryRecord]) -> (Vec<usize>, HashMap<usize, (usize, OpType)>) {
+    let mut inv = Vec::with_capacity(records.len());
+    let mut end = HashMap::new();
+    let mut in_flight: HashMap<u64, usize> = HashMap::new();
+    for (pos, r) in records.iter().enumerate() {
+        inv.push(match r.event.op_type {
+            OpType::Invoke => {
+                in_flight.insert(r.event.process, pos);
+                pos
+            }
+            t => {
+                let at = in_flight.remove(&r.event.process).unwrap_or(pos);
+                end.insert(at, (pos, t));
+                at
+            }
+        });
+    }
+    (inv, end)
+}
+
 fn convert(records: &[HistoryRecord]) -> Result<(History, Workload), String> {
     let mut interner = Interner::default();
     let mut ops = Vec::with_capacity(records.len());
     let mut list = false;
     let mut reg = false;
-    let mut written = std::collections::HashSet::new();
-    // Per process, the index of the invocation in flight: names the fresh values of its writes
-    // of unknown value, the same in the invocation and its completion.
-    let mut in_flight: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    for r in records {
-        let txn = match r.event.op_type {
-            OpType::Invoke => {
-                in_flight.insert(r.event.process, r.index);
-                r.index
-            }
-            _ => in_flight.remove(&r.event.process).unwrap_or(r.index),
-        };
+    let mut written = HashSet::new();
+    let (inv, end) = transactions(records);
+    for (at, r) in records.iter().enumerate() {
+        // The transaction: the index of its invocation, which names the fresh values of its
+        // writes of unknown value, the same in the invocation and its completion.
+        let txn = records[inv[at]].index;
+        // Whether its writes count toward "written more than once": those of the completion,
+        // or of the invocation of a transaction that never completes (it may have taken effect;
+        // a review found such a write of the value a failed write also wrote missed, and adya
+        // took a read of it for an aborted read). Not those of an invocation that completes:
+        // an `ok` completion may fill in the values its invocation left as placeholders.
+        let counts = r.event.op_type != OpType::Invoke || !end.contains_key(&at);
         let mut value = Vec::with_capacity(r.event.value.len());
         for (pos, m) in r.event.value.iter().enumerate() {
             let mut id = |x: u64, what: &str| int(x, what).map(|s| interner.intern(s));
@@ -107,7 +131,7 @@ fn convert(records: &[HistoryRecord]) -> Result<(History, Workload), String> {
                 },
                 MicroOp::Write { key, value } => {
                     reg = true;
-                    if r.event.op_type != OpType::Invoke && !written.insert((*key, *value)) {
+                    if counts && !written.insert((*key, *value)) {
                         return Err(unique(*key, *value));
                     }
                     Mop::Write { key: id(*key, "key")?, value: id(*value, "value")? }
@@ -119,7 +143,7 @@ fn convert(records: &[HistoryRecord]) -> Result<(History, Workload), String> {
                 }
                 MicroOp::Append { key, value } => {
                     list = true;
-                    if r.event.op_type != OpType::Invoke && !written.insert((*key, *value)) {
+                    if counts && !written.insert((*key, *value)) {
                         return Err(unique(*key, *value));
                     }
                     Mop::Append { key: id(*key, "key")?, value: id(*value, "value")? }
