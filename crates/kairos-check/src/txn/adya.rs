@@ -30,13 +30,22 @@
 //! graph over a complete version order. Its anomalies stand.
 //!
 //! A write of unknown value (`["w", k, null]`, in an invocation or an `info`) is given to adya
-//! as a write of a fresh value, unique per (transaction, micro-op), that no other write has and
-//! no read returns (a string, while every other value is an integer). adya therefore takes it
-//! as a version nobody read: if the transaction took effect, the reads of the value it really
-//! wrote have no writer for adya, which infers no dependency from them (adya 0.1 has no
-//! garbage-read check for registers). It so invents no anomaly from them, but may miss one that
-//! needs them (two reads of different values that only that one write could have produced, for
-//! instance); kairos-serial-search decides those.
+//! as a write of a fresh value, unique per (transaction, micro-op), that no other write has (a
+//! string, while every other value is an integer). If its transaction took effect, it wrote
+//! some value, perhaps one another write also wrote and a read returned; adya, which
+//! attributes each read to the one writer of its value, would take that read for one of the
+//! other writer's version: an aborted read if that writer failed, an intermediate read if it
+//! overwrote the value, a wrong dependency in a cycle. (A review found adya's G1a and G1b
+//! invented so; an older sentence here said none could be.) So a register that a transaction
+//! which may have taken effect (`info`, or never completed) last wrote with an unknown value
+//! is given to adya without its `ok` reads of non-`nil` values: the write may explain each
+//! (a `nil` read saw the initial value, which no write writes). Under strict serializability a
+//! read that completed before every such write of its key was invoked is kept: it cannot have
+//! seen them. Dropping reads only removes constraints, and no read adya is given can have seen
+//! the fresh value (a kept read precedes the write in every strictly serializable order), so a
+//! history that satisfies the model satisfies it for adya too: its anomalies stand. It may miss
+//! one that needs the dropped reads; kairos-serial-search decides those. Other keys are given
+//! whole.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -94,13 +103,62 @@ fn transactions(records: &[HistoryRecord]) -> (Vec<usize>, HashMap<usize, (usize
     (inv, end)
 }
 
-fn convert(records: &[HistoryRecord]) -> Result<(History, Workload), String> {
+/// The reads adya is not given, as (position of the transaction's invocation, micro-op
+/// position): an `ok` read of a non-`nil` value of a register that a transaction which may have
+/// taken effect (`info`, or never completed) last wrote with an unknown value. That write may
+/// have written the value read, while adya knows it as a fresh value nobody read (module docs).
+/// Under strict serializability a read that completed before every such write was invoked is
+/// kept: it cannot have seen them.
+fn hidden_reads(
+    records: &[HistoryRecord],
+    inv: &[usize],
+    end: &HashMap<usize, (usize, OpType)>,
+    strict: bool,
+) -> HashSet<(usize, usize)> {
+    // Per register, the earliest invocation of a transaction that may have taken effect and
+    // left it with an unknown value.
+    let mut unknown: HashMap<u64, usize> = HashMap::new();
+    for (pos, r) in records.iter().enumerate() {
+        if end.get(&inv[pos]).is_some_and(|(_, t)| *t != OpType::Info) {
+            continue;
+        }
+        let mut last: HashMap<u64, bool> = HashMap::new();
+        for m in &r.event.value {
+            match m {
+                MicroOp::Write { key, .. } | MicroOp::Cas { key, .. } => last.insert(*key, false),
+                MicroOp::WriteUnknown { key } => last.insert(*key, true),
+                MicroOp::Read { .. } | MicroOp::Append { .. } => None,
+            };
+        }
+        for (k, _) in last.into_iter().filter(|(_, u)| *u) {
+            let at = unknown.entry(k).or_insert(inv[pos]);
+            *at = (*at).min(inv[pos]);
+        }
+    }
+    let mut hidden = HashSet::new();
+    for (pos, r) in records.iter().enumerate() {
+        if r.event.op_type != OpType::Ok {
+            continue;
+        }
+        for (i, m) in r.event.value.iter().enumerate() {
+            if let MicroOp::Read { key, value: Some(_) } = m {
+                if unknown.get(key).is_some_and(|u| !(strict && pos < *u)) {
+                    hidden.insert((inv[pos], i));
+                }
+            }
+        }
+    }
+    hidden
+}
+
+fn convert(records: &[HistoryRecord], strict: bool) -> Result<(History, Workload), String> {
     let mut interner = Interner::default();
     let mut ops = Vec::with_capacity(records.len());
     let mut list = false;
     let mut reg = false;
     let mut written = HashSet::new();
     let (inv, end) = transactions(records);
+    let hidden = hidden_reads(records, &inv, &end, strict);
     for (at, r) in records.iter().enumerate() {
         // The transaction: the index of its invocation, which names the fresh values of its
         // writes of unknown value, the same in the invocation and its completion.
@@ -113,6 +171,9 @@ fn convert(records: &[HistoryRecord]) -> Result<(History, Workload), String> {
         let counts = r.event.op_type != OpType::Invoke || !end.contains_key(&at);
         let mut value = Vec::with_capacity(r.event.value.len());
         for (pos, m) in r.event.value.iter().enumerate() {
+            if hidden.contains(&(inv[at], pos)) {
+                continue;
+            }
             let mut id = |x: u64, what: &str| int(x, what).map(|s| interner.intern(s));
             value.push(match m {
                 MicroOp::Read { key, value } => Mop::Read {
@@ -173,7 +234,7 @@ pub const REALTIME_MAX_RECORDS: usize = 20_000;
 
 pub(crate) fn check(records: &[HistoryRecord], strict: bool) -> Result<(CheckerVerdict, Vec<Anomaly>), CheckError> {
     let verdict = |valid, detail: String| CheckerVerdict { name: NAME.into(), version: VERSION.into(), valid, detail };
-    let (h, workload) = match convert(records) {
+    let (h, workload) = match convert(records, strict) {
         Ok(x) => x,
         Err(why) => return Ok((verdict(None, format!("not run: {why}")), vec![])),
     };
