@@ -10,6 +10,9 @@
 //!   [`a_read_an_unknown_write_may_explain_is_not_an_intermediate_read`]: adya was given a
 //!   write of unknown value (`info`) as a fresh value, so a read of a value it may have written
 //!   was attributed to another writer of that value; adya invented G1a and G1b.
+//! * [`causal_duplicate_appended_values_are_not_proved_valid`]: the causal checker assumed
+//!   appended values unique per key without checking, and proved a history valid in which two
+//!   sessions appended the same value and each read only one element.
 //! * The differential tests (brute force over every order of small random histories; `CASES`
 //!   sets the cases per test, default 5,000; `TXNS` the transactions per history, default 2 to
 //!   5; `ONLY_UNSOUND` reports only wrong proofs): at 20,000 cases the strict-serializability
@@ -17,8 +20,9 @@
 //!   At 5,000 the one with unknown writes still fails on the code reviewed.
 //!
 //! Added with the fixes, not in the review: serializability with unknown writes against brute
-//! force, and [`a_read_before_an_unknown_write_was_invoked_is_still_checked_by_adya`] (what
-//! adya is still given under strict serializability).
+//! force, [`a_read_before_an_unknown_write_was_invoked_is_still_checked_by_adya`] (what
+//! adya is still given under strict serializability), and
+//! [`causal_a_read_of_a_value_a_failed_append_also_appended_is_not_an_aborted_read`].
 
 use kairos_check::{check, Model, Verdict};
 use kairos_core::history::{HistoryEvent, HistoryRecord, MicroOp, OpType, ReadValue, TOMBSTONE};
@@ -429,6 +433,55 @@ fn strict_serializability_with_unknown_writes_agrees_with_brute_force() {
 #[test]
 fn serializability_with_unknown_writes_agrees_with_brute_force() {
     strict_differential(0x9FB2_1C65_1E98_DF25, 5_000, true, Model::Serializable);
+}
+
+// ---------------------------------------------------------------- causal
+
+fn rec(i: usize, t: OpType, p: u64, m: MicroOp) -> HistoryRecord {
+    HistoryRecord { index: i as u64, time: i as u64, event: HistoryEvent::new(t, p, "txn", vec![m]) }
+}
+
+/// Two sessions each append the same value 5 to key 1 (both ok), and each then reads key 1 as
+/// `[5]`. Both appends took effect, so the key's one append order holds two elements; a read of
+/// length one shows only the first. Read-your-writes needs each session's own append in its
+/// read, so each session's append must be first: impossible. The checker's module docs assumed
+/// "appended values are unique per key" but nothing checked it: it answered Valid (a proof),
+/// not Unknown.
+#[test]
+fn causal_duplicate_appended_values_are_not_proved_valid() {
+    let a = MicroOp::Append { key: 1, value: 5 };
+    let r0 = MicroOp::Read { key: 1, value: None };
+    let r = MicroOp::Read { key: 1, value: Some(ReadValue::List(vec![5])) };
+    let h = vec![
+        rec(0, OpType::Invoke, 1, a.clone()),
+        rec(1, OpType::Ok, 1, a.clone()),
+        rec(2, OpType::Invoke, 2, a.clone()),
+        rec(3, OpType::Ok, 2, a),
+        rec(4, OpType::Invoke, 1, r0.clone()),
+        rec(5, OpType::Ok, 1, r.clone()),
+        rec(6, OpType::Invoke, 2, r0),
+        rec(7, OpType::Ok, 2, r),
+    ];
+    let rep = check(&h, Model::Causal).unwrap();
+    assert_ne!(rep.verdict, Verdict::Valid, "{rep}");
+}
+
+/// Not in the review: a value that an `ok` operation and a failed one both appended. The failed
+/// append took no effect and the `ok` one explains the read, yet the checker reported an aborted
+/// read (it looked for a failed appender first).
+#[test]
+fn causal_a_read_of_a_value_a_failed_append_also_appended_is_not_an_aborted_read() {
+    let a = MicroOp::Append { key: 1, value: 5 };
+    let h = vec![
+        rec(0, OpType::Invoke, 1, a.clone()),
+        rec(1, OpType::Fail, 1, a.clone()),
+        rec(2, OpType::Invoke, 2, a.clone()),
+        rec(3, OpType::Ok, 2, a),
+        rec(4, OpType::Invoke, 2, MicroOp::Read { key: 1, value: None }),
+        rec(5, OpType::Ok, 2, MicroOp::Read { key: 1, value: Some(ReadValue::List(vec![5])) }),
+    ];
+    let rep = check(&h, Model::Causal).unwrap();
+    assert_eq!(rep.verdict, Verdict::Valid, "{rep}");
 }
 
 // ---------------------------------------------------------------- adya: wrong refutations
