@@ -517,14 +517,12 @@ fn lock_words_by_node(op: &Op) -> NodeMap<u64> {
 /// (read rule c); whoever writes the word back keeps the flag. Out of buffers, the outcome is
 /// unknown (`Timeout`, and `T`'s buffer is pinned): a reader that saw `T` as its maximum and
 /// then this writer's next operation returns `T` by rule c (a review's schedule, when this
-/// reported `OutOfBuffers`, "certainly no effect").
+/// reported `OutOfBuffers`, "certainly no effect"). Out of timestamps likewise: `T` was written
+/// and may have been returned, so `TimestampExhausted` (a definite failure) would be wrong.
 fn rewrite(c: &mut Client, op: &mut Op, now: LocalTime, out: &mut Outbox) {
     c.bump("rewrites");
     op.fresh = true;
-    let ts = match c.guess_ts(now) {
-        Ok(ts) => ts,
-        Err(e) => return c.finish(op, Err(e), now, out),
-    };
+    let Ok(ts) = c.guess_ts(now) else { return c.finish(op, Err(KvError::Timeout), now, out) };
     let Some(buf) = c.pool.allocate(now) else { return c.finish(op, Err(KvError::Timeout), now, out) };
     if let Some(old) = op.buf.replace(buf) {
         c.pool.abandon(old, now);

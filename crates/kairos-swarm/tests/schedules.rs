@@ -1248,3 +1248,24 @@ fn a_restarted_writer_does_not_make_a_read_return_an_update_that_reported_delete
     let got = lab.run(r, 1, &[p, m], 20).expect("R completes on P and M");
     assert_ne!(got.result, Ok(Some(b"x0 from W".to_vec())), "R returned the value of an update that reported Deleted");
 }
+
+/// A stale writer that won its lock and finds the timestamp space exhausted at the rewrite
+/// reported `TimestampExhausted`, a definite failure, although its tuple T was on P (a reader
+/// may have returned it). V's clock is a few units below the 35-bit limit; W's update T lands
+/// on P only, V updates above T everywhere, W resumes, finds T stale, wins T's lock, and the
+/// rewrite needs a timestamp above V's. The outcome is unknown (`Timeout`), as when the
+/// rewrite runs out of buffers.
+#[test]
+fn a_rewrite_out_of_timestamps_reports_an_unknown_outcome() {
+    let (v, w) = (0, 1);
+    let mut lab = Lab::new(&[3_000, 1_000]);
+    let (p, c) = (lab.nodes[0], lab.nodes[2]);
+    let w_on_p = update_lands_only_on(&mut lab, w, b"from W", p);
+    // V's next guess is 20 units (each 16 ns) below the deletion timestamp, the limit.
+    lab.now[v] = LocalTime((kairos_swarm::meta::DELETED_TS - 20) * kairos_swarm::meta::TS_UNIT_NS);
+    update_everywhere(&mut lab, v, b"from V");
+    lab.deliver(w, w_on_p);
+    let wd = lab.run(w, 1, &[p, c], 60).expect("W completes on P and C");
+    assert_eq!(lab.counter(w, "rewrites"), 1, "{:?}", lab.clients[w].counters());
+    assert_eq!(wd.result, Err(KvError::Timeout), "T is on P: the outcome is unknown");
+}
