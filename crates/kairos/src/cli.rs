@@ -626,11 +626,11 @@ pub struct CampaignArgs {
     /// each shard compared at the end of every seed.
     #[arg(long, value_enum, default_value = "micro")]
     pub workload: CampaignWorkload,
-    /// Faults happen from 0.5 s until this many seconds.
-    #[arg(long, default_value_t = 4.0)]
+    /// Faults happen from 0.5 s until this many seconds (at least 1, at most 3,600).
+    #[arg(long, default_value_t = 4.0, value_parser = campaign_phase_s, allow_hyphen_values = true)]
     pub fault_s: f64,
-    /// Seconds of load after every fault is repaired (liveness is judged on them).
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds of load after every fault is repaired (liveness is judged on them; at least 1, at most 3,600).
+    #[arg(long, default_value_t = 2.0, value_parser = campaign_phase_s, allow_hyphen_values = true)]
     pub recovery_s: f64,
     /// Write each failing seed's history (and a .replay file with its command) here.
     #[arg(long, default_value = "results/failing")]
@@ -827,6 +827,25 @@ fn parse_share(arg: &str) -> Result<f64, String> {
     } else {
         Err(format!("must be a share from 0 to 1 (0.1 changes a tenth of the messages), not {share}"))
     }
+}
+
+/// A number of seconds from the command line: finite, 0 or more (more than 0 unless `zero_ok`) and at
+/// most `max_s`. NaN and infinities are refused here, before any `Duration::from_secs_f64` can panic.
+pub fn seconds_within(arg: &str, zero_ok: bool, max_s: f64) -> Result<f64, String> {
+    let s: f64 = arg.trim().parse().map_err(|_| format!("{arg:?} is not a number of seconds"))?;
+    let low_ok = if zero_ok { s >= 0.0 } else { s > 0.0 };
+    if low_ok && s <= max_s {
+        Ok(s)
+    } else {
+        let low = if zero_ok { "from 0" } else { "above 0" };
+        Err(format!("must be a number of seconds {low} and at most {max_s}, not {arg}"))
+    }
+}
+
+/// `sim --fault-s` and `--recovery-s`: seconds of a campaign phase, above 0 and at most an hour
+/// (below 1 counts as 1).
+fn campaign_phase_s(arg: &str) -> Result<f64, String> {
+    seconds_within(arg, false, 3_600.0)
 }
 
 fn message_cost_us(arg: &str) -> Result<f64, String> {

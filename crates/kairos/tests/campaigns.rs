@@ -414,6 +414,26 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
     }
 }
 
+/// A phase length that is not a sane number of seconds is a usage error, refused before any seed
+/// runs: it used to panic inside the seed (`Duration::from_secs_f64(inf)`), and the campaign
+/// reported that panic as a protocol bug with a failing seed saved for replay.
+#[test]
+fn campaign_phase_lengths_must_be_finite_positive_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("failing");
+    for protocol in ["tiga", "register", "tapir"] {
+        for flag in ["--fault-s", "--recovery-s"] {
+            for bad in ["inf", "-inf", "NaN", "0", "-1", "1e9"] {
+                let args = ["sim", protocol, "--seeds", "1", flag, bad, "--failing-dir", failing.to_str().unwrap()];
+                let o = kairos(&args);
+                assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+                assert!(text(&o).contains(flag) && text(&o).contains("number of seconds"), "{args:?}: {}", text(&o));
+                assert!(!failing.exists(), "{args:?} saved a failing seed: {}", text(&o));
+            }
+        }
+    }
+}
+
 /// `--corrupt`: campaigns whose messages are also changed on the wire run every role on
 /// bytes no correct peer sends, and judge only panics (a caught panic fails its seed: the
 /// campaign module's unit test). A short slice; `kairos sim <protocol> --corrupt 0.1` runs
