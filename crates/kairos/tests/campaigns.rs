@@ -414,6 +414,20 @@ fn bad_campaign_flags_are_refused_with_a_reason() {
     }
 }
 
+/// `--load` is held to what `bench micro` accepts: NaN or 0 ran no transaction and reported every
+/// seed safe and live; a load far past what a simulated cluster sustains queued without bound.
+#[test]
+fn campaign_load_must_be_a_positive_bounded_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = dir.path().join("failing");
+    for bad in ["NaN", "0", "inf", "1e12"] {
+        let args = ["sim", "tapir", "--seeds", "1", "--load", bad, "--failing-dir", failing.to_str().unwrap()];
+        let o = kairos(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("--load takes offered loads in transactions per second"), "{args:?}: {}", text(&o));
+    }
+}
+
 /// A phase length that is not a sane number of seconds is a usage error, refused before any seed
 /// runs: it used to panic inside the seed (`Duration::from_secs_f64(inf)`), and the campaign
 /// reported that panic as a protocol bug with a failing seed saved for replay.

@@ -563,6 +563,8 @@ fn stuck_clients(history: &[HistoryRecord], clients: &[(u64, u64)], healed: SimT
 
 pub fn run(protocol: CampaignProtocol, args: CampaignArgs) -> Result<(), CliError> {
     let seeds = parse_seeds(&args.seeds)?;
+    // As `bench micro` refuses it: NaN or 0 would run no transaction and report success.
+    super::micro::check_load("--load", args.load)?;
     let rates = rates(&args)?;
     let name = protocol.name();
     let transactional = !matches!(

@@ -223,7 +223,10 @@ impl TxnBenchArgs {
     }
 }
 
-fn check_load(flag: &str, l: f64) -> Result<(), CliError> {
+/// Refuses an offered load (`flag`, txn/s) that is not above 0 and at most [`LOAD_MAX`]: NaN and
+/// 0 would run no transaction at all, and a huge one queues arrivals without bound. Shared with
+/// `kairos sim --load`.
+pub(crate) fn check_load(flag: &str, l: f64) -> Result<(), CliError> {
     if l > 0.0 && l <= LOAD_MAX {
         Ok(())
     } else {
