@@ -200,6 +200,30 @@ fn bad_arguments_are_refused_with_a_reason() {
     }
 }
 
+/// `cluster up --duration-s` and `cluster down --wait-s` take finite seconds: NaN used to reach
+/// `Duration::from_secs_f64` and panic (`down` after it had already signalled the cluster, `up`
+/// after it had started every node). Now clap refuses them before anything starts.
+#[test]
+fn cluster_durations_must_be_finite_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // A cluster file that does not exist: were a value let through, `up` would stop there.
+    let config = dir.path().join("absent.toml");
+    let config = config.to_str().unwrap();
+    for bad in ["NaN", "inf", "-1"] {
+        for args in [
+            vec!["cluster", "down", "--dir", d, "--wait-s", bad],
+            vec!["cluster", "up", "--dir", d, "--config", config, "--duration-s", bad],
+        ] {
+            let o = kairos(&args);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+            assert!(text(&o).contains("number of seconds"), "{args:?}: {}", text(&o));
+        }
+    }
+    let o = kairos(&["cluster", "up", "--dir", d, "--config", config, "--duration-s", "0"]);
+    assert!(text(&o).contains("number of seconds above 0"), "{}", text(&o));
+}
+
 /// `bench net` measures two real nodes over loopback and writes what it measured and the
 /// fitted per-message cost.
 #[test]

@@ -43,8 +43,8 @@ pub struct ClusterDownArgs {
     /// The folder `kairos cluster up` was given.
     #[arg(long, default_value = "kairos-cluster")]
     pub dir: PathBuf,
-    /// Seconds to wait for the cluster to stop.
-    #[arg(long, default_value_t = 20.0)]
+    /// Seconds to wait for the cluster to stop (0 to 3,600).
+    #[arg(long, default_value_t = 20.0, value_parser = wait_s, allow_hyphen_values = true)]
     pub wait_s: f64,
 }
 
@@ -92,7 +92,7 @@ pub fn down(a: ClusterDownArgs) -> Result<(), CliError> {
     unsafe {
         libc::kill(pid, libc::SIGINT);
     }
-    let deadline = Instant::now() + Duration::from_secs_f64(a.wait_s.clamp(0.0, 3_600.0));
+    let deadline = Instant::now() + Duration::from_secs_f64(a.wait_s);
     while is_cluster_up(pid) {
         if Instant::now() > deadline {
             return Err(CliError::Runtime(format!(
@@ -124,9 +124,19 @@ pub struct ClusterUpArgs {
     /// Replicas per shard (the `tiga-server` nodes, in id order, are shard-major).
     #[arg(long, default_value_t = 3)]
     pub tiga_replicas: usize,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(long)]
+    /// Stop after this many seconds (default: run until Ctrl-C; at most a year).
+    #[arg(long, value_parser = up_duration_s, allow_hyphen_values = true)]
     pub duration_s: Option<f64>,
+}
+
+/// `cluster down --wait-s`: 0 (do not wait) to an hour.
+fn wait_s(arg: &str) -> Result<f64, String> {
+    crate::cli::seconds_within(arg, true, 3_600.0)
+}
+
+/// `cluster up --duration-s`: more than 0, at most a year (as `serve --duration-s`).
+fn up_duration_s(arg: &str) -> Result<f64, String> {
+    crate::cli::seconds_within(arg, false, 86_400.0 * 365.0)
 }
 
 /// The paper's deployment (see the module docs), peers on ports `port_base..`.
@@ -348,7 +358,7 @@ pub fn up(a: ClusterUpArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Runtime(format!("cannot start the async runtime: {e}")))?;
-    let duration = a.duration_s.map(|s| Duration::from_secs_f64(s.clamp(0.0, 86_400.0 * 365.0)));
+    let duration = a.duration_s.map(Duration::from_secs_f64);
     runtime.block_on(async {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
