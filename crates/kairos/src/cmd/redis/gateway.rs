@@ -91,6 +91,14 @@ impl Process for GatewayRole {
 /// How long a started command may go without progress before its connection is closed.
 pub const PARTIAL_COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The query-buffer limit for a coordinator whose transactions hold at most `txn_bytes_max`
+/// bytes: 64 MiB, or 4 × `txn_bytes_max` if more. A command that large could never run as a
+/// transaction anyway; the limit is well above it so that such a command is still answered with
+/// the transaction limit, not cut off, unless it is far past it.
+pub fn query_bytes_max(txn_bytes_max: usize) -> usize {
+    (64 << 20).max(txn_bytes_max.saturating_mul(4))
+}
+
 /// How the RESP listener serves.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
@@ -102,6 +110,11 @@ pub struct RedisOptions {
     pub ops_per_txn_max: usize,
     pub keys_per_txn_max: usize,
     pub txn_bytes_max: usize,
+    /// Most bytes one connection may have buffered for a command that is not complete yet
+    /// (Redis's `client-query-buffer-limit`; see [`query_bytes_max`]). Past it the client is told
+    /// `-ERR Protocol error: query buffer of N bytes exceeds the limit of M bytes` and
+    /// disconnected: one command of three 500 MiB bulk strings grew the gateway to 2 GB before.
+    pub query_bytes_max: usize,
     /// A connection that sends nothing for this long is closed (Redis's `timeout`; `None`:
     /// never), and one whose started command makes no progress for `partial_command_timeout`
     /// is told so and closed: neither holds one of the `max_clients` permits forever.
@@ -227,6 +240,17 @@ impl Connection {
                 return Ok(());
             }
             buf.extend_from_slice(&chunk[..n]);
+            // `buf` holds one incomplete command here: what was complete was taken above.
+            if buf.len() > self.opts.query_bytes_max {
+                let e = format!(
+                    "ERR Protocol error: query buffer of {} bytes exceeds the limit of {} bytes",
+                    buf.len(),
+                    self.opts.query_bytes_max
+                );
+                resp::encode_as(self.resp3, &Reply::err(e), &mut out);
+                stream.write_all(&out).await?;
+                return Ok(());
+            }
         }
     }
 
@@ -427,6 +451,7 @@ mod tests {
             ops_per_txn_max: 4,
             keys_per_txn_max: 4,
             txn_bytes_max: 4096,
+            query_bytes_max: 64 << 10,
             idle_timeout: Some(Duration::from_secs(2)),
             partial_command_timeout: Duration::from_millis(500),
             info: String::new(),
@@ -502,6 +527,53 @@ mod tests {
         // Silent past the idle timeout: closed (end of stream, no reply).
         let n = c.read(&mut reply).unwrap_or(usize::MAX);
         assert_eq!(n, 0, "the silent connection was closed");
+        rt.shutdown_timeout(Duration::from_secs(1));
+    }
+
+    /// A review's input: one command of huge bulk strings was buffered whole (2 GB for three of
+    /// 500 MiB) before the gateway answered. Past the query-buffer limit the client is told why
+    /// and disconnected, while the command is still incomplete; a client within it is served.
+    #[test]
+    fn a_command_past_the_query_buffer_limit_is_refused_and_disconnected() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let o = opts(4);
+        let limit = o.query_bytes_max;
+        let port = rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let (calls, rx) = mpsc::channel(1);
+            tokio::spawn(async move {
+                let _rx = rx;
+                serve_redis(listener, calls, o).await
+            });
+            port
+        });
+        // A bulk string declared far longer than the limit; exactly limit + 1 bytes are sent, so
+        // the gateway has read all of them when it refuses (no unread bytes to reset the socket).
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let header = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$500000000\r\n";
+        let mut command = header.to_vec();
+        command.resize(limit + 1, b'x');
+        c.write_all(&command).unwrap();
+        let mut reply = String::new();
+        let _ = c.read_to_string(&mut reply);
+        let want =
+            format!("-ERR Protocol error: query buffer of {} bytes exceeds the limit of {limit} bytes\r\n", limit + 1);
+        assert_eq!(reply, want, "refused, then closed (end of stream)");
+        // Up to the limit a command is buffered: this one, completed, is answered.
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let value = vec![b'v'; limit - 64];
+        let mut command = format!("*2\r\n$4\r\nECHO\r\n${}\r\n", value.len()).into_bytes();
+        command.extend_from_slice(&value);
+        command.extend_from_slice(b"\r\n");
+        assert!(command.len() <= limit);
+        c.write_all(&command).unwrap();
+        let mut reply = [0u8; 128];
+        let n = c.read(&mut reply).unwrap();
+        let reply = String::from_utf8_lossy(&reply[..n]);
+        assert!(n > 0 && !reply.contains("Protocol error"), "answered, not refused: {reply:?}");
         rt.shutdown_timeout(Duration::from_secs(1));
     }
 }

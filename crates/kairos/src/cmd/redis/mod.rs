@@ -158,6 +158,7 @@ pub async fn run_gateway(
         ops_per_txn_max: tiga.ops_per_txn_max,
         keys_per_txn_max: tiga.keys_per_txn_max,
         txn_bytes_max: tiga.txn_bytes_max,
+        query_bytes_max: gateway::query_bytes_max(tiga.txn_bytes_max),
         idle_timeout: (o.redis_timeout_s > 0).then(|| Duration::from_secs(o.redis_timeout_s)),
         partial_command_timeout: gateway::PARTIAL_COMMAND_TIMEOUT,
         info,
