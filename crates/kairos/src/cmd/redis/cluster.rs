@@ -384,4 +384,16 @@ mod tests {
         assert_eq!(cfg.nodes_with_role(super::super::VIEW_MANAGER_ROLE).len(), 3);
         assert!(cfg.inject_delay());
     }
+
+    /// `--tiga-replicas 0` said "must be a positive multiple of 0"; it now says what the flag
+    /// needs. A count of servers that does not divide into shards still names the multiple.
+    #[test]
+    fn tiga_replicas_errors_say_what_is_wrong() {
+        let cfg = kairos_net::ClusterConfig::parse(&super::default_config(7100), "default").unwrap();
+        let e = super::super::topology(&cfg, 0).unwrap_err().to_string();
+        assert!(e.contains("--tiga-replicas") && e.contains("at least 1"), "{e}");
+        assert!(!e.contains("multiple of 0"), "{e}");
+        let e = super::super::topology(&cfg, 4).unwrap_err().to_string();
+        assert!(e.contains("9 nodes with role `tiga-server`") && e.contains("positive multiple of 4"), "{e}");
+    }
 }

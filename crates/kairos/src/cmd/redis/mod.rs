@@ -55,7 +55,12 @@ pub struct TigaServeOptions {
 pub fn topology(cfg: &ClusterConfig, replicas_per_shard: usize) -> Result<Topology, CliError> {
     let servers = cfg.nodes_with_role("tiga-server");
     let n = replicas_per_shard;
-    if n == 0 || servers.is_empty() || !servers.len().is_multiple_of(n) {
+    if n == 0 {
+        return Err(CliError::Usage(
+            "--tiga-replicas is the number of replicas per shard: at least 1 (the paper's deployment: 3)".into(),
+        ));
+    }
+    if servers.is_empty() || !servers.len().is_multiple_of(n) {
         return Err(CliError::Usage(format!(
             "the cluster file has {} nodes with role `tiga-server`; with --tiga-replicas {n} that must be a \
              positive multiple of {n} (shard-major: replicas 0..{n} of shard 0, then shard 1, …)",
