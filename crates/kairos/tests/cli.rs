@@ -224,6 +224,20 @@ fn cluster_durations_must_be_finite_seconds() {
     assert!(text(&o).contains("number of seconds above 0"), "{}", text(&o));
 }
 
+/// A register run too short for any operation to complete used to print "VALID: 0 operations
+/// checked" and exit 0; it now says nothing was checked and exits 3 (no verdict), with what to
+/// change. The header shows the --duration-s given, not rounded (1.5 was shown as 2).
+#[test]
+fn bench_register_that_completes_nothing_is_not_a_pass() {
+    let o = kairos(&["bench", "register", "--duration-s", "0.01"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("NOTHING CHECKED") && text(&o).contains("longer --duration-s"), "{}", text(&o));
+    assert!(!text(&o).contains("VALID"), "{}", text(&o));
+    assert!(text(&o).contains(", 0.01 virtual s:"), "{}", text(&o));
+    let o = kairos(&["bench", "register", "--duration-s", "1.5"]);
+    assert!(text(&o).contains(", 1.5 virtual s:"), "{}", text(&o));
+}
+
 /// `bench net` measures two real nodes over loopback and writes what it measured and the
 /// fitted per-message cost.
 #[test]

@@ -20,6 +20,15 @@ pub fn register(args: RegisterBenchArgs) -> Result<(), CliError> {
     }
     let result = register_result(&run, &outcome, &report);
     print_register_table(&[&result]);
+    if report.ops == 0 {
+        // "VALID: 0 operations checked" would read as a pass; a check of nothing is not one.
+        println!("NOTHING CHECKED: no operation completed");
+        return Err(CliError::Unknown(format!(
+            "no operation completed within {} virtual s, so there is no history to check; give a longer \
+             --duration-s (the default is 20)",
+            args.run.duration_s
+        )));
+    }
     println!("{report}");
     if let Some(path) = &args.json {
         result::write_json(path, &[result])?;
@@ -122,7 +131,7 @@ pub fn print_register_table(results: &[&RunResult]) {
         let p = &r.latency_ms;
         t.add_row(["all".to_string(), format!("{:.1}", p.p50), format!("{:.1}", p.p90), format!("{:.1}", p.p99)]);
         println!(
-            "{} ({}) on {} clocks, seed {}, {:.0} virtual s: {:.1} ops/s, {} ok, {} unknown, trace {}",
+            "{} ({}) on {} clocks, seed {}, {} virtual s: {:.1} ops/s, {} ok, {} unknown, trace {}",
             r.protocol,
             r.system,
             r.clock,
