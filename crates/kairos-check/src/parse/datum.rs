@@ -140,9 +140,87 @@ fn skip_comments(text: &str) -> &str {
     rest
 }
 
+/// Most levels of brackets EDN may nest, as serde_json allows JSON: the EDN parser and
+/// [`from_edn`] recurse once per level, so much deeper input would overflow the stack.
+pub(crate) const EDN_DEPTH_MAX: usize = 128;
+
+/// The brackets of an EDN text scanned so far, outside strings, character literals (`\(`) and
+/// `;` comments: enough to tell whether a form is closed, and how deep it nests, without parsing
+/// it. Feed it the text piece by piece ([`Brackets::scan`]); each byte is looked at once.
+#[derive(Default)]
+struct Brackets {
+    /// The brackets open, innermost last (at most [`EDN_DEPTH_MAX`]).
+    open: Vec<u8>,
+    in_string: bool,
+    /// After a `\` inside a string.
+    escaped: bool,
+    /// After a `\` outside a string: the next character is a character literal.
+    in_char: bool,
+    in_comment: bool,
+    /// Line breaks scanned.
+    newlines: usize,
+}
+
+impl Brackets {
+    /// Scans `text`, which continues what was scanned before. Fails with the line (1 = the first
+    /// scanned) where the brackets first nest deeper than [`EDN_DEPTH_MAX`].
+    fn scan(&mut self, text: &str) -> Result<(), usize> {
+        for &b in text.as_bytes() {
+            if b == b'\n' {
+                self.newlines += 1;
+            }
+            if self.in_char {
+                self.in_char = false;
+            } else if self.in_comment {
+                self.in_comment = b != b'\n';
+            } else if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+            } else {
+                match b {
+                    b'"' => self.in_string = true,
+                    b';' => self.in_comment = true,
+                    b'\\' => self.in_char = true,
+                    b'(' | b'[' | b'{' => {
+                        if self.open.len() == EDN_DEPTH_MAX {
+                            return Err(self.newlines + 1);
+                        }
+                        self.open.push(b);
+                    }
+                    // A closer that does not match is the parser's to explain.
+                    b')' | b']' | b'}' => {
+                        self.open.pop();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses an EDN text whose brackets nest deeper than [`EDN_DEPTH_MAX`], before it is parsed.
+fn check_depth(text: &str) -> Result<(), CheckError> {
+    Brackets::default().scan(text).map_err(|line| {
+        CheckError::parse(
+            line,
+            format!(
+                "recursion limit exceeded: EDN brackets nest deeper than {EDN_DEPTH_MAX} levels here (a history \
+                 record nests a few: record, transaction, operation, value); is this a history file?"
+            ),
+        )
+    })
+}
+
 /// Every top-level record of an EDN text, with the line each began on. A text that is one
 /// vector or list is the list of its elements (element numbers instead of lines).
 pub(crate) fn read_edn(text: &str) -> Result<Vec<(usize, Datum)>, CheckError> {
+    check_depth(text)?;
     let trimmed = skip_comments(text);
     if trimmed.starts_with('[') || trimmed.starts_with('(') {
         let v = edn_format::parse_str(trimmed)
@@ -177,4 +255,28 @@ pub(crate) fn read_edn(text: &str) -> Result<Vec<(usize, Datum)>, CheckError> {
         return Err(CheckError::parse(start, "EDN syntax error: this record is never closed"));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deeply nested EDN is refused with the JSON reader's reason (it used to overflow the stack
+    /// in the parser and abort the process), in both layouts: one vector, and one form per line.
+    #[test]
+    fn edn_nested_too_deep_is_refused_not_a_stack_overflow() {
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let per_line = format!("{{:type :invoke, :process 0, :f :txn, :value []}}\n{{:value {deep}}}\n");
+        for (text, line) in [(deep.clone(), 1), (per_line, 2)] {
+            let e = read_edn(&text).unwrap_err().to_string();
+            assert!(e.contains("recursion limit exceeded") && e.contains(&format!("line {line}")), "{e}");
+        }
+        // Exactly the limit is read; brackets in strings, characters and comments do not count.
+        let at_limit = format!("{}{}", "[".repeat(EDN_DEPTH_MAX), "]".repeat(EDN_DEPTH_MAX));
+        assert_eq!(read_edn(&at_limit).unwrap().len(), 1);
+        let over = format!("{}{}", "[".repeat(EDN_DEPTH_MAX + 1), "]".repeat(EDN_DEPTH_MAX + 1));
+        assert!(read_edn(&over).is_err());
+        let hidden = format!("{{:a \"{0}\" :b [\\[ \\( \\{{]}} ; {0}\n", "[".repeat(1_000));
+        assert_eq!(read_edn(&hidden).unwrap().len(), 1);
+    }
 }
