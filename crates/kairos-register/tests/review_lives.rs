@@ -30,6 +30,27 @@ fn writer(replicas: &[NodeId]) -> RoleHarness<Client> {
     common::client(W, replicas, 0, true)
 }
 
+/// Runs writer `w`'s store `round` and up to 50 retries of it, only the replicas in `up`
+/// reachable, time passing for A too between them (its retry timer tells the peers that have
+/// not answered it its life), until the write completes.
+fn write_among(w: &mut RoleHarness<Client>, hs: &mut [RoleHarness<Replica>], mut round: Vec<Msg>, up: &[NodeId]) {
+    for _ in 0..50 {
+        for (_, to, m) in round.drain(..) {
+            if up.contains(&to) {
+                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
+                    let _ = w.deliver(to, ack);
+                }
+            }
+        }
+        if w.role().last_ok().is_some() {
+            return;
+        }
+        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
+        drain_if(hs, &mut q, |(_, to, _)| up.contains(to));
+        round = msgs(W, w.advance(Duration::from_secs(61)));
+    }
+}
+
 /// `nonces_seen` (the guard against a replayed RecoverRequest of an earlier recovery)
 /// is memory only: after B restarts with its disk it is empty, and a delayed duplicate of A's
 /// *first-start* RecoverRequest makes B record (and persist) A's first life again, ended
@@ -90,25 +111,9 @@ fn a_replica_that_missed_a_recovery_does_not_block_writes() {
     // B and C are down for good.
     let up = [A, D, E];
     let mut w = writer(&reps);
-    let stores = query_round(&mut w, &mut hs, &up);
-    assert_eq!(stores.len(), 5);
-    let mut round: Vec<Msg> = stores;
-    for _ in 0..50 {
-        for (_, to, m) in round.drain(..) {
-            if up.contains(&to) {
-                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-                    let _ = w.deliver(to, ack);
-                }
-            }
-        }
-        if w.role().last_ok().is_some() {
-            break;
-        }
-        // Time passes for A too: it tells the peers that missed its recovery (E, now up).
-        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
-        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
-        round = msgs(W, w.advance(Duration::from_secs(61)));
-    }
+    let round = query_round(&mut w, &mut hs, &up);
+    assert_eq!(round.len(), 5);
+    write_among(&mut w, &mut hs, round, &up);
     let holders = up.iter().filter(|r| hs[r.index()].role().get(0).value.is_some()).count();
     assert_eq!(holders, 3, "A, D and E hold the value");
     assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
@@ -133,27 +138,26 @@ fn a_replica_restarted_with_its_disk_still_tells_the_peers_that_missed_its_recov
     drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
 
     let mut w = writer(&reps);
-    let mut round = query_round(&mut w, &mut hs, &up);
-    for _ in 0..50 {
-        for (_, to, m) in round.drain(..) {
-            if up.contains(&to) {
-                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-                    let _ = w.deliver(to, ack);
-                }
-            }
-        }
-        if w.role().last_ok().is_some() {
-            break;
-        }
-        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
-        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
-        round = msgs(W, w.advance(Duration::from_secs(61)));
-    }
+    let round = query_round(&mut w, &mut hs, &up);
+    write_among(&mut w, &mut hs, round, &up);
     assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
 }
 
-fn is_recover_request(m: &Msg) -> bool {
-    matches!(m.2, RegisterMsg::RecoverRequest { .. })
+/// Five replicas: A loses its disk and recovers from B, C and D (E misses it), then restarts
+/// with its disk and announces its life; the announcement to E is returned, delayed, the
+/// others delivered.
+fn announced_late_to_e(reps: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Msg) {
+    let (mut hs, _) = boot(reps);
+    hs[A.index()] = RoleHarness::new(A, Replica::new(A, reps), 1_000);
+    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, reps))).into();
+    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
+    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    let announce = msgs(A, hs[A.index()].restart(Replica::new(A, reps)));
+    let is_recover_request = |m: &Msg| matches!(m.2, RegisterMsg::RecoverRequest { .. });
+    let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().expect("A announces to E");
+    let mut q: VecDeque<Msg> = announce.into_iter().filter(|m| m.1 != E).collect();
+    drain(&mut hs, &mut q);
+    (hs, delayed)
 }
 
 /// From the review of that fix (2026-12-08): lives were unordered random nonces, and a peer
@@ -168,17 +172,8 @@ fn is_recover_request(m: &Msg) -> bool {
 #[test]
 fn a_delayed_announcement_of_an_ended_life_is_refused() {
     let reps = vec![A, B, C, D, E];
-    let (mut hs, _) = boot(&reps);
-    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
-    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
-    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
-    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    let (mut hs, delayed) = announced_late_to_e(&reps);
     let n1 = hs[A.index()].role().life();
-
-    let announce = msgs(A, hs[A.index()].restart(Replica::new(A, &reps)));
-    let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().expect("A announces to E");
-    let mut q: VecDeque<Msg> = announce.into_iter().filter(|m| m.1 != E).collect();
-    drain(&mut hs, &mut q);
 
     let mut w = writer(&reps);
     let stores = query_round(&mut w, &mut hs, &reps);
@@ -214,14 +209,7 @@ fn a_delayed_announcement_of_an_ended_life_is_refused() {
 #[test]
 fn a_delayed_announcement_does_not_block_writes_forever() {
     let reps = vec![A, B, C, D, E];
-    let (mut hs, _) = boot(&reps);
-    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
-    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
-    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
-    let announce = msgs(A, hs[A.index()].restart(Replica::new(A, &reps)));
-    let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().unwrap();
-    let mut q: VecDeque<Msg> = announce.into_iter().filter(|m| m.1 != E).collect();
-    drain(&mut hs, &mut q);
+    let (mut hs, delayed) = announced_late_to_e(&reps);
     hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 2_000);
     let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
     drain(&mut hs, &mut q);
@@ -232,22 +220,8 @@ fn a_delayed_announcement_does_not_block_writes_forever() {
     let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
     drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
     let mut w = writer(&reps);
-    let mut round = query_round(&mut w, &mut hs, &up);
-    for _ in 0..50 {
-        for (_, to, m) in round.drain(..) {
-            if up.contains(&to) {
-                for (_, _, ack) in msgs(to, hs[to.index()].deliver(W, m)) {
-                    let _ = w.deliver(to, ack);
-                }
-            }
-        }
-        if w.role().last_ok().is_some() {
-            break;
-        }
-        let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].advance(Duration::from_secs(61))).into();
-        drain_if(&mut hs, &mut q, |(_, to, _)| up.contains(to));
-        round = msgs(W, w.advance(Duration::from_secs(61)));
-    }
+    let round = query_round(&mut w, &mut hs, &up);
+    write_among(&mut w, &mut hs, round, &up);
     assert!(w.role().last_ok().is_some(), "50 rounds: E reports A's ended life forever; no write completes");
 }
 

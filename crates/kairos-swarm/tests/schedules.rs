@@ -1122,26 +1122,12 @@ fn majority_other(lab: &Lab, c: usize) -> MemNodeId {
     others[0]
 }
 
-/// A review's schedule (2026-12-08): read rule c returned the value of an update that
-/// reported `Deleted` (rule 6: it did not take effect). P primary, M the key's first
-/// majority's other node, O the third.
-/// 1. D deletes; its chain lands on O only (its chains to P and M stall for good).
-/// 2. W updates (tuple x0): lands on P; its chain to M stalls; the round widens to O, which
-///    shows the deletion: x0 is stale.
-/// 3. R reads P and M: x0 is the maximum. Its second iteration's chain to P runs at once
-///    (x0, no deletion yet); its chain to M stalls.
-/// 4. W races for x0 with the deletion as M: writes the deletion on P, wins on P and O, and
-///    reports `Deleted`.
-/// 5. W's stalled chains land on M (x0 there, no deletion), and W invokes its next update X.
-///    Before the fix X landed on M; now W writes nothing on the key again and X reports
-///    `Deleted` at once.
-/// 6. R's chain to M runs: before the fix, {P: x0, M: X} made rule c return x0.
-#[test]
-fn a_read_never_returns_an_update_that_reported_deleted() {
+/// Steps 1 to 4 of the schedule below, with W = client 0, D = 1, R = 2: returns the lab, P and
+/// M (R's chain to M is stalled, W's chain to M is queued).
+fn an_update_reports_deleted_while_a_read_waits() -> (Lab, MemNodeId, MemNodeId) {
     let (w, d, r) = (0, 1, 2);
     let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
     let p = lab.nodes[0];
-
     lab.invoke(d, 1, delete());
     let m = majority_other(&lab, d);
     let o = *lab.nodes.iter().find(|n| **n != p && **n != m).unwrap();
@@ -1165,12 +1151,33 @@ fn a_read_never_returns_an_update_that_reported_deleted() {
 
     let first = lab.run(w, 1, &[p, o], 20).expect("W's first update completes on P and O");
     assert_eq!(first.result, Err(KvError::Deleted), "{first:?}");
+    (lab, p, m)
+}
+
+/// A review's schedule (2026-12-08): read rule c returned the value of an update that
+/// reported `Deleted` (rule 6: it did not take effect). P primary, M the key's first
+/// majority's other node, O the third.
+/// 1. D deletes; its chain lands on O only (its chains to P and M stall for good).
+/// 2. W updates (tuple x0): lands on P; its chain to M stalls; the round widens to O, which
+///    shows the deletion: x0 is stale.
+/// 3. R reads P and M: x0 is the maximum. Its second iteration's chain to P runs at once
+///    (x0, no deletion yet); its chain to M stalls.
+/// 4. W races for x0 with the deletion as M: writes the deletion on P, wins on P and O, and
+///    reports `Deleted`.
+/// 5. W's stalled chains land on M (x0 there, no deletion), and W invokes its next update X.
+///    Before the fix X landed on M; now W writes nothing on the key again and X reports
+///    `Deleted` at once.
+/// 6. R's chain to M runs: before the fix, {P: x0, M: X} made rule c return x0.
+#[test]
+fn a_read_never_returns_an_update_that_reported_deleted() {
+    let (w, r) = (0, 2);
+    let (mut lab, p, m) = an_update_reports_deleted_while_a_read_waits();
 
     while lab.queued(w, m) > 0 {
         lab.step(w, m);
     }
     lab.invoke(w, 2, update(b"X from W"));
-    let wrote_more = lab.queued(w, m) + lab.queued(w, p) + lab.queued(w, o);
+    let wrote_more: usize = lab.nodes.iter().map(|n| lab.queued(w, *n)).sum();
     while lab.queued(w, m) > 0 {
         lab.step(w, m);
     }
@@ -1191,28 +1198,8 @@ fn a_read_never_returns_an_update_that_reported_deleted() {
 /// REWRITE until one of its own operations there has a definite outcome, and rule c skips them.
 #[test]
 fn a_restarted_writer_does_not_make_a_read_return_an_update_that_reported_deleted() {
-    let (w, d, r) = (0, 1, 2);
-    let mut lab = Lab::new(&[1_000, 1_000, 1_000]);
-    let p = lab.nodes[0];
-
-    lab.invoke(d, 1, delete());
-    let m = majority_other(&lab, d);
-    let o = *lab.nodes.iter().find(|n| **n != p && **n != m).unwrap();
-    lab.widen(d);
-    assert!(lab.apply(d, o, usize::MAX).is_some(), "D's chain runs whole on O (its reply is lost)");
-    lab.invoke(w, 1, update(b"x0 from W"));
-    assert_eq!(majority_other(&lab, w), m);
-    lab.step(w, p);
-    lab.widen(w);
-    lab.step(w, o);
-    lab.invoke(r, 1, get());
-    assert_eq!(majority_other(&lab, r), m);
-    lab.step(r, p);
-    lab.step(r, m);
-    lab.step(r, p);
-    assert!(lab.queued(r, m) > 0, "R's second iteration waits for M");
-    let first = lab.run(w, 1, &[p, o], 20).expect("W's first update completes on P and O");
-    assert_eq!(first.result, Err(KvError::Deleted), "{first:?}");
+    let (w, r) = (0, 2);
+    let (mut lab, p, m) = an_update_reports_deleted_while_a_read_waits();
     // W's stalled chains land on M; their replies are lost with W's process.
     while lab.queued(w, m) > 0 {
         let _ = lab.apply(w, m, usize::MAX);
