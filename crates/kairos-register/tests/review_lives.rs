@@ -102,11 +102,7 @@ fn a_replayed_recover_request_after_a_restart_does_not_revive_an_ended_life() {
 #[test]
 fn a_replica_that_missed_a_recovery_does_not_block_writes() {
     let reps = vec![A, B, C, D, E];
-    let (mut hs, _) = boot(&reps);
-    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
-    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
-    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
-    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    let mut hs = recovered_without_e(&reps);
 
     // B and C are down for good.
     let up = [A, D, E];
@@ -126,11 +122,7 @@ fn a_replica_that_missed_a_recovery_does_not_block_writes() {
 #[test]
 fn a_replica_restarted_with_its_disk_still_tells_the_peers_that_missed_its_recovery() {
     let reps = vec![A, B, C, D, E];
-    let (mut hs, _) = boot(&reps);
-    hs[A.index()] = RoleHarness::new(A, Replica::new(A, &reps), 1_000);
-    let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
-    drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
-    assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    let mut hs = recovered_without_e(&reps);
     // A crashes and restarts with its disk; B and C are down for good.
     let up = [A, D, E];
     let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, &reps))).into();
@@ -143,15 +135,21 @@ fn a_replica_restarted_with_its_disk_still_tells_the_peers_that_missed_its_recov
     assert!(w.role().last_ok().is_some(), "50 rounds: A's and E's acks always disagree; the write never completes");
 }
 
-/// Five replicas: A loses its disk and recovers from B, C and D (E misses it), then restarts
-/// with its disk and announces its life; the announcement to E is returned, delayed, the
-/// others delivered.
-fn announced_late_to_e(reps: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Msg) {
+/// Five replicas, booted; then A loses its disk and recovers from B, C and D (E misses it).
+fn recovered_without_e(reps: &[NodeId]) -> Vec<RoleHarness<Replica>> {
     let (mut hs, _) = boot(reps);
     hs[A.index()] = RoleHarness::new(A, Replica::new(A, reps), 1_000);
     let mut q: VecDeque<Msg> = msgs(A, hs[A.index()].restart(Replica::new(A, reps))).into();
     drain_if(&mut hs, &mut q, |(_, to, _)| *to != E);
     assert!(hs[A.index()].role().is_recovered(), "A recovered from B, C and D");
+    hs
+}
+
+/// Five replicas: A loses its disk and recovers from B, C and D (E misses it), then restarts
+/// with its disk and announces its life; the announcement to E is returned, delayed, the
+/// others delivered.
+fn announced_late_to_e(reps: &[NodeId]) -> (Vec<RoleHarness<Replica>>, Msg) {
+    let mut hs = recovered_without_e(reps);
     let announce = msgs(A, hs[A.index()].restart(Replica::new(A, reps)));
     let is_recover_request = |m: &Msg| matches!(m.2, RegisterMsg::RecoverRequest { .. });
     let delayed = announce.iter().find(|m| m.1 == E && is_recover_request(m)).cloned().expect("A announces to E");

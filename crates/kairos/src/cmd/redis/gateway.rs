@@ -443,6 +443,20 @@ mod tests {
     use std::io::{Read, Write};
     use std::time::Duration;
 
+    /// A gateway with `opts` on a loopback port of `rt` (its transaction calls go nowhere).
+    fn start_gateway(rt: &tokio::runtime::Runtime, opts: Arc<RedisOptions>) -> u16 {
+        rt.block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let (calls, rx) = mpsc::channel(1);
+            tokio::spawn(async move {
+                let _rx = rx;
+                serve_redis(listener, calls, opts).await
+            });
+            port
+        })
+    }
+
     fn opts(max_clients: usize) -> Arc<RedisOptions> {
         Arc::new(RedisOptions {
             limits: Limits::default(),
@@ -495,16 +509,7 @@ mod tests {
     #[test]
     fn stalled_and_silent_connections_give_their_permits_back() {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-        let port = rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let (calls, rx) = mpsc::channel(1);
-            tokio::spawn(async move {
-                let _rx = rx;
-                serve_redis(listener, calls, opts(2)).await
-            });
-            port
-        });
+        let port = start_gateway(&rt, opts(2));
         let mut stalled = Vec::new();
         for _ in 0..2 {
             let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -538,16 +543,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let o = opts(4);
         let limit = o.query_bytes_max;
-        let port = rt.block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let (calls, rx) = mpsc::channel(1);
-            tokio::spawn(async move {
-                let _rx = rx;
-                serve_redis(listener, calls, o).await
-            });
-            port
-        });
+        let port = start_gateway(&rt, o);
         // A bulk string declared far longer than the limit; exactly limit + 1 bytes are sent, so
         // the gateway has read all of them when it refuses (no unread bytes to reset the socket).
         let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
