@@ -490,6 +490,14 @@ fn txn_rec(i: usize, t: OpType, p: u64, ms: Vec<MicroOp>) -> HistoryRecord {
     HistoryRecord { index: i as u64, time: i as u64, event: HistoryEvent::new(t, p, "txn", ms) }
 }
 
+/// Neither serializability checker calls `h` invalid (it is valid under both models).
+fn assert_not_invalid(h: &[HistoryRecord]) {
+    for m in [Model::Serializable, Model::StrictSerializable] {
+        let rep = check(h, m).unwrap();
+        assert_ne!(rep.verdict, Verdict::Invalid, "{m:?}: {rep}");
+    }
+}
+
 /// A write of 3 that never completed (it may have taken effect), a write of the same 3 that
 /// failed, and a read of 3. Valid: the pending write wrote it. `txn::adya::convert` counted a
 /// write toward "written more than once" only in a completion record (`op_type != Invoke`), so
@@ -505,10 +513,7 @@ fn a_read_of_a_value_a_pending_write_also_wrote_is_not_an_aborted_read() {
         txn_rec(3, OpType::Invoke, 3, vec![MicroOp::Read { key: 2, value: None }]),
         txn_rec(4, OpType::Ok, 3, vec![MicroOp::Read { key: 2, value: Some(ReadValue::Int(3)) }]),
     ];
-    for m in [Model::Serializable, Model::StrictSerializable] {
-        let rep = check(&h, m).unwrap();
-        assert_ne!(rep.verdict, Verdict::Invalid, "{rep}");
-    }
+    assert_not_invalid(&h);
 }
 
 /// An `info` transaction wrote key 1 with an unknown value (`["w",1,null]`); another write of
@@ -526,10 +531,7 @@ fn a_read_an_unknown_write_may_explain_is_not_an_aborted_read() {
         txn_rec(4, OpType::Ok, 3, vec![MicroOp::Read { key: 1, value: Some(ReadValue::Int(3)) }]),
         txn_rec(5, OpType::Info, 1, vec![MicroOp::WriteUnknown { key: 1 }]),
     ];
-    for m in [Model::Serializable, Model::StrictSerializable] {
-        let rep = check(&h, m).unwrap();
-        assert_ne!(rep.verdict, Verdict::Invalid, "{rep}");
-    }
+    assert_not_invalid(&h);
 }
 
 /// As above with an intermediate write: T0 (ok) wrote key 2 = 2 then 3; an `info` transaction
@@ -546,10 +548,7 @@ fn a_read_an_unknown_write_may_explain_is_not_an_intermediate_read() {
         txn_rec(4, OpType::Invoke, 2, vec![MicroOp::Read { key: 2, value: None }]),
         txn_rec(5, OpType::Ok, 2, vec![MicroOp::Read { key: 2, value: Some(ReadValue::Int(2)) }]),
     ];
-    for m in [Model::Serializable, Model::StrictSerializable] {
-        let rep = check(&h, m).unwrap();
-        assert_ne!(rep.verdict, Verdict::Invalid, "{rep}");
-    }
+    assert_not_invalid(&h);
 }
 
 /// Not in the review: what adya keeps. A write of 3 failed, a read saw 3 and completed, and only
